@@ -1,0 +1,518 @@
+//! The gateway as an MCP client of one plugin process.
+//!
+//! Every request towards the plugin gets an id from this connection's counter; a pending map
+//! remembers where each answer goes: back to a client's stream with the client's own id (the
+//! plugin's result bytes are forwarded with only the id swapped), or to a gateway task waiting
+//! on it. A progress token a client sent is replaced by the request's plugin-side id, so the
+//! plugin's progress notifications find their stream through the same map. The plugin's own
+//! requests and notifications go to a [`PluginEvents`] listener (the session).
+//!
+//! The pending map sits behind a short synchronous lock never held across an await. One task
+//! reads the plugin's output; when the plugin goes, every request still pending fails with an
+//! error that names the plugin.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use bytes::Bytes;
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use tokio::sync::oneshot;
+
+use super::BackendError;
+use super::transport::{Inbound, PluginTransport};
+use crate::jsonrpc::{self, Id, Message, Outcome, code};
+use crate::stream::Sink;
+
+/// Listens to what a plugin sends on its own initiative.
+pub trait PluginEvents: Send + Sync + 'static {
+    /// A request from the plugin to the client (`sampling/createMessage`, `elicitation/create`,
+    /// `roots/list`, `ping`). `related` is the stream of a client request in flight on this
+    /// plugin, if any.
+    fn plugin_request(
+        &self,
+        conn: &Arc<PluginConnection>,
+        id: Id,
+        method: &str,
+        params: Option<&RawValue>,
+        related: Option<Sink>,
+    );
+
+    /// A notification from the plugin (progress already routed).
+    fn plugin_notification(
+        &self,
+        conn: &Arc<PluginConnection>,
+        message: Bytes,
+        method: &str,
+        related: Option<Sink>,
+    );
+
+    /// The plugin is gone (crashed or stopped).
+    fn plugin_exited(&self, conn: &Arc<PluginConnection>);
+}
+
+/// Where a plugin's answer goes.
+enum Pending {
+    /// Back to a client: the client's id replaces ours.
+    Client {
+        client_id: Id,
+        sink: Sink,
+        progress_token: Option<Box<RawValue>>,
+    },
+    /// To a gateway task.
+    Internal(oneshot::Sender<Result<Box<RawValue>, CallError>>),
+}
+
+/// A failed internal call.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum CallError {
+    /// The plugin answered with a JSON-RPC error (raw error object).
+    #[error("plugin returned an error: {0}")]
+    Rpc(String),
+    #[error(transparent)]
+    Backend(#[from] BackendError),
+}
+
+/// What the plugin said of itself in its `initialize` result.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InitializeResult {
+    pub protocol_version: String,
+    #[serde(default = "empty_object")]
+    pub capabilities: Box<RawValue>,
+    #[serde(default = "empty_object")]
+    pub server_info: Box<RawValue>,
+    pub instructions: Option<String>,
+}
+
+fn empty_object() -> Box<RawValue> {
+    RawValue::from_string("{}".into()).expect("valid JSON")
+}
+
+pub struct PluginConnection {
+    /// The plugin's name, for error messages and logs.
+    name: Arc<str>,
+    /// The session it serves, for logs.
+    session: Arc<str>,
+    transport: Box<dyn PluginTransport>,
+    pending: Mutex<HashMap<u64, Pending>>,
+    next_id: AtomicU64,
+    alive: AtomicBool,
+    init: std::sync::OnceLock<InitializeResult>,
+    events: Option<Weak<dyn PluginEvents>>,
+}
+
+impl PluginConnection {
+    /// Wraps a started transport and starts reading it. Call [`initialize`](Self::initialize)
+    /// next.
+    pub fn new(
+        name: Arc<str>,
+        session: Arc<str>,
+        transport: Box<dyn PluginTransport>,
+        inbound: Inbound,
+        events: Option<Weak<dyn PluginEvents>>,
+    ) -> Arc<PluginConnection> {
+        let conn = Arc::new(PluginConnection {
+            name,
+            session,
+            transport,
+            pending: Mutex::new(HashMap::new()),
+            next_id: AtomicU64::new(1),
+            alive: AtomicBool::new(true),
+            init: std::sync::OnceLock::new(),
+            events,
+        });
+        tokio::spawn(read_loop(Arc::downgrade(&conn), inbound));
+        conn
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn is_alive(&self) -> bool {
+        self.alive.load(Ordering::Acquire)
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.transport.pid()
+    }
+
+    /// The plugin's `initialize` result, once the handshake is done.
+    pub fn info(&self) -> Option<&InitializeResult> {
+        self.init.get()
+    }
+
+    /// Runs the handshake: `initialize` with the given params, a version check, then
+    /// `notifications/initialized`.
+    pub async fn initialize(
+        &self,
+        params: &RawValue,
+        timeout: Duration,
+    ) -> Result<&InitializeResult, BackendError> {
+        let fail = |reason: String| BackendError::Initialize {
+            plugin: self.name.to_string(),
+            reason,
+        };
+        let raw = match tokio::time::timeout(timeout, self.call("initialize", Some(params))).await {
+            Err(_) => {
+                return Err(BackendError::Timeout {
+                    plugin: self.name.to_string(),
+                    secs: timeout.as_secs(),
+                });
+            }
+            Ok(Err(CallError::Backend(e))) => return Err(e),
+            Ok(Err(CallError::Rpc(e))) => {
+                return Err(fail(format!("it answered initialize with {e}")));
+            }
+            Ok(Ok(raw)) => raw,
+        };
+        let result: InitializeResult = serde_json::from_str(raw.get())
+            .map_err(|e| fail(format!("invalid initialize result: {e}")))?;
+        if !crate::protocol::PLUGIN_VERSIONS.contains(&result.protocol_version.as_str()) {
+            return Err(fail(format!(
+                "it speaks protocol version {}, which the gateway does not ({})",
+                result.protocol_version,
+                crate::protocol::PLUGIN_VERSIONS.join(", ")
+            )));
+        }
+        self.notify("notifications/initialized", None);
+        Ok(self.init.get_or_init(|| result))
+    }
+
+    /// Sends a request on the gateway's own behalf and waits for its result.
+    pub async fn call(
+        &self,
+        method: &str,
+        params: Option<&RawValue>,
+    ) -> Result<Box<RawValue>, CallError> {
+        let (tx, rx) = oneshot::channel();
+        let id = self.register(Pending::Internal(tx))?;
+        self.write(
+            jsonrpc::request_bytes(Some(Id::from_u64(id).raw()), method, params),
+            id,
+        )?;
+        rx.await.unwrap_or_else(|_| Err(self.gone_error().into()))
+    }
+
+    /// Forwards a client's request; the answer goes to `sink` under the client's id. On
+    /// failure to send, an error response is queued on the sink instead, so the client always
+    /// gets an answer.
+    pub fn forward(&self, client_id: Id, method: &str, params: Option<&RawValue>, sink: &Sink) {
+        let (params, progress_token) = match params {
+            Some(p) if p.get().contains("\"progressToken\"") => match swap_progress_token(p) {
+                Some((token, rewrite)) => (Some(rewrite), Some(token)),
+                None => (Some(p.to_owned()), None),
+            },
+            other => (other.map(RawValue::to_owned), None),
+        };
+        let pending = Pending::Client {
+            client_id: client_id.clone(),
+            sink: sink.clone(),
+            progress_token,
+        };
+        let id = match self.register(pending) {
+            Ok(id) => id,
+            Err(e) => {
+                sink.respond(jsonrpc::error_bytes(
+                    Some(&client_id),
+                    code::INTERNAL_ERROR,
+                    &e.to_string(),
+                ));
+                return;
+            }
+        };
+        // The token the plugin sees is the request's own id on this connection.
+        let params = params.map(|p| {
+            if p.get().contains(PROGRESS_PLACEHOLDER) {
+                RawValue::from_string(p.get().replace(PROGRESS_PLACEHOLDER, &id.to_string()))
+                    .expect("a number in place of a number")
+            } else {
+                p
+            }
+        });
+        let bytes = jsonrpc::request_bytes(Some(Id::from_u64(id).raw()), method, params.as_deref());
+        if let Err(e) = self.write(bytes, id) {
+            if let Some(Pending::Client {
+                client_id, sink, ..
+            }) = self.take(id)
+            {
+                sink.respond(jsonrpc::error_bytes(
+                    Some(&client_id),
+                    code::INTERNAL_ERROR,
+                    &e.to_string(),
+                ));
+            }
+        }
+    }
+
+    /// Sends a notification.
+    pub fn notify(&self, method: &str, params: Option<&RawValue>) {
+        self.transport
+            .send(jsonrpc::request_bytes(None, method, params));
+    }
+
+    /// Sends a message as is (a response to one of the plugin's requests).
+    pub fn send_raw(&self, message: Bytes) {
+        self.transport.send(message);
+    }
+
+    /// Cancels a client's request in flight here: the plugin is told, and the request's stream
+    /// stops waiting for it. False when no such request is pending.
+    pub fn cancel_client_request(&self, client_id: &Id, reason: Option<&RawValue>) -> bool {
+        let found = {
+            let mut pending = self.pending.lock().expect("pending lock");
+            let key = pending.iter().find_map(|(k, p)| match p {
+                Pending::Client { client_id: c, .. } if c == client_id => Some(*k),
+                _ => None,
+            });
+            key.and_then(|k| pending.remove(&k).map(|p| (k, p)))
+        };
+        let Some((id, Pending::Client { sink, .. })) = found else {
+            return false;
+        };
+        let mut params = serde_json::json!({ "requestId": id });
+        if let Some(reason) = reason {
+            params["reason"] = serde_json::from_str(reason.get()).unwrap_or_default();
+        }
+        let params = RawValue::from_string(params.to_string()).expect("valid JSON");
+        self.notify("notifications/cancelled", Some(&params));
+        sink.dropped();
+        true
+    }
+
+    /// Stops the plugin process and waits for it to be gone.
+    pub async fn shutdown(&self) {
+        self.transport.shutdown().await;
+    }
+
+    /// The stream of the most recent client request in flight that can carry messages: where
+    /// the plugin's logs and requests most likely belong.
+    fn related_sink(&self) -> Option<Sink> {
+        let pending = self.pending.lock().expect("pending lock");
+        pending
+            .iter()
+            .filter_map(|(k, p)| match p {
+                Pending::Client { sink, .. } if sink.carries_messages() => Some((*k, sink)),
+                _ => None,
+            })
+            .max_by_key(|(k, _)| *k)
+            .map(|(_, s)| s.clone())
+    }
+
+    fn register(&self, pending: Pending) -> Result<u64, BackendError> {
+        if !self.is_alive() {
+            return Err(self.gone_error());
+        }
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        self.pending
+            .lock()
+            .expect("pending lock")
+            .insert(id, pending);
+        Ok(id)
+    }
+
+    fn write(&self, bytes: Bytes, id: u64) -> Result<(), BackendError> {
+        if self.transport.send(bytes) {
+            Ok(())
+        } else {
+            self.take(id);
+            Err(self.gone_error())
+        }
+    }
+
+    fn take(&self, id: u64) -> Option<Pending> {
+        self.pending.lock().expect("pending lock").remove(&id)
+    }
+
+    fn gone_error(&self) -> BackendError {
+        BackendError::Exited {
+            plugin: self.name.to_string(),
+            reason: self
+                .transport
+                .exit_reason()
+                .unwrap_or_else(|| "it is no longer running".into()),
+        }
+    }
+
+    /// The last stderr lines, for a start-up failure message.
+    pub fn stderr_tail(&self) -> Vec<String> {
+        self.transport.stderr_tail()
+    }
+
+    fn events(&self) -> Option<Arc<dyn PluginEvents>> {
+        self.events.as_ref().and_then(Weak::upgrade)
+    }
+}
+
+/// Marks where a progress token goes until the request's id is known.
+const PROGRESS_PLACEHOLDER: &str = "\"__mcp_gateway_progress__\"";
+
+/// Pulls the client's progress token out of `params._meta.progressToken`, putting a
+/// placeholder in its place. `None` when params hold no such token.
+fn swap_progress_token(params: &RawValue) -> Option<(Box<RawValue>, Box<RawValue>)> {
+    let mut value: serde_json::Value = serde_json::from_str(params.get()).ok()?;
+    let slot = value.get_mut("_meta")?.get_mut("progressToken")?;
+    let token = std::mem::replace(slot, serde_json::Value::Null);
+    let token = RawValue::from_string(token.to_string()).ok()?;
+    *slot = serde_json::Value::String("__mcp_gateway_progress__".into());
+    let rewritten = RawValue::from_string(value.to_string()).ok()?;
+    Some((token, rewritten))
+}
+
+async fn read_loop(conn: Weak<PluginConnection>, mut inbound: Inbound) {
+    while let Some(line) = inbound.recv().await {
+        let Some(conn) = conn.upgrade() else { return };
+        conn.handle_line(line);
+    }
+    let Some(conn) = conn.upgrade() else { return };
+    conn.alive.store(false, Ordering::Release);
+    let reason = conn.transport.wait_exit_reason().await;
+    let pending: Vec<Pending> = conn
+        .pending
+        .lock()
+        .expect("pending lock")
+        .drain()
+        .map(|(_, p)| p)
+        .collect();
+    if !pending.is_empty() {
+        tracing::warn!(plugin = %conn.name, session = %conn.session, "plugin exited ({reason}) with {} request(s) in flight", pending.len());
+    }
+    let message = format!(
+        "plugin '{}' exited while handling the request ({reason})",
+        conn.name
+    );
+    for p in pending {
+        match p {
+            Pending::Client {
+                client_id, sink, ..
+            } => {
+                sink.respond(jsonrpc::error_bytes(
+                    Some(&client_id),
+                    code::INTERNAL_ERROR,
+                    &message,
+                ));
+            }
+            Pending::Internal(tx) => {
+                let _ = tx.send(Err(CallError::Backend(BackendError::Exited {
+                    plugin: conn.name.to_string(),
+                    reason: reason.clone(),
+                })));
+            }
+        }
+    }
+    if let Some(events) = conn.events() {
+        events.plugin_exited(&conn);
+    }
+}
+
+impl PluginConnection {
+    fn handle_line(self: &Arc<Self>, line: Bytes) {
+        let message = match jsonrpc::parse_message(&line) {
+            Ok(m) => m,
+            Err(e) => {
+                let shown = String::from_utf8_lossy(&line[..line.len().min(200)]).into_owned();
+                tracing::warn!(plugin = %self.name, session = %self.session, "dropped a line that is not JSON-RPC ({}): {shown}", e.message());
+                return;
+            }
+        };
+        match message {
+            Message::Response { id, outcome } => self.handle_response(id, outcome),
+            Message::Request { id, method, params } => match self.events() {
+                Some(events) => {
+                    events.plugin_request(self, id, &method, params.as_deref(), self.related_sink())
+                }
+                None => self.answer_unlistened(id, &method),
+            },
+            Message::Notification { method, params } => {
+                if method == "notifications/progress" && self.route_progress(params.as_deref()) {
+                    return;
+                }
+                if let Some(events) = self.events() {
+                    events.plugin_notification(self, line, &method, self.related_sink());
+                }
+            }
+        }
+    }
+
+    fn handle_response(&self, id: Id, outcome: Outcome) {
+        let Some(pending) = id.as_u64().and_then(|n| self.take(n)) else {
+            tracing::debug!(plugin = %self.name, session = %self.session, "response to no pending request (id {id}); dropped");
+            return;
+        };
+        match pending {
+            Pending::Client {
+                client_id, sink, ..
+            } => {
+                let bytes = match &outcome {
+                    Outcome::Result(r) => jsonrpc::result_bytes(client_id.raw(), r),
+                    Outcome::Error(e) => jsonrpc::error_object_bytes(client_id.raw(), e),
+                };
+                sink.respond(bytes);
+            }
+            Pending::Internal(tx) => {
+                let _ = tx.send(match outcome {
+                    Outcome::Result(r) => Ok(r),
+                    Outcome::Error(e) => Err(CallError::Rpc(e.get().to_owned())),
+                });
+            }
+        }
+    }
+
+    /// Sends a progress notification to the stream of the request whose token it carries,
+    /// with the client's token restored. False when it matches no request.
+    fn route_progress(self: &Arc<Self>, params: Option<&RawValue>) -> bool {
+        let Some(params) = params else { return false };
+        let Ok(mut value) = serde_json::from_str::<serde_json::Value>(params.get()) else {
+            return false;
+        };
+        let Some(n) = value
+            .get("progressToken")
+            .and_then(serde_json::Value::as_u64)
+        else {
+            return false;
+        };
+        let target = {
+            let pending = self.pending.lock().expect("pending lock");
+            match pending.get(&n) {
+                Some(Pending::Client {
+                    sink,
+                    progress_token: Some(token),
+                    ..
+                }) => Some((sink.clone(), token.clone())),
+                _ => None,
+            }
+        };
+        let Some((sink, token)) = target else {
+            return false;
+        };
+        value["progressToken"] = serde_json::from_str(token.get()).unwrap_or_default();
+        let params = RawValue::from_string(value.to_string()).expect("valid JSON");
+        let bytes = jsonrpc::request_bytes(None, "notifications/progress", Some(&params));
+        if let Err(bytes) = sink.message(bytes)
+            && let Some(events) = self.events()
+        {
+            // The request's stream cannot carry it (JSON mode, or the client left): the
+            // session's GET stream can.
+            events.plugin_notification(self, bytes, "notifications/progress", None);
+        }
+        true
+    }
+
+    /// Answers a plugin request when nobody listens (the start-up probe): `ping` gets `{}`,
+    /// anything else a method-not-found error.
+    fn answer_unlistened(&self, id: Id, method: &str) {
+        let bytes = if method == "ping" {
+            jsonrpc::result_bytes(id.raw(), &empty_object())
+        } else {
+            jsonrpc::error_bytes(
+                Some(&id),
+                code::METHOD_NOT_FOUND,
+                &format!("{method} is not available while the gateway probes this plugin"),
+            )
+        };
+        self.send_raw(bytes);
+    }
+}

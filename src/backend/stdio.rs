@@ -1,0 +1,344 @@
+//! A plugin run as a child process speaking newline-delimited JSON-RPC on stdin/stdout.
+//!
+//! The child leads its own process group, so stopping it takes everything it started (`npx`
+//! runs a shell that runs node). Stopping follows the MCP stdio transport: close stdin, wait,
+//! SIGTERM, wait, SIGKILL. Dropping a [`StdioTransport`] that was not stopped kills the group
+//! at once, so no path leaves an orphan; the exit watcher reaps the child, so none leaves a
+//! zombie. Each stderr line is logged, tagged with the plugin and the session.
+
+use std::collections::VecDeque;
+use std::future::Future;
+use std::pin::Pin;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::{Buf, Bytes, BytesMut};
+use futures_util::StreamExt;
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, BufWriter};
+use tokio::process::Command;
+use tokio::sync::{mpsc, watch};
+use tokio_util::codec::{Decoder, FramedRead};
+use tokio_util::sync::CancellationToken;
+
+use super::BackendError;
+use super::transport::{Inbound, PluginTransport};
+use crate::config::PluginConfig;
+
+/// Largest line accepted from a plugin; a longer one is dropped whole (and logged).
+const MAX_LINE: usize = 64 * 1024 * 1024;
+/// Stderr lines kept for error messages.
+const STDERR_TAIL: usize = 20;
+
+pub struct StdioTransport {
+    plugin: String,
+    session: String,
+    pid: Pid,
+    to_child: mpsc::UnboundedSender<Bytes>,
+    close_stdin: CancellationToken,
+    exit: watch::Receiver<Option<String>>,
+    stderr: Arc<Mutex<VecDeque<String>>>,
+    grace: Duration,
+    stopped: tokio::sync::OnceCell<()>,
+}
+
+impl StdioTransport {
+    /// Starts the child. `session` only labels log lines.
+    pub fn spawn(
+        config: &PluginConfig,
+        session: &str,
+    ) -> Result<(StdioTransport, Inbound), BackendError> {
+        let mut cmd = Command::new(&config.command);
+        cmd.args(&config.args)
+            .envs(&config.env)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .kill_on_drop(false);
+        if let Some(cwd) = &config.cwd {
+            cmd.current_dir(cwd);
+        }
+        let mut child = cmd.spawn().map_err(|e| BackendError::Spawn {
+            plugin: config.name.clone(),
+            command: config.command_line(),
+            reason: e.to_string(),
+        })?;
+        let pid = Pid::from_raw(child.id().expect("a just-spawned child has a pid") as i32);
+        let stdin = child.stdin.take().expect("stdin is piped");
+        let stdout = child.stdout.take().expect("stdout is piped");
+        let stderr = child.stderr.take().expect("stderr is piped");
+
+        // Writer: one task owns stdin; closing stdin is cancelling it.
+        let (to_child, mut outbox) = mpsc::unbounded_channel::<Bytes>();
+        let close_stdin = CancellationToken::new();
+        let closing = close_stdin.clone();
+        let label = (config.name.clone(), session.to_owned());
+        tokio::spawn(async move {
+            let mut w = BufWriter::new(stdin);
+            loop {
+                let msg = tokio::select! {
+                    m = outbox.recv() => m,
+                    () = closing.cancelled() => None,
+                };
+                let Some(msg) = msg else { break };
+                if w.write_all(&msg).await.is_err() || w.write_all(b"\n").await.is_err() {
+                    break;
+                }
+                // Write whatever else is queued before flushing once.
+                while let Ok(more) = outbox.try_recv() {
+                    if w.write_all(&more).await.is_err() || w.write_all(b"\n").await.is_err() {
+                        return;
+                    }
+                }
+                if w.flush().await.is_err() {
+                    break;
+                }
+            }
+            tracing::debug!(plugin = %label.0, session = %label.1, "plugin stdin closed");
+        });
+
+        // Reader: stdout lines into a channel; the channel closes at EOF.
+        let (lines_tx, lines_rx) = mpsc::unbounded_channel();
+        let label = (config.name.clone(), session.to_owned());
+        tokio::spawn(async move {
+            let mut frames = FramedRead::new(stdout, LineCodec::default());
+            while let Some(frame) = frames.next().await {
+                match frame {
+                    Ok(Line::Data(line)) => {
+                        if !line.iter().all(u8::is_ascii_whitespace) && lines_tx.send(line).is_err()
+                        {
+                            break;
+                        }
+                    }
+                    Ok(Line::TooLong) => tracing::warn!(
+                        plugin = %label.0, session = %label.1,
+                        "dropped a line longer than {MAX_LINE} bytes from the plugin"
+                    ),
+                    Err(e) => {
+                        tracing::debug!(plugin = %label.0, session = %label.1, "plugin stdout: {e}");
+                        break;
+                    }
+                }
+            }
+        });
+
+        // Stderr: logged line by line, the tail kept.
+        let tail = Arc::new(Mutex::new(VecDeque::with_capacity(STDERR_TAIL)));
+        let keep = tail.clone();
+        let label = (config.name.clone(), session.to_owned());
+        tokio::spawn(async move {
+            let mut lines = BufReader::new(stderr).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                tracing::info!(target: "mcp_gateway::plugin", plugin = %label.0, session = %label.1, "{line}");
+                let mut t = keep.lock().expect("stderr tail lock");
+                if t.len() == STDERR_TAIL {
+                    t.pop_front();
+                }
+                t.push_back(line);
+            }
+        });
+
+        // Exit watcher: owns the child, reaps it, publishes how it ended.
+        let (exit_tx, exit) = watch::channel(None);
+        tokio::spawn(async move {
+            let reason = match child.wait().await {
+                Ok(status) => status.to_string(),
+                Err(e) => format!("wait failed: {e}"),
+            };
+            let _ = exit_tx.send(Some(reason));
+        });
+
+        tracing::info!(plugin = %config.name, session, pid = pid.as_raw(), command = %config.command_line(), "plugin started");
+        Ok((
+            StdioTransport {
+                plugin: config.name.clone(),
+                session: session.to_owned(),
+                pid,
+                to_child,
+                close_stdin,
+                exit,
+                stderr: tail,
+                grace: config.shutdown_grace,
+                stopped: tokio::sync::OnceCell::new(),
+            },
+            lines_rx,
+        ))
+    }
+
+    fn exited(&self) -> bool {
+        self.exit.borrow().is_some()
+    }
+
+    async fn wait_exit(&self, within: Duration) -> bool {
+        let mut exit = self.exit.clone();
+        tokio::time::timeout(within, exit.wait_for(Option::is_some))
+            .await
+            .is_ok()
+    }
+
+    fn group_alive(&self) -> bool {
+        killpg(self.pid, None).is_ok()
+    }
+
+    /// close stdin, wait, SIGTERM, wait, SIGKILL; then the same for anything left in the group.
+    async fn stop(&self) {
+        self.close_stdin.cancel();
+        if !self.wait_exit(self.grace).await {
+            tracing::debug!(plugin = %self.plugin, session = %self.session, "plugin ignored stdin close; SIGTERM");
+            let _ = killpg(self.pid, Signal::SIGTERM);
+            if !self.wait_exit(self.grace).await {
+                tracing::warn!(plugin = %self.plugin, session = %self.session, "plugin ignored SIGTERM; SIGKILL");
+                let _ = killpg(self.pid, Signal::SIGKILL);
+                self.wait_exit(Duration::from_secs(5)).await;
+            }
+        }
+        // The leader is gone; members it left behind get the same sequence.
+        if self.group_alive() {
+            let _ = killpg(self.pid, Signal::SIGTERM);
+            let deadline = tokio::time::Instant::now() + self.grace;
+            while self.group_alive() && tokio::time::Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            let _ = killpg(self.pid, Signal::SIGKILL);
+        }
+        tracing::info!(plugin = %self.plugin, session = %self.session, pid = self.pid.as_raw(), "plugin stopped");
+    }
+}
+
+impl PluginTransport for StdioTransport {
+    fn send(&self, message: Bytes) -> bool {
+        !self.exited() && self.to_child.send(message).is_ok()
+    }
+
+    fn shutdown(&self) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
+        Box::pin(async move {
+            self.stopped.get_or_init(|| self.stop()).await;
+        })
+    }
+
+    fn exit_reason(&self) -> Option<String> {
+        self.exit.borrow().clone()
+    }
+
+    fn wait_exit_reason(&self) -> Pin<Box<dyn Future<Output = String> + Send + '_>> {
+        Box::pin(async move {
+            self.wait_exit(Duration::from_millis(500)).await;
+            self.exit_reason()
+                .unwrap_or_else(|| "closed its output".into())
+        })
+    }
+
+    fn stderr_tail(&self) -> Vec<String> {
+        self.stderr
+            .lock()
+            .expect("stderr tail lock")
+            .iter()
+            .cloned()
+            .collect()
+    }
+
+    fn pid(&self) -> Option<u32> {
+        Some(self.pid.as_raw() as u32)
+    }
+}
+
+impl Drop for StdioTransport {
+    fn drop(&mut self) {
+        // Not stopped gracefully (a panic, a task dropped mid-way): take the whole group now.
+        if self.stopped.get().is_none() && self.group_alive() {
+            let _ = killpg(self.pid, Signal::SIGKILL);
+        }
+    }
+}
+
+/// One frame of a plugin's stdout.
+enum Line {
+    Data(Bytes),
+    TooLong,
+}
+
+/// Splits stdout into lines without ever failing on content: a line over [`MAX_LINE`] is
+/// skipped to its end and reported once.
+#[derive(Default)]
+struct LineCodec {
+    discarding: bool,
+    scanned: usize,
+}
+
+impl Decoder for LineCodec {
+    type Item = Line;
+    type Error = std::io::Error;
+
+    fn decode(&mut self, buf: &mut BytesMut) -> Result<Option<Line>, std::io::Error> {
+        loop {
+            match buf[self.scanned..].iter().position(|b| *b == b'\n') {
+                Some(pos) => {
+                    let end = self.scanned + pos;
+                    self.scanned = 0;
+                    if self.discarding {
+                        buf.advance(end + 1);
+                        self.discarding = false;
+                        return Ok(Some(Line::TooLong));
+                    }
+                    let mut line = buf.split_to(end + 1);
+                    line.truncate(end);
+                    if line.last() == Some(&b'\r') {
+                        line.truncate(end - 1);
+                    }
+                    return Ok(Some(Line::Data(line.freeze())));
+                }
+                None if buf.len() > MAX_LINE => {
+                    buf.clear();
+                    self.scanned = 0;
+                    self.discarding = true;
+                }
+                None => {
+                    self.scanned = buf.len();
+                    return Ok(None);
+                }
+            }
+        }
+    }
+
+    fn decode_eof(&mut self, buf: &mut BytesMut) -> Result<Option<Line>, std::io::Error> {
+        if let Some(line) = self.decode(buf)? {
+            return Ok(Some(line));
+        }
+        self.scanned = 0;
+        if buf.is_empty() || self.discarding {
+            buf.clear();
+            return Ok(None);
+        }
+        Ok(Some(Line::Data(buf.split().freeze())))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn decode_all(input: &[u8]) -> Vec<String> {
+        let mut codec = LineCodec::default();
+        let mut buf = BytesMut::from(input);
+        let mut out = Vec::new();
+        while let Some(line) = codec.decode(&mut buf).unwrap() {
+            out.push(match line {
+                Line::Data(b) => String::from_utf8_lossy(&b).into_owned(),
+                Line::TooLong => "<too long>".into(),
+            });
+        }
+        if let Some(Line::Data(b)) = codec.decode_eof(&mut buf).unwrap() {
+            out.push(String::from_utf8_lossy(&b).into_owned());
+        }
+        out
+    }
+
+    #[test]
+    fn splits_lines() {
+        assert_eq!(decode_all(b"a\nb\r\nc"), ["a", "b", "c"]);
+        assert_eq!(decode_all(b"\xff\xfe\n{}\n"), ["\u{fffd}\u{fffd}", "{}"]);
+    }
+}

@@ -1,0 +1,266 @@
+//! The config file: TOML in the gateway's own shape, or JSON in the shape MCP clients use
+//! (`mcpServers` for Claude Desktop and Cursor, `servers` for VS Code). Unknown keys are
+//! refused by name, so a typo never silently drops a setting.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::{ConfigError, PluginConfig, ResponseMode};
+
+/// What a config file may say; every field is optional so flags and defaults fill the rest.
+#[derive(Debug, Default)]
+pub struct FileConfig {
+    pub listen: Option<SocketAddr>,
+    pub allowed_origins: Option<Vec<String>>,
+    pub allowed_hosts: Option<Vec<String>>,
+    pub max_body_bytes: Option<usize>,
+    pub separator: Option<String>,
+    pub session: SessionSection,
+    pub stream: StreamSection,
+    pub plugins: Vec<PluginConfig>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SessionSection {
+    pub idle_timeout_secs: Option<u64>,
+    pub max_sessions: Option<usize>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StreamSection {
+    pub keep_alive_secs: Option<u64>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TomlFile {
+    listen: Option<String>,
+    allowed_origins: Option<Vec<String>>,
+    allowed_hosts: Option<Vec<String>>,
+    max_body_bytes: Option<usize>,
+    separator: Option<String>,
+    #[serde(default)]
+    session: SessionSection,
+    #[serde(default)]
+    stream: StreamSection,
+    #[serde(default)]
+    plugins: BTreeMap<String, TomlPlugin>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TomlPlugin {
+    command: String,
+    #[serde(default)]
+    args: Vec<String>,
+    #[serde(default)]
+    env: BTreeMap<String, String>,
+    cwd: Option<PathBuf>,
+    prefix: Option<String>,
+    response_mode: Option<ResponseMode>,
+    startup_timeout_secs: Option<u64>,
+    shutdown_grace_secs: Option<u64>,
+    #[serde(default = "yes")]
+    enabled: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// The JSON shape MCP clients write. Top-level keys other than the server maps belong to the
+/// client's own settings and are left alone.
+#[derive(Deserialize)]
+struct JsonFile {
+    #[serde(rename = "mcpServers")]
+    mcp_servers: Option<BTreeMap<String, JsonServer>>,
+    servers: Option<BTreeMap<String, JsonServer>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct JsonServer {
+    command: Option<String>,
+    #[serde(default)]
+    args: Vec<String>,
+    #[serde(default)]
+    env: BTreeMap<String, String>,
+    cwd: Option<PathBuf>,
+    #[serde(rename = "type")]
+    kind: Option<String>,
+    #[serde(default)]
+    disabled: bool,
+}
+
+impl FileConfig {
+    /// Reads a file; JSON when its first non-blank character is `{`, TOML otherwise.
+    pub fn read(path: &Path) -> Result<FileConfig, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        FileConfig::parse(&text).map_err(|message| ConfigError::Parse {
+            path: path.to_owned(),
+            message,
+        })
+    }
+
+    pub fn parse(text: &str) -> Result<FileConfig, String> {
+        if text.trim_start().starts_with('{') {
+            parse_json(text)
+        } else {
+            parse_toml(text)
+        }
+    }
+}
+
+fn parse_toml(text: &str) -> Result<FileConfig, String> {
+    let file: TomlFile = toml::from_str(text).map_err(|e| e.to_string())?;
+    let listen = file
+        .listen
+        .map(|l| {
+            l.parse()
+                .map_err(|_| format!("`listen`: `{l}` is not an address like 127.0.0.1:8080"))
+        })
+        .transpose()?;
+    let plugins = file
+        .plugins
+        .into_iter()
+        .filter(|(_, p)| p.enabled)
+        .map(|(name, p)| {
+            let mut c = PluginConfig::new(name, p.command, p.args);
+            c.env = p.env;
+            c.cwd = p.cwd;
+            c.prefix = p.prefix;
+            if let Some(m) = p.response_mode {
+                c.response_mode = m;
+            }
+            if let Some(s) = p.startup_timeout_secs {
+                c.startup_timeout = Duration::from_secs(s);
+            }
+            if let Some(s) = p.shutdown_grace_secs {
+                c.shutdown_grace = Duration::from_secs(s);
+            }
+            c
+        })
+        .collect();
+    Ok(FileConfig {
+        listen,
+        allowed_origins: file.allowed_origins,
+        allowed_hosts: file.allowed_hosts,
+        max_body_bytes: file.max_body_bytes,
+        separator: file.separator,
+        session: file.session,
+        stream: file.stream,
+        plugins,
+    })
+}
+
+fn parse_json(text: &str) -> Result<FileConfig, String> {
+    let file: JsonFile = serde_json::from_str(text).map_err(|e| e.to_string())?;
+    let (key, servers) = match (file.mcp_servers, file.servers) {
+        (Some(s), None) => ("mcpServers", s),
+        (None, Some(s)) => ("servers", s),
+        (Some(_), Some(_)) => return Err("give either `mcpServers` or `servers`, not both".into()),
+        (None, None) => {
+            return Err(
+                "a JSON config needs `mcpServers` (Claude Desktop, Cursor) or `servers` (VS Code)"
+                    .into(),
+            );
+        }
+    };
+    let mut plugins = Vec::new();
+    for (name, s) in servers {
+        if s.disabled {
+            continue;
+        }
+        if let Some(kind) = s.kind.as_deref().filter(|k| *k != "stdio") {
+            return Err(format!(
+                "`{key}.{name}.type`: `{kind}` servers are not run by the gateway; only stdio servers (with `command`) are"
+            ));
+        }
+        let command = s
+            .command
+            .ok_or_else(|| format!("`{key}.{name}.command` is missing"))?;
+        let mut c = PluginConfig::new(name, command, s.args);
+        c.env = s.env;
+        c.cwd = s.cwd;
+        plugins.push(c);
+    }
+    Ok(FileConfig {
+        plugins,
+        ..FileConfig::default()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn toml_with_plugins_and_settings() {
+        let f = FileConfig::parse(
+            r#"
+            listen = "127.0.0.1:9000"
+            allowed_origins = ["https://app.example.com"]
+            [session]
+            idle_timeout_secs = 60
+            [plugins.time]
+            command = "uvx"
+            args = ["mcp-server-time"]
+            env = { TZ = "UTC" }
+            response_mode = "json"
+            [plugins.off]
+            command = "x"
+            enabled = false
+            "#,
+        )
+        .unwrap();
+        assert_eq!(f.listen.unwrap().port(), 9000);
+        assert_eq!(f.session.idle_timeout_secs, Some(60));
+        assert_eq!(f.plugins.len(), 1);
+        assert_eq!(f.plugins[0].name, "time");
+        assert_eq!(f.plugins[0].env["TZ"], "UTC");
+        assert_eq!(f.plugins[0].response_mode, ResponseMode::Json);
+    }
+
+    #[test]
+    fn toml_unknown_key_is_named() {
+        let e = FileConfig::parse("[plugins.a]\ncommand = \"x\"\ncomand = \"y\"\n").unwrap_err();
+        assert!(e.contains("comand"), "{e}");
+        let e = FileConfig::parse("lisen = \"x\"\n").unwrap_err();
+        assert!(e.contains("lisen"), "{e}");
+    }
+
+    #[test]
+    fn claude_desktop_json() {
+        let f = FileConfig::parse(
+            r#"{"globalShortcut": "x", "mcpServers": {"fs": {"command": "npx", "args": ["-y", "srv"], "env": {"A": "1"}}}}"#,
+        )
+        .unwrap();
+        assert_eq!(f.plugins.len(), 1);
+        assert_eq!(f.plugins[0].command, "npx");
+    }
+
+    #[test]
+    fn vscode_json_and_bad_entries() {
+        let f =
+            FileConfig::parse(r#"{"servers": {"a": {"type": "stdio", "command": "x"}}}"#).unwrap();
+        assert_eq!(f.plugins[0].name, "a");
+        let e =
+            FileConfig::parse(r#"{"servers": {"a": {"type": "http", "url": "x"}}}"#).unwrap_err();
+        assert!(e.contains("url"), "{e}");
+        let e = FileConfig::parse(r#"{"servers": {"a": {"type": "http"}}}"#).unwrap_err();
+        assert!(e.contains("servers.a.type"), "{e}");
+        let e = FileConfig::parse(r#"{"mcpServers": {"a": {"args": []}}}"#).unwrap_err();
+        assert!(e.contains("mcpServers.a.command"), "{e}");
+        let e = FileConfig::parse(r#"{"other": 1}"#).unwrap_err();
+        assert!(e.contains("mcpServers"), "{e}");
+    }
+}

@@ -1,0 +1,459 @@
+//! Configuration: command-line flags (each with an `MCP_GATEWAY_*` environment form), an
+//! optional file (TOML, or the `mcpServers` JSON that Claude Desktop, Cursor and VS Code users
+//! already have), merged into one validated [`Config`]. Flags override the file.
+//!
+//! Nothing here starts anything: a `Config` is plain data, so `mcp-gateway check` and tests can
+//! build and inspect one.
+
+mod file;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use serde::Deserialize;
+
+pub use file::FileConfig;
+
+/// Serves stdio MCP servers ("plugins") over Streamable HTTP at one `/mcp` endpoint.
+///
+/// Quick mode: `mcp-gateway -- npx -y @modelcontextprotocol/server-everything`.
+/// Config mode: `mcp-gateway --config gateway.toml`. Both combine.
+#[derive(Debug, Parser)]
+#[command(name = "mcp-gateway", version, about, long_about = None)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+
+    /// Config file: TOML (`[plugins.NAME]` tables and gateway settings), or JSON with
+    /// `mcpServers` (Claude Desktop, Cursor) or `servers` (VS Code).
+    #[arg(long, env = "MCP_GATEWAY_CONFIG", global = true)]
+    pub config: Option<PathBuf>,
+
+    /// Address to listen on. Binding to anything but loopback is an explicit choice.
+    /// [default: 127.0.0.1:8080]
+    #[arg(long, env = "MCP_GATEWAY_LISTEN")]
+    pub listen: Option<SocketAddr>,
+
+    /// Origins allowed in the `Origin` header (comma-separated, `*` for any). A request with
+    /// an Origin outside the list gets 403. [default: loopback origins when bound to
+    /// loopback, else same-origin only]
+    #[arg(long, env = "MCP_GATEWAY_ALLOWED_ORIGINS", value_delimiter = ',')]
+    pub allowed_origins: Option<Vec<String>>,
+
+    /// Host names allowed in the `Host` header, against DNS rebinding (comma-separated, `*`
+    /// for any). [default: localhost, 127.0.0.1 and [::1] when bound to loopback, else any]
+    #[arg(long, env = "MCP_GATEWAY_ALLOWED_HOSTS", value_delimiter = ',')]
+    pub allowed_hosts: Option<Vec<String>>,
+
+    /// Largest accepted POST body in bytes; larger gets 413. [default: 4194304]
+    #[arg(long, env = "MCP_GATEWAY_MAX_BODY_BYTES")]
+    pub max_body_bytes: Option<usize>,
+
+    /// Seconds a session may stay idle (no request, no open stream) before it is ended.
+    /// [default: 1800]
+    #[arg(long, env = "MCP_GATEWAY_SESSION_IDLE_TIMEOUT_SECS")]
+    pub session_idle_timeout_secs: Option<u64>,
+
+    /// Most sessions at once; an `initialize` beyond it gets 503 with Retry-After.
+    /// [default: 10000]
+    #[arg(long, env = "MCP_GATEWAY_MAX_SESSIONS")]
+    pub max_sessions: Option<usize>,
+
+    /// Seconds between SSE keep-alive comments on idle streams. [default: 15]
+    #[arg(long, env = "MCP_GATEWAY_SSE_KEEP_ALIVE_SECS")]
+    pub sse_keep_alive_secs: Option<u64>,
+
+    /// Separator between a plugin's prefix and a tool or prompt name when several plugins
+    /// share the endpoint. [default: __]
+    #[arg(long, env = "MCP_GATEWAY_SEPARATOR")]
+    pub separator: Option<String>,
+
+    /// Name of the plugin given after `--` (quick mode). [default: stdio]
+    #[arg(long, env = "MCP_GATEWAY_PLUGIN_NAME")]
+    pub plugin_name: Option<String>,
+
+    /// How the quick-mode plugin's answers are sent: `sse` streams progress, logs and
+    /// server-to-client requests before the result; `json` waits and sends one JSON body.
+    /// [default: sse]
+    #[arg(long, env = "MCP_GATEWAY_RESPONSE_MODE", value_enum)]
+    pub response_mode: Option<ResponseMode>,
+
+    /// Log format. [default: text]
+    #[arg(long, env = "MCP_GATEWAY_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+
+    /// The stdio MCP server to run (quick mode), after `--`.
+    #[arg(last = true, value_name = "COMMAND")]
+    pub command_line: Vec<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Validate the config (given with --config and flags) and exit: 0 when valid, 1 with a
+    /// message naming the bad key when not.
+    Check,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ResponseMode {
+    /// An SSE stream: progress, logs and requests related to the call, then the result.
+    Sse,
+    /// One JSON body with the result; anything the plugin sends meanwhile goes to the GET
+    /// stream.
+    Json,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// The gateway's settings, validated.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub listen: SocketAddr,
+    pub allowed_origins: AllowList,
+    pub allowed_hosts: AllowList,
+    pub max_body_bytes: usize,
+    pub session: SessionConfig,
+    pub sse_keep_alive: Duration,
+    pub separator: String,
+    pub plugins: Vec<PluginConfig>,
+}
+
+#[derive(Debug, Clone)]
+pub struct SessionConfig {
+    pub idle_timeout: Duration,
+    pub max_sessions: usize,
+}
+
+/// An allow-list for the Host or Origin header.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AllowList {
+    Any,
+    /// Lower-cased entries: host names for `Host`, `scheme://host[:port]` for `Origin`.
+    Only(Vec<String>),
+    /// No list given: the default that depends on the bind address (see the flags' help).
+    Default,
+}
+
+/// One stdio MCP server behind the gateway.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PluginConfig {
+    pub name: String,
+    pub command: String,
+    pub args: Vec<String>,
+    pub env: BTreeMap<String, String>,
+    pub cwd: Option<PathBuf>,
+    /// Prefix of its tool and prompt names; `None` means the plugin's name, and no prefix at
+    /// all when it is the only plugin.
+    pub prefix: Option<String>,
+    pub response_mode: ResponseMode,
+    /// How long starting and initializing the child may take.
+    pub startup_timeout: Duration,
+    /// How long the child gets to exit after its stdin closes, and again after SIGTERM.
+    pub shutdown_grace: Duration,
+}
+
+impl PluginConfig {
+    /// A plugin with the defaults, for quick mode and tests.
+    pub fn new(name: impl Into<String>, command: impl Into<String>, args: Vec<String>) -> Self {
+        PluginConfig {
+            name: name.into(),
+            command: command.into(),
+            args,
+            env: BTreeMap::new(),
+            cwd: None,
+            prefix: None,
+            response_mode: ResponseMode::Sse,
+            startup_timeout: Duration::from_secs(60),
+            shutdown_grace: Duration::from_secs(2),
+        }
+    }
+
+    /// The command line as one string, for logs.
+    pub fn command_line(&self) -> String {
+        std::iter::once(self.command.as_str())
+            .chain(self.args.iter().map(String::as_str))
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+}
+
+/// Why a configuration was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("invalid config file {path}: {message}")]
+    Parse { path: PathBuf, message: String },
+    #[error("invalid setting `{key}`: {message}")]
+    Invalid { key: String, message: String },
+    #[error(
+        "no plugins configured: give a stdio server command after `--`, or a config file with [plugins.NAME] or mcpServers"
+    )]
+    NoPlugins,
+}
+
+fn invalid(key: impl Into<String>, message: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        key: key.into(),
+        message: message.into(),
+    }
+}
+
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
+pub const DEFAULT_MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
+pub const DEFAULT_SEPARATOR: &str = "__";
+
+impl Config {
+    /// Builds the config from parsed flags, reading the config file they name.
+    pub fn load(cli: &Cli) -> Result<Config, ConfigError> {
+        let file = match &cli.config {
+            Some(path) => FileConfig::read(path)?,
+            None => FileConfig::default(),
+        };
+        Config::merge(cli, file)
+    }
+
+    /// Merges flags over a file config and validates the result.
+    pub fn merge(cli: &Cli, file: FileConfig) -> Result<Config, ConfigError> {
+        let listen = cli
+            .listen
+            .or(file.listen)
+            .unwrap_or_else(|| DEFAULT_LISTEN.parse().expect("valid default"));
+        let allowed_origins = allow_list(
+            "allowed_origins",
+            cli.allowed_origins.clone().or(file.allowed_origins),
+            validate_origin,
+        )?;
+        let allowed_hosts = allow_list(
+            "allowed_hosts",
+            cli.allowed_hosts.clone().or(file.allowed_hosts),
+            |h| {
+                if h.is_empty() || h.contains(['/', ' ']) {
+                    Err("a host name, without scheme or path".into())
+                } else {
+                    Ok(())
+                }
+            },
+        )?;
+        let max_body_bytes = cli
+            .max_body_bytes
+            .or(file.max_body_bytes)
+            .unwrap_or(DEFAULT_MAX_BODY_BYTES);
+        if max_body_bytes < 1024 {
+            return Err(invalid("max_body_bytes", "must be at least 1024"));
+        }
+        let idle = cli
+            .session_idle_timeout_secs
+            .or(file.session.idle_timeout_secs)
+            .unwrap_or(1800);
+        if idle == 0 {
+            return Err(invalid("session.idle_timeout_secs", "must be at least 1"));
+        }
+        let max_sessions = cli
+            .max_sessions
+            .or(file.session.max_sessions)
+            .unwrap_or(10_000);
+        if max_sessions == 0 {
+            return Err(invalid("session.max_sessions", "must be at least 1"));
+        }
+        let keep_alive = cli
+            .sse_keep_alive_secs
+            .or(file.stream.keep_alive_secs)
+            .unwrap_or(15);
+        if keep_alive == 0 {
+            return Err(invalid("stream.keep_alive_secs", "must be at least 1"));
+        }
+        let separator = cli
+            .separator
+            .clone()
+            .or(file.separator)
+            .unwrap_or_else(|| DEFAULT_SEPARATOR.into());
+        if separator.is_empty() || separator.contains(char::is_whitespace) {
+            return Err(invalid("separator", "must be non-empty, without spaces"));
+        }
+
+        let mut plugins = file.plugins;
+        if let Some((command, args)) = cli.command_line.split_first() {
+            let name = cli.plugin_name.clone().unwrap_or_else(|| "stdio".into());
+            if plugins.iter().any(|p| p.name == name) {
+                return Err(invalid(
+                    "plugin_name",
+                    format!(
+                        "the quick-mode plugin's name `{name}` is taken by the config file; pick another with --plugin-name"
+                    ),
+                ));
+            }
+            let mut p = PluginConfig::new(name, command.clone(), args.to_vec());
+            if let Some(mode) = cli.response_mode {
+                p.response_mode = mode;
+            }
+            plugins.push(p);
+        }
+        if plugins.is_empty() {
+            return Err(ConfigError::NoPlugins);
+        }
+        for p in &plugins {
+            validate_plugin(p, &separator)?;
+        }
+        Ok(Config {
+            listen,
+            allowed_origins,
+            allowed_hosts,
+            max_body_bytes,
+            session: SessionConfig {
+                idle_timeout: Duration::from_secs(idle),
+                max_sessions,
+            },
+            sse_keep_alive: Duration::from_secs(keep_alive),
+            separator,
+            plugins,
+        })
+    }
+
+    /// A config for tests and embedding: the given plugins, defaults elsewhere, port 0.
+    pub fn with_plugins(plugins: Vec<PluginConfig>) -> Config {
+        Config {
+            listen: "127.0.0.1:0".parse().expect("valid"),
+            allowed_origins: AllowList::Default,
+            allowed_hosts: AllowList::Default,
+            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            session: SessionConfig {
+                idle_timeout: Duration::from_secs(1800),
+                max_sessions: 10_000,
+            },
+            sse_keep_alive: Duration::from_secs(15),
+            separator: DEFAULT_SEPARATOR.into(),
+            plugins,
+        }
+    }
+
+    /// Whether tool and prompt names carry a plugin prefix.
+    pub fn prefix_of<'a>(&'a self, plugin: &'a PluginConfig) -> Option<&'a str> {
+        match (&plugin.prefix, self.plugins.len()) {
+            (Some(p), _) => Some(p),
+            (None, 1) => None,
+            (None, _) => Some(&plugin.name),
+        }
+    }
+}
+
+fn validate_plugin(p: &PluginConfig, separator: &str) -> Result<(), ConfigError> {
+    let key = |k: &str| format!("plugins.{}.{k}", p.name);
+    if p.name.is_empty()
+        || !p
+            .name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+    {
+        return Err(invalid(
+            format!("plugins.{}", p.name),
+            "a plugin name is letters, digits, '-' and '_'",
+        ));
+    }
+    if p.command.trim().is_empty() {
+        return Err(invalid(key("command"), "must not be empty"));
+    }
+    let prefix = p.prefix.as_deref().unwrap_or(&p.name);
+    if prefix.contains(separator) {
+        return Err(invalid(
+            key("prefix"),
+            format!(
+                "`{prefix}` contains the separator `{separator}`, so names could not be split back"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn allow_list(
+    key: &str,
+    values: Option<Vec<String>>,
+    check: impl Fn(&str) -> Result<(), String>,
+) -> Result<AllowList, ConfigError> {
+    let Some(values) = values else {
+        return Ok(AllowList::Default);
+    };
+    let values: Vec<String> = values
+        .into_iter()
+        .map(|v| v.trim().to_ascii_lowercase())
+        .filter(|v| !v.is_empty())
+        .collect();
+    if values.iter().any(|v| v == "*") {
+        return Ok(AllowList::Any);
+    }
+    for v in &values {
+        check(v).map_err(|m| invalid(key, format!("`{v}`: {m}")))?;
+    }
+    Ok(AllowList::Only(values))
+}
+
+fn validate_origin(origin: &str) -> Result<(), String> {
+    let ok = origin.split_once("://").is_some_and(|(scheme, rest)| {
+        !scheme.is_empty() && !rest.is_empty() && !rest.contains('/')
+    });
+    if ok {
+        Ok(())
+    } else {
+        Err("an origin looks like scheme://host[:port]".into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cli(args: &[&str]) -> Cli {
+        Cli::try_parse_from(std::iter::once("mcp-gateway").chain(args.iter().copied())).unwrap()
+    }
+
+    #[test]
+    fn quick_mode() {
+        let c = Config::load(&cli(&["--", "npx", "-y", "pkg"])).unwrap();
+        assert_eq!(c.plugins.len(), 1);
+        assert_eq!(c.plugins[0].command, "npx");
+        assert_eq!(c.plugins[0].args, ["-y", "pkg"]);
+        assert_eq!(c.listen.to_string(), DEFAULT_LISTEN);
+        assert_eq!(c.prefix_of(&c.plugins[0]), None);
+    }
+
+    #[test]
+    fn no_plugins_is_an_error() {
+        assert!(matches!(
+            Config::load(&cli(&[])),
+            Err(ConfigError::NoPlugins)
+        ));
+    }
+
+    #[test]
+    fn flags_are_validated() {
+        let e = Config::load(&cli(&["--allowed-origins", "evil.com", "--", "x"])).unwrap_err();
+        assert!(e.to_string().contains("allowed_origins"), "{e}");
+        let c = Config::load(&cli(&["--allowed-origins", "*", "--", "x"])).unwrap();
+        assert_eq!(c.allowed_origins, AllowList::Any);
+        let e = Config::load(&cli(&["--separator", "", "--", "x"])).unwrap_err();
+        assert!(e.to_string().contains("separator"), "{e}");
+    }
+
+    #[test]
+    fn several_plugins_are_prefixed() {
+        let mut c = Config::with_plugins(vec![
+            PluginConfig::new("a", "x", vec![]),
+            PluginConfig::new("b", "y", vec![]),
+        ]);
+        assert_eq!(c.prefix_of(&c.plugins[0]), Some("a"));
+        c.plugins.truncate(1);
+        c.plugins[0].prefix = Some("pre".into());
+        assert_eq!(c.prefix_of(&c.plugins[0]), Some("pre"));
+    }
+}

@@ -1,0 +1,277 @@
+//! Checks every request to `/mcp` passes before its body is looked at: Host (against DNS
+//! rebinding), Origin, Accept and Content-Type.
+
+use axum::http::{HeaderMap, Uri, header};
+
+use super::error::HttpError;
+use crate::config::{AllowList, Config};
+
+const LOOPBACK_NAMES: &[&str] = &["localhost", "127.0.0.1", "[::1]"];
+
+/// The Host and Origin policy, fixed at start-up.
+#[derive(Debug)]
+pub struct Guard {
+    hosts: Rule,
+    origins: Rule,
+    /// With no origin list on a non-loopback address: only same-origin requests.
+    same_origin_default: bool,
+}
+
+#[derive(Debug)]
+enum Rule {
+    Any,
+    /// Host names (for Host), or origins (for Origin), lower-case.
+    Only(Vec<String>),
+    /// Origins whose host is a loopback name, any scheme and port.
+    LoopbackOrigins,
+}
+
+impl Guard {
+    pub fn new(config: &Config) -> Guard {
+        let loopback = config.listen.ip().is_loopback();
+        let hosts = match &config.allowed_hosts {
+            AllowList::Any => Rule::Any,
+            AllowList::Only(v) => Rule::Only(v.clone()),
+            AllowList::Default if loopback => {
+                Rule::Only(LOOPBACK_NAMES.iter().map(|s| s.to_string()).collect())
+            }
+            AllowList::Default => Rule::Any,
+        };
+        let (origins, same_origin_default) = match &config.allowed_origins {
+            AllowList::Any => (Rule::Any, false),
+            AllowList::Only(v) => (Rule::Only(v.clone()), false),
+            AllowList::Default if loopback => (Rule::LoopbackOrigins, false),
+            AllowList::Default => (Rule::Only(Vec::new()), true),
+        };
+        if !loopback && matches!(hosts, Rule::Any) {
+            tracing::warn!(
+                "listening on {} with no allowed_hosts: set allowed_hosts to the names clients use, against DNS rebinding",
+                config.listen
+            );
+        }
+        Guard {
+            hosts,
+            origins,
+            same_origin_default,
+        }
+    }
+
+    /// Host must be allowed; a present Origin must be allowed (403 otherwise).
+    pub fn check(&self, headers: &HeaderMap, uri: &Uri) -> Result<(), HttpError> {
+        let authority = headers
+            .get(header::HOST)
+            .and_then(|h| h.to_str().ok())
+            .map(str::to_owned)
+            .or_else(|| uri.authority().map(|a| a.as_str().to_owned()))
+            .unwrap_or_default()
+            .to_ascii_lowercase();
+        if let Rule::Only(names) = &self.hosts {
+            let host = host_of(&authority);
+            if !names.iter().any(|n| n == host) {
+                return Err(HttpError::ForbiddenHost(authority));
+            }
+        }
+        let Some(origin) = headers.get(header::ORIGIN) else {
+            return Ok(());
+        };
+        let origin = origin
+            .to_str()
+            .map_err(|_| HttpError::ForbiddenOrigin("(not text)".into()))?
+            .trim()
+            .to_ascii_lowercase();
+        let origin_authority = origin.split_once("://").map(|(_, a)| a);
+        let allowed = match &self.origins {
+            Rule::Any => true,
+            Rule::Only(list) => {
+                list.iter().any(|o| *o == origin)
+                    || (self.same_origin_default && origin_authority == Some(authority.as_str()))
+            }
+            Rule::LoopbackOrigins => {
+                origin_authority.is_some_and(|a| LOOPBACK_NAMES.contains(&host_of(a)))
+            }
+        };
+        if allowed {
+            Ok(())
+        } else {
+            Err(HttpError::ForbiddenOrigin(origin))
+        }
+    }
+}
+
+/// The host part of `host[:port]` (an IPv6 literal keeps its brackets).
+fn host_of(authority: &str) -> &str {
+    if authority.starts_with('[') {
+        return authority
+            .find(']')
+            .map_or(authority, |end| &authority[..=end]);
+    }
+    match authority.rsplit_once(':') {
+        Some((host, port)) if port.bytes().all(|b| b.is_ascii_digit()) => host,
+        _ => authority,
+    }
+}
+
+/// Whether the Accept header admits `wanted` (`type/subtype`), counting wildcards.
+fn accepts(headers: &HeaderMap, wanted: &str) -> bool {
+    let (kind, _) = wanted.split_once('/').expect("a media type");
+    headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(|item| {
+            item.split(';')
+                .next()
+                .unwrap_or("")
+                .trim()
+                .to_ascii_lowercase()
+        })
+        .any(|m| m == wanted || m == "*/*" || m == format!("{kind}/*"))
+}
+
+/// A POST must accept both JSON and SSE answers.
+pub fn accepts_post(headers: &HeaderMap) -> Result<(), HttpError> {
+    if accepts(headers, "application/json") && accepts(headers, "text/event-stream") {
+        Ok(())
+    } else {
+        Err(HttpError::NotAcceptable(
+            "the client must accept both application/json and text/event-stream",
+        ))
+    }
+}
+
+/// A GET opens an SSE stream, so it must accept one.
+pub fn accepts_sse(headers: &HeaderMap) -> Result<(), HttpError> {
+    if accepts(headers, "text/event-stream") {
+        Ok(())
+    } else {
+        Err(HttpError::NotAcceptable(
+            "the client must accept text/event-stream",
+        ))
+    }
+}
+
+/// The body must be declared JSON.
+pub fn json_content(headers: &HeaderMap) -> Result<(), HttpError> {
+    let is_json = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|m| m.trim().eq_ignore_ascii_case("application/json"));
+    if is_json {
+        Ok(())
+    } else {
+        Err(HttpError::UnsupportedMediaType)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::PluginConfig;
+
+    fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.append(
+                axum::http::HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                v.parse().unwrap(),
+            );
+        }
+        h
+    }
+
+    fn guard(listen: &str) -> Guard {
+        let mut c = Config::with_plugins(vec![PluginConfig::new("a", "x", vec![])]);
+        c.listen = listen.parse().unwrap();
+        Guard::new(&c)
+    }
+
+    #[test]
+    fn loopback_defaults() {
+        let g = guard("127.0.0.1:8080");
+        let uri = Uri::from_static("/mcp");
+        assert!(
+            g.check(&headers(&[("host", "127.0.0.1:8080")]), &uri)
+                .is_ok()
+        );
+        assert!(g.check(&headers(&[("host", "localhost:1")]), &uri).is_ok());
+        assert!(g.check(&headers(&[("host", "[::1]:8080")]), &uri).is_ok());
+        assert!(
+            g.check(&headers(&[("host", "evil.example.com")]), &uri)
+                .is_err()
+        );
+        assert!(
+            g.check(
+                &headers(&[
+                    ("host", "localhost:8080"),
+                    ("origin", "http://localhost:6274")
+                ]),
+                &uri
+            )
+            .is_ok()
+        );
+        let e = g
+            .check(
+                &headers(&[
+                    ("host", "localhost:8080"),
+                    ("origin", "http://evil.example.com"),
+                ]),
+                &uri,
+            )
+            .unwrap_err();
+        assert!(matches!(e, HttpError::ForbiddenOrigin(_)));
+    }
+
+    #[test]
+    fn public_defaults_are_same_origin() {
+        let g = guard("0.0.0.0:8080");
+        let uri = Uri::from_static("/mcp");
+        assert!(
+            g.check(&headers(&[("host", "mcp.example.com")]), &uri)
+                .is_ok()
+        );
+        assert!(
+            g.check(
+                &headers(&[
+                    ("host", "mcp.example.com"),
+                    ("origin", "https://mcp.example.com")
+                ]),
+                &uri
+            )
+            .is_ok()
+        );
+        assert!(
+            g.check(
+                &headers(&[("host", "mcp.example.com"), ("origin", "https://evil.com")]),
+                &uri
+            )
+            .is_err()
+        );
+    }
+
+    #[test]
+    fn accept_and_content_type() {
+        assert!(
+            accepts_post(&headers(&[(
+                "accept",
+                "application/json, text/event-stream"
+            )]))
+            .is_ok()
+        );
+        assert!(accepts_post(&headers(&[("accept", "*/*")])).is_ok());
+        assert!(accepts_post(&headers(&[("accept", "application/json")])).is_err());
+        assert!(accepts_post(&headers(&[])).is_err());
+        assert!(accepts_sse(&headers(&[("accept", "text/event-stream;q=1")])).is_ok());
+        assert!(accepts_sse(&headers(&[("accept", "application/json")])).is_err());
+        assert!(
+            json_content(&headers(&[(
+                "content-type",
+                "application/json; charset=utf-8"
+            )]))
+            .is_ok()
+        );
+        assert!(json_content(&headers(&[("content-type", "text/plain")])).is_err());
+        assert!(json_content(&headers(&[])).is_err());
+    }
+}

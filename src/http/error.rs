@@ -1,0 +1,105 @@
+//! Every way the `/mcp` endpoint refuses a request, each with its HTTP status and JSON-RPC
+//! error code. The body is always a JSON-RPC error saying what was wrong, with the request's
+//! id when it could be read.
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+
+use crate::jsonrpc::{self, Id, ParseError, code};
+
+#[derive(Debug, thiserror::Error)]
+pub enum HttpError {
+    #[error("Forbidden: Origin `{0}` is not allowed")]
+    ForbiddenOrigin(String),
+    #[error("Forbidden: Host `{0}` is not allowed")]
+    ForbiddenHost(String),
+    #[error("Not Acceptable: {0}")]
+    NotAcceptable(&'static str),
+    #[error("Unsupported Media Type: Content-Type must be application/json")]
+    UnsupportedMediaType,
+    #[error("Payload Too Large: the body exceeds the limit of {0} bytes")]
+    PayloadTooLarge(usize),
+    #[error("Bad Request: the body could not be read: {0}")]
+    BodyRead(String),
+    #[error("{}", .0.message())]
+    Parse(ParseError),
+    #[error("Invalid request: {0}")]
+    InvalidRequest(String, Option<Id>),
+    #[error("Invalid params: {0}")]
+    InvalidParams(String, Id),
+    #[error(
+        "Bad Request: no Mcp-Session-Id header. Open a session with initialize first (this endpoint serves protocol versions {0})"
+    )]
+    MissingSession(String),
+    #[error(
+        "Not Found: no session with this Mcp-Session-Id (it ended or never existed); initialize a new one"
+    )]
+    SessionNotFound,
+    #[error("Bad Request: {0}")]
+    BadProtocolVersion(String),
+    #[error("Conflict: {0}")]
+    Conflict(&'static str),
+    #[error("Service Unavailable: the gateway holds its maximum number of sessions; retry later")]
+    TooManySessions,
+}
+
+impl HttpError {
+    pub fn status(&self) -> StatusCode {
+        match self {
+            HttpError::ForbiddenOrigin(_) | HttpError::ForbiddenHost(_) => StatusCode::FORBIDDEN,
+            HttpError::NotAcceptable(_) => StatusCode::NOT_ACCEPTABLE,
+            HttpError::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            HttpError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            HttpError::BodyRead(_)
+            | HttpError::Parse(_)
+            | HttpError::InvalidRequest(..)
+            | HttpError::InvalidParams(..)
+            | HttpError::MissingSession(_)
+            | HttpError::BadProtocolVersion(_) => StatusCode::BAD_REQUEST,
+            HttpError::SessionNotFound => StatusCode::NOT_FOUND,
+            HttpError::Conflict(_) => StatusCode::CONFLICT,
+            HttpError::TooManySessions => StatusCode::SERVICE_UNAVAILABLE,
+        }
+    }
+
+    pub fn code(&self) -> i64 {
+        match self {
+            HttpError::Parse(e) => e.code(),
+            HttpError::InvalidRequest(..) => code::INVALID_REQUEST,
+            HttpError::InvalidParams(..) => code::INVALID_PARAMS,
+            HttpError::SessionNotFound => code::SESSION_NOT_FOUND,
+            _ => code::SERVER_ERROR,
+        }
+    }
+
+    fn id(&self) -> Option<&Id> {
+        match self {
+            HttpError::Parse(e) => e.id(),
+            HttpError::InvalidRequest(_, id) => id.as_ref(),
+            HttpError::InvalidParams(_, id) => Some(id),
+            _ => None,
+        }
+    }
+}
+
+impl IntoResponse for HttpError {
+    fn into_response(self) -> Response {
+        let status = self.status();
+        if status.is_server_error() || status == StatusCode::FORBIDDEN {
+            tracing::warn!(status = status.as_u16(), "{self}");
+        } else {
+            tracing::debug!(status = status.as_u16(), "{self}");
+        }
+        let body = jsonrpc::error_bytes(self.id(), self.code(), &self.to_string());
+        let mut response = (status, body).into_response();
+        let headers = response.headers_mut();
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        if matches!(self, HttpError::TooManySessions) {
+            headers.insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
+        }
+        response
+    }
+}

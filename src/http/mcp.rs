@@ -1,0 +1,388 @@
+//! `/mcp`: the Streamable HTTP transport, legacy era (2025-03-26 .. 2025-11-25).
+//!
+//! POST carries JSON-RPC: `initialize` opens a session; in a session, responses and
+//! notifications get 202, requests get one JSON body or an SSE stream that ends after the last
+//! response. GET opens the session's stream for server-initiated messages; DELETE ends the
+//! session. Which era a POST belongs to is decided by [`crate::protocol::era`] alone.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use http_body_util::{BodyExt, LengthLimitError, Limited};
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+use super::checks;
+use super::error::HttpError;
+use crate::config::ResponseMode;
+use crate::gateway::Gateway;
+use crate::jsonrpc::{self, Body as RpcBody, Id, Message};
+use crate::protocol::era::{self, Era};
+use crate::protocol::{self, CLIENT_VERSIONS, DEFAULT_HTTP_VERSION};
+use crate::router;
+use crate::session::{ClientInit, Session};
+use crate::stream::{self, End, Sink, StreamGuard};
+
+const SESSION_HEADER: &str = "mcp-session-id";
+const VERSION_HEADER: &str = "mcp-protocol-version";
+
+pub async fn post(
+    State(gw): State<Arc<Gateway>>,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    handle_post(&gw, &uri, &headers, body)
+        .await
+        .unwrap_or_else(IntoResponse::into_response)
+}
+
+pub async fn get(State(gw): State<Arc<Gateway>>, uri: Uri, headers: HeaderMap) -> Response {
+    handle_get(&gw, &uri, &headers).unwrap_or_else(IntoResponse::into_response)
+}
+
+pub async fn delete(State(gw): State<Arc<Gateway>>, uri: Uri, headers: HeaderMap) -> Response {
+    handle_delete(&gw, &uri, &headers).unwrap_or_else(IntoResponse::into_response)
+}
+
+async fn handle_post(
+    gw: &Arc<Gateway>,
+    uri: &Uri,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<Response, HttpError> {
+    gw.guard.check(headers, uri)?;
+    checks::accepts_post(headers)?;
+    checks::json_content(headers)?;
+    let bytes = read_body(headers, body, gw.config.max_body_bytes).await?;
+    let parsed = jsonrpc::parse_body(&bytes).map_err(HttpError::Parse)?;
+    let session_id = session_header(headers)?;
+    match era::classify(session_id, &parsed) {
+        Era::Initialize => initialize(gw, parsed).await,
+        Era::Sessionless { .. } => Err(HttpError::MissingSession(protocol::supported_list())),
+        Era::Session(id) => {
+            let session = gw.sessions.get(id).ok_or(HttpError::SessionNotFound)?;
+            check_version(headers, &session)?;
+            in_session(gw, session, parsed).await
+        }
+    }
+}
+
+fn handle_get(gw: &Arc<Gateway>, uri: &Uri, headers: &HeaderMap) -> Result<Response, HttpError> {
+    gw.guard.check(headers, uri)?;
+    checks::accepts_sse(headers)?;
+    let session = require_session(gw, headers)?;
+    check_version(headers, &session)?;
+    session.touch();
+    let rx = session.open_get_stream().ok_or(HttpError::Conflict(
+        "a GET stream is already open for this session",
+    ))?;
+    let guard = StreamGuard::new(session.streams.clone());
+    Ok(stream::sse_response(
+        rx,
+        End::Never,
+        gw.config.sse_keep_alive,
+        session.closed.clone(),
+        guard,
+    ))
+}
+
+fn handle_delete(gw: &Arc<Gateway>, uri: &Uri, headers: &HeaderMap) -> Result<Response, HttpError> {
+    gw.guard.check(headers, uri)?;
+    let session = require_session(gw, headers)?;
+    check_version(headers, &session)?;
+    gw.sessions
+        .end(&session.id)
+        .ok_or(HttpError::SessionNotFound)?;
+    Ok(StatusCode::OK.into_response())
+}
+
+fn session_header(headers: &HeaderMap) -> Result<Option<&str>, HttpError> {
+    match headers.get(SESSION_HEADER) {
+        None => Ok(None),
+        // A value with bytes outside visible ASCII cannot name any session.
+        Some(v) => v.to_str().map(Some).map_err(|_| HttpError::SessionNotFound),
+    }
+}
+
+fn require_session(gw: &Gateway, headers: &HeaderMap) -> Result<Arc<Session>, HttpError> {
+    let id = session_header(headers)?
+        .ok_or_else(|| HttpError::MissingSession(protocol::supported_list()))?;
+    gw.sessions.get(id).ok_or(HttpError::SessionNotFound)
+}
+
+/// `MCP-Protocol-Version`, when sent, must be a supported version and the session's. The
+/// transport's fallback version (2025-03-26, what a server assumes for a request without the
+/// header) is accepted on any session: the official conformance suite sends it on sessions it
+/// negotiated at 2025-11-25.
+fn check_version(headers: &HeaderMap, session: &Session) -> Result<(), HttpError> {
+    let Some(v) = headers.get(VERSION_HEADER) else {
+        return Ok(());
+    };
+    let v = v.to_str().map_err(|_| {
+        HttpError::BadProtocolVersion("MCP-Protocol-Version is not valid text".into())
+    })?;
+    if !CLIENT_VERSIONS.contains(&v) {
+        return Err(HttpError::BadProtocolVersion(format!(
+            "Unsupported protocol version: {v} (supported versions: {})",
+            protocol::supported_list()
+        )));
+    }
+    if v != session.version && v != DEFAULT_HTTP_VERSION {
+        return Err(HttpError::BadProtocolVersion(format!(
+            "MCP-Protocol-Version {v} is not the version negotiated for this session ({})",
+            session.version
+        )));
+    }
+    Ok(())
+}
+
+async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<Bytes, HttpError> {
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit as u64) {
+        return Err(HttpError::PayloadTooLarge(limit));
+    }
+    match Limited::new(body, limit).collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(e) if e.is::<LengthLimitError>() => Err(HttpError::PayloadTooLarge(limit)),
+        Err(e) => Err(HttpError::BodyRead(e.to_string())),
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct InitializeParams {
+    protocol_version: String,
+    capabilities: Box<RawValue>,
+    client_info: Box<RawValue>,
+}
+
+async fn initialize(gw: &Arc<Gateway>, parsed: RpcBody) -> Result<Response, HttpError> {
+    let (id, params) = match parsed {
+        RpcBody::Batch(_) => {
+            return Err(HttpError::InvalidRequest(
+                "initialize must not be part of a JSON-RPC batch".into(),
+                None,
+            ));
+        }
+        RpcBody::Single(Message::Request { id, params, .. }) => (id, params),
+        RpcBody::Single(_) => {
+            return Err(HttpError::InvalidRequest(
+                "initialize is a request: it needs an id".into(),
+                None,
+            ));
+        }
+    };
+    let p: InitializeParams = jsonrpc::params_as(params.as_deref()).map_err(|e| {
+        HttpError::InvalidParams(
+            format!("initialize needs protocolVersion, capabilities and clientInfo ({e})"),
+            id.clone(),
+        )
+    })?;
+    if !p.capabilities.get().starts_with('{') || !p.client_info.get().starts_with('{') {
+        return Err(HttpError::InvalidParams(
+            "initialize: capabilities and clientInfo must be objects".into(),
+            id,
+        ));
+    }
+    if gw.sessions.len() >= gw.config.session.max_sessions {
+        return Err(HttpError::TooManySessions);
+    }
+    let version = protocol::negotiate(&p.protocol_version);
+    let plugins = gw.catalog.ready(gw.probe_wait()).await;
+
+    let capabilities: Vec<serde_json::Value> = plugins
+        .iter()
+        .map(|(_, i)| i.capabilities.clone())
+        .collect();
+    let instructions: Vec<(String, Option<String>)> = plugins
+        .iter()
+        .map(|(e, i)| (e.name().to_owned(), i.instructions.clone()))
+        .collect();
+    let server_info: serde_json::Value = match (plugins.as_slice(), gw.config.plugins.len()) {
+        ([(_, only)], 1) => serde_json::from_str(only.server_info.get()).unwrap_or_default(),
+        _ => serde_json::json!({ "name": "mcp-gateway", "version": env!("CARGO_PKG_VERSION") }),
+    };
+    let mut result = serde_json::json!({
+        "protocolVersion": version,
+        "capabilities": router::merged_capabilities(&capabilities),
+        "serverInfo": server_info,
+    });
+    if let Some(text) = router::merged_instructions(&instructions) {
+        result["instructions"] = text.into();
+    }
+
+    let plugin_params = format!(
+        r#"{{"protocolVersion":"{version}","capabilities":{},"clientInfo":{}}}"#,
+        p.capabilities.get(),
+        p.client_info.get()
+    );
+    let init = ClientInit {
+        version,
+        plugin_params: RawValue::from_string(plugin_params.replace(['\n', '\r'], " "))
+            .expect("valid JSON"),
+    };
+    let session = gw
+        .sessions
+        .create(init, plugins, gw.separator.clone(), &gw.shutdown)
+        .map_err(|_| HttpError::TooManySessions)?;
+    let body = jsonrpc::result_bytes(
+        id.raw(),
+        &RawValue::from_string(result.to_string()).expect("valid JSON"),
+    );
+    let mut response = json_response(StatusCode::OK, body);
+    response.headers_mut().insert(
+        SESSION_HEADER,
+        HeaderValue::from_str(&session.id).expect("session ids are visible ASCII"),
+    );
+    Ok(response)
+}
+
+async fn in_session(
+    gw: &Arc<Gateway>,
+    session: Arc<Session>,
+    parsed: RpcBody,
+) -> Result<Response, HttpError> {
+    session.touch();
+    let (messages, batch) = match parsed {
+        RpcBody::Single(m) => (vec![m], false),
+        RpcBody::Batch(v) => {
+            if !protocol::allows_batches(session.version) {
+                return Err(HttpError::InvalidRequest(
+                    format!(
+                        "JSON-RPC batches are not part of protocol version {} (only 2025-03-26); send one message per POST",
+                        session.version
+                    ),
+                    None,
+                ));
+            }
+            (v, true)
+        }
+    };
+    if let Some(m) = messages.iter().find(|m| m.method() == Some("initialize")) {
+        let id = match m {
+            Message::Request { id, .. } => Some(id.clone()),
+            _ => None,
+        };
+        let why = if batch {
+            "initialize must not be part of a JSON-RPC batch"
+        } else {
+            "this session is already initialized; to start over, send initialize without Mcp-Session-Id"
+        };
+        return Err(HttpError::InvalidRequest(why.into(), id));
+    }
+
+    let mut requests = Vec::new();
+    for m in messages {
+        match m {
+            Message::Response { id, outcome } => {
+                if !session.client_response(&id, &outcome) && !batch {
+                    return Err(HttpError::InvalidRequest(
+                        format!("no request with id {id} is waiting for an answer"),
+                        None,
+                    ));
+                }
+            }
+            Message::Notification { method, params } => {
+                notification(&session, &method, params.as_deref())
+            }
+            Message::Request { id, method, params } => requests.push((id, method, params)),
+        }
+    }
+    if requests.is_empty() {
+        return Ok(StatusCode::ACCEPTED.into_response());
+    }
+
+    let sse = requests.iter().any(|(_, method, params)| {
+        router::response_mode(&session, method, params.as_deref()) == ResponseMode::Sse
+    });
+    let (sink, rx) = Sink::new(sse);
+    let guard = StreamGuard::new(session.streams.clone());
+    let n = requests.len();
+    for (id, method, params) in requests {
+        // Its own task: a client that disconnects does not cancel the work.
+        tokio::spawn(router::dispatch(
+            session.clone(),
+            id,
+            method,
+            params,
+            sink.clone(),
+        ));
+    }
+    drop(sink);
+    if sse {
+        return Ok(stream::sse_response(
+            rx,
+            End::AfterResponses(n),
+            gw.config.sse_keep_alive,
+            session.closed.clone(),
+            guard,
+        ));
+    }
+    let responses = stream::collect_responses(rx, n).await;
+    drop(guard);
+    Ok(match (batch, responses.as_slice()) {
+        (_, []) => StatusCode::ACCEPTED.into_response(),
+        (false, [one]) => json_response(StatusCode::OK, one.clone()),
+        (_, many) => {
+            let mut body =
+                Vec::with_capacity(many.iter().map(Bytes::len).sum::<usize>() + many.len() + 1);
+            body.push(b'[');
+            for (i, r) in many.iter().enumerate() {
+                if i > 0 {
+                    body.push(b',');
+                }
+                body.extend_from_slice(r);
+            }
+            body.push(b']');
+            json_response(StatusCode::OK, Bytes::from(body))
+        }
+    })
+}
+
+/// A client notification: cancellations and roots changes reach the plugins; the rest needs
+/// nothing from the gateway.
+fn notification(session: &Session, method: &str, params: Option<&RawValue>) {
+    match method {
+        "notifications/cancelled" => {
+            #[derive(Deserialize)]
+            #[serde(rename_all = "camelCase")]
+            struct Cancelled {
+                request_id: Box<RawValue>,
+                reason: Option<Box<RawValue>>,
+            }
+            let Ok(c) = jsonrpc::params_as::<Cancelled>(params) else {
+                tracing::debug!(session = %session.id, "notifications/cancelled without a requestId; ignored");
+                return;
+            };
+            let Ok(id) = Id::from_raw(&c.request_id) else {
+                return;
+            };
+            if !session.cancel(&id, c.reason.as_deref()) {
+                tracing::debug!(session = %session.id, "cancellation of {id}, which is not in flight");
+            }
+        }
+        "notifications/roots/list_changed" => {
+            for conn in session.running() {
+                conn.notify(method, params);
+            }
+        }
+        _ => tracing::trace!(session = %session.id, "client notification {method}"),
+    }
+}
+
+fn json_response(status: StatusCode, body: Bytes) -> Response {
+    let mut response = (status, body).into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
+}

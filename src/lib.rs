@@ -1,0 +1,28 @@
+//! mcp-gateway: one Streamable HTTP endpoint, `/mcp`, in front of stdio MCP servers.
+//!
+//! # Layout
+//!
+//! A request's way through the gateway, in module order:
+//!
+//! - [`http`]: the endpoint; Host/Origin/Accept/Content-Type checks; status codes; SSE or JSON.
+//! - [`protocol`]: versions, negotiation, and the one place a request's era is decided.
+//! - [`jsonrpc`]: envelope parsing that leaves params and results as raw JSON.
+//! - [`session`]: legacy-era sessions, each with its own plugin instances and GET stream.
+//! - [`stream`]: the streams towards a client and how they become responses.
+//! - [`router`]: which plugin serves a request; merged lists; name prefixes.
+//! - [`backend`]: plugins: the stdio child process, JSON-RPC multiplexing, start-up probes.
+//!
+//! [`config`] turns flags, environment and files into a validated [`config::Config`];
+//! [`gateway::run`] serves it until told to stop.
+
+pub mod backend;
+pub mod config;
+pub mod gateway;
+pub mod http;
+pub mod jsonrpc;
+pub mod protocol;
+pub mod router;
+pub mod session;
+pub mod stream;
+
+pub use gateway::run;

@@ -1,0 +1,74 @@
+//! The `mcp-gateway` binary: parse flags, set up logging, serve until SIGTERM or Ctrl-C.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use mcp_gateway::config::{Cli, Command, Config, LogFormat};
+use tracing_subscriber::EnvFilter;
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_tracing(cli.log_format);
+
+    let config = match Config::load(&cli) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("mcp-gateway: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if let Some(Command::Check) = cli.command {
+        println!(
+            "config OK: {} plugin(s): {}",
+            config.plugins.len(),
+            config
+                .plugins
+                .iter()
+                .map(|p| p.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        return ExitCode::SUCCESS;
+    }
+
+    let listener = match tokio::net::TcpListener::bind(config.listen).await {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("mcp-gateway: cannot listen on {}: {e}", config.listen);
+            return ExitCode::from(1);
+        }
+    };
+    let addr = listener
+        .local_addr()
+        .expect("a bound listener has an address");
+    tracing::info!("listening on http://{addr}/mcp");
+    match mcp_gateway::run(listener, config, shutdown_signal()).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("mcp-gateway: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn init_tracing(format: LogFormat) {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+}

@@ -1,0 +1,246 @@
+//! List methods merged across plugins.
+//!
+//! One page of a merged list is one page from each plugin still listing, fetched
+//! concurrently. The cursor handed to the client is opaque: base64url of the plugins still
+//! listing and each one's own cursor. A cursor that does not decode, or names a plugin this
+//! session does not have, is invalid params. Resource results also teach the session which
+//! plugin serves which URI.
+
+use std::collections::HashMap;
+
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use bytes::Bytes;
+use serde_json::Value;
+use serde_json::value::RawValue;
+
+use super::names;
+use crate::jsonrpc::{self, Id, code};
+use crate::session::Session;
+
+/// Pages fetched per plugin when learning resource routes, at most.
+const LEARN_PAGES: usize = 50;
+
+/// Which plugin serves which resource URI, as learned from list results.
+#[derive(Debug, Default)]
+pub struct ResourceRoutes {
+    exact: HashMap<String, usize>,
+    templates: Vec<(String, usize)>,
+}
+
+impl ResourceRoutes {
+    pub fn find(&self, uri: &str) -> Option<usize> {
+        self.exact.get(uri).copied().or_else(|| {
+            self.templates
+                .iter()
+                .find(|(t, _)| names::template_matches(t, uri))
+                .map(|(_, slot)| *slot)
+        })
+    }
+
+    pub fn clear(&mut self) {
+        self.exact.clear();
+        self.templates.clear();
+    }
+
+    fn learn(&mut self, kind: &Kind, slot: usize, item: &Value) {
+        match kind.key {
+            "resources" => {
+                if let Some(uri) = item.get("uri").and_then(Value::as_str) {
+                    self.exact.insert(uri.to_owned(), slot);
+                }
+            }
+            "resourceTemplates" => {
+                if let Some(t) = item.get("uriTemplate").and_then(Value::as_str)
+                    && !self.templates.iter().any(|(x, s)| x == t && *s == slot)
+                {
+                    self.templates.push((t.to_owned(), slot));
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+struct Kind {
+    /// The result's array key.
+    key: &'static str,
+    /// The capability a plugin needs to be asked.
+    capability: &'static str,
+    /// Whether item names carry the plugin prefix.
+    prefixed: bool,
+}
+
+impl Kind {
+    fn of(method: &str) -> Kind {
+        match method {
+            "tools/list" => Kind {
+                key: "tools",
+                capability: "tools",
+                prefixed: true,
+            },
+            "prompts/list" => Kind {
+                key: "prompts",
+                capability: "prompts",
+                prefixed: true,
+            },
+            "resources/list" => Kind {
+                key: "resources",
+                capability: "resources",
+                prefixed: false,
+            },
+            _ => Kind {
+                key: "resourceTemplates",
+                capability: "resources",
+                prefixed: false,
+            },
+        }
+    }
+}
+
+/// One merged page of `method`, as a response to `id`.
+pub async fn merged(session: &Session, id: &Id, method: &str, params: Option<&RawValue>) -> Bytes {
+    let kind = Kind::of(method);
+    let cursor = params
+        .and_then(|p| serde_json::from_str::<Value>(p.get()).ok())
+        .and_then(|p| p.get("cursor").and_then(Value::as_str).map(str::to_owned));
+    let targets = match cursor {
+        None => (0..session.slots.len())
+            .filter(|i| session.slots[*i].has_capability(kind.capability))
+            .map(|i| (i, None))
+            .collect(),
+        Some(c) => match decode_cursor(session, &kind, &c) {
+            Some(t) => t,
+            None => {
+                return jsonrpc::error_bytes(
+                    Some(id),
+                    code::INVALID_PARAMS,
+                    &format!("Invalid cursor for {method}"),
+                );
+            }
+        },
+    };
+    let pages = futures_util::future::join_all(
+        targets
+            .iter()
+            .map(|(slot, cursor)| fetch_page(session, *slot, method, cursor.as_deref())),
+    )
+    .await;
+    let mut items = Vec::new();
+    let mut remaining = Vec::new();
+    for ((slot, _), page) in targets.iter().zip(pages) {
+        let s = &session.slots[*slot];
+        let page = match page {
+            Ok(page) => page,
+            Err(e) => {
+                tracing::warn!(plugin = %s.entry.name(), session = %session.id, "{method}: {e}; its entries are left out");
+                continue;
+            }
+        };
+        let mut routes = session.routes.lock().expect("routes lock");
+        for mut item in page
+            .get(kind.key)
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default()
+        {
+            routes.learn(&kind, *slot, &item);
+            if kind.prefixed
+                && let Some(name) = item.get("name").and_then(Value::as_str)
+            {
+                let public = names::join(s.entry.prefix.as_deref(), &session.separator, name);
+                item["name"] = Value::String(public);
+            }
+            items.push(item);
+        }
+        if let Some(next) = page.get("nextCursor").and_then(Value::as_str) {
+            remaining.push((s.entry.name().to_owned(), next.to_owned()));
+        }
+    }
+    let mut result = serde_json::Map::new();
+    result.insert(kind.key.into(), Value::Array(items));
+    if !remaining.is_empty() {
+        let encoded = URL_SAFE_NO_PAD.encode(serde_json::to_vec(&remaining).expect("serializable"));
+        result.insert("nextCursor".into(), Value::String(encoded));
+    }
+    let result = RawValue::from_string(Value::Object(result).to_string()).expect("valid JSON");
+    jsonrpc::result_bytes(id.raw(), &result)
+}
+
+/// Lists every resource and template of every plugin (bounded), to route a URI nobody
+/// claimed yet.
+pub async fn learn_resources(session: &Session) {
+    let slots: Vec<usize> = (0..session.slots.len())
+        .filter(|i| session.slots[*i].has_capability("resources"))
+        .collect();
+    let work = slots.iter().flat_map(|slot| {
+        ["resources/list", "resources/templates/list"]
+            .into_iter()
+            .map(move |method| learn_one(session, *slot, method))
+    });
+    futures_util::future::join_all(work).await;
+}
+
+async fn learn_one(session: &Session, slot: usize, method: &str) {
+    let kind = Kind::of(method);
+    let mut cursor: Option<String> = None;
+    for _ in 0..LEARN_PAGES {
+        let Ok(page) = fetch_page(session, slot, method, cursor.as_deref()).await else {
+            return;
+        };
+        {
+            let mut routes = session.routes.lock().expect("routes lock");
+            for item in page
+                .get(kind.key)
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                routes.learn(&kind, slot, item);
+            }
+        }
+        match page.get("nextCursor").and_then(Value::as_str) {
+            Some(next) => cursor = Some(next.to_owned()),
+            None => return,
+        }
+    }
+}
+
+async fn fetch_page(
+    session: &Session,
+    slot: usize,
+    method: &str,
+    cursor: Option<&str>,
+) -> Result<Value, String> {
+    let conn = session.plugin(slot).await.map_err(|e| e.to_string())?;
+    let params = cursor.map(|c| {
+        RawValue::from_string(serde_json::json!({ "cursor": c }).to_string()).expect("valid JSON")
+    });
+    let raw = conn
+        .call(method, params.as_deref())
+        .await
+        .map_err(|e| e.to_string())?;
+    serde_json::from_str(raw.get()).map_err(|e| format!("invalid {method} result: {e}"))
+}
+
+fn decode_cursor(
+    session: &Session,
+    kind: &Kind,
+    cursor: &str,
+) -> Option<Vec<(usize, Option<String>)>> {
+    let bytes = URL_SAFE_NO_PAD.decode(cursor).ok()?;
+    let entries: Vec<(String, String)> = serde_json::from_slice(&bytes).ok()?;
+    if entries.is_empty() {
+        return None;
+    }
+    entries
+        .into_iter()
+        .map(|(name, c)| {
+            let slot = session
+                .slots
+                .iter()
+                .position(|s| s.entry.name() == name && s.has_capability(kind.capability))?;
+            Some((slot, Some(c)))
+        })
+        .collect()
+}

@@ -1,0 +1,437 @@
+//! Which plugin serves a request, and the requests the gateway answers itself.
+//!
+//! Tools and prompts are found by their (prefixed) name, resources by the URI a plugin listed
+//! or a template it advertised, completions by what they complete, and `logging/setLevel`
+//! goes to every plugin that logs. List methods with several plugins are merged here, with
+//! cursors that say where each plugin's listing stands. Every request handed to
+//! [`dispatch`] gets exactly one answer on its sink, whatever fails.
+
+mod lists;
+pub mod names;
+
+use std::sync::Arc;
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+pub use lists::ResourceRoutes;
+
+use crate::config::ResponseMode;
+use crate::jsonrpc::{self, Id, code};
+use crate::session::Session;
+use crate::stream::Sink;
+
+/// Methods a client may send in a session, besides `initialize`.
+const KNOWN_METHODS: &[&str] = &[
+    "ping",
+    "tools/list",
+    "tools/call",
+    "prompts/list",
+    "prompts/get",
+    "resources/list",
+    "resources/templates/list",
+    "resources/read",
+    "resources/subscribe",
+    "resources/unsubscribe",
+    "completion/complete",
+    "logging/setLevel",
+];
+
+const LOG_LEVELS: &[&str] = &[
+    "debug",
+    "info",
+    "notice",
+    "warning",
+    "error",
+    "critical",
+    "alert",
+    "emergency",
+];
+
+/// Where a request goes, found before any plugin is touched.
+enum Target {
+    /// The gateway answers (`ping`, `logging/setLevel`, merged lists).
+    Gateway,
+    /// Forwarded to plugin `slot` with these params.
+    Plugin {
+        slot: usize,
+        params: Option<Box<RawValue>>,
+    },
+    /// A resource URI no plugin is known to serve yet.
+    UnknownUri(String),
+}
+
+/// A refusal before anything is forwarded.
+struct Refusal(i64, String);
+
+fn refuse<T>(code: i64, message: impl Into<String>) -> Result<T, Refusal> {
+    Err(Refusal(code, message.into()))
+}
+
+/// How a request's answer should be sent: as an SSE stream when a plugin answers it (logs,
+/// progress and requests may come first), per that plugin's configured mode.
+pub fn response_mode(session: &Session, method: &str, params: Option<&RawValue>) -> ResponseMode {
+    match target(session, method, params) {
+        Ok(Target::Plugin { slot, .. }) => session.slots[slot].entry.config.response_mode,
+        Ok(Target::UnknownUri(_)) => ResponseMode::Sse,
+        _ => ResponseMode::Json,
+    }
+}
+
+/// Answers one request on `sink`.
+pub async fn dispatch(
+    session: Arc<Session>,
+    id: Id,
+    method: String,
+    params: Option<Box<RawValue>>,
+    sink: Sink,
+) {
+    let reply = |bytes| {
+        sink.respond(bytes);
+    };
+    match target(&session, &method, params.as_deref()) {
+        Err(Refusal(code, message)) => reply(jsonrpc::error_bytes(Some(&id), code, &message)),
+        Ok(Target::Gateway) => match method.as_str() {
+            "ping" => reply(jsonrpc::result_bytes(id.raw(), &empty())),
+            "logging/setLevel" => {
+                set_log_level(&session, params);
+                reply(jsonrpc::result_bytes(id.raw(), &empty()));
+            }
+            _ => reply(lists::merged(&session, &id, &method, params.as_deref()).await),
+        },
+        Ok(Target::Plugin { slot, params }) => {
+            forward(&session, slot, id, &method, params, &sink).await
+        }
+        Ok(Target::UnknownUri(uri)) => {
+            // Learn who serves what from the plugins' lists, then plan again.
+            lists::learn_resources(&session).await;
+            match target(&session, &method, params.as_deref()) {
+                Ok(Target::Plugin { slot, params }) => {
+                    forward(&session, slot, id, &method, params, &sink).await
+                }
+                _ => reply(jsonrpc::error_bytes(
+                    Some(&id),
+                    code::RESOURCE_NOT_FOUND,
+                    &format!("Resource not found: {uri}"),
+                )),
+            }
+        }
+    }
+}
+
+async fn forward(
+    session: &Session,
+    slot: usize,
+    id: Id,
+    method: &str,
+    params: Option<Box<RawValue>>,
+    sink: &Sink,
+) {
+    match session.plugin(slot).await {
+        Ok(conn) => {
+            if let Some(p) = params.as_deref() {
+                track_subscription(session, slot, method, p);
+            }
+            conn.forward(id, method, params.as_deref(), sink);
+        }
+        Err(e) => {
+            sink.respond(jsonrpc::error_bytes(
+                Some(&id),
+                code::INTERNAL_ERROR,
+                &e.to_string(),
+            ));
+        }
+    }
+}
+
+fn track_subscription(session: &Session, slot: usize, method: &str, params: &RawValue) {
+    let on = match method {
+        "resources/subscribe" => true,
+        "resources/unsubscribe" => false,
+        _ => return,
+    };
+    if let Ok(UriParams { uri }) = serde_json::from_str(params.get()) {
+        session.subscription(slot, uri, on);
+    }
+}
+
+fn set_log_level(session: &Session, params: Option<Box<RawValue>>) {
+    let Some(params) = params else { return };
+    // Stored first: a plugin starting now replays it; one already running is told here.
+    session.set_log_level(params.clone());
+    for s in session.slots.iter().filter(|s| s.has_capability("logging")) {
+        if let Some(conn) = s.current() {
+            let p = params.clone();
+            tokio::spawn(async move {
+                if let Err(e) = conn.call("logging/setLevel", Some(&p)).await {
+                    tracing::debug!(plugin = %conn.name(), "logging/setLevel: {e}");
+                }
+            });
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct NameParams<'a> {
+    #[serde(borrow)]
+    name: &'a str,
+}
+
+#[derive(Deserialize)]
+struct UriParams<'a> {
+    #[serde(borrow)]
+    uri: &'a str,
+}
+
+#[derive(Deserialize)]
+struct CursorParams<'a> {
+    /// Only checked to be a string; the merged listing reads it again.
+    #[serde(borrow, default, rename = "cursor")]
+    _cursor: Option<&'a str>,
+}
+
+#[derive(Deserialize)]
+struct LevelParams<'a> {
+    #[serde(borrow)]
+    level: &'a str,
+}
+
+#[derive(Deserialize)]
+struct CompleteParams {
+    #[serde(rename = "ref")]
+    reference: CompleteRef,
+    /// Checked for shape; the plugin reads it.
+    #[serde(rename = "argument")]
+    _argument: CompleteArgument,
+}
+
+#[derive(Deserialize)]
+#[serde(tag = "type")]
+enum CompleteRef {
+    #[serde(rename = "ref/prompt")]
+    Prompt { name: String },
+    #[serde(rename = "ref/resource")]
+    Resource { uri: String },
+}
+
+#[derive(Deserialize)]
+struct CompleteArgument {
+    #[serde(rename = "name")]
+    _name: String,
+    #[serde(rename = "value")]
+    _value: String,
+}
+
+fn parse<'a, T: Deserialize<'a>>(
+    method: &str,
+    params: Option<&'a RawValue>,
+    shape: &str,
+) -> Result<T, Refusal> {
+    jsonrpc::params_as(params).or_else(|e| {
+        refuse(
+            code::INVALID_PARAMS,
+            format!("Invalid params for {method}: {shape} ({e})"),
+        )
+    })
+}
+
+/// Finds where a request goes, validating what the gateway must read of its params.
+fn target(session: &Session, method: &str, params: Option<&RawValue>) -> Result<Target, Refusal> {
+    if !KNOWN_METHODS.contains(&method) {
+        return refuse(
+            code::METHOD_NOT_FOUND,
+            format!("Method not found: {method}"),
+        );
+    }
+    match method {
+        "ping" => Ok(Target::Gateway),
+        "logging/setLevel" => {
+            let p: LevelParams = parse(method, params, "params.level is required")?;
+            if !LOG_LEVELS.contains(&p.level) {
+                return refuse(
+                    code::INVALID_PARAMS,
+                    format!(
+                        "Invalid params for logging/setLevel: unknown level `{}` (one of {})",
+                        p.level,
+                        LOG_LEVELS.join(", ")
+                    ),
+                );
+            }
+            Ok(Target::Gateway)
+        }
+        "tools/list" | "prompts/list" | "resources/list" | "resources/templates/list" => {
+            let _: CursorParams = parse(method, params, "params.cursor must be a string")?;
+            match passthrough_slot(session) {
+                Some(slot) => Ok(Target::Plugin {
+                    slot,
+                    params: params.map(RawValue::to_owned),
+                }),
+                None => Ok(Target::Gateway),
+            }
+        }
+        "tools/call" | "prompts/get" => {
+            let (capability, what) = if method == "tools/call" {
+                ("tools", "tool")
+            } else {
+                ("prompts", "prompt")
+            };
+            let p: NameParams = parse(
+                method,
+                params,
+                "params.name is required and must be a string",
+            )?;
+            let (slot, local) = resolve_name(session, capability, p.name).ok_or_else(|| {
+                Refusal(code::INVALID_PARAMS, format!("Unknown {what}: {}", p.name))
+            })?;
+            Ok(Target::Plugin {
+                slot,
+                params: rename(params, &["name"], local),
+            })
+        }
+        "resources/read" | "resources/subscribe" | "resources/unsubscribe" => {
+            let p: UriParams = parse(
+                method,
+                params,
+                "params.uri is required and must be a string",
+            )?;
+            Ok(route_uri(session, p.uri).map_or_else(
+                || Target::UnknownUri(p.uri.to_owned()),
+                |slot| Target::Plugin {
+                    slot,
+                    params: params.map(RawValue::to_owned),
+                },
+            ))
+        }
+        "completion/complete" => {
+            let p: CompleteParams = parse(
+                method,
+                params,
+                "params.ref (ref/prompt with name, or ref/resource with uri) and params.argument (name, value) are required",
+            )?;
+            match p.reference {
+                CompleteRef::Prompt { name } => {
+                    let (slot, local) =
+                        resolve_name(session, "prompts", &name).ok_or_else(|| {
+                            Refusal(code::INVALID_PARAMS, format!("Unknown prompt: {name}"))
+                        })?;
+                    Ok(Target::Plugin {
+                        slot,
+                        params: rename(params, &["ref", "name"], local),
+                    })
+                }
+                CompleteRef::Resource { uri } => Ok(route_uri(session, &uri).map_or_else(
+                    || Target::UnknownUri(uri.clone()),
+                    |slot| Target::Plugin {
+                        slot,
+                        params: params.map(RawValue::to_owned),
+                    },
+                )),
+            }
+        }
+        _ => refuse(
+            code::METHOD_NOT_FOUND,
+            format!("Method not found: {method}"),
+        ),
+    }
+}
+
+/// The one plugin whose lists pass through untouched: the only plugin, unprefixed.
+fn passthrough_slot(session: &Session) -> Option<usize> {
+    (session.slots.len() == 1 && session.slots[0].entry.prefix.is_none()).then_some(0)
+}
+
+/// The plugin slot and local name behind a public tool or prompt name.
+fn resolve_name<'a>(
+    session: &Session,
+    capability: &str,
+    name: &'a str,
+) -> Option<(usize, &'a str)> {
+    let (slot, local) = match passthrough_slot(session) {
+        Some(slot) => (slot, name),
+        None => {
+            let (prefix, local) = names::split(name, &session.separator)?;
+            let slot = session
+                .slots
+                .iter()
+                .position(|s| s.entry.prefix.as_deref() == Some(prefix))?;
+            (slot, local)
+        }
+    };
+    session.slots[slot]
+        .has_capability(capability)
+        .then_some((slot, local))
+}
+
+/// The plugin serving a resource URI, if known.
+fn route_uri(session: &Session, uri: &str) -> Option<usize> {
+    let capable: Vec<usize> = (0..session.slots.len())
+        .filter(|i| session.slots[*i].has_capability("resources"))
+        .collect();
+    if capable.len() == 1 {
+        return Some(capable[0]);
+    }
+    session.routes.lock().expect("routes lock").find(uri)
+}
+
+/// Params with the string at `path` replaced by `local`; untouched (no re-serializing) when
+/// it already is `local`.
+fn rename(params: Option<&RawValue>, path: &[&str], local: &str) -> Option<Box<RawValue>> {
+    let params = params?;
+    let mut value: serde_json::Value = serde_json::from_str(params.get()).ok()?;
+    let mut slot = &mut value;
+    for key in path {
+        slot = slot.get_mut(*key)?;
+    }
+    if slot.as_str() == Some(local) {
+        return Some(params.to_owned());
+    }
+    *slot = serde_json::Value::String(local.to_owned());
+    RawValue::from_string(value.to_string()).ok()
+}
+
+fn empty() -> Box<RawValue> {
+    RawValue::from_string("{}".into()).expect("valid JSON")
+}
+
+/// Capabilities for the client: the union of the plugins', plus `logging` (the gateway
+/// answers `logging/setLevel` itself).
+pub fn merged_capabilities(plugins: &[serde_json::Value]) -> serde_json::Value {
+    let mut out = serde_json::Map::new();
+    for caps in plugins {
+        let Some(caps) = caps.as_object() else {
+            continue;
+        };
+        for key in ["tools", "prompts", "resources", "completions"] {
+            let Some(cap) = caps.get(key).and_then(|c| c.as_object()) else {
+                continue;
+            };
+            let merged = out
+                .entry(key)
+                .or_insert_with(|| serde_json::Value::Object(Default::default()))
+                .as_object_mut()
+                .expect("an object");
+            for flag in ["listChanged", "subscribe"] {
+                if cap.get(flag) == Some(&serde_json::Value::Bool(true)) {
+                    merged.insert(flag.into(), true.into());
+                }
+            }
+        }
+    }
+    out.insert("logging".into(), serde_json::json!({}));
+    serde_json::Value::Object(out)
+}
+
+/// The `instructions` for the client: the plugin's own with one plugin, each plugin's under
+/// its name with several.
+pub fn merged_instructions(plugins: &[(String, Option<String>)]) -> Option<String> {
+    match plugins {
+        [(_, only)] => only.clone(),
+        many => {
+            let parts: Vec<String> = many
+                .iter()
+                .filter_map(|(name, i)| i.as_ref().map(|i| format!("## {name}\n{i}")))
+                .collect();
+            (!parts.is_empty()).then(|| parts.join("\n\n"))
+        }
+    }
+}

@@ -1,0 +1,132 @@
+//! All sessions of this gateway: creation under a cap, lookup by id, ending (by DELETE, by
+//! idleness, at shutdown). Ending a session stops its plugins in the background; the task
+//! tracker lets shutdown wait for every one of them.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use base64::Engine;
+use dashmap::DashMap;
+use rand::RngCore;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use super::{ClientInit, Session};
+use crate::backend::{PluginEntry, PluginInfo};
+use crate::config::SessionConfig;
+
+/// The session cap is reached.
+#[derive(Debug)]
+pub struct TooManySessions;
+
+pub struct SessionManager {
+    sessions: DashMap<Arc<str>, Arc<Session>>,
+    config: SessionConfig,
+    tasks: TaskTracker,
+}
+
+impl SessionManager {
+    pub fn new(config: SessionConfig) -> SessionManager {
+        SessionManager {
+            sessions: DashMap::new(),
+            config,
+            tasks: TaskTracker::new(),
+        }
+    }
+
+    pub fn create(
+        &self,
+        init: ClientInit,
+        plugins: Vec<(Arc<PluginEntry>, Arc<PluginInfo>)>,
+        separator: Arc<str>,
+        gateway_shutdown: &CancellationToken,
+    ) -> Result<Arc<Session>, TooManySessions> {
+        if self.sessions.len() >= self.config.max_sessions {
+            return Err(TooManySessions);
+        }
+        let session = Session::new(
+            new_session_id(),
+            init,
+            plugins,
+            separator,
+            gateway_shutdown.child_token(),
+        );
+        self.sessions.insert(session.id.clone(), session.clone());
+        tracing::info!(session = %session.id, version = session.version, "session created");
+        Ok(session)
+    }
+
+    pub fn get(&self, id: &str) -> Option<Arc<Session>> {
+        self.sessions.get(id).map(|s| s.clone())
+    }
+
+    pub fn len(&self) -> usize {
+        self.sessions.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.sessions.is_empty()
+    }
+
+    /// Ends a session: later requests with its id get 404 at once; its plugins stop in the
+    /// background. Returns the ended session, to await its end if wanted.
+    pub fn end(&self, id: &str) -> Option<Arc<Session>> {
+        let (_, session) = self.sessions.remove(id)?;
+        let s = session.clone();
+        self.tasks.spawn(async move { s.end().await });
+        Some(session)
+    }
+
+    /// Ends idle sessions until `shutdown`, checking a few times per idle period.
+    pub async fn reap_idle(self: Arc<Self>, shutdown: CancellationToken) {
+        let period = (self.config.idle_timeout / 4)
+            .clamp(Duration::from_millis(100), Duration::from_secs(30));
+        loop {
+            tokio::select! {
+                () = tokio::time::sleep(period) => {}
+                () = shutdown.cancelled() => return,
+            }
+            let idle: Vec<Arc<str>> = self
+                .sessions
+                .iter()
+                .filter(|s| s.is_idle(self.config.idle_timeout))
+                .map(|s| s.key().clone())
+                .collect();
+            for id in idle {
+                tracing::info!(session = %id, "session idle for {} s: ending it", self.config.idle_timeout.as_secs());
+                self.end(&id);
+            }
+        }
+    }
+
+    /// Ends every session and waits until all their plugins have stopped.
+    pub async fn shutdown(&self) {
+        let ids: Vec<Arc<str>> = self.sessions.iter().map(|s| s.key().clone()).collect();
+        for id in ids {
+            self.end(&id);
+        }
+        self.tasks.close();
+        self.tasks.wait().await;
+    }
+}
+
+/// 256 bits from the OS-seeded CSPRNG, base64url: 43 visible ASCII characters.
+fn new_session_id() -> Arc<str> {
+    let mut bytes = [0u8; 32];
+    rand::rng().fill_bytes(&mut bytes);
+    Arc::from(base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn session_ids_are_long_visible_ascii_and_distinct() {
+        let a = new_session_id();
+        let b = new_session_id();
+        assert_ne!(a, b);
+        assert_eq!(a.len(), 43);
+        assert!(a.bytes().all(|c| (0x21..=0x7e).contains(&c)));
+    }
+}

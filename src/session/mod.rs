@@ -1,0 +1,423 @@
+//! Legacy-era sessions: one per `initialize`, named by `Mcp-Session-Id`.
+//!
+//! A session owns its own instance of each plugin (started on first use, restarted with
+//! backoff after a crash and re-initialized with the client's cached `initialize` params), the
+//! GET stream, and the map of requests its plugins sent to the client. Messages a plugin sends
+//! on its own go to the stream of the related request while it is open, else to the GET
+//! stream, else wait in a small backlog until a GET stream opens: each on exactly one stream.
+//!
+//! A session never holds a lock across an await except the per-plugin start lock, which only
+//! orders concurrent first uses of the same plugin in the same session.
+
+mod manager;
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use serde_json::value::RawValue;
+use tokio_util::sync::CancellationToken;
+
+pub use manager::{SessionManager, TooManySessions};
+
+use crate::backend::{
+    BackendError, PluginConnection, PluginEntry, PluginEvents, PluginInfo, start_plugin,
+};
+use crate::jsonrpc::{self, Id, Outcome};
+use crate::stream::Sink;
+
+/// Most messages kept for a GET stream that is not open; older ones are dropped first.
+const BACKLOG_LIMIT: usize = 1000;
+/// Longest wait between restarts of a crashing plugin.
+const MAX_BACKOFF: Duration = Duration::from_secs(10);
+
+/// What the client said in `initialize`, kept to initialize (and re-initialize) plugins.
+pub struct ClientInit {
+    pub version: &'static str,
+    /// `initialize` params for plugins: the negotiated version, the client's capabilities and
+    /// client info.
+    pub plugin_params: Box<RawValue>,
+}
+
+/// One plugin as seen by one session.
+pub struct PluginSlot {
+    pub entry: Arc<PluginEntry>,
+    pub info: Arc<PluginInfo>,
+    running: Mutex<Option<Arc<PluginConnection>>>,
+    /// Held while starting, so concurrent first uses start one child.
+    start_lock: tokio::sync::Mutex<()>,
+    crashes: Mutex<Crashes>,
+}
+
+#[derive(Default)]
+struct Crashes {
+    count: u32,
+    last: Option<Instant>,
+}
+
+impl PluginSlot {
+    /// The running instance, if it is alive.
+    pub fn current(&self) -> Option<Arc<PluginConnection>> {
+        self.running
+            .lock()
+            .expect("slot lock")
+            .as_ref()
+            .filter(|c| c.is_alive())
+            .cloned()
+    }
+
+    pub fn has_capability(&self, name: &str) -> bool {
+        self.info
+            .capabilities
+            .get(name)
+            .is_some_and(|c| !c.is_null())
+    }
+
+    fn backoff(&self) -> Option<Duration> {
+        let c = self.crashes.lock().expect("crash lock");
+        let last = c.last?;
+        let wait =
+            Duration::from_millis(100u64.saturating_mul(1 << c.count.min(10))).min(MAX_BACKOFF);
+        wait.checked_sub(last.elapsed())
+    }
+}
+
+pub struct Session {
+    pub id: Arc<str>,
+    pub version: &'static str,
+    plugin_params: Box<RawValue>,
+    pub slots: Vec<PluginSlot>,
+    pub separator: Arc<str>,
+    last_active: Mutex<Instant>,
+    /// Open streams (POST streams, JSON waits and the GET stream): a session with any is not
+    /// idle.
+    pub streams: Arc<AtomicUsize>,
+    get_stream: Mutex<Option<Sink>>,
+    backlog: Mutex<VecDeque<Bytes>>,
+    /// Requests plugins sent to the client, by the id the client sees: which plugin instance
+    /// asked, and under which id.
+    server_requests: Mutex<HashMap<u64, (Weak<PluginConnection>, Id)>>,
+    next_server_request: AtomicU64,
+    /// The client's last `logging/setLevel` params, replayed to plugins that start later.
+    log_level: Mutex<Option<Box<RawValue>>>,
+    /// Resource subscriptions by plugin slot, replayed to a restarted plugin.
+    subscriptions: Mutex<HashSet<(usize, String)>>,
+    /// Which plugin serves which resource URI, learned from list results.
+    pub routes: Mutex<crate::router::ResourceRoutes>,
+    /// Cancelled when the session ends: its streams close.
+    pub closed: CancellationToken,
+    me: Weak<Session>,
+}
+
+impl Session {
+    pub fn new(
+        id: Arc<str>,
+        init: ClientInit,
+        plugins: Vec<(Arc<PluginEntry>, Arc<PluginInfo>)>,
+        separator: Arc<str>,
+        closed: CancellationToken,
+    ) -> Arc<Session> {
+        Arc::new_cyclic(|me| Session {
+            id,
+            version: init.version,
+            plugin_params: init.plugin_params,
+            slots: plugins
+                .into_iter()
+                .map(|(entry, info)| PluginSlot {
+                    entry,
+                    info,
+                    running: Mutex::new(None),
+                    start_lock: tokio::sync::Mutex::new(()),
+                    crashes: Mutex::new(Crashes::default()),
+                })
+                .collect(),
+            separator,
+            last_active: Mutex::new(Instant::now()),
+            streams: Arc::new(AtomicUsize::new(0)),
+            get_stream: Mutex::new(None),
+            backlog: Mutex::new(VecDeque::new()),
+            server_requests: Mutex::new(HashMap::new()),
+            next_server_request: AtomicU64::new(1),
+            log_level: Mutex::new(None),
+            subscriptions: Mutex::new(HashSet::new()),
+            routes: Mutex::new(Default::default()),
+            closed,
+            me: me.clone(),
+        })
+    }
+
+    pub fn touch(&self) {
+        *self.last_active.lock().expect("activity lock") = Instant::now();
+    }
+
+    /// Idle: no open stream and no request for `timeout`.
+    pub fn is_idle(&self, timeout: Duration) -> bool {
+        self.streams.load(Ordering::Relaxed) == 0
+            && self.last_active.lock().expect("activity lock").elapsed() > timeout
+    }
+
+    /// The session's running instance of plugin `slot`, started (or restarted) if need be.
+    pub async fn plugin(&self, slot: usize) -> Result<Arc<PluginConnection>, BackendError> {
+        let s = &self.slots[slot];
+        if let Some(c) = s.current() {
+            return Ok(c);
+        }
+        let _starting = s.start_lock.lock().await;
+        if let Some(c) = s.current() {
+            return Ok(c);
+        }
+        if let Some(wait) = s.backoff() {
+            tracing::info!(plugin = %s.entry.name(), session = %self.id, "restarting the plugin in {} ms", wait.as_millis());
+            tokio::time::sleep(wait).await;
+        }
+        if self.closed.is_cancelled() {
+            return Err(BackendError::Unavailable {
+                plugin: s.entry.name().to_owned(),
+                reason: "the session has ended".into(),
+            });
+        }
+        let events: Weak<dyn PluginEvents> = self.me.clone();
+        let conn = start_plugin(
+            &s.entry.config,
+            self.id.clone(),
+            &self.plugin_params,
+            Some(events),
+        )
+        .await
+        .inspect_err(|_| self.count_crash(slot))?;
+        *s.running.lock().expect("slot lock") = Some(conn.clone());
+        if self.closed.is_cancelled() {
+            // Ended while starting: the end did not see this instance.
+            conn.shutdown().await;
+            return Err(BackendError::Unavailable {
+                plugin: s.entry.name().to_owned(),
+                reason: "the session has ended".into(),
+            });
+        }
+        self.replay_state(slot, &conn);
+        Ok(conn)
+    }
+
+    /// Instances running now.
+    pub fn running(&self) -> Vec<Arc<PluginConnection>> {
+        self.slots.iter().filter_map(PluginSlot::current).collect()
+    }
+
+    /// Brings a (re)started plugin up to what the client asked of the session.
+    fn replay_state(&self, slot: usize, conn: &Arc<PluginConnection>) {
+        if self.slots[slot].has_capability("logging")
+            && let Some(level) = self.log_level.lock().expect("log level lock").clone()
+        {
+            let c = conn.clone();
+            tokio::spawn(async move { c.call("logging/setLevel", Some(&level)).await });
+        }
+        let uris: Vec<String> = self
+            .subscriptions
+            .lock()
+            .expect("subscriptions lock")
+            .iter()
+            .filter(|(s, _)| *s == slot)
+            .map(|(_, u)| u.clone())
+            .collect();
+        for uri in uris {
+            let c = conn.clone();
+            let params = RawValue::from_string(serde_json::json!({ "uri": uri }).to_string())
+                .expect("valid JSON");
+            tokio::spawn(async move { c.call("resources/subscribe", Some(&params)).await });
+        }
+    }
+
+    fn count_crash(&self, slot: usize) {
+        let mut c = self.slots[slot].crashes.lock().expect("crash lock");
+        // A plugin that ran for a while before failing starts its backoff over.
+        if c.last
+            .is_some_and(|t| t.elapsed() > Duration::from_secs(60))
+        {
+            c.count = 0;
+        }
+        c.count += 1;
+        c.last = Some(Instant::now());
+    }
+
+    pub fn set_log_level(&self, params: Box<RawValue>) {
+        *self.log_level.lock().expect("log level lock") = Some(params);
+    }
+
+    pub fn subscription(&self, slot: usize, uri: &str, on: bool) {
+        let mut subs = self.subscriptions.lock().expect("subscriptions lock");
+        if on {
+            subs.insert((slot, uri.to_owned()));
+        } else {
+            subs.remove(&(slot, uri.to_owned()));
+        }
+    }
+
+    /// Opens the GET stream. `None` when one is already open (one per session).
+    pub fn open_get_stream(
+        &self,
+    ) -> Option<tokio::sync::mpsc::UnboundedReceiver<crate::stream::Outgoing>> {
+        let mut current = self.get_stream.lock().expect("get stream lock");
+        if current.as_ref().is_some_and(Sink::is_open) {
+            return None;
+        }
+        let (sink, rx) = Sink::new(true);
+        for bytes in self.backlog.lock().expect("backlog lock").drain(..) {
+            let _ = sink.message(bytes);
+        }
+        *current = Some(sink);
+        Some(rx)
+    }
+
+    /// Sends a server-initiated message on `related` if it can carry it, else on the GET
+    /// stream, else keeps it for the next GET stream.
+    pub fn deliver(&self, bytes: Bytes, related: Option<Sink>) {
+        let bytes = match related {
+            Some(sink) => match sink.message(bytes) {
+                Ok(()) => return,
+                Err(b) => b,
+            },
+            None => bytes,
+        };
+        let bytes = match self.get_stream.lock().expect("get stream lock").as_ref() {
+            Some(sink) => match sink.message(bytes) {
+                Ok(()) => return,
+                Err(b) => b,
+            },
+            None => bytes,
+        };
+        let mut backlog = self.backlog.lock().expect("backlog lock");
+        if backlog.len() == BACKLOG_LIMIT {
+            backlog.pop_front();
+            tracing::warn!(session = %self.id, "no GET stream open: dropped the oldest waiting message");
+        }
+        backlog.push_back(bytes);
+    }
+
+    /// Routes a client's response to the plugin request it answers. False when the id names
+    /// no request the gateway sent.
+    pub fn client_response(&self, id: &Id, outcome: &Outcome) -> bool {
+        let entry = id.as_u64().and_then(|n| {
+            self.server_requests
+                .lock()
+                .expect("requests lock")
+                .remove(&n)
+        });
+        let Some((conn, plugin_id)) = entry else {
+            return false;
+        };
+        match conn.upgrade().filter(|c| c.is_alive()) {
+            Some(conn) => conn.send_raw(match outcome {
+                Outcome::Result(r) => jsonrpc::result_bytes(plugin_id.raw(), r),
+                Outcome::Error(e) => jsonrpc::error_object_bytes(plugin_id.raw(), e),
+            }),
+            None => {
+                tracing::debug!(session = %self.id, "answer for a plugin instance that has since exited; dropped")
+            }
+        }
+        true
+    }
+
+    /// Cancels a client request in flight on any of this session's plugins.
+    pub fn cancel(&self, id: &Id, reason: Option<&RawValue>) -> bool {
+        self.running()
+            .iter()
+            .any(|c| c.cancel_client_request(id, reason))
+    }
+
+    /// Ends the session: streams close, plugins stop (awaited).
+    pub async fn end(&self) {
+        self.closed.cancel();
+        self.get_stream.lock().expect("get stream lock").take();
+        let conns: Vec<_> = self
+            .slots
+            .iter()
+            .filter_map(|s| s.running.lock().expect("slot lock").take())
+            .collect();
+        futures_util::future::join_all(conns.iter().map(|c| c.shutdown())).await;
+        tracing::info!(session = %self.id, "session ended");
+    }
+}
+
+impl PluginEvents for Session {
+    fn plugin_request(
+        &self,
+        conn: &Arc<PluginConnection>,
+        id: Id,
+        method: &str,
+        params: Option<&RawValue>,
+        related: Option<Sink>,
+    ) {
+        let n = self.next_server_request.fetch_add(1, Ordering::Relaxed);
+        self.server_requests
+            .lock()
+            .expect("requests lock")
+            .insert(n, (Arc::downgrade(conn), id));
+        let bytes = jsonrpc::request_bytes(Some(Id::from_u64(n).raw()), method, params);
+        self.deliver(bytes, related);
+    }
+
+    fn plugin_notification(
+        &self,
+        conn: &Arc<PluginConnection>,
+        message: Bytes,
+        method: &str,
+        related: Option<Sink>,
+    ) {
+        match method {
+            // Unrelated to any request: the GET stream.
+            "notifications/tools/list_changed"
+            | "notifications/prompts/list_changed"
+            | "notifications/resources/list_changed"
+            | "notifications/resources/updated" => {
+                if method == "notifications/resources/list_changed" {
+                    self.routes.lock().expect("routes lock").clear();
+                }
+                self.deliver(message, None)
+            }
+            "notifications/cancelled" => {
+                if let Some(bytes) = self.map_plugin_cancel(conn, &message) {
+                    self.deliver(bytes, related);
+                }
+            }
+            _ => self.deliver(message, related),
+        }
+    }
+
+    fn plugin_exited(&self, conn: &Arc<PluginConnection>) {
+        if let Some(slot) = self.slots.iter().position(|s| {
+            s.running
+                .lock()
+                .expect("slot lock")
+                .as_ref()
+                .is_some_and(|c| Arc::ptr_eq(c, conn))
+        }) && !self.closed.is_cancelled()
+        {
+            tracing::warn!(plugin = %conn.name(), session = %self.id, "plugin exited; it restarts on the next request");
+            self.count_crash(slot);
+        }
+    }
+}
+
+impl Session {
+    /// A plugin cancelling one of its own requests to the client: the request id becomes the
+    /// one the client saw.
+    fn map_plugin_cancel(&self, conn: &Arc<PluginConnection>, message: &[u8]) -> Option<Bytes> {
+        let mut value: serde_json::Value = serde_json::from_slice(message).ok()?;
+        let plugin_id = value.get("params")?.get("requestId")?.to_string();
+        let n = {
+            let mut requests = self.server_requests.lock().expect("requests lock");
+            let n = *requests
+                .iter()
+                .find(|(_, (c, id))| {
+                    c.as_ptr() == Arc::as_ptr(conn) && id.raw().get() == plugin_id
+                })?
+                .0;
+            requests.remove(&n);
+            n
+        };
+        value["params"]["requestId"] = n.into();
+        Some(Bytes::from(value.to_string()))
+    }
+}
