@@ -1,0 +1,513 @@
+//! Test harness: the real `mcp-gateway` binary on 127.0.0.1:0 in front of real stdio servers,
+//! a small HTTP client that speaks the transport by hand (so tests see status codes and
+//! streams as they are), and /proc helpers for process checks. Waits are on conditions with a
+//! deadline, never bare sleeps.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use serde_json::{Value, json};
+
+pub const FIXTURE: &str = env!("CARGO_BIN_EXE_mcp-fixture-server");
+pub const GATEWAY: &str = env!("CARGO_BIN_EXE_mcp-gateway");
+pub const ACCEPT_BOTH: &str = "application/json, text/event-stream";
+
+/// Where `scripts/install-test-deps` puts Node 22, npm packages and the Python venv.
+pub fn tools_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".tools")
+}
+
+/// A path under .tools that must exist; a clear failure when the installer has not run.
+pub fn tool(rel: &str) -> PathBuf {
+    let p = tools_dir().join(rel);
+    assert!(
+        p.exists(),
+        "{} is missing: run scripts/install-test-deps (scripts/test does)",
+        p.display()
+    );
+    p
+}
+
+/// Polls `cond` until it holds or `timeout` passes.
+pub async fn wait_until(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A running gateway process.
+pub struct Gateway {
+    pub child: Child,
+    pub url: String,
+    pub addr: String,
+    log: Arc<Mutex<Vec<String>>>,
+}
+
+impl Gateway {
+    /// Starts the gateway with `args` (before any `--`), listening on a free port.
+    pub fn start(args: &[&str]) -> Gateway {
+        Gateway::start_with_env(args, &[])
+    }
+
+    pub fn start_with_env(args: &[&str], env: &[(&str, &str)]) -> Gateway {
+        let mut cmd = Command::new(GATEWAY);
+        cmd.args(["--listen", "127.0.0.1:0"])
+            .args(args)
+            .env("RUST_LOG", "info,mcp_gateway=debug")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().expect("start mcp-gateway");
+        let stderr = child.stderr.take().expect("stderr piped");
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let keep = log.clone();
+        std::thread::spawn(move || {
+            let mut tx = Some(tx);
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Some(rest) = line.split("listening on http://").nth(1)
+                    && let Some(tx) = tx.take()
+                {
+                    let _ = tx.send(rest.trim_end_matches("/mcp").trim().to_owned());
+                }
+                if std::env::var_os("GATEWAY_LOG").is_some() {
+                    eprintln!("[gateway] {line}");
+                }
+                keep.lock().unwrap().push(line);
+            }
+        });
+        let addr = rx
+            .recv_timeout(Duration::from_secs(30))
+            .unwrap_or_else(|_| {
+                panic!(
+                    "gateway did not start; log:\n{}",
+                    log.lock().unwrap().join("\n")
+                )
+            });
+        Gateway {
+            child,
+            url: format!("http://{addr}/mcp"),
+            addr,
+            log,
+        }
+    }
+
+    /// Quick mode in front of the fixture server (with extra fixture flags).
+    pub fn fixture(extra_gateway_args: &[&str], fixture_args: &[&str]) -> Gateway {
+        let mut args: Vec<&str> = extra_gateway_args.to_vec();
+        args.push("--");
+        args.push(FIXTURE);
+        args.extend_from_slice(fixture_args);
+        Gateway::start(&args)
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub fn log(&self) -> String {
+        self.log.lock().unwrap().join("\n")
+    }
+
+    pub async fn wait_log(&self, needle: &str) {
+        let log = self.log.clone();
+        wait_until(
+            &format!("log line containing {needle:?}"),
+            Duration::from_secs(20),
+            || log.lock().unwrap().iter().any(|l| l.contains(needle)),
+        )
+        .await;
+    }
+
+    pub fn client(&self) -> Client {
+        Client::new(&self.url)
+    }
+
+    /// SIGTERM, then wait for the process to exit; returns its exit status.
+    pub fn terminate(&mut self) -> std::process::ExitStatus {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "gateway did not exit after SIGTERM"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        if self.child.try_wait().ok().flatten().is_none() {
+            let _ = Command::new("kill")
+                .args(["-TERM", &self.child.id().to_string()])
+                .status();
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while self.child.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// A hand-rolled transport client.
+#[derive(Clone)]
+pub struct Client {
+    pub url: String,
+    pub http: reqwest::Client,
+    pub session: Option<String>,
+    pub version: Option<String>,
+}
+
+/// An HTTP response, read whole: its status, headers and JSON-RPC messages (from a JSON body
+/// or from each SSE event).
+#[derive(Debug)]
+pub struct Reply {
+    pub status: u16,
+    pub headers: reqwest::header::HeaderMap,
+    pub body: String,
+    pub messages: Vec<Value>,
+}
+
+impl Reply {
+    pub fn content_type(&self) -> String {
+        self.headers
+            .get("content-type")
+            .map(|v| v.to_str().unwrap().to_owned())
+            .unwrap_or_default()
+    }
+
+    /// The only message, or the last one (the response, on an SSE stream).
+    pub fn last(&self) -> &Value {
+        self.messages
+            .last()
+            .unwrap_or_else(|| panic!("no message in reply: {self:?}"))
+    }
+
+    pub fn error_code(&self) -> i64 {
+        self.last()["error"]["code"]
+            .as_i64()
+            .unwrap_or_else(|| panic!("no error in {self:?}"))
+    }
+}
+
+impl Client {
+    pub fn new(url: &str) -> Client {
+        Client {
+            url: url.to_owned(),
+            http: reqwest::Client::new(),
+            session: None,
+            version: None,
+        }
+    }
+
+    pub fn request(&self, method: reqwest::Method) -> reqwest::RequestBuilder {
+        let mut r = self.http.request(method, &self.url);
+        if let Some(s) = &self.session {
+            r = r.header("mcp-session-id", s);
+        }
+        if let Some(v) = &self.version {
+            r = r.header("mcp-protocol-version", v);
+        }
+        r
+    }
+
+    /// POSTs a raw body with the standard headers.
+    pub async fn post_raw(&self, body: impl Into<reqwest::Body>) -> Reply {
+        let r = self
+            .request(reqwest::Method::POST)
+            .header("content-type", "application/json")
+            .header("accept", ACCEPT_BOTH)
+            .body(body)
+            .send()
+            .await
+            .expect("POST");
+        read_reply(r).await
+    }
+
+    pub async fn post(&self, message: &Value) -> Reply {
+        self.post_raw(message.to_string()).await
+    }
+
+    /// Sends a request and returns the reply (JSON or a finished SSE stream).
+    pub async fn call(&self, id: i64, method: &str, params: Value) -> Reply {
+        self.post(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))
+            .await
+    }
+
+    /// The result of a request, asserting it succeeded.
+    pub async fn result(&self, id: i64, method: &str, params: Value) -> Value {
+        let reply = self.call(id, method, params).await;
+        assert_eq!(reply.status, 200, "{reply:?}");
+        let last = reply.last().clone();
+        assert!(last.get("result").is_some(), "no result: {reply:?}");
+        assert_eq!(last["id"], id);
+        last["result"].clone()
+    }
+
+    /// The text of the first content item of a tool call's result.
+    pub async fn tool_text(&self, id: i64, name: &str, arguments: Value) -> String {
+        let r = self
+            .result(
+                id,
+                "tools/call",
+                json!({"name": name, "arguments": arguments}),
+            )
+            .await;
+        r["content"][0]["text"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no text in {r}"))
+            .to_owned()
+    }
+
+    pub async fn notify(&self, method: &str, params: Value) -> Reply {
+        self.post(&json!({"jsonrpc": "2.0", "method": method, "params": params}))
+            .await
+    }
+
+    /// `initialize` at `version`, then `notifications/initialized`; keeps the session id.
+    pub async fn initialize_at(&mut self, version: &str, capabilities: Value) -> Value {
+        let reply = self
+            .call(
+                0,
+                "initialize",
+                json!({"protocolVersion": version, "capabilities": capabilities, "clientInfo": {"name": "gateway-tests", "version": "1"}}),
+            )
+            .await;
+        assert_eq!(reply.status, 200, "{reply:?}");
+        self.session = Some(
+            reply.headers["mcp-session-id"]
+                .to_str()
+                .expect("session id is ASCII")
+                .to_owned(),
+        );
+        let result = reply.last()["result"].clone();
+        self.version = Some(result["protocolVersion"].as_str().unwrap().to_owned());
+        let r = self.notify("notifications/initialized", json!({})).await;
+        assert_eq!(r.status, 202, "{r:?}");
+        result
+    }
+
+    pub async fn initialize(&mut self) -> Value {
+        self.initialize_at(
+            "2025-11-25",
+            json!({"sampling": {}, "elicitation": {}, "roots": {"listChanged": true}}),
+        )
+        .await
+    }
+
+    /// Opens a streaming POST and returns its live event stream.
+    pub async fn stream(&self, message: &Value) -> Events {
+        let r = self
+            .request(reqwest::Method::POST)
+            .header("content-type", "application/json")
+            .header("accept", ACCEPT_BOTH)
+            .body(message.to_string())
+            .send()
+            .await
+            .expect("POST");
+        assert_eq!(r.status(), 200);
+        assert!(
+            r.headers()["content-type"]
+                .to_str()
+                .unwrap()
+                .starts_with("text/event-stream")
+        );
+        Events::new(r)
+    }
+
+    /// Opens the GET stream.
+    pub async fn get_stream(&self) -> reqwest::Response {
+        self.request(reqwest::Method::GET)
+            .header("accept", "text/event-stream")
+            .send()
+            .await
+            .expect("GET")
+    }
+
+    pub async fn delete(&self) -> u16 {
+        self.request(reqwest::Method::DELETE)
+            .send()
+            .await
+            .expect("DELETE")
+            .status()
+            .as_u16()
+    }
+}
+
+async fn read_reply(r: reqwest::Response) -> Reply {
+    let status = r.status().as_u16();
+    let headers = r.headers().clone();
+    let body = r.text().await.unwrap_or_default();
+    let is_sse = headers
+        .get("content-type")
+        .is_some_and(|v| v.to_str().unwrap().starts_with("text/event-stream"));
+    let messages = if is_sse {
+        parse_sse(&body)
+            .into_iter()
+            .filter_map(|e| serde_json::from_str(&e.data).ok())
+            .collect()
+    } else if body.trim().is_empty() {
+        Vec::new()
+    } else {
+        match serde_json::from_str::<Value>(&body) {
+            Ok(Value::Array(v)) => v,
+            Ok(v) => vec![v],
+            Err(_) => Vec::new(),
+        }
+    };
+    Reply {
+        status,
+        headers,
+        body,
+        messages,
+    }
+}
+
+/// One SSE event.
+#[derive(Debug, Clone, Default)]
+pub struct SseEvent {
+    pub id: Option<String>,
+    pub data: String,
+    pub retry: Option<u64>,
+}
+
+/// Parses a complete SSE body.
+pub fn parse_sse(body: &str) -> Vec<SseEvent> {
+    let mut out = Vec::new();
+    for block in body.replace("\r\n", "\n").split("\n\n") {
+        let mut ev = SseEvent::default();
+        let mut any = false;
+        for line in block.lines() {
+            if line.starts_with(':') {
+                continue;
+            }
+            let (field, value) = line
+                .split_once(':')
+                .map_or((line, ""), |(f, v)| (f, v.strip_prefix(' ').unwrap_or(v)));
+            match field {
+                "data" => {
+                    if any && !ev.data.is_empty() {
+                        ev.data.push('\n');
+                    }
+                    ev.data.push_str(value);
+                    any = true;
+                }
+                "id" => {
+                    ev.id = Some(value.to_owned());
+                    any = true;
+                }
+                "retry" => {
+                    ev.retry = value.parse().ok();
+                    any = true;
+                }
+                _ => {}
+            }
+        }
+        if any {
+            out.push(ev);
+        }
+    }
+    out
+}
+
+/// A live SSE stream, read message by message.
+pub struct Events {
+    stream:
+        std::pin::Pin<Box<dyn futures_util::Stream<Item = reqwest::Result<bytes::Bytes>> + Send>>,
+    buf: String,
+}
+
+impl Events {
+    pub fn new(r: reqwest::Response) -> Events {
+        Events {
+            stream: Box::pin(r.bytes_stream()),
+            buf: String::new(),
+        }
+    }
+
+    /// The next JSON-RPC message, or `None` when the stream ends. Panics after 20 s.
+    pub async fn next(&mut self) -> Option<Value> {
+        loop {
+            if let Some(pos) = self.buf.find("\n\n") {
+                let block: String = self.buf.drain(..pos + 2).collect();
+                if let Some(ev) = parse_sse(&block).into_iter().next()
+                    && let Ok(v) = serde_json::from_str(&ev.data)
+                {
+                    return Some(v);
+                }
+                continue;
+            }
+            let chunk = tokio::time::timeout(Duration::from_secs(20), self.stream.next())
+                .await
+                .expect("timed out waiting for an SSE event");
+            match chunk {
+                Some(Ok(bytes)) => self
+                    .buf
+                    .push_str(&String::from_utf8_lossy(&bytes).replace("\r\n", "\n")),
+                _ => return None,
+            }
+        }
+    }
+}
+
+/// Whether a process exists and is not a zombie.
+pub fn alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_some_and(|state| state != "Z" && state != "X"),
+        Err(_) => false,
+    }
+}
+
+/// Every live descendant of `pid`, found through /proc parent links.
+pub fn descendants(pid: u32) -> Vec<u32> {
+    let mut parents = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(p) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{p}/stat")) else {
+            continue;
+        };
+        let Some((_, rest)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        if fields.len() > 2 && fields[0] != "Z" {
+            parents.push((p, fields[1].parse::<u32>().unwrap_or(0)));
+        }
+    }
+    let mut out = Vec::new();
+    let mut frontier = vec![pid];
+    while let Some(parent) = frontier.pop() {
+        for (p, pp) in &parents {
+            if *pp == parent {
+                out.push(*p);
+                frontier.push(*p);
+            }
+        }
+    }
+    out
+}
