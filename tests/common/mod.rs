@@ -130,6 +130,24 @@ impl Gateway {
         .await;
     }
 
+    /// Waits until `n` log lines contain `needle`.
+    pub async fn wait_log_count(&self, needle: &str, n: usize) {
+        let log = self.log.clone();
+        wait_until(
+            &format!("{n} log lines containing {needle:?}"),
+            Duration::from_secs(20),
+            || {
+                log.lock()
+                    .unwrap()
+                    .iter()
+                    .filter(|l| l.contains(needle))
+                    .count()
+                    >= n
+            },
+        )
+        .await;
+    }
+
     pub fn client(&self) -> Client {
         Client::new(&self.url)
     }

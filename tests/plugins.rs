@@ -1,0 +1,344 @@
+//! Plugins as processes: started per session on first use, isolated from each other,
+//! restarted after a crash with the session intact, stopped without orphans or zombies, and
+//! never trusted to write only valid JSON-RPC.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{FIXTURE, Gateway, alive, descendants, wait_until};
+use serde_json::json;
+
+#[tokio::test]
+async fn each_session_gets_its_own_plugin_started_on_first_use() {
+    let gw = Gateway::fixture(&[], &[]);
+    // The start-up probe's child is gone once the gateway is ready to answer.
+    let mut a = gw.client();
+    a.initialize().await;
+    wait_until("probe child stopped", Duration::from_secs(10), || {
+        descendants(gw.pid()).is_empty()
+    })
+    .await;
+    let mut b = gw.client();
+    b.initialize().await;
+    assert!(
+        descendants(gw.pid()).is_empty(),
+        "initialize alone starts no child"
+    );
+
+    assert_eq!(a.tool_text(1, "counter", json!({})).await, "1");
+    assert_eq!(a.tool_text(2, "counter", json!({})).await, "2");
+    assert_eq!(
+        b.tool_text(1, "counter", json!({})).await,
+        "1",
+        "state never leaks between sessions"
+    );
+    let pa = a.tool_text(3, "pid", json!({})).await;
+    let pb = b.tool_text(2, "pid", json!({})).await;
+    assert_ne!(pa, pb);
+    assert_eq!(descendants(gw.pid()).len(), 2);
+}
+
+#[tokio::test]
+async fn a_crash_fails_the_call_and_the_session_survives() {
+    let gw = Gateway::fixture(&[], &[]);
+    let mut c = gw.client();
+    c.initialize().await;
+    assert_eq!(c.tool_text(1, "counter", json!({})).await, "1");
+    let first_pid: u32 = c.tool_text(2, "pid", json!({})).await.parse().unwrap();
+
+    let r = c
+        .call(3, "tools/call", json!({"name": "crash", "arguments": {}}))
+        .await;
+    assert_eq!(r.status, 200);
+    let err = &r.last()["error"];
+    assert_eq!(r.last()["id"], 3);
+    assert!(
+        err["message"].as_str().unwrap().contains("plugin 'stdio'"),
+        "{err}"
+    );
+    assert!(
+        err["message"].as_str().unwrap().contains("exit status: 7"),
+        "{err}"
+    );
+    wait_until("crashed child reaped", Duration::from_secs(5), || {
+        !alive(first_pid)
+    })
+    .await;
+
+    // The next request restarts and re-initializes the plugin: same session, new process.
+    assert_eq!(
+        c.tool_text(4, "echo", json!({"text": "back"})).await,
+        "back"
+    );
+    let second_pid: u32 = c.tool_text(5, "pid", json!({})).await.parse().unwrap();
+    assert_ne!(first_pid, second_pid);
+    assert_eq!(
+        c.tool_text(6, "counter", json!({})).await,
+        "1",
+        "a fresh process"
+    );
+    gw.wait_log("restarts on the next request").await;
+}
+
+#[tokio::test]
+async fn in_flight_requests_all_fail_when_the_plugin_dies() {
+    let gw = Gateway::fixture(&[], &[]);
+    let mut c = gw.client();
+    c.initialize().await;
+    let slow: Vec<_> = (10..15)
+        .map(|id| {
+            let c = c.clone();
+            tokio::spawn(async move {
+                c.call(
+                    id,
+                    "tools/call",
+                    json!({"name": "slow", "arguments": {"ms": 30000}}),
+                )
+                .await
+            })
+        })
+        .collect();
+    gw.wait_log_count("slow request", 5).await;
+    c.call(20, "tools/call", json!({"name": "crash", "arguments": {}}))
+        .await;
+    for h in slow {
+        let r = h.await.unwrap();
+        assert!(
+            r.last()["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("exited"),
+            "{r:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn garbage_lines_are_dropped_and_logged_stderr_is_tagged() {
+    let gw = Gateway::fixture(&[], &[]);
+    let mut c = gw.client();
+    c.initialize().await;
+    let r = c
+        .call(1, "tools/call", json!({"name": "garbage", "arguments": {}}))
+        .await;
+    // Only the real response reached the client: no garbage, no stray response.
+    assert_eq!(r.messages.len(), 1, "{r:?}");
+    assert_eq!(r.last()["result"]["content"][0]["text"], "after garbage");
+    gw.wait_log("this line is not JSON-RPC").await;
+    assert!(gw.log().contains("dropped a line that is not JSON-RPC"));
+
+    c.tool_text(
+        2,
+        "stderr",
+        json!({"text": "hello from the plugin's stderr"}),
+    )
+    .await;
+    gw.wait_log("hello from the plugin's stderr").await;
+    let sid = c.session.clone().unwrap();
+    let line = gw
+        .log()
+        .lines()
+        .find(|l| l.contains("hello from the plugin's stderr"))
+        .unwrap()
+        .to_owned();
+    assert!(
+        line.contains("plugin=stdio") && line.contains(&sid),
+        "{line}"
+    );
+}
+
+#[tokio::test]
+async fn a_plugin_that_fails_to_start_leaves_the_others_working() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("gw.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[plugins.good]\ncommand = \"{FIXTURE}\"\n[plugins.bad]\ncommand = \"{FIXTURE}\"\nargs = [\"--fail-start\"]\n[plugins.missing]\ncommand = \"/nonexistent/server\"\n"
+        ),
+    )
+    .unwrap();
+    let gw = Gateway::start(&["--config", config.to_str().unwrap()]);
+    let mut c = gw.client();
+    c.initialize().await;
+    let tools = c.result(1, "tools/list", json!({})).await;
+    let names: Vec<&str> = tools["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert!(names.contains(&"good__echo"), "{names:?}");
+    assert!(
+        !names
+            .iter()
+            .any(|n| n.starts_with("bad__") || n.starts_with("missing__")),
+        "{names:?}"
+    );
+    assert_eq!(
+        c.tool_text(2, "good__echo", json!({"text": "ok"})).await,
+        "ok"
+    );
+    // The failures are logged with the command and the plugin's own words.
+    let log = gw.log();
+    assert!(
+        log.contains("--fail-start") && log.contains("refusing to start"),
+        "{log}"
+    );
+    assert!(log.contains("/nonexistent/server"), "{log}");
+}
+
+#[tokio::test]
+async fn delete_and_shutdown_leave_no_process_behind() {
+    let mut gw = Gateway::fixture(&[], &[]);
+    let mut a = gw.client();
+    a.initialize().await;
+    let pid_a: u32 = a.tool_text(1, "pid", json!({})).await.parse().unwrap();
+    assert!(alive(pid_a));
+    assert_eq!(a.delete().await, 200);
+    wait_until(
+        "session's child gone after DELETE",
+        Duration::from_secs(10),
+        || !alive(pid_a),
+    )
+    .await;
+
+    let mut b = gw.client();
+    b.initialize().await;
+    let mut c = gw.client();
+    c.initialize().await;
+    let pids: Vec<u32> = vec![
+        b.tool_text(1, "pid", json!({})).await.parse().unwrap(),
+        c.tool_text(1, "pid", json!({})).await.parse().unwrap(),
+    ];
+    // A call still running when the gateway is told to stop.
+    let slow = {
+        let b = b.clone();
+        tokio::spawn(async move {
+            b.call(
+                2,
+                "tools/call",
+                json!({"name": "slow", "arguments": {"ms": 60000}}),
+            )
+            .await
+        })
+    };
+    gw.wait_log("slow request").await;
+    let status = gw.terminate();
+    assert!(status.success(), "clean exit on SIGTERM: {status}");
+    for pid in pids {
+        assert!(!alive(pid), "plugin {pid} outlived the gateway");
+    }
+    let _ = slow.await;
+}
+
+#[tokio::test]
+async fn plugins_speaking_2024_11_05_work_behind_newer_clients() {
+    let gw = Gateway::fixture(&[], &["--protocol-version", "2024-11-05"]);
+    let mut c = gw.client();
+    let result = c.initialize().await;
+    assert_eq!(result["protocolVersion"], "2025-11-25");
+    assert_eq!(c.tool_text(1, "echo", json!({"text": "old"})).await, "old");
+    gw.wait_log("version=2024-11-05").await;
+}
+
+#[tokio::test]
+async fn plugins_speaking_an_unknown_version_are_refused() {
+    let gw = Gateway::fixture(&[], &["--protocol-version", "1999-01-01"]);
+    let mut c = gw.client();
+    let result = c.initialize().await;
+    assert!(result["capabilities"].get("tools").is_none(), "{result}");
+    gw.wait_log("1999-01-01").await;
+}
+
+#[tokio::test]
+async fn many_requests_in_flight_on_one_plugin() {
+    let gw = Gateway::fixture(&[], &[]);
+    let mut c = gw.client();
+    c.initialize().await;
+    let calls: Vec<_> = (1..=40)
+        .map(|i| {
+            let c = c.clone();
+            tokio::spawn(async move {
+                (
+                    i,
+                    c.tool_text(i, "echo", json!({"text": format!("m{i}")}))
+                        .await,
+                )
+            })
+        })
+        .collect();
+    for h in calls {
+        let (i, text) = h.await.unwrap();
+        assert_eq!(text, format!("m{i}"));
+    }
+    assert_eq!(descendants(gw.pid()).len(), 1, "one child for the session");
+}
+
+#[tokio::test]
+async fn cancellation_reaches_the_plugin_with_its_id_and_ends_the_stream() {
+    let gw = Gateway::fixture(&[], &[]);
+    let mut c = gw.client();
+    c.initialize().await;
+    let slow = {
+        let c = c.clone();
+        tokio::spawn(async move {
+            c.call(
+                77,
+                "tools/call",
+                json!({"name": "slow", "arguments": {"ms": 60000}}),
+            )
+            .await
+        })
+    };
+    gw.wait_log("slow request").await;
+    let r = c
+        .notify(
+            "notifications/cancelled",
+            json!({"requestId": 77, "reason": "user gave up"}),
+        )
+        .await;
+    assert_eq!(r.status, 202);
+    // The plugin saw its own id for the request (the gateway's, not the client's 77)...
+    gw.wait_log("cancelled").await;
+    let started = gw
+        .log()
+        .lines()
+        .find(|l| l.contains("slow request"))
+        .unwrap()
+        .to_owned();
+    let plugin_id = started
+        .split("slow request ")
+        .nth(1)
+        .unwrap()
+        .split(' ')
+        .next()
+        .unwrap()
+        .to_owned();
+    assert_ne!(
+        plugin_id, "77",
+        "the plugin sees the gateway's id, not the client's"
+    );
+    assert!(
+        gw.log().contains(&format!("request {plugin_id} cancelled")),
+        "{}",
+        gw.log()
+    );
+    // ...and the client's stream ended without a response, well before the 60 s sleep.
+    let reply = tokio::time::timeout(Duration::from_secs(10), slow)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        reply
+            .messages
+            .iter()
+            .all(|m| m.get("id") != Some(&json!(77))),
+        "{reply:?}"
+    );
+    assert_eq!(
+        c.tool_text(78, "echo", json!({"text": "after"})).await,
+        "after"
+    );
+}
