@@ -29,15 +29,14 @@ use crate::stream::Sink;
 /// Listens to what a plugin sends on its own initiative.
 pub trait PluginEvents: Send + Sync + 'static {
     /// A request from the plugin to the client (`sampling/createMessage`, `elicitation/create`,
-    /// `roots/list`, `ping`). `related` is the stream of a client request in flight on this
-    /// plugin, if any.
+    /// `roots/list`, `ping`), with the client stream it relates to.
     fn plugin_request(
         &self,
         conn: &Arc<PluginConnection>,
         id: Id,
         method: &str,
         params: Option<&RawValue>,
-        related: Option<Sink>,
+        related: Related,
     );
 
     /// A notification from the plugin (progress already routed).
@@ -46,11 +45,22 @@ pub trait PluginEvents: Send + Sync + 'static {
         conn: &Arc<PluginConnection>,
         message: Bytes,
         method: &str,
-        related: Option<Sink>,
+        related: Related,
     );
 
     /// The plugin is gone (crashed or stopped).
     fn plugin_exited(&self, conn: &Arc<PluginConnection>);
+}
+
+/// The client stream a plugin's own message relates to.
+#[derive(Debug, Clone)]
+pub enum Related {
+    /// No client request is in flight on an SSE stream.
+    None,
+    /// Exactly one stream has requests in flight on this plugin: the message is theirs.
+    Exact(Sink),
+    /// Several do; this is the newest. The session prefers its GET stream then.
+    Ambiguous(Sink),
 }
 
 /// Where a plugin's answer goes.
@@ -288,18 +298,30 @@ impl PluginConnection {
         self.transport.shutdown().await;
     }
 
-    /// The stream of the most recent client request in flight that can carry messages: where
-    /// the plugin's logs and requests most likely belong.
-    fn related_sink(&self) -> Option<Sink> {
+    /// Where a message the plugin sends on its own most likely belongs. Stdio carries no link
+    /// from a plugin's request or log to the client request that caused it, so only one
+    /// stream in flight is certain; with several it is a guess.
+    fn related(&self) -> Related {
         let pending = self.pending.lock().expect("pending lock");
-        pending
-            .iter()
-            .filter_map(|(k, p)| match p {
-                Pending::Client { sink, .. } if sink.carries_messages() => Some((*k, sink)),
-                _ => None,
-            })
-            .max_by_key(|(k, _)| *k)
-            .map(|(_, s)| s.clone())
+        let mut newest: Option<(u64, &Sink)> = None;
+        let mut streams = 0;
+        for (k, p) in pending.iter() {
+            if let Pending::Client { sink, .. } = p
+                && sink.carries_messages()
+            {
+                if newest.is_none_or(|(_, s)| !s.same_stream(sink)) {
+                    streams += 1;
+                }
+                if newest.is_none_or(|(n, _)| *k > n) {
+                    newest = Some((*k, sink));
+                }
+            }
+        }
+        match (newest, streams) {
+            (None, _) => Related::None,
+            (Some((_, s)), 1) => Related::Exact(s.clone()),
+            (Some((_, s)), _) => Related::Ambiguous(s.clone()),
+        }
     }
 
     fn register(&self, pending: Pending) -> Result<u64, BackendError> {
@@ -422,7 +444,7 @@ impl PluginConnection {
             Message::Response { id, outcome } => self.handle_response(id, outcome),
             Message::Request { id, method, params } => match self.events() {
                 Some(events) => {
-                    events.plugin_request(self, id, &method, params.as_deref(), self.related_sink())
+                    events.plugin_request(self, id, &method, params.as_deref(), self.related())
                 }
                 None => self.answer_unlistened(id, &method),
             },
@@ -431,7 +453,7 @@ impl PluginConnection {
                     return;
                 }
                 if let Some(events) = self.events() {
-                    events.plugin_notification(self, line, &method, self.related_sink());
+                    events.plugin_notification(self, line, &method, self.related());
                 }
             }
         }
@@ -496,7 +518,7 @@ impl PluginConnection {
         {
             // The request's stream cannot carry it (JSON mode, or the client left): the
             // session's GET stream can.
-            events.plugin_notification(self, bytes, "notifications/progress", None);
+            events.plugin_notification(self, bytes, "notifications/progress", Related::None);
         }
         true
     }

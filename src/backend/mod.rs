@@ -17,7 +17,7 @@ pub mod stdio;
 pub mod transport;
 
 pub use catalog::{Catalog, PluginEntry, PluginInfo};
-pub use connection::{PluginConnection, PluginEvents};
+pub use connection::{PluginConnection, PluginEvents, Related};
 pub use transport::PluginTransport;
 
 /// Why a plugin could not be used.

@@ -23,7 +23,7 @@ use tokio_util::sync::CancellationToken;
 pub use manager::{SessionManager, TooManySessions};
 
 use crate::backend::{
-    BackendError, PluginConnection, PluginEntry, PluginEvents, PluginInfo, start_plugin,
+    BackendError, PluginConnection, PluginEntry, PluginEvents, PluginInfo, Related, start_plugin,
 };
 use crate::jsonrpc::{self, Id, Outcome};
 use crate::stream::Sink;
@@ -270,23 +270,34 @@ impl Session {
         Some(rx)
     }
 
-    /// Sends a server-initiated message on `related` if it can carry it, else on the GET
-    /// stream, else keeps it for the next GET stream.
-    pub fn deliver(&self, bytes: Bytes, related: Option<Sink>) {
-        let bytes = match related {
-            Some(sink) => match sink.message(bytes) {
-                Ok(()) => return,
-                Err(b) => b,
-            },
-            None => bytes,
+    /// Sends a server-initiated message on exactly one stream: the related request's when it
+    /// is certain, else the GET stream, else (when the relation is a guess) the newest request
+    /// stream; failing all of these it waits for the next GET stream.
+    pub fn deliver(&self, bytes: Bytes, related: Related) {
+        let (first, last_resort) = match related {
+            Related::Exact(s) => (Some(s), None),
+            Related::Ambiguous(s) => (None, Some(s)),
+            Related::None => (None, None),
         };
-        let bytes = match self.get_stream.lock().expect("get stream lock").as_ref() {
-            Some(sink) => match sink.message(bytes) {
+        let mut bytes = bytes;
+        if let Some(sink) = first {
+            match sink.message(bytes) {
                 Ok(()) => return,
-                Err(b) => b,
-            },
-            None => bytes,
-        };
+                Err(b) => bytes = b,
+            }
+        }
+        if let Some(sink) = self.get_stream.lock().expect("get stream lock").as_ref() {
+            match sink.message(bytes) {
+                Ok(()) => return,
+                Err(b) => bytes = b,
+            }
+        }
+        if let Some(sink) = last_resort {
+            match sink.message(bytes) {
+                Ok(()) => return,
+                Err(b) => bytes = b,
+            }
+        }
         let mut backlog = self.backlog.lock().expect("backlog lock");
         if backlog.len() == BACKLOG_LIMIT {
             backlog.pop_front();
@@ -347,7 +358,7 @@ impl PluginEvents for Session {
         id: Id,
         method: &str,
         params: Option<&RawValue>,
-        related: Option<Sink>,
+        related: Related,
     ) {
         let n = self.next_server_request.fetch_add(1, Ordering::Relaxed);
         self.server_requests
@@ -363,7 +374,7 @@ impl PluginEvents for Session {
         conn: &Arc<PluginConnection>,
         message: Bytes,
         method: &str,
-        related: Option<Sink>,
+        related: Related,
     ) {
         match method {
             // Unrelated to any request: the GET stream.
@@ -374,7 +385,7 @@ impl PluginEvents for Session {
                 if method == "notifications/resources/list_changed" {
                     self.routes.lock().expect("routes lock").clear();
                 }
-                self.deliver(message, None)
+                self.deliver(message, Related::None)
             }
             "notifications/cancelled" => {
                 if let Some(bytes) = self.map_plugin_cancel(conn, &message) {

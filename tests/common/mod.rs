@@ -465,6 +465,7 @@ impl Events {
 
     /// The next JSON-RPC message, or `None` when the stream ends. Panics after 20 s.
     pub async fn next(&mut self) -> Option<Value> {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
         loop {
             if let Some(pos) = self.buf.find("\n\n") {
                 let block: String = self.buf.drain(..pos + 2).collect();
@@ -475,7 +476,7 @@ impl Events {
                 }
                 continue;
             }
-            let chunk = tokio::time::timeout(Duration::from_secs(20), self.stream.next())
+            let chunk = tokio::time::timeout_at(deadline, self.stream.next())
                 .await
                 .expect("timed out waiting for an SSE event");
             match chunk {
