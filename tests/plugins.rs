@@ -342,3 +342,27 @@ async fn cancellation_reaches_the_plugin_with_its_id_and_ends_the_stream() {
         "after"
     );
 }
+
+#[tokio::test]
+async fn the_whole_process_group_goes_with_the_plugin() {
+    // The plugin leaves a grandchild that ignores stdin; stopping the plugin must take it too.
+    let script = format!("sleep 300 & exec {FIXTURE}");
+    let gw = Gateway::start(&["--", "sh", "-c", &script]);
+    let mut c = gw.client();
+    c.initialize().await;
+    wait_until("probe tree gone", Duration::from_secs(10), || {
+        descendants(gw.pid()).is_empty()
+    })
+    .await;
+    let pid: u32 = c.tool_text(1, "pid", json!({})).await.parse().unwrap();
+    let tree = descendants(gw.pid());
+    assert!(tree.len() >= 2, "the plugin and its grandchild: {tree:?}");
+    assert!(tree.contains(&pid));
+    assert_eq!(c.delete().await, 200);
+    wait_until(
+        "the plugin's whole group gone",
+        Duration::from_secs(15),
+        || tree.iter().all(|p| !alive(*p)),
+    )
+    .await;
+}

