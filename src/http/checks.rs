@@ -83,7 +83,7 @@ impl Guard {
         let allowed = match &self.origins {
             Rule::Any => true,
             Rule::Only(list) => {
-                list.iter().any(|o| *o == origin)
+                list.contains(&origin)
                     || (self.same_origin_default && origin_authority == Some(authority.as_str()))
             }
             Rule::LoopbackOrigins => {

@@ -79,7 +79,12 @@ impl Gateway {
                 if let Some(rest) = line.split("listening on http://").nth(1)
                     && let Some(tx) = tx.take()
                 {
-                    let _ = tx.send(rest.trim_end_matches("/mcp").trim().to_owned());
+                    // Text or JSON log line: the address runs up to the path.
+                    let addr: String = rest
+                        .chars()
+                        .take_while(|c| *c != '/' && *c != '"' && !c.is_whitespace())
+                        .collect();
+                    let _ = tx.send(addr);
                 }
                 if std::env::var_os("GATEWAY_LOG").is_some() {
                     eprintln!("[gateway] {line}");

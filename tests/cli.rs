@@ -1,0 +1,202 @@
+//! The command line: `check`, config files in both shapes, flags and their environment
+//! forms, `--help`, and quick mode combined with a config file.
+
+mod common;
+
+use std::process::Command;
+
+use common::{FIXTURE, GATEWAY, Gateway};
+use serde_json::json;
+
+fn gateway(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
+    let mut cmd = Command::new(GATEWAY);
+    cmd.args(args).env_remove("MCP_GATEWAY_CONFIG");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn write(dir: &tempfile::TempDir, name: &str, text: &str) -> String {
+    let p = dir.path().join(name);
+    std::fs::write(&p, text).unwrap();
+    p.to_str().unwrap().to_owned()
+}
+
+#[test]
+fn check_accepts_good_configs_and_names_bad_keys() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = write(
+        &dir,
+        "good.toml",
+        "listen = \"127.0.0.1:9000\"\n[plugins.a]\ncommand = \"x\"\n[session]\nmax_sessions = 5\n",
+    );
+    let (code, out, _) = gateway(&["check", "--config", &good], &[]);
+    assert_eq!(code, 0);
+    assert!(out.contains("config OK") && out.contains('a'), "{out}");
+
+    let typo = write(
+        &dir,
+        "typo.toml",
+        "[plugins.a]\ncommand = \"x\"\nargz = [\"y\"]\n",
+    );
+    let (code, _, err) = gateway(&["check", "--config", &typo], &[]);
+    assert_ne!(code, 0);
+    assert!(err.contains("argz"), "{err}");
+
+    let nested = write(
+        &dir,
+        "nested.toml",
+        "[plugins.a]\ncommand = \"x\"\n[session]\nidle_timeout = 5\n",
+    );
+    let (code, _, err) = gateway(&["check", "--config", &nested], &[]);
+    assert_ne!(code, 0);
+    assert!(err.contains("idle_timeout"), "{err}");
+
+    let bad_value = write(
+        &dir,
+        "value.toml",
+        "[plugins.a]\ncommand = \"x\"\n[session]\nmax_sessions = 0\n",
+    );
+    let (code, _, err) = gateway(&["check", "--config", &bad_value], &[]);
+    assert_ne!(code, 0);
+    assert!(err.contains("session.max_sessions"), "{err}");
+
+    let empty = write(&dir, "empty.toml", "");
+    let (code, _, err) = gateway(&["check", "--config", &empty], &[]);
+    assert_ne!(code, 0);
+    assert!(err.contains("no plugins"), "{err}");
+
+    let (code, _, err) = gateway(&["check", "--config", "/nonexistent.toml"], &[]);
+    assert_ne!(code, 0);
+    assert!(err.contains("/nonexistent.toml"), "{err}");
+}
+
+#[test]
+fn check_reads_client_json_configs() {
+    let dir = tempfile::tempdir().unwrap();
+    let claude = write(
+        &dir,
+        "claude_desktop_config.json",
+        r#"{"mcpServers": {"fs": {"command": "npx", "args": ["-y", "@modelcontextprotocol/server-filesystem", "/tmp"]}, "time": {"command": "uvx", "args": ["mcp-server-time"], "env": {"TZ": "UTC"}}}}"#,
+    );
+    let (code, out, err) = gateway(&["check", "--config", &claude], &[]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("2 plugin(s)"), "{out}");
+    let vscode = write(
+        &dir,
+        "mcp.json",
+        r#"{"servers": {"remote": {"type": "http", "url": "https://x"}}}"#,
+    );
+    let (code, _, err) = gateway(&["check", "--config", &vscode], &[]);
+    assert_ne!(code, 0);
+    assert!(err.contains("url"), "{err}");
+}
+
+#[test]
+fn flags_have_environment_forms_and_help_documents_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write(&dir, "gw.toml", "[plugins.a]\ncommand = \"x\"\n");
+    let (code, _, err) = gateway(
+        &["check"],
+        &[
+            ("MCP_GATEWAY_CONFIG", &cfg),
+            ("MCP_GATEWAY_MAX_SESSIONS", "0"),
+        ],
+    );
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("session.max_sessions"),
+        "the env var was read: {err}"
+    );
+    let (code, _, err) = gateway(
+        &["check", "--config", &cfg],
+        &[("MCP_GATEWAY_LISTEN", "not-an-address")],
+    );
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("MCP_GATEWAY_LISTEN") || err.contains("listen"),
+        "{err}"
+    );
+
+    let (code, help, _) = gateway(&["--help"], &[]);
+    assert_eq!(code, 0);
+    for flag in [
+        "--config",
+        "--listen",
+        "--allowed-origins",
+        "--allowed-hosts",
+        "--max-body-bytes",
+        "--session-idle-timeout-secs",
+        "--max-sessions",
+        "--sse-keep-alive-secs",
+        "--separator",
+        "--plugin-name",
+        "--response-mode",
+        "--log-format",
+        "MCP_GATEWAY_LISTEN",
+        "MCP_GATEWAY_CONFIG",
+        "127.0.0.1:8080",
+    ] {
+        assert!(help.contains(flag), "--help lacks {flag}:\n{help}");
+    }
+}
+
+#[test]
+fn port_in_use_fails_fast() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let (code, _, err) = gateway(&["--listen", &addr, "--", "x"], &[]);
+    assert_ne!(code, 0);
+    assert!(err.contains(&addr), "{err}");
+}
+
+#[tokio::test]
+async fn quick_mode_and_config_mode_combine() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write(
+        &dir,
+        "gw.toml",
+        &format!("[plugins.cfg]\ncommand = \"{FIXTURE}\"\nargs = [\"--name\", \"from-config\"]\n"),
+    );
+    let gw = Gateway::start(&[
+        "--config",
+        &cfg,
+        "--plugin-name",
+        "quick",
+        "--",
+        FIXTURE,
+        "--name",
+        "from-cli",
+    ]);
+    let mut c = gw.client();
+    c.initialize().await;
+    assert_eq!(c.tool_text(1, "cfg__echo", json!({"text": "a"})).await, "a");
+    assert_eq!(
+        c.tool_text(2, "quick__echo", json!({"text": "b"})).await,
+        "b"
+    );
+}
+
+#[tokio::test]
+async fn json_logs_on_request() {
+    let gw = Gateway::fixture(&["--log-format", "json"], &[]);
+    let mut c = gw.client();
+    c.initialize().await;
+    c.tool_text(1, "stderr", json!({"text": "json-log-probe"}))
+        .await;
+    gw.wait_log("json-log-probe").await;
+    let line = gw
+        .log()
+        .lines()
+        .find(|l| l.contains("json-log-probe"))
+        .unwrap()
+        .to_owned();
+    let v: serde_json::Value = serde_json::from_str(&line).expect("a JSON log line");
+    assert_eq!(v["fields"]["plugin"], "stdio");
+}
