@@ -192,7 +192,8 @@ impl PluginConnection {
         Ok(self.init.get_or_init(|| result))
     }
 
-    /// Sends a request on the gateway's own behalf and waits for its result.
+    /// Sends a request on the gateway's own behalf and waits for its result. Dropping the
+    /// future (a caller's timeout) forgets the request.
     pub async fn call(
         &self,
         method: &str,
@@ -200,11 +201,14 @@ impl PluginConnection {
     ) -> Result<Box<RawValue>, CallError> {
         let (tx, rx) = oneshot::channel();
         let id = self.register(Pending::Internal(tx))?;
+        let forget = Forget { conn: self, id };
         self.write(
             jsonrpc::request_bytes(Some(Id::from_u64(id).raw()), method, params),
             id,
         )?;
-        rx.await.unwrap_or_else(|_| Err(self.gone_error().into()))
+        let result = rx.await.unwrap_or_else(|_| Err(self.gone_error().into()));
+        std::mem::forget(forget);
+        result
     }
 
     /// Forwards a client's request; the answer goes to `sink` under the client's id. On
@@ -366,6 +370,18 @@ impl PluginConnection {
 
     fn events(&self) -> Option<Arc<dyn PluginEvents>> {
         self.events.as_ref().and_then(Weak::upgrade)
+    }
+}
+
+/// Removes an internal call's pending entry if its caller stops waiting.
+struct Forget<'a> {
+    conn: &'a PluginConnection,
+    id: u64,
+}
+
+impl Drop for Forget<'_> {
+    fn drop(&mut self) {
+        self.conn.take(self.id);
     }
 }
 

@@ -300,19 +300,27 @@ async fn in_session(
         return Ok(StatusCode::ACCEPTED.into_response());
     }
 
-    let sse = requests.iter().any(|(_, method, params)| {
-        router::response_mode(&session, method, params.as_deref()) == ResponseMode::Sse
-    });
+    let planned: Vec<_> = requests
+        .into_iter()
+        .map(|(id, method, params)| {
+            let plan = router::plan(&session, &method, params.as_deref());
+            (id, method, params, plan)
+        })
+        .collect();
+    let sse = planned
+        .iter()
+        .any(|(.., plan)| plan.response_mode(&session) == ResponseMode::Sse);
     let (sink, rx) = Sink::new(sse);
     let guard = StreamGuard::new(session.streams.clone());
-    let n = requests.len();
-    for (id, method, params) in requests {
+    let n = planned.len();
+    for (id, method, params, plan) in planned {
         // Its own task: a client that disconnects does not cancel the work.
         tokio::spawn(router::dispatch(
             session.clone(),
             id,
             method,
             params,
+            plan,
             sink.clone(),
         ));
     }

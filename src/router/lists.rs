@@ -20,6 +20,8 @@ use crate::session::Session;
 
 /// Pages fetched per plugin when learning resource routes, at most.
 const LEARN_PAGES: usize = 50;
+/// How long one plugin's page may take before the merged list goes on without it.
+const PAGE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// Which plugin serves which resource URI, as learned from list results.
 #[derive(Debug, Default)]
@@ -216,9 +218,9 @@ async fn fetch_page(
     let params = cursor.map(|c| {
         RawValue::from_string(serde_json::json!({ "cursor": c }).to_string()).expect("valid JSON")
     });
-    let raw = conn
-        .call(method, params.as_deref())
+    let raw = tokio::time::timeout(PAGE_TIMEOUT, conn.call(method, params.as_deref()))
         .await
+        .map_err(|_| format!("no answer to {method} within {} s", PAGE_TIMEOUT.as_secs()))?
         .map_err(|e| e.to_string())?;
     serde_json::from_str(raw.get()).map_err(|e| format!("invalid {method} result: {e}"))
 }

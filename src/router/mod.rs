@@ -52,10 +52,11 @@ const LOG_LEVELS: &[&str] = &[
 enum Target {
     /// The gateway answers (`ping`, `logging/setLevel`, merged lists).
     Gateway,
-    /// Forwarded to plugin `slot` with these params.
+    /// Forwarded to plugin `slot`; `rewritten` replaces the params when the gateway had to
+    /// change them (a prefixed name), else the client's params go as they came.
     Plugin {
         slot: usize,
-        params: Option<Box<RawValue>>,
+        rewritten: Option<Box<RawValue>>,
     },
     /// A resource URI no plugin is known to serve yet.
     UnknownUri(String),
@@ -68,28 +69,40 @@ fn refuse<T>(code: i64, message: impl Into<String>) -> Result<T, Refusal> {
     Err(Refusal(code, message.into()))
 }
 
-/// How a request's answer should be sent: as an SSE stream when a plugin answers it (logs,
-/// progress and requests may come first), per that plugin's configured mode.
-pub fn response_mode(session: &Session, method: &str, params: Option<&RawValue>) -> ResponseMode {
-    match target(session, method, params) {
-        Ok(Target::Plugin { slot, .. }) => session.slots[slot].entry.config.response_mode,
-        Ok(Target::UnknownUri(_)) => ResponseMode::Sse,
-        _ => ResponseMode::Json,
+/// A request's route, worked out once: the HTTP layer reads the response mode from it, then
+/// hands it to [`dispatch`].
+pub struct Plan(Result<Target, Refusal>);
+
+/// Plans a request: validates what the gateway reads of it and finds who answers it.
+pub fn plan(session: &Session, method: &str, params: Option<&RawValue>) -> Plan {
+    Plan(target(session, method, params))
+}
+
+impl Plan {
+    /// How the answer should be sent: as an SSE stream when a plugin answers it (logs,
+    /// progress and requests may come first), per that plugin's configured mode.
+    pub fn response_mode(&self, session: &Session) -> ResponseMode {
+        match &self.0 {
+            Ok(Target::Plugin { slot, .. }) => session.slots[*slot].entry.config.response_mode,
+            Ok(Target::UnknownUri(_)) => ResponseMode::Sse,
+            _ => ResponseMode::Json,
+        }
     }
 }
 
-/// Answers one request on `sink`.
+/// Answers one planned request on `sink`.
 pub async fn dispatch(
     session: Arc<Session>,
     id: Id,
     method: String,
     params: Option<Box<RawValue>>,
+    plan: Plan,
     sink: Sink,
 ) {
     let reply = |bytes| {
         sink.respond(bytes);
     };
-    match target(&session, &method, params.as_deref()) {
+    match plan.0 {
         Err(Refusal(code, message)) => reply(jsonrpc::error_bytes(Some(&id), code, &message)),
         Ok(Target::Gateway) => match method.as_str() {
             "ping" => reply(jsonrpc::result_bytes(id.raw(), &empty())),
@@ -99,15 +112,15 @@ pub async fn dispatch(
             }
             _ => reply(lists::merged(&session, &id, &method, params.as_deref()).await),
         },
-        Ok(Target::Plugin { slot, params }) => {
-            forward(&session, slot, id, &method, params, &sink).await
+        Ok(Target::Plugin { slot, rewritten }) => {
+            forward(&session, slot, id, &method, rewritten.or(params), &sink).await
         }
         Ok(Target::UnknownUri(uri)) => {
             // Learn who serves what from the plugins' lists, then plan again.
             lists::learn_resources(&session).await;
             match target(&session, &method, params.as_deref()) {
-                Ok(Target::Plugin { slot, params }) => {
-                    forward(&session, slot, id, &method, params, &sink).await
+                Ok(Target::Plugin { slot, rewritten }) => {
+                    forward(&session, slot, id, &method, rewritten.or(params), &sink).await
                 }
                 _ => reply(jsonrpc::error_bytes(
                     Some(&id),
@@ -264,7 +277,7 @@ fn target(session: &Session, method: &str, params: Option<&RawValue>) -> Result<
             match passthrough_slot(session) {
                 Some(slot) => Ok(Target::Plugin {
                     slot,
-                    params: params.map(RawValue::to_owned),
+                    rewritten: None,
                 }),
                 None => Ok(Target::Gateway),
             }
@@ -285,7 +298,7 @@ fn target(session: &Session, method: &str, params: Option<&RawValue>) -> Result<
             })?;
             Ok(Target::Plugin {
                 slot,
-                params: rename(params, &["name"], local),
+                rewritten: rename(params, &["name"], p.name, local),
             })
         }
         "resources/read" | "resources/subscribe" | "resources/unsubscribe" => {
@@ -298,7 +311,7 @@ fn target(session: &Session, method: &str, params: Option<&RawValue>) -> Result<
                 || Target::UnknownUri(p.uri.to_owned()),
                 |slot| Target::Plugin {
                     slot,
-                    params: params.map(RawValue::to_owned),
+                    rewritten: None,
                 },
             ))
         }
@@ -316,14 +329,14 @@ fn target(session: &Session, method: &str, params: Option<&RawValue>) -> Result<
                         })?;
                     Ok(Target::Plugin {
                         slot,
-                        params: rename(params, &["ref", "name"], local),
+                        rewritten: rename(params, &["ref", "name"], &name, local),
                     })
                 }
                 CompleteRef::Resource { uri } => Ok(route_uri(session, &uri).map_or_else(
                     || Target::UnknownUri(uri.clone()),
                     |slot| Target::Plugin {
                         slot,
-                        params: params.map(RawValue::to_owned),
+                        rewritten: None,
                     },
                 )),
             }
@@ -373,17 +386,21 @@ fn route_uri(session: &Session, uri: &str) -> Option<usize> {
     session.routes.lock().expect("routes lock").find(uri)
 }
 
-/// Params with the string at `path` replaced by `local`; untouched (no re-serializing) when
-/// it already is `local`.
-fn rename(params: Option<&RawValue>, path: &[&str], local: &str) -> Option<Box<RawValue>> {
-    let params = params?;
-    let mut value: serde_json::Value = serde_json::from_str(params.get()).ok()?;
+/// Params with the name at `path` replaced by its local form; `None` (send the client's
+/// params untouched, without parsing them) when the name is not prefixed.
+fn rename(
+    params: Option<&RawValue>,
+    path: &[&str],
+    public: &str,
+    local: &str,
+) -> Option<Box<RawValue>> {
+    if public == local {
+        return None;
+    }
+    let mut value: serde_json::Value = serde_json::from_str(params?.get()).ok()?;
     let mut slot = &mut value;
     for key in path {
         slot = slot.get_mut(*key)?;
-    }
-    if slot.as_str() == Some(local) {
-        return Some(params.to_owned());
     }
     *slot = serde_json::Value::String(local.to_owned());
     RawValue::from_string(value.to_string()).ok()

@@ -286,13 +286,10 @@ impl Session {
                 Err(b) => bytes = b,
             }
         }
-        if let Some(sink) = self.get_stream.lock().expect("get stream lock").as_ref() {
-            match sink.message(bytes) {
-                Ok(()) => return,
-                Err(b) => bytes = b,
-            }
-        }
-        if let Some(sink) = last_resort {
+        // Held until the message is placed, in the same order as `open_get_stream` takes the
+        // two locks, so a GET stream opening now cannot miss what goes to the backlog.
+        let get = self.get_stream.lock().expect("get stream lock");
+        for sink in get.iter().chain(last_resort.as_ref()) {
             match sink.message(bytes) {
                 Ok(()) => return,
                 Err(b) => bytes = b,
