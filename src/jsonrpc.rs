@@ -326,13 +326,12 @@ pub fn error_object_bytes(id: &RawValue, error: &RawValue) -> Bytes {
 }
 
 /// Serializes an error response; `id` is `None` when the request's id could not be read.
+/// The id goes back as the exact text the client sent.
 pub fn error_bytes(id: Option<&Id>, code: i64, message: &str) -> Bytes {
-    let body = serde_json::json!({
-        "jsonrpc": "2.0",
-        "id": id.map(|id| serde_json::from_str::<serde_json::Value>(id.raw().get()).unwrap_or_default()),
-        "error": { "code": code, "message": message },
-    });
-    Bytes::from(body.to_string())
+    let error = serde_json::json!({ "code": code, "message": message }).to_string();
+    let error = RawValue::from_string(error).expect("valid JSON");
+    let null = RawValue::from_string("null".into()).expect("valid JSON");
+    error_object_bytes(id.map_or(&*null, Id::raw), &error)
 }
 
 /// Serializes a request or notification with raw params. `params` coming from a client may
@@ -428,6 +427,26 @@ mod tests {
                 "{bad}"
             );
         }
+    }
+
+    #[test]
+    fn error_ids_come_back_verbatim() {
+        let id = match parse_message(
+            br#"{"jsonrpc":"2.0","id":123456789012345678901234567890,"method":"x"}"#,
+        )
+        .unwrap()
+        {
+            Message::Request { id, .. } => id,
+            other => panic!("{other:?}"),
+        };
+        let bytes = error_bytes(Some(&id), code::METHOD_NOT_FOUND, "nope");
+        assert!(
+            std::str::from_utf8(&bytes)
+                .unwrap()
+                .contains("\"id\":123456789012345678901234567890,")
+        );
+        let v: serde_json::Value = serde_json::from_slice(&error_bytes(None, -1, "x")).unwrap();
+        assert!(v["id"].is_null());
     }
 
     #[test]

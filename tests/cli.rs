@@ -200,3 +200,13 @@ async fn json_logs_on_request() {
     let v: serde_json::Value = serde_json::from_str(&line).expect("a JSON log line");
     assert_eq!(v["fields"]["plugin"], "stdio");
 }
+
+#[test]
+fn binding_beyond_loopback_needs_allowed_hosts() {
+    let (code, _, err) = gateway(&["--listen", "0.0.0.0:0", "--", "x"], &[]);
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("allowed_hosts") && err.contains("DNS rebinding"),
+        "{err}"
+    );
+}

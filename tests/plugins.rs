@@ -366,3 +366,33 @@ async fn the_whole_process_group_goes_with_the_plugin() {
     )
     .await;
 }
+
+#[tokio::test]
+async fn regression_shutdown_does_not_wait_for_json_mode_calls() {
+    // Guards: SIGTERM waited for a JSON-mode call to finish (here 10 minutes), because only SSE
+    // streams listened for the end of their session.
+    let mut gw = Gateway::fixture(&["--response-mode", "json"], &[]);
+    let mut c = gw.client();
+    c.initialize().await;
+    let slow = {
+        let c = c.clone();
+        tokio::spawn(async move {
+            c.call(
+                1,
+                "tools/call",
+                json!({"name": "slow", "arguments": {"ms": 600000}}),
+            )
+            .await
+        })
+    };
+    gw.wait_log("slow request").await;
+    assert!(gw.terminate().success());
+    let r = slow.await.unwrap();
+    assert!(
+        r.last()["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("session ended"),
+        "{r:?}"
+    );
+}

@@ -253,3 +253,26 @@ async fn a_single_plugin_is_not_prefixed_and_passes_through() {
     assert_eq!(schema["properties"]["address"]["$ref"], "#/$defs/address");
     assert_eq!(schema["additionalProperties"], false);
 }
+
+#[tokio::test]
+async fn regression_a_prefix_that_begins_another_routes_to_the_right_plugin() {
+    // Guards: names were split at the first separator, so `a___counter` (plugin `a_`) went to
+    // plugin `a` as `_counter`.
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("gw.toml");
+    std::fs::write(
+        &config,
+        format!("[plugins.a]\ncommand = \"{FIXTURE}\"\n[plugins.a_]\ncommand = \"{FIXTURE}\"\n"),
+    )
+    .unwrap();
+    let gw = Gateway::start(&["--config", config.to_str().unwrap()]);
+    let mut c = gw.client();
+    c.initialize().await;
+    assert_eq!(c.tool_text(1, "a___counter", json!({})).await, "1");
+    assert_eq!(c.tool_text(2, "a___counter", json!({})).await, "2");
+    assert_eq!(
+        c.tool_text(3, "a__counter", json!({})).await,
+        "1",
+        "plugin `a` is another process"
+    );
+}

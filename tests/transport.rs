@@ -464,3 +464,57 @@ async fn session_cap_and_idle_timeout() {
     // Room again for a new session.
     assert_eq!(Client::new(&gw.url).post_raw(INIT).await.status, 200);
 }
+
+#[tokio::test]
+async fn regression_params_are_read_as_json_not_as_text() {
+    // Guards: a params string equal to the gateway's old progress placeholder crashed the
+    // request task and left its stream open; escaped strings were refused as bad params; big
+    // integer ids came back altered in errors.
+    let gw = Gateway::fixture(&[], &[]);
+    let mut c = gw.client();
+    c.initialize().await;
+    let text = c
+        .tool_text(
+            1,
+            "echo",
+            json!({"text": "__mcp_gateway_progress__", "__mcp_gateway_progress__": 1}),
+        )
+        .await;
+    assert_eq!(text, "__mcp_gateway_progress__");
+    let r = c
+        .post_raw(r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"ech\u006f","arguments":{"text":"esc"},"_meta":{"progressToken":"__mcp_gateway_progress__"}}}"#)
+        .await;
+    assert_eq!(r.last()["result"]["content"][0]["text"], "esc", "{r:?}");
+    let r = c
+        .post_raw(r#"{"jsonrpc":"2.0","id":3,"method":"resources/read","params":{"uri":"test:\/\/static-text"}}"#)
+        .await;
+    assert!(r.last()["result"]["contents"].is_array(), "{r:?}");
+    let r = c
+        .post_raw(r#"{"jsonrpc":"2.0","id":123456789012345678901234567890,"method":"nope"}"#)
+        .await;
+    assert!(
+        r.body.contains(r#""id":123456789012345678901234567890"#),
+        "{}",
+        r.body
+    );
+}
+
+#[tokio::test]
+async fn session_cap_holds_under_concurrent_initialize() {
+    let gw = Gateway::fixture(&["--max-sessions", "5"], &[]);
+    let attempts: Vec<_> = (0..20)
+        .map(|_| {
+            let c = Client::new(&gw.url);
+            tokio::spawn(async move { c.post_raw(INIT).await.status })
+        })
+        .collect();
+    let mut ok = 0;
+    for a in attempts {
+        match a.await.unwrap() {
+            200 => ok += 1,
+            503 => {}
+            other => panic!("unexpected status {other}"),
+        }
+    }
+    assert_eq!(ok, 5);
+}

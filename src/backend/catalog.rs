@@ -29,9 +29,15 @@ pub struct PluginInfo {
 
 #[derive(Debug, Clone)]
 pub enum ProbeState {
+    /// The first probe is running: a client's `initialize` waits for it.
     Pending,
     Ready(Arc<PluginInfo>),
-    Failed { error: String, at: Instant },
+    Failed {
+        error: String,
+        at: Instant,
+    },
+    /// A failed plugin is probed again; sessions created meanwhile go without it.
+    Reprobing,
 }
 
 /// One configured plugin.
@@ -102,11 +108,20 @@ impl Catalog {
             };
             match state {
                 ProbeState::Ready(info) => out.push((entry.clone(), info)),
-                ProbeState::Failed { at, .. } if at.elapsed() > REPROBE_AFTER => {
-                    entry.state.send_replace(ProbeState::Pending);
-                    tokio::spawn(probe(entry.clone()));
+                ProbeState::Failed { .. } => {
+                    // Claimed atomically: one re-probe, however many sessions start now.
+                    let claimed = entry.state.send_if_modified(|s| match s {
+                        ProbeState::Failed { at, .. } if at.elapsed() > REPROBE_AFTER => {
+                            *s = ProbeState::Reprobing;
+                            true
+                        }
+                        _ => false,
+                    });
+                    if claimed {
+                        tokio::spawn(probe(entry.clone()));
+                    }
                 }
-                _ => {}
+                ProbeState::Pending | ProbeState::Reprobing => {}
             }
         }
         out

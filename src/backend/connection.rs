@@ -215,50 +215,33 @@ impl PluginConnection {
     /// failure to send, an error response is queued on the sink instead, so the client always
     /// gets an answer.
     pub fn forward(&self, client_id: Id, method: &str, params: Option<&RawValue>, sink: &Sink) {
-        let (params, progress_token) = match params {
-            Some(p) if p.get().contains("\"progressToken\"") => match swap_progress_token(p) {
-                Some((token, rewrite)) => (Some(rewrite), Some(token)),
-                None => (Some(p.to_owned()), None),
-            },
-            other => (other.map(RawValue::to_owned), None),
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        // The progress token the plugin sees is the request's own id on this connection, so
+        // its progress notifications find their way back through the pending map.
+        let swapped = params
+            .filter(|p| p.get().contains("\"progressToken\""))
+            .and_then(|p| swap_progress_token(p, id));
+        let (params, progress_token) = match swapped {
+            Some((token, rewritten)) => (Some(rewritten), Some(token)),
+            None => (params.map(RawValue::to_owned), None),
         };
         let pending = Pending::Client {
             client_id: client_id.clone(),
             sink: sink.clone(),
             progress_token,
         };
-        let id = match self.register(pending) {
-            Ok(id) => id,
-            Err(e) => {
-                sink.respond(jsonrpc::error_bytes(
-                    Some(&client_id),
-                    code::INTERNAL_ERROR,
-                    &e.to_string(),
-                ));
-                return;
-            }
-        };
-        // The token the plugin sees is the request's own id on this connection.
-        let params = params.map(|p| {
-            if p.get().contains(PROGRESS_PLACEHOLDER) {
-                RawValue::from_string(p.get().replace(PROGRESS_PLACEHOLDER, &id.to_string()))
-                    .expect("a number in place of a number")
-            } else {
-                p
-            }
+        let sent = self.insert(id, pending).and_then(|()| {
+            self.write(
+                jsonrpc::request_bytes(Some(Id::from_u64(id).raw()), method, params.as_deref()),
+                id,
+            )
         });
-        let bytes = jsonrpc::request_bytes(Some(Id::from_u64(id).raw()), method, params.as_deref());
-        if let Err(e) = self.write(bytes, id) {
-            if let Some(Pending::Client {
-                client_id, sink, ..
-            }) = self.take(id)
-            {
-                sink.respond(jsonrpc::error_bytes(
-                    Some(&client_id),
-                    code::INTERNAL_ERROR,
-                    &e.to_string(),
-                ));
-            }
+        if let Err(e) = sent {
+            sink.respond(jsonrpc::error_bytes(
+                Some(&client_id),
+                code::INTERNAL_ERROR,
+                &e.to_string(),
+            ));
         }
     }
 
@@ -329,15 +312,19 @@ impl PluginConnection {
     }
 
     fn register(&self, pending: Pending) -> Result<u64, BackendError> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        self.insert(id, pending).map(|()| id)
+    }
+
+    fn insert(&self, id: u64, pending: Pending) -> Result<(), BackendError> {
         if !self.is_alive() {
             return Err(self.gone_error());
         }
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         self.pending
             .lock()
             .expect("pending lock")
             .insert(id, pending);
-        Ok(id)
+        Ok(())
     }
 
     fn write(&self, bytes: Bytes, id: u64) -> Result<(), BackendError> {
@@ -385,17 +372,13 @@ impl Drop for Forget<'_> {
     }
 }
 
-/// Marks where a progress token goes until the request's id is known.
-const PROGRESS_PLACEHOLDER: &str = "\"__mcp_gateway_progress__\"";
-
-/// Pulls the client's progress token out of `params._meta.progressToken`, putting a
-/// placeholder in its place. `None` when params hold no such token.
-fn swap_progress_token(params: &RawValue) -> Option<(Box<RawValue>, Box<RawValue>)> {
+/// Puts `id` in place of the client's `params._meta.progressToken`, returning the client's
+/// token and the rewritten params; `None` when params hold no such token.
+fn swap_progress_token(params: &RawValue, id: u64) -> Option<(Box<RawValue>, Box<RawValue>)> {
     let mut value: serde_json::Value = serde_json::from_str(params.get()).ok()?;
     let slot = value.get_mut("_meta")?.get_mut("progressToken")?;
-    let token = std::mem::replace(slot, serde_json::Value::Null);
+    let token = std::mem::replace(slot, id.into());
     let token = RawValue::from_string(token.to_string()).ok()?;
-    *slot = serde_json::Value::String("__mcp_gateway_progress__".into());
     let rewritten = RawValue::from_string(value.to_string()).ok()?;
     Some((token, rewritten))
 }

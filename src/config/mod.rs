@@ -44,7 +44,8 @@ pub struct Cli {
     pub allowed_origins: Option<Vec<String>>,
 
     /// Host names allowed in the `Host` header, against DNS rebinding (comma-separated, `*`
-    /// for any). [default: localhost, 127.0.0.1 and [::1] when bound to loopback, else any]
+    /// for any). [default: localhost, 127.0.0.1 and [::1]; required when binding beyond
+    /// loopback]
     #[arg(long, env = "MCP_GATEWAY_ALLOWED_HOSTS", value_delimiter = ',')]
     pub allowed_hosts: Option<Vec<String>>,
 
@@ -246,6 +247,14 @@ impl Config {
                 }
             },
         )?;
+        if !listen.ip().is_loopback() && allowed_hosts == AllowList::Default {
+            return Err(invalid(
+                "allowed_hosts",
+                format!(
+                    "listening on {listen}, beyond loopback, needs the host names clients use to reach the gateway (against DNS rebinding), e.g. --allowed-hosts mcp.example.com; `*` allows any"
+                ),
+            ));
+        }
         let max_body_bytes = cli
             .max_body_bytes
             .or(file.max_body_bytes)
@@ -305,6 +314,18 @@ impl Config {
         }
         for p in &plugins {
             validate_plugin(p, &separator)?;
+        }
+        let mut prefixes = std::collections::HashMap::new();
+        for p in &plugins {
+            let prefix = p.prefix.as_deref().unwrap_or(&p.name);
+            if let Some(other) = prefixes.insert(prefix, &p.name) {
+                return Err(invalid(
+                    format!("plugins.{}.prefix", p.name),
+                    format!(
+                        "`{prefix}` is also the prefix of plugin `{other}`; each plugin needs its own"
+                    ),
+                ));
+            }
         }
         Ok(Config {
             listen,
@@ -443,6 +464,48 @@ mod tests {
         assert_eq!(c.allowed_origins, AllowList::Any);
         let e = Config::load(&cli(&["--separator", "", "--", "x"])).unwrap_err();
         assert!(e.to_string().contains("separator"), "{e}");
+    }
+
+    #[test]
+    fn beyond_loopback_needs_allowed_hosts() {
+        let e = Config::load(&cli(&["--listen", "0.0.0.0:8080", "--", "x"])).unwrap_err();
+        assert!(e.to_string().contains("allowed_hosts"), "{e}");
+        let c = Config::load(&cli(&[
+            "--listen",
+            "0.0.0.0:8080",
+            "--allowed-hosts",
+            "mcp.example.com",
+            "--",
+            "x",
+        ]))
+        .unwrap();
+        assert_eq!(
+            c.allowed_hosts,
+            AllowList::Only(vec!["mcp.example.com".into()])
+        );
+        assert!(
+            Config::load(&cli(&[
+                "--listen",
+                "0.0.0.0:8080",
+                "--allowed-hosts",
+                "*",
+                "--",
+                "x"
+            ]))
+            .is_ok()
+        );
+    }
+
+    #[test]
+    fn prefixes_must_differ() {
+        let mut b = PluginConfig::new("b", "y", vec![]);
+        b.prefix = Some("a".into());
+        let file = FileConfig {
+            plugins: vec![PluginConfig::new("a", "x", vec![]), b],
+            ..FileConfig::default()
+        };
+        let e = Config::merge(&cli(&[]), file).unwrap_err();
+        assert!(e.to_string().contains("plugins.b.prefix"), "{e}");
     }
 
     #[test]

@@ -184,6 +184,9 @@ mod tests {
     fn guard(listen: &str) -> Guard {
         let mut c = Config::with_plugins(vec![PluginConfig::new("a", "x", vec![])]);
         c.listen = listen.parse().unwrap();
+        if !c.listen.ip().is_loopback() {
+            c.allowed_hosts = AllowList::Only(vec!["mcp.example.com".into()]);
+        }
         Guard::new(&c)
     }
 

@@ -313,6 +313,12 @@ async fn in_session(
     let (sink, rx) = Sink::new(sse);
     let guard = StreamGuard::new(session.streams.clone());
     let n = planned.len();
+    // JSON mode answers every request in the body, so it needs the ids; SSE does not.
+    let ids: Vec<Id> = if sse {
+        Vec::new()
+    } else {
+        planned.iter().map(|(id, ..)| id.clone()).collect()
+    };
     for (id, method, params, plan) in planned {
         // Its own task: a client that disconnects does not cancel the work.
         tokio::spawn(router::dispatch(
@@ -334,10 +340,26 @@ async fn in_session(
             guard,
         ));
     }
-    let responses = stream::collect_responses(rx, n).await;
+    let mut responses = stream::collect_responses(rx, n, &session.closed).await;
     drop(guard);
+    // Every request gets an answer in the body: one cancelled by the client, or cut off by the
+    // session's or the gateway's end, gets an error saying so.
+    if responses.len() < n {
+        let answered: Vec<Id> = responses.iter().filter_map(|r| response_id(r)).collect();
+        let why = if session.closed.is_cancelled() {
+            "the session ended before the plugin answered"
+        } else {
+            "the request was cancelled"
+        };
+        for id in ids.iter().filter(|id| !answered.contains(id)) {
+            responses.push(jsonrpc::error_bytes(
+                Some(id),
+                jsonrpc::code::SERVER_ERROR,
+                why,
+            ));
+        }
+    }
     Ok(match (batch, responses.as_slice()) {
-        (_, []) => StatusCode::ACCEPTED.into_response(),
         (false, [one]) => json_response(StatusCode::OK, one.clone()),
         (_, many) => {
             let mut body =
@@ -353,6 +375,13 @@ async fn in_session(
             json_response(StatusCode::OK, Bytes::from(body))
         }
     })
+}
+
+fn response_id(response: &[u8]) -> Option<Id> {
+    match jsonrpc::parse_message(response).ok()? {
+        Message::Response { id, .. } => Some(id),
+        _ => None,
+    }
 }
 
 /// A client notification: cancellations and roots changes reach the plugins; the rest needs

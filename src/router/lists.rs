@@ -20,6 +20,8 @@ use crate::session::Session;
 
 /// Pages fetched per plugin when learning resource routes, at most.
 const LEARN_PAGES: usize = 50;
+/// Least time between two full listings for unknown URIs in one session.
+const RELEARN_AFTER: std::time::Duration = std::time::Duration::from_secs(10);
 /// How long one plugin's page may take before the merged list goes on without it.
 const PAGE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
@@ -28,6 +30,9 @@ const PAGE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 pub struct ResourceRoutes {
     exact: HashMap<String, usize>,
     templates: Vec<(String, usize)>,
+    /// When every plugin's lists were last read in full for an unknown URI: at most once per
+    /// [`RELEARN_AFTER`], so unknown URIs cannot make the gateway list everything each time.
+    learned_at: Option<std::time::Instant>,
 }
 
 impl ResourceRoutes {
@@ -43,6 +48,7 @@ impl ResourceRoutes {
     pub fn clear(&mut self) {
         self.exact.clear();
         self.templates.clear();
+        self.learned_at = None;
     }
 
     fn learn(&mut self, kind: &Kind, slot: usize, item: &Value) {
@@ -172,6 +178,16 @@ pub async fn merged(session: &Session, id: &Id, method: &str, params: Option<&Ra
 /// Lists every resource and template of every plugin (bounded), to route a URI nobody
 /// claimed yet.
 pub async fn learn_resources(session: &Session) {
+    {
+        let mut routes = session.routes.lock().expect("routes lock");
+        if routes
+            .learned_at
+            .is_some_and(|t| t.elapsed() < RELEARN_AFTER)
+        {
+            return;
+        }
+        routes.learned_at = Some(std::time::Instant::now());
+    }
     let slots: Vec<usize> = (0..session.slots.len())
         .filter(|i| session.slots[*i].has_capability("resources"))
         .collect();

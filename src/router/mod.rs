@@ -9,6 +9,7 @@
 mod lists;
 pub mod names;
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use serde::Deserialize;
@@ -164,7 +165,7 @@ fn track_subscription(session: &Session, slot: usize, method: &str, params: &Raw
         _ => return,
     };
     if let Ok(UriParams { uri }) = serde_json::from_str(params.get()) {
-        session.subscription(slot, uri, on);
+        session.subscription(slot, &uri, on);
     }
 }
 
@@ -187,26 +188,26 @@ fn set_log_level(session: &Session, params: Option<Box<RawValue>>) {
 #[derive(Deserialize)]
 struct NameParams<'a> {
     #[serde(borrow)]
-    name: &'a str,
+    name: Cow<'a, str>,
 }
 
 #[derive(Deserialize)]
 struct UriParams<'a> {
     #[serde(borrow)]
-    uri: &'a str,
+    uri: Cow<'a, str>,
 }
 
 #[derive(Deserialize)]
 struct CursorParams<'a> {
     /// Only checked to be a string; the merged listing reads it again.
     #[serde(borrow, default, rename = "cursor")]
-    _cursor: Option<&'a str>,
+    _cursor: Option<Cow<'a, str>>,
 }
 
 #[derive(Deserialize)]
 struct LevelParams<'a> {
     #[serde(borrow)]
-    level: &'a str,
+    level: Cow<'a, str>,
 }
 
 #[derive(Deserialize)]
@@ -260,7 +261,7 @@ fn target(session: &Session, method: &str, params: Option<&RawValue>) -> Result<
         "ping" => Ok(Target::Gateway),
         "logging/setLevel" => {
             let p: LevelParams = parse(method, params, "params.level is required")?;
-            if !LOG_LEVELS.contains(&p.level) {
+            if !LOG_LEVELS.contains(&&*p.level) {
                 return refuse(
                     code::INVALID_PARAMS,
                     format!(
@@ -293,12 +294,12 @@ fn target(session: &Session, method: &str, params: Option<&RawValue>) -> Result<
                 params,
                 "params.name is required and must be a string",
             )?;
-            let (slot, local) = resolve_name(session, capability, p.name).ok_or_else(|| {
+            let (slot, local) = resolve_name(session, capability, &p.name).ok_or_else(|| {
                 Refusal(code::INVALID_PARAMS, format!("Unknown {what}: {}", p.name))
             })?;
             Ok(Target::Plugin {
                 slot,
-                rewritten: rename(params, &["name"], p.name, local),
+                rewritten: rename(params, &["name"], &p.name, local),
             })
         }
         "resources/read" | "resources/subscribe" | "resources/unsubscribe" => {
@@ -307,8 +308,8 @@ fn target(session: &Session, method: &str, params: Option<&RawValue>) -> Result<
                 params,
                 "params.uri is required and must be a string",
             )?;
-            Ok(route_uri(session, p.uri).map_or_else(
-                || Target::UnknownUri(p.uri.to_owned()),
+            Ok(route_uri(session, &p.uri).map_or_else(
+                || Target::UnknownUri(p.uri.into_owned()),
                 |slot| Target::Plugin {
                     slot,
                     rewritten: None,
@@ -353,7 +354,9 @@ fn passthrough_slot(session: &Session) -> Option<usize> {
     (session.slots.len() == 1 && session.slots[0].entry.prefix.is_none()).then_some(0)
 }
 
-/// The plugin slot and local name behind a public tool or prompt name.
+/// The plugin slot and local name behind a public tool or prompt name: the plugin whose
+/// prefix and the separator begin the name (the longest such prefix, should one prefix
+/// begin another).
 fn resolve_name<'a>(
     session: &Session,
     capability: &str,
@@ -361,14 +364,19 @@ fn resolve_name<'a>(
 ) -> Option<(usize, &'a str)> {
     let (slot, local) = match passthrough_slot(session) {
         Some(slot) => (slot, name),
-        None => {
-            let (prefix, local) = names::split(name, &session.separator)?;
-            let slot = session
-                .slots
-                .iter()
-                .position(|s| s.entry.prefix.as_deref() == Some(prefix))?;
-            (slot, local)
-        }
+        None => session
+            .slots
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| {
+                let prefix = s.entry.prefix.as_deref()?;
+                let local = name
+                    .strip_prefix(prefix)?
+                    .strip_prefix(&*session.separator)?;
+                (!local.is_empty()).then_some((i, prefix.len(), local))
+            })
+            .max_by_key(|(_, len, _)| *len)
+            .map(|(i, _, local)| (i, local))?,
     };
     session.slots[slot]
         .has_capability(capability)

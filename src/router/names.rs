@@ -1,12 +1,7 @@
 //! Tool and prompt names across plugins: `<prefix><separator><name>` when names are
-//! prefixed, the plugin's own name otherwise; and resource URI templates (RFC 6570, matched
+//! prefixed, the plugin's own name otherwise (resolving a public name back is the router's,
+//! against the configured prefixes); and resource URI templates (RFC 6570, matched
 //! loosely: each expression stands for any non-empty text).
-
-/// Splits a public name into (prefix, local name).
-pub fn split<'a>(name: &'a str, separator: &str) -> Option<(&'a str, &'a str)> {
-    let (prefix, local) = name.split_once(separator)?;
-    (!prefix.is_empty() && !local.is_empty()).then_some((prefix, local))
-}
 
 /// The public name of a plugin's tool or prompt.
 pub fn join(prefix: Option<&str>, separator: &str, local: &str) -> String {
@@ -47,8 +42,13 @@ pub fn template_matches(template: &str, uri: &str) -> bool {
                     rest = chars.as_str();
                     continue;
                 }
-                match after.get(1..).and_then(|a| a.find(next_literal)) {
-                    Some(pos) => rest = &after[pos + 1..],
+                // The expression takes at least one character, then runs to the literal.
+                let Some(first) = after.chars().next() else {
+                    return false;
+                };
+                let skip = first.len_utf8();
+                match after[skip..].find(next_literal) {
+                    Some(pos) => rest = &after[skip + pos..],
                     None => return false,
                 }
             }
@@ -61,11 +61,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn split_and_join() {
-        assert_eq!(split("fs__read", "__"), Some(("fs", "read")));
-        assert_eq!(split("fs__read__x", "__"), Some(("fs", "read__x")));
-        assert_eq!(split("read", "__"), None);
-        assert_eq!(split("__read", "__"), None);
+    fn join_names() {
         assert_eq!(join(Some("fs"), "__", "read"), "fs__read");
         assert_eq!(join(None, "__", "read"), "read");
     }
@@ -90,6 +86,9 @@ mod tests {
         assert!(template_matches("test://static", "test://static"));
         assert!(!template_matches("test://static", "test://static2"));
         assert!(!template_matches("test://{broken", "test://x"));
+        assert!(template_matches("file:///{name}.txt", "file:///é.txt"));
+        assert!(template_matches("file:///{name}.txt", "file:///ab.txt"));
+        assert!(!template_matches("file:///{name}.txt", "file:///.txt"));
     }
 
     proptest::proptest! {

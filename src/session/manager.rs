@@ -3,6 +3,7 @@
 //! tracker lets shutdown wait for every one of them.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use base64::Engine;
@@ -21,6 +22,9 @@ pub struct TooManySessions;
 
 pub struct SessionManager {
     sessions: DashMap<Arc<str>, Arc<Session>>,
+    /// Sessions held or being created: reserved before creating, so the cap holds under
+    /// concurrent `initialize`s.
+    count: AtomicUsize,
     config: SessionConfig,
     tasks: TaskTracker,
 }
@@ -29,6 +33,7 @@ impl SessionManager {
     pub fn new(config: SessionConfig) -> SessionManager {
         SessionManager {
             sessions: DashMap::new(),
+            count: AtomicUsize::new(0),
             config,
             tasks: TaskTracker::new(),
         }
@@ -41,7 +46,8 @@ impl SessionManager {
         separator: Arc<str>,
         gateway_shutdown: &CancellationToken,
     ) -> Result<Arc<Session>, TooManySessions> {
-        if self.sessions.len() >= self.config.max_sessions {
+        if self.count.fetch_add(1, Ordering::AcqRel) >= self.config.max_sessions {
+            self.count.fetch_sub(1, Ordering::AcqRel);
             return Err(TooManySessions);
         }
         let session = Session::new(
@@ -61,17 +67,18 @@ impl SessionManager {
     }
 
     pub fn len(&self) -> usize {
-        self.sessions.len()
+        self.count.load(Ordering::Acquire)
     }
 
     pub fn is_empty(&self) -> bool {
-        self.sessions.is_empty()
+        self.len() == 0
     }
 
     /// Ends a session: later requests with its id get 404 at once; its plugins stop in the
     /// background. Returns the ended session, to await its end if wanted.
     pub fn end(&self, id: &str) -> Option<Arc<Session>> {
         let (_, session) = self.sessions.remove(id)?;
+        self.count.fetch_sub(1, Ordering::AcqRel);
         let s = session.clone();
         self.tasks.spawn(async move { s.end().await });
         Some(session)

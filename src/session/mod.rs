@@ -272,8 +272,9 @@ impl Session {
 
     /// Sends a server-initiated message on exactly one stream: the related request's when it
     /// is certain, else the GET stream, else (when the relation is a guess) the newest request
-    /// stream; failing all of these it waits for the next GET stream.
-    pub fn deliver(&self, bytes: Bytes, related: Related) {
+    /// stream. Failing all of these, a notification waits for the next GET stream and a
+    /// request is given back (`Err`): nobody may be there to answer it.
+    pub fn deliver(&self, bytes: Bytes, related: Related, is_request: bool) -> Result<(), Bytes> {
         let (first, last_resort) = match related {
             Related::Exact(s) => (Some(s), None),
             Related::Ambiguous(s) => (None, Some(s)),
@@ -282,7 +283,7 @@ impl Session {
         let mut bytes = bytes;
         if let Some(sink) = first {
             match sink.message(bytes) {
-                Ok(()) => return,
+                Ok(()) => return Ok(()),
                 Err(b) => bytes = b,
             }
         }
@@ -291,9 +292,12 @@ impl Session {
         let get = self.get_stream.lock().expect("get stream lock");
         for sink in get.iter().chain(last_resort.as_ref()) {
             match sink.message(bytes) {
-                Ok(()) => return,
+                Ok(()) => return Ok(()),
                 Err(b) => bytes = b,
             }
+        }
+        if is_request {
+            return Err(bytes);
         }
         let mut backlog = self.backlog.lock().expect("backlog lock");
         if backlog.len() == BACKLOG_LIMIT {
@@ -301,6 +305,7 @@ impl Session {
             tracing::warn!(session = %self.id, "no GET stream open: dropped the oldest waiting message");
         }
         backlog.push_back(bytes);
+        Ok(())
     }
 
     /// Routes a client's response to the plugin request it answers. False when the id names
@@ -363,7 +368,20 @@ impl PluginEvents for Session {
             .expect("requests lock")
             .insert(n, (Arc::downgrade(conn), id));
         let bytes = jsonrpc::request_bytes(Some(Id::from_u64(n).raw()), method, params);
-        self.deliver(bytes, related);
+        if self.deliver(bytes, related, true).is_err() {
+            let (_, plugin_id) = self
+                .server_requests
+                .lock()
+                .expect("requests lock")
+                .remove(&n)
+                .expect("just inserted");
+            tracing::warn!(plugin = %conn.name(), session = %self.id, "{method}: no client stream open to carry it; refused");
+            conn.send_raw(jsonrpc::error_bytes(
+                Some(&plugin_id),
+                jsonrpc::code::INTERNAL_ERROR,
+                &format!("{method} cannot reach the client: it has no open stream (a GET stream, or a request answered as SSE)"),
+            ));
+        }
     }
 
     fn plugin_notification(
@@ -382,14 +400,16 @@ impl PluginEvents for Session {
                 if method == "notifications/resources/list_changed" {
                     self.routes.lock().expect("routes lock").clear();
                 }
-                self.deliver(message, Related::None)
+                let _ = self.deliver(message, Related::None, false);
             }
             "notifications/cancelled" => {
                 if let Some(bytes) = self.map_plugin_cancel(conn, &message) {
-                    self.deliver(bytes, related);
+                    let _ = self.deliver(bytes, related, false);
                 }
             }
-            _ => self.deliver(message, related),
+            _ => {
+                let _ = self.deliver(message, related, false);
+            }
         }
     }
 

@@ -180,12 +180,21 @@ fn event(bytes: &Bytes) -> Event {
     Event::default().data(String::from_utf8_lossy(bytes))
 }
 
-/// Collects the responses of a JSON-mode POST: `n` responses, or fewer when some were dropped.
-pub async fn collect_responses(mut rx: mpsc::UnboundedReceiver<Outgoing>, n: usize) -> Vec<Bytes> {
+/// Collects the responses of a JSON-mode POST: until `n` requests have ended (answered or
+/// dropped) or `closed` fires (the session or the gateway ends).
+pub async fn collect_responses(
+    mut rx: mpsc::UnboundedReceiver<Outgoing>,
+    n: usize,
+    closed: &CancellationToken,
+) -> Vec<Bytes> {
     let mut out = Vec::with_capacity(n);
     let mut seen = 0;
     while seen < n {
-        match rx.recv().await {
+        let item = tokio::select! {
+            item = rx.recv() => item,
+            () = closed.cancelled() => None,
+        };
+        match item {
             Some(Outgoing::Response(b)) => {
                 out.push(b);
                 seen += 1;

@@ -237,7 +237,11 @@ impl Client {
     pub fn new(url: &str) -> Client {
         Client {
             url: url.to_owned(),
-            http: reqwest::Client::new(),
+            // A hung request fails the test instead of hanging it.
+            http: reqwest::Client::builder()
+                .timeout(Duration::from_secs(90))
+                .build()
+                .expect("HTTP client"),
             session: None,
             version: None,
         }
