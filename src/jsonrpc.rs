@@ -303,24 +303,23 @@ fn data_error_reason(bytes: &[u8], e: &serde_json::Error) -> String {
 
 /// Serializes a response whose result is already JSON text.
 pub fn result_bytes(id: &RawValue, result: &RawValue) -> Bytes {
-    let (id, result) = (id.get(), result.get());
-    let mut out = String::with_capacity(36 + id.len() + result.len());
-    out.push_str("{\"jsonrpc\":\"2.0\",\"id\":");
-    out.push_str(id);
-    out.push_str(",\"result\":");
-    out.push_str(result);
-    out.push('}');
-    Bytes::from(out)
+    response_bytes(id, "result", result)
 }
 
 /// Serializes a response whose error object is already JSON text.
 pub fn error_object_bytes(id: &RawValue, error: &RawValue) -> Bytes {
-    let (id, error) = (id.get(), error.get());
-    let mut out = String::with_capacity(36 + id.len() + error.len());
+    response_bytes(id, "error", error)
+}
+
+fn response_bytes(id: &RawValue, key: &str, body: &RawValue) -> Bytes {
+    let (id, body) = (id.get(), body.get());
+    let mut out = String::with_capacity(36 + id.len() + body.len());
     out.push_str("{\"jsonrpc\":\"2.0\",\"id\":");
     out.push_str(id);
-    out.push_str(",\"error\":");
-    out.push_str(error);
+    out.push_str(",\"");
+    out.push_str(key);
+    out.push_str("\":");
+    out.push_str(body);
     out.push('}');
     Bytes::from(out)
 }

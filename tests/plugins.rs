@@ -86,19 +86,7 @@ async fn in_flight_requests_all_fail_when_the_plugin_dies() {
     let gw = Gateway::fixture(&[], &[]);
     let mut c = gw.client();
     c.initialize().await;
-    let slow: Vec<_> = (10..15)
-        .map(|id| {
-            let c = c.clone();
-            tokio::spawn(async move {
-                c.call(
-                    id,
-                    "tools/call",
-                    json!({"name": "slow", "arguments": {"ms": 30000}}),
-                )
-                .await
-            })
-        })
-        .collect();
+    let slow: Vec<_> = (10..15).map(|id| c.spawn_slow(id, 30000)).collect();
     gw.wait_log_count("slow request", 5).await;
     c.call(20, "tools/call", json!({"name": "crash", "arguments": {}}))
         .await;
@@ -213,17 +201,7 @@ async fn delete_and_shutdown_leave_no_process_behind() {
         c.tool_text(1, "pid", json!({})).await.parse().unwrap(),
     ];
     // A call still running when the gateway is told to stop.
-    let slow = {
-        let b = b.clone();
-        tokio::spawn(async move {
-            b.call(
-                2,
-                "tools/call",
-                json!({"name": "slow", "arguments": {"ms": 60000}}),
-            )
-            .await
-        })
-    };
+    let slow = b.spawn_slow(2, 60000);
     gw.wait_log("slow request").await;
     let status = gw.terminate();
     assert!(status.success(), "clean exit on SIGTERM: {status}");
@@ -281,17 +259,7 @@ async fn cancellation_reaches_the_plugin_with_its_id_and_ends_the_stream() {
     let gw = Gateway::fixture(&[], &[]);
     let mut c = gw.client();
     c.initialize().await;
-    let slow = {
-        let c = c.clone();
-        tokio::spawn(async move {
-            c.call(
-                77,
-                "tools/call",
-                json!({"name": "slow", "arguments": {"ms": 60000}}),
-            )
-            .await
-        })
-    };
+    let slow = c.spawn_slow(77, 60000);
     gw.wait_log("slow request").await;
     let r = c
         .notify(
@@ -374,17 +342,7 @@ async fn regression_shutdown_does_not_wait_for_json_mode_calls() {
     let mut gw = Gateway::fixture(&["--response-mode", "json"], &[]);
     let mut c = gw.client();
     c.initialize().await;
-    let slow = {
-        let c = c.clone();
-        tokio::spawn(async move {
-            c.call(
-                1,
-                "tools/call",
-                json!({"name": "slow", "arguments": {"ms": 600000}}),
-            )
-            .await
-        })
-    };
+    let slow = c.spawn_slow(1, 600000);
     gw.wait_log("slow request").await;
     assert!(gw.terminate().success());
     let r = slow.await.unwrap();

@@ -183,23 +183,20 @@ async fn logging_level_reaches_running_and_later_plugins() {
             .await,
         json!({})
     );
-    let mut alpha = String::new();
-    for i in 0..100 {
-        alpha = c.tool_text(10 + i, "alpha__log_level", json!({})).await;
-        if alpha == "warning" {
-            break;
+    // setLevel reaches plugins in the background: poll until it has (or give up).
+    async fn level_of(c: &common::Client, tool: &str) -> String {
+        let mut level = String::new();
+        for i in 0..100 {
+            level = c.tool_text(1000 + i, tool, json!({})).await;
+            if level == "warning" {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         }
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        level
     }
-    assert_eq!(alpha, "warning");
-    let mut beta = String::new();
-    for i in 0..100 {
-        beta = c.tool_text(200 + i, "b__log_level", json!({})).await;
-        if beta == "warning" {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
+    assert_eq!(level_of(&c, "alpha__log_level").await, "warning");
+    let beta = level_of(&c, "b__log_level").await;
     assert_eq!(
         beta, "warning",
         "replayed to a plugin started after setLevel"

@@ -264,17 +264,7 @@ async fn regression_json_mode_cancelled_request_gets_an_error_body() {
     let gw = Gateway::fixture(&["--response-mode", "json"], &[]);
     let mut c = gw.client();
     c.initialize().await;
-    let slow = {
-        let c = c.clone();
-        tokio::spawn(async move {
-            c.call(
-                9,
-                "tools/call",
-                json!({"name": "slow", "arguments": {"ms": 60000}}),
-            )
-            .await
-        })
-    };
+    let slow = c.spawn_slow(9, 60000);
     gw.wait_log("slow request").await;
     assert_eq!(
         c.notify("notifications/cancelled", json!({"requestId": 9}))

@@ -306,6 +306,19 @@ impl Client {
             .to_owned()
     }
 
+    /// Starts the fixture's `slow` tool (sleeps `ms` unless cancelled) in the background.
+    pub fn spawn_slow(&self, id: i64, ms: u64) -> tokio::task::JoinHandle<Reply> {
+        let c = self.clone();
+        tokio::spawn(async move {
+            c.call(
+                id,
+                "tools/call",
+                json!({"name": "slow", "arguments": {"ms": ms}}),
+            )
+            .await
+        })
+    }
+
     pub async fn notify(&self, method: &str, params: Value) -> Reply {
         self.post(&json!({"jsonrpc": "2.0", "method": method, "params": params}))
             .await
