@@ -11,6 +11,7 @@ use crate::backend::Catalog;
 use crate::config::Config;
 use crate::http;
 use crate::session::SessionManager;
+use crate::stream::{EventStore, MemoryEventStore, ResumeCounters};
 
 /// Everything a request handler needs.
 pub struct Gateway {
@@ -19,15 +20,24 @@ pub struct Gateway {
     pub sessions: Arc<SessionManager>,
     pub guard: http::checks::Guard,
     pub separator: Arc<str>,
+    /// How resumptions went, for metrics.
+    pub resume: ResumeCounters,
     /// Cancelled when the gateway stops: sessions' streams close.
     pub shutdown: CancellationToken,
 }
 
 impl Gateway {
     pub fn new(config: Config) -> Arc<Gateway> {
+        let store: Arc<dyn EventStore> = Arc::new(MemoryEventStore::new(config.replay.clone()));
         Arc::new(Gateway {
             catalog: Catalog::new(&config),
-            sessions: Arc::new(SessionManager::new(config.session.clone())),
+            sessions: Arc::new(SessionManager::new(
+                config.session.clone(),
+                store,
+                config.stream.clone(),
+                config.replay.max_age,
+            )),
+            resume: ResumeCounters::default(),
             guard: http::checks::Guard::new(&config),
             separator: Arc::from(config.separator.as_str()),
             shutdown: CancellationToken::new(),

@@ -35,6 +35,13 @@ pub struct SessionSection {
 #[serde(deny_unknown_fields)]
 pub struct StreamSection {
     pub keep_alive_secs: Option<u64>,
+    pub resumable: Option<bool>,
+    pub retry_ms: Option<u64>,
+    pub poll_after_ms: Option<u64>,
+    pub replay_max_events: Option<usize>,
+    pub replay_max_bytes: Option<usize>,
+    pub replay_session_max_bytes: Option<usize>,
+    pub replay_max_age_secs: Option<u64>,
 }
 
 #[derive(Deserialize)]

@@ -15,6 +15,8 @@ use std::time::Duration;
 use clap::{Parser, Subcommand, ValueEnum};
 use serde::Deserialize;
 
+use crate::stream::{ReplayLimits, StreamSettings};
+
 pub use file::FileConfig;
 
 /// Serves stdio MCP servers ("plugins") over Streamable HTTP at one `/mcp` endpoint.
@@ -66,6 +68,37 @@ pub struct Cli {
     /// Seconds between SSE keep-alive comments on idle streams. [default: 15]
     #[arg(long, env = "MCP_GATEWAY_SSE_KEEP_ALIVE_SECS")]
     pub sse_keep_alive_secs: Option<u64>,
+
+    /// Whether SSE events carry ids and are kept for resumption with Last-Event-ID.
+    /// [default: true]
+    #[arg(long, env = "MCP_GATEWAY_SSE_RESUMABLE", value_parser = clap::builder::BoolishValueParser::new())]
+    pub sse_resumable: Option<bool>,
+
+    /// The `retry:` advice (milliseconds) sent to 2025-11-25 clients with the priming event and
+    /// before the gateway closes a connection. [default: 1000]
+    #[arg(long, env = "MCP_GATEWAY_SSE_RETRY_MS")]
+    pub sse_retry_ms: Option<u64>,
+
+    /// Polling mode: close SSE connections of 2025-11-25 clients after this many milliseconds;
+    /// the stream goes on and the client resumes with Last-Event-ID. [default: off]
+    #[arg(long, env = "MCP_GATEWAY_SSE_POLL_AFTER_MS")]
+    pub sse_poll_after_ms: Option<u64>,
+
+    /// Most events kept for replay per stream. [default: 10000]
+    #[arg(long, env = "MCP_GATEWAY_REPLAY_MAX_EVENTS")]
+    pub replay_max_events: Option<usize>,
+
+    /// Most bytes kept for replay per stream. [default: 4194304]
+    #[arg(long, env = "MCP_GATEWAY_REPLAY_MAX_BYTES")]
+    pub replay_max_bytes: Option<usize>,
+
+    /// Most bytes kept for replay per session, all its streams together. [default: 16777216]
+    #[arg(long, env = "MCP_GATEWAY_REPLAY_SESSION_MAX_BYTES")]
+    pub replay_session_max_bytes: Option<usize>,
+
+    /// Seconds an event is kept for replay. [default: 600]
+    #[arg(long, env = "MCP_GATEWAY_REPLAY_MAX_AGE_SECS")]
+    pub replay_max_age_secs: Option<u64>,
 
     /// Separator between a plugin's prefix and a tool or prompt name when several plugins
     /// share the endpoint. [default: __]
@@ -122,7 +155,8 @@ pub struct Config {
     pub allowed_hosts: AllowList,
     pub max_body_bytes: usize,
     pub session: SessionConfig,
-    pub sse_keep_alive: Duration,
+    pub stream: StreamSettings,
+    pub replay: ReplayLimits,
     pub separator: String,
     pub plugins: Vec<PluginConfig>,
 }
@@ -276,12 +310,52 @@ impl Config {
         if max_sessions == 0 {
             return Err(invalid("session.max_sessions", "must be at least 1"));
         }
-        let keep_alive = cli
-            .sse_keep_alive_secs
-            .or(file.stream.keep_alive_secs)
-            .unwrap_or(15);
+        let fs = &file.stream;
+        let keep_alive = cli.sse_keep_alive_secs.or(fs.keep_alive_secs).unwrap_or(15);
         if keep_alive == 0 {
             return Err(invalid("stream.keep_alive_secs", "must be at least 1"));
+        }
+        let retry_ms = cli.sse_retry_ms.or(fs.retry_ms).unwrap_or(1000);
+        let poll_after_ms = cli.sse_poll_after_ms.or(fs.poll_after_ms);
+        if poll_after_ms == Some(0) {
+            return Err(invalid(
+                "stream.poll_after_ms",
+                "must be at least 1 (leave it out to turn polling off)",
+            ));
+        }
+        let stream = StreamSettings {
+            keep_alive: Duration::from_secs(keep_alive),
+            resumable: cli.sse_resumable.or(fs.resumable).unwrap_or(true),
+            retry: Duration::from_millis(retry_ms),
+            poll_after: poll_after_ms.map(Duration::from_millis),
+        };
+        let defaults = ReplayLimits::default();
+        let replay = ReplayLimits {
+            max_events_per_stream: cli
+                .replay_max_events
+                .or(fs.replay_max_events)
+                .unwrap_or(defaults.max_events_per_stream),
+            max_bytes_per_stream: cli
+                .replay_max_bytes
+                .or(fs.replay_max_bytes)
+                .unwrap_or(defaults.max_bytes_per_stream),
+            max_bytes_per_session: cli
+                .replay_session_max_bytes
+                .or(fs.replay_session_max_bytes)
+                .unwrap_or(defaults.max_bytes_per_session),
+            max_age: cli
+                .replay_max_age_secs
+                .or(fs.replay_max_age_secs)
+                .map_or(defaults.max_age, Duration::from_secs),
+        };
+        if replay.max_events_per_stream == 0
+            || replay.max_bytes_per_stream == 0
+            || replay.max_bytes_per_session == 0
+        {
+            return Err(invalid(
+                "stream.replay_*",
+                "replay limits must be at least 1",
+            ));
         }
         let separator = cli
             .separator
@@ -336,7 +410,8 @@ impl Config {
                 idle_timeout: Duration::from_secs(idle),
                 max_sessions,
             },
-            sse_keep_alive: Duration::from_secs(keep_alive),
+            stream,
+            replay,
             separator,
             plugins,
         })
@@ -353,7 +428,13 @@ impl Config {
                 idle_timeout: Duration::from_secs(1800),
                 max_sessions: 10_000,
             },
-            sse_keep_alive: Duration::from_secs(15),
+            stream: StreamSettings {
+                keep_alive: Duration::from_secs(15),
+                resumable: true,
+                retry: Duration::from_secs(1),
+                poll_after: None,
+            },
+            replay: ReplayLimits::default(),
             separator: DEFAULT_SEPARATOR.into(),
             plugins,
         }

@@ -39,6 +39,12 @@ pub enum HttpError {
     BadProtocolVersion(String),
     #[error("Conflict: {0}")]
     Conflict(&'static str),
+    #[error("Bad Request: Last-Event-ID cannot be resumed: {0}")]
+    BadLastEventId(String),
+    #[error("Gone: Last-Event-ID cannot be resumed: {0}. Re-send the request instead")]
+    Gone(String),
+    #[error("Service Unavailable: the event store failed: {0}")]
+    EventStore(String),
     #[error("Service Unavailable: the gateway holds its maximum number of sessions; retry later")]
     TooManySessions,
 }
@@ -55,7 +61,10 @@ impl HttpError {
             | HttpError::InvalidRequest(..)
             | HttpError::InvalidParams(..)
             | HttpError::MissingSession(_)
+            | HttpError::BadLastEventId(_)
             | HttpError::BadProtocolVersion(_) => StatusCode::BAD_REQUEST,
+            HttpError::Gone(_) => StatusCode::GONE,
+            HttpError::EventStore(_) => StatusCode::SERVICE_UNAVAILABLE,
             HttpError::SessionNotFound => StatusCode::NOT_FOUND,
             HttpError::Conflict(_) => StatusCode::CONFLICT,
             HttpError::TooManySessions => StatusCode::SERVICE_UNAVAILABLE,

@@ -6,6 +6,7 @@
 //! session. Which era a POST belongs to is decided by [`crate::protocol::era`] alone.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use axum::body::Body;
 use axum::extract::State;
@@ -24,11 +25,15 @@ use crate::jsonrpc::{self, Body as RpcBody, Id, Message};
 use crate::protocol::era::{self, Era};
 use crate::protocol::{self, CLIENT_VERSIONS, DEFAULT_HTTP_VERSION};
 use crate::router;
+use crate::session::UnknownStream;
 use crate::session::{ClientInit, Session};
-use crate::stream::{self, End, Sink, StreamGuard};
+use crate::stream::{
+    self, AttachError, Cursor, EventId, Opening, ReplayError, Sink, Stream, StreamGuard,
+};
 
 const SESSION_HEADER: &str = "mcp-session-id";
 const VERSION_HEADER: &str = "mcp-protocol-version";
+const LAST_EVENT_ID: &str = "last-event-id";
 
 pub async fn post(
     State(gw): State<Arc<Gateway>>,
@@ -42,7 +47,9 @@ pub async fn post(
 }
 
 pub async fn get(State(gw): State<Arc<Gateway>>, uri: Uri, headers: HeaderMap) -> Response {
-    handle_get(&gw, &uri, &headers).unwrap_or_else(IntoResponse::into_response)
+    handle_get(&gw, &uri, &headers)
+        .await
+        .unwrap_or_else(IntoResponse::into_response)
 }
 
 pub async fn delete(State(gw): State<Arc<Gateway>>, uri: Uri, headers: HeaderMap) -> Response {
@@ -67,28 +74,113 @@ async fn handle_post(
         Era::Session(id) => {
             let session = gw.sessions.get(id).ok_or(HttpError::SessionNotFound)?;
             check_version(headers, &session)?;
-            in_session(gw, session, parsed).await
+            in_session(session, parsed).await
         }
     }
 }
 
-fn handle_get(gw: &Arc<Gateway>, uri: &Uri, headers: &HeaderMap) -> Result<Response, HttpError> {
+/// Opens the session's GET stream, or (with `Last-Event-ID`) resumes any of its streams:
+/// what the store holds after the cursor, then live events.
+async fn handle_get(
+    gw: &Arc<Gateway>,
+    uri: &Uri,
+    headers: &HeaderMap,
+) -> Result<Response, HttpError> {
     gw.guard.check(headers, uri)?;
     checks::accepts_sse(headers)?;
     let session = require_session(gw, headers)?;
     check_version(headers, &session)?;
     session.touch();
-    let rx = session.open_get_stream().ok_or(HttpError::Conflict(
-        "a GET stream is already open for this session",
-    ))?;
-    let guard = StreamGuard::new(session.streams.clone());
+    let (stream, cursor) = match headers.get(LAST_EVENT_ID) {
+        None => (session.get.clone(), Cursor::Undelivered),
+        Some(v) => resume_point(&session, v).map_err(|e| cursor_miss(gw, &session, e))?,
+    };
+    let resumed = matches!(cursor, Cursor::After(_));
+    let attached = stream.attach(cursor).await.map_err(|e| match e {
+        AttachError::Busy => HttpError::Conflict("a GET stream is already open for this session"),
+        AttachError::Released => cursor_miss(
+            gw,
+            &session,
+            HttpError::Gone("that stream has ended and its events were released".into()),
+        ),
+        AttachError::BeyondEnd(seq) => cursor_miss(
+            gw,
+            &session,
+            HttpError::BadLastEventId(format!("no event {seq} was sent on that stream")),
+        ),
+        AttachError::Replay(ReplayError::Evicted { oldest_kept }) => cursor_miss(
+            gw,
+            &session,
+            HttpError::Gone(format!(
+                "the events after it are no longer kept (the oldest kept is event {oldest_kept})"
+            )),
+        ),
+        AttachError::Replay(ReplayError::Backend(e)) => HttpError::EventStore(e),
+    })?;
+    if resumed {
+        gw.resume.replays_served.fetch_add(1, Ordering::Relaxed);
+    }
+    let priming = (!resumed).then(|| attached.cursor_id());
+    let guard = StreamGuard::new(session.connections.clone());
     Ok(stream::sse_response(
-        rx,
-        End::Never,
-        gw.config.sse_keep_alive,
+        attached,
+        opening(&session, priming),
         session.closed.clone(),
         guard,
     ))
+}
+
+/// The stream and cursor a `Last-Event-ID` names in this session.
+fn resume_point(
+    session: &Session,
+    value: &HeaderValue,
+) -> Result<(Arc<Stream>, Cursor), HttpError> {
+    if !session.stream_settings.resumable {
+        return Err(HttpError::BadLastEventId(
+            "resumption is turned off on this gateway".into(),
+        ));
+    }
+    let text = value
+        .to_str()
+        .map_err(|_| HttpError::BadLastEventId("the header is not text".into()))?;
+    let id = EventId::parse(text).map_err(|e| HttpError::BadLastEventId(e.to_string()))?;
+    match session.stream_for(&id) {
+        Ok(stream) => Ok((stream, Cursor::After(id.seq))),
+        Err(UnknownStream::OtherSession) => Err(HttpError::BadLastEventId(format!(
+            "`{text}` belongs to another session"
+        ))),
+        Err(UnknownStream::NeverIssued) => Err(HttpError::BadLastEventId(format!(
+            "no stream {} was opened in this session",
+            id.stream
+        ))),
+        Err(UnknownStream::Released) => Err(HttpError::Gone(format!(
+            "stream {} has ended and its events were released",
+            id.stream
+        ))),
+    }
+}
+
+/// Counts and logs a `Last-Event-ID` that cannot be resumed.
+fn cursor_miss(gw: &Gateway, session: &Session, e: HttpError) -> HttpError {
+    gw.resume.cursors_not_found.fetch_add(1, Ordering::Relaxed);
+    tracing::warn!(session = %session.id, "{e}");
+    e
+}
+
+/// How a new connection of this session starts: priming and `retry:` for clients at
+/// 2025-11-25 or later, event ids when resumable, polling when configured.
+fn opening(session: &Session, priming: Option<EventId>) -> Opening {
+    let settings = &session.stream_settings;
+    let current = protocol::primes_streams(session.version);
+    Opening {
+        priming: priming.filter(|_| current && settings.resumable),
+        retry: current.then_some(settings.retry),
+        ids: settings.resumable,
+        poll_after: settings
+            .poll_after
+            .filter(|_| current && settings.resumable),
+        keep_alive: settings.keep_alive,
+    }
 }
 
 fn handle_delete(gw: &Arc<Gateway>, uri: &Uri, headers: &HeaderMap) -> Result<Response, HttpError> {
@@ -245,11 +337,7 @@ async fn initialize(gw: &Arc<Gateway>, parsed: RpcBody) -> Result<Response, Http
     Ok(response)
 }
 
-async fn in_session(
-    gw: &Arc<Gateway>,
-    session: Arc<Session>,
-    parsed: RpcBody,
-) -> Result<Response, HttpError> {
+async fn in_session(session: Arc<Session>, parsed: RpcBody) -> Result<Response, HttpError> {
     session.touch();
     let (messages, batch) = match parsed {
         RpcBody::Single(m) => (vec![m], false),
@@ -310,9 +398,14 @@ async fn in_session(
     let sse = planned
         .iter()
         .any(|(.., plan)| plan.response_mode(&session) == ResponseMode::Sse);
-    let (sink, rx) = Sink::new(sse);
-    let guard = StreamGuard::new(session.streams.clone());
     let n = planned.len();
+    let stream = session.new_post_stream(n, sse);
+    // Attached before any request runs, so no answer can come before the connection.
+    let attached = stream
+        .attach(Cursor::Start)
+        .await
+        .map_err(|e| HttpError::EventStore(e.to_string()))?;
+    let guard = StreamGuard::new(session.connections.clone());
     // JSON mode answers every request in the body, so it needs the ids; SSE does not.
     let ids: Vec<Id> = if sse {
         Vec::new()
@@ -327,20 +420,19 @@ async fn in_session(
             method,
             params,
             plan,
-            sink.clone(),
+            Sink::new(stream.clone()),
         ));
     }
-    drop(sink);
     if sse {
+        let priming = Some(attached.cursor_id());
         return Ok(stream::sse_response(
-            rx,
-            End::AfterResponses(n),
-            gw.config.sse_keep_alive,
+            attached,
+            opening(&session, priming),
             session.closed.clone(),
             guard,
         ));
     }
-    let mut responses = stream::collect_responses(rx, n, &session.closed).await;
+    let mut responses = stream::collect_responses(attached, &session.closed).await;
     drop(guard);
     // Every request gets an answer in the body: one cancelled by the client, or cut off by the
     // session's or the gateway's end, gets an error saying so.

@@ -31,6 +31,12 @@ pub fn allows_batches(version: &str) -> bool {
     version == "2025-03-26"
 }
 
+/// Whether clients at this version get SSE priming events and `retry:` advice (SEP-1699,
+/// 2025-11-25): older clients may fail on an event with empty data.
+pub fn primes_streams(version: &str) -> bool {
+    version >= "2025-11-25"
+}
+
 /// A comma-separated list of supported versions, for error messages.
 pub fn supported_list() -> String {
     CLIENT_VERSIONS.join(", ")

@@ -15,6 +15,7 @@ use tokio_util::task::TaskTracker;
 use super::{ClientInit, Session};
 use crate::backend::{PluginEntry, PluginInfo};
 use crate::config::SessionConfig;
+use crate::stream::{EventStore, StreamSettings};
 
 /// The session cap is reached.
 #[derive(Debug)]
@@ -26,15 +27,28 @@ pub struct SessionManager {
     /// concurrent `initialize`s.
     count: AtomicUsize,
     config: SessionConfig,
+    /// Where sessions' stream events are kept for replay.
+    pub store: Arc<dyn EventStore>,
+    stream_settings: StreamSettings,
+    /// How long a stream nobody resumes is kept (the replay age limit).
+    abandon_after: Duration,
     tasks: TaskTracker,
 }
 
 impl SessionManager {
-    pub fn new(config: SessionConfig) -> SessionManager {
+    pub fn new(
+        config: SessionConfig,
+        store: Arc<dyn EventStore>,
+        stream_settings: StreamSettings,
+        abandon_after: Duration,
+    ) -> SessionManager {
         SessionManager {
             sessions: DashMap::new(),
             count: AtomicUsize::new(0),
             config,
+            store,
+            stream_settings,
+            abandon_after,
             tasks: TaskTracker::new(),
         }
     }
@@ -56,6 +70,8 @@ impl SessionManager {
             plugins,
             separator,
             gateway_shutdown.child_token(),
+            self.store.clone(),
+            self.stream_settings.clone(),
         );
         self.sessions.insert(session.id.clone(), session.clone());
         tracing::info!(session = %session.id, version = session.version, "session created");
@@ -102,6 +118,9 @@ impl SessionManager {
             for id in idle {
                 tracing::info!(session = %id, "session idle for {} s: ending it", self.config.idle_timeout.as_secs());
                 self.end(&id);
+            }
+            for s in self.sessions.iter() {
+                s.reap_streams(self.abandon_after);
             }
         }
     }

@@ -1,17 +1,18 @@
 //! Legacy-era sessions: one per `initialize`, named by `Mcp-Session-Id`.
 //!
 //! A session owns its own instance of each plugin (started on first use, restarted with
-//! backoff after a crash and re-initialized with the client's cached `initialize` params), the
-//! GET stream, and the map of requests its plugins sent to the client. Messages a plugin sends
-//! on its own go to the stream of the related request while it is open, else to the GET
-//! stream, else wait in a small backlog until a GET stream opens: each on exactly one stream.
+//! backoff after a crash and re-initialized with the client's cached `initialize` params), its
+//! streams (the GET stream, number 0, and one per POST answered as SSE, kept until delivered
+//! or abandoned so a client can resume them), and the map of requests its plugins sent to the
+//! client. Messages a plugin sends on its own go on exactly one stream: the related request's
+//! when that is certain, else the GET stream.
 //!
 //! A session never holds a lock across an await except the per-plugin start lock, which only
 //! orders concurrent first uses of the same plugin in the same session.
 
 mod manager;
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
@@ -26,10 +27,8 @@ use crate::backend::{
     BackendError, PluginConnection, PluginEntry, PluginEvents, PluginInfo, Related, start_plugin,
 };
 use crate::jsonrpc::{self, Id, Outcome};
-use crate::stream::Sink;
+use crate::stream::{EventId, EventStore, Sink, Stream, StreamKey, StreamSettings};
 
-/// Most messages kept for a GET stream that is not open; older ones are dropped first.
-const BACKLOG_LIMIT: usize = 1000;
 /// Longest wait between restarts of a crashing plugin.
 const MAX_BACKOFF: Duration = Duration::from_secs(10);
 
@@ -39,6 +38,17 @@ pub struct ClientInit {
     /// `initialize` params for plugins: the negotiated version, the client's capabilities and
     /// client info.
     pub plugin_params: Box<RawValue>,
+}
+
+/// Why a `Last-Event-ID` names no stream of this session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UnknownStream {
+    /// Its tag is another session's.
+    OtherSession,
+    /// The stream existed and was released (delivered, abandoned or evicted).
+    Released,
+    /// No such stream was ever opened.
+    NeverIssued,
 }
 
 /// One plugin as seen by one session.
@@ -91,11 +101,18 @@ pub struct Session {
     pub slots: Vec<PluginSlot>,
     pub separator: Arc<str>,
     last_active: Mutex<Instant>,
-    /// Open streams (POST streams, JSON waits and the GET stream): a session with any is not
-    /// idle.
-    pub streams: Arc<AtomicUsize>,
-    get_stream: Mutex<Option<Sink>>,
-    backlog: Mutex<VecDeque<Bytes>>,
+    /// Open connections (SSE responses and JSON waits): a session with any is not idle.
+    pub connections: Arc<AtomicUsize>,
+    /// The random tag in this session's event ids.
+    pub tag: u32,
+    store: Arc<dyn EventStore>,
+    pub stream_settings: StreamSettings,
+    /// Stream 0: server-initiated messages unrelated to a request. Kept for the session's
+    /// life; what it holds while no GET connection is open waits for the next one.
+    pub get: Arc<Stream>,
+    /// POST streams (SSE) not yet released, by number.
+    streams: Mutex<HashMap<u64, Arc<Stream>>>,
+    next_stream: AtomicU64,
     /// Requests plugins sent to the client, by the id the client sees: which plugin instance
     /// asked, and under which id.
     server_requests: Mutex<HashMap<u64, (Weak<PluginConnection>, Id)>>,
@@ -112,13 +129,29 @@ pub struct Session {
 }
 
 impl Session {
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         id: Arc<str>,
         init: ClientInit,
         plugins: Vec<(Arc<PluginEntry>, Arc<PluginInfo>)>,
         separator: Arc<str>,
         closed: CancellationToken,
+        store: Arc<dyn EventStore>,
+        stream_settings: StreamSettings,
     ) -> Arc<Session> {
+        let tag = rand::random::<u32>();
+        let get = Stream::new(
+            StreamKey {
+                session: id.clone(),
+                stream: 0,
+            },
+            tag,
+            true,
+            true,
+            store.clone(),
+            None,
+            None,
+        );
         Arc::new_cyclic(|me| Session {
             id,
             version: init.version,
@@ -135,9 +168,13 @@ impl Session {
                 .collect(),
             separator,
             last_active: Mutex::new(Instant::now()),
-            streams: Arc::new(AtomicUsize::new(0)),
-            get_stream: Mutex::new(None),
-            backlog: Mutex::new(VecDeque::new()),
+            connections: Arc::new(AtomicUsize::new(0)),
+            tag,
+            store,
+            stream_settings,
+            get,
+            streams: Mutex::new(HashMap::new()),
+            next_stream: AtomicU64::new(1),
             server_requests: Mutex::new(HashMap::new()),
             next_server_request: AtomicU64::new(1),
             log_level: Mutex::new(None),
@@ -154,7 +191,7 @@ impl Session {
 
     /// Idle: no open stream and no request for `timeout`.
     pub fn is_idle(&self, timeout: Duration) -> bool {
-        self.streams.load(Ordering::Relaxed) == 0
+        self.connections.load(Ordering::Relaxed) == 0
             && self.last_active.lock().expect("activity lock").elapsed() > timeout
     }
 
@@ -254,43 +291,88 @@ impl Session {
         }
     }
 
-    /// Opens the GET stream. `None` when one is already open (one per session).
-    pub fn open_get_stream(
-        &self,
-    ) -> Option<tokio::sync::mpsc::UnboundedReceiver<crate::stream::Outgoing>> {
-        let mut current = self.get_stream.lock().expect("get stream lock");
-        if current.as_ref().is_some_and(Sink::is_open) {
-            return None;
+    /// A new stream for a POST's answers: `owed` responses, SSE or JSON. An SSE stream is
+    /// kept (for resumption) until its last event has gone out or it is abandoned.
+    pub fn new_post_stream(&self, owed: usize, sse: bool) -> Arc<Stream> {
+        let number = self.next_stream.fetch_add(1, Ordering::Relaxed);
+        let key = StreamKey {
+            session: self.id.clone(),
+            stream: number,
+        };
+        let buffered = sse && self.stream_settings.resumable;
+        let me = self.me.clone();
+        let forget: Box<dyn Fn(u64) + Send + Sync> = Box::new(move |n| {
+            if let Some(s) = me.upgrade() {
+                s.streams.lock().expect("streams lock").remove(&n);
+            }
+        });
+        let stream = Stream::new(
+            key,
+            self.tag,
+            sse,
+            buffered,
+            self.store.clone(),
+            Some(owed),
+            Some(forget),
+        );
+        if buffered {
+            self.streams
+                .lock()
+                .expect("streams lock")
+                .insert(number, stream.clone());
         }
-        let (sink, rx) = Sink::new(true);
-        for bytes in self.backlog.lock().expect("backlog lock").drain(..) {
-            let _ = sink.message(bytes);
+        stream
+    }
+
+    /// The stream a `Last-Event-ID` names.
+    pub fn stream_for(&self, id: &EventId) -> Result<Arc<Stream>, UnknownStream> {
+        if id.tag != self.tag {
+            return Err(UnknownStream::OtherSession);
         }
-        *current = Some(sink);
-        Some(rx)
+        if id.stream == 0 {
+            return Ok(self.get.clone());
+        }
+        match self.streams.lock().expect("streams lock").get(&id.stream) {
+            Some(s) => Ok(s.clone()),
+            None if id.stream < self.next_stream.load(Ordering::Relaxed) => {
+                Err(UnknownStream::Released)
+            }
+            None => Err(UnknownStream::NeverIssued),
+        }
+    }
+
+    /// Releases POST streams nobody came back for within `max_age` after their connection
+    /// dropped.
+    pub fn reap_streams(&self, max_age: Duration) {
+        let abandoned: Vec<Arc<Stream>> = self
+            .streams
+            .lock()
+            .expect("streams lock")
+            .values()
+            .filter(|s| s.abandoned_for(max_age))
+            .cloned()
+            .collect();
+        for s in abandoned {
+            tracing::debug!(session = %self.id, stream = s.number(), "releasing an abandoned stream");
+            s.release();
+        }
     }
 
     /// Sends a server-initiated message on exactly one stream: the related request's when it
-    /// is certain, else the GET stream, else (when the relation is a guess) the newest request
-    /// stream. Failing all of these, a notification waits for the next GET stream and a
-    /// request is given back (`Err`): nobody may be there to answer it.
+    /// is certain, else the GET stream if a connection listens there, else (when the relation
+    /// is a guess) the newest request stream. Failing these, a notification waits on the GET
+    /// stream for its next connection, and a request is given back (`Err`): nobody may be
+    /// there to answer it.
     pub fn deliver(&self, bytes: Bytes, related: Related, is_request: bool) -> Result<(), Bytes> {
         let (first, last_resort) = match related {
             Related::Exact(s) => (Some(s), None),
             Related::Ambiguous(s) => (None, Some(s)),
             Related::None => (None, None),
         };
+        let get = Sink::new(self.get.clone());
+        let live_get = self.get.has_connection().then_some(&get);
         let mut bytes = bytes;
-        if let Some(sink) = first {
-            match sink.message(bytes) {
-                Ok(()) => return Ok(()),
-                Err(b) => bytes = b,
-            }
-        }
-        // Held until the message is placed, in the same order as `open_get_stream` takes the
-        // two locks, so a GET stream opening now cannot miss what goes to the backlog.
-        let get = self.get_stream.lock().expect("get stream lock");
-        for sink in get.iter().chain(last_resort.as_ref()) {
+        for sink in first.iter().chain(live_get).chain(last_resort.iter()) {
             match sink.message(bytes) {
                 Ok(()) => return Ok(()),
                 Err(b) => bytes = b,
@@ -299,13 +381,9 @@ impl Session {
         if is_request {
             return Err(bytes);
         }
-        let mut backlog = self.backlog.lock().expect("backlog lock");
-        if backlog.len() == BACKLOG_LIMIT {
-            backlog.pop_front();
-            tracing::warn!(session = %self.id, "no GET stream open: dropped the oldest waiting message");
-        }
-        backlog.push_back(bytes);
-        Ok(())
+        get.message(bytes).inspect_err(|_| {
+            tracing::warn!(session = %self.id, "the GET stream is released: a notification was dropped");
+        })
     }
 
     /// Routes a client's response to the plugin request it answers. False when the id names
@@ -342,7 +420,12 @@ impl Session {
     /// Ends the session: streams close, plugins stop (awaited).
     pub async fn end(&self) {
         self.closed.cancel();
-        self.get_stream.lock().expect("get stream lock").take();
+        self.get.release();
+        let streams = std::mem::take(&mut *self.streams.lock().expect("streams lock"));
+        for s in streams.values() {
+            s.release();
+        }
+        self.store.release_session(&self.id);
         let conns: Vec<_> = self
             .slots
             .iter()

@@ -1,90 +1,407 @@
-//! Streams towards a client: where the messages for one POST, or for the session's GET stream,
-//! are queued, and how they become an SSE body or one JSON body.
+//! Streams towards a client: a POST's answer stream, or the session's GET stream.
 //!
-//! A [`Sink`] is the sending end handed to whoever produces messages (the router, a plugin
-//! connection); the HTTP layer owns the receiving end and turns it into a response. A stream
-//! that answers a POST ends once every request in that POST has been answered (or dropped on
-//! cancellation). Sending to a sink whose client has gone reports failure, so the caller can
-//! route the message elsewhere; nothing here blocks.
+//! A [`Stream`] outlives its HTTP connections. Each event gets the next sequence number of its
+//! stream and an id that names it ([`EventId`]), goes to the event store ([`EventStore`]) when
+//! the stream is resumable, and to the connection attached now, if any. A client that lost the
+//! connection attaches a new one with `Last-Event-ID`: it gets what the store holds after that
+//! cursor, then the live events. A dropped connection is not a cancellation: the work goes on
+//! and its events wait in the store. A POST stream ends once every request in the POST has been
+//! answered (or dropped on cancellation); when its last event has gone out on a connection, the
+//! stream and its buffer are released.
+//!
+//! The producer side ([`Sink`]) never blocks: it appends and sends on an unbounded channel
+//! under a short lock that is never held across an await.
 
+mod event_id;
+pub mod store;
+
+use std::collections::VecDeque;
 use std::convert::Infallible;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-/// One item on a stream.
-#[derive(Debug)]
-pub enum Outgoing {
-    /// A request or notification for the client.
-    Message(Bytes),
-    /// The response to one of the POST's requests.
-    Response(Bytes),
-    /// One of the POST's requests ends without a response (the client cancelled it).
-    Dropped,
+pub use event_id::{EventId, EventIdError};
+pub use store::{EventStore, MemoryEventStore, ReplayError, ReplayLimits, StreamKey};
+
+/// How streams behave, from the config.
+#[derive(Debug, Clone)]
+pub struct StreamSettings {
+    /// Interval of keep-alive comments on idle connections.
+    pub keep_alive: Duration,
+    /// Whether events carry ids and are kept for `Last-Event-ID` resumption.
+    pub resumable: bool,
+    /// The `retry:` advice sent to clients (2025-11-25 and later) before the gateway closes a
+    /// connection, and with the priming event.
+    pub retry: Duration,
+    /// Polling mode (2025-11-25): close a connection after this long, the stream going on.
+    pub poll_after: Option<Duration>,
 }
 
-/// The sending end of a stream.
-#[derive(Clone, Debug)]
-pub struct Sink {
-    tx: mpsc::UnboundedSender<Outgoing>,
-    /// Whether the stream is SSE (it can carry requests and notifications before the
-    /// response) or one JSON body (it carries responses only).
+/// Counts of resumption outcomes, for metrics.
+#[derive(Debug, Default)]
+pub struct ResumeCounters {
+    pub replays_served: AtomicU64,
+    pub cursors_not_found: AtomicU64,
+}
+
+/// What a stream hands its connection.
+#[derive(Debug)]
+pub enum Frame {
+    Event {
+        seq: u64,
+        data: Bytes,
+    },
+    /// Every request of the stream is answered: the connection ends after what came before.
+    End,
+}
+
+/// One stream of a session.
+pub struct Stream {
+    key: StreamKey,
+    /// The session's event-id tag.
+    tag: u32,
+    /// SSE (carries requests and notifications) or one JSON body (responses only).
     sse: bool,
+    /// Whether events are kept in the store for replay.
+    buffered: bool,
+    store: Arc<dyn EventStore>,
+    inner: Mutex<Inner>,
+    /// Called once when the stream is released, so its session forgets it.
+    on_release: Option<Box<dyn Fn(u64) + Send + Sync>>,
+}
+
+struct Inner {
+    next_seq: u64,
+    conn: Option<Conn>,
+    attaches: u64,
+    /// Responses still owed (a POST stream); `None` for the GET stream, which never ends.
+    owed: Option<usize>,
+    /// The highest sequence handed to a connection.
+    delivered: u64,
+    /// Released: nothing more is taken, and no connection attaches again.
+    released: bool,
+    /// When the last connection went away without finishing the stream.
+    detached_at: Option<std::time::Instant>,
+}
+
+struct Conn {
+    id: u64,
+    tx: mpsc::UnboundedSender<Frame>,
+}
+
+/// Where a new connection starts reading.
+#[derive(Debug, Clone, Copy)]
+pub enum Cursor {
+    /// From the first event (a new POST stream).
+    Start,
+    /// After what earlier connections were handed (a GET stream opened again); refused while
+    /// another connection listens.
+    Undelivered,
+    /// After this sequence (`Last-Event-ID`).
+    After(u64),
+}
+
+/// Why a connection could not attach.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AttachError {
+    #[error("that stream has ended and its events were released")]
+    Released,
+    #[error("no event {0} was ever sent on that stream")]
+    BeyondEnd(u64),
+    #[error("a connection is already open on that stream")]
+    Busy,
+    #[error(transparent)]
+    Replay(#[from] ReplayError),
+}
+
+/// A connection attached to a stream, with the events to replay before the live ones.
+/// Dropping it detaches the connection.
+pub struct Attached(Option<AttachedParts>);
+
+struct AttachedParts {
+    stream: Arc<Stream>,
+    conn: u64,
+    /// The sequence the connection starts after.
+    after: u64,
+    rx: mpsc::UnboundedReceiver<Frame>,
+    replay: Vec<(u64, Bytes)>,
+}
+
+impl Attached {
+    /// The id of the position this connection starts after: what a priming event carries.
+    pub fn cursor_id(&self) -> EventId {
+        let p = self.0.as_ref().expect("not taken");
+        p.stream.event_id(p.after)
+    }
+
+    fn take(mut self) -> AttachedParts {
+        self.0.take().expect("taken once")
+    }
+}
+
+impl Drop for Attached {
+    fn drop(&mut self) {
+        if let Some(p) = &self.0 {
+            p.stream.detach(p.conn, false);
+        }
+    }
+}
+
+impl Stream {
+    pub fn new(
+        key: StreamKey,
+        tag: u32,
+        sse: bool,
+        buffered: bool,
+        store: Arc<dyn EventStore>,
+        owed: Option<usize>,
+        on_release: Option<Box<dyn Fn(u64) + Send + Sync>>,
+    ) -> Arc<Stream> {
+        Arc::new(Stream {
+            key,
+            tag,
+            sse,
+            buffered,
+            store,
+            inner: Mutex::new(Inner {
+                next_seq: 1,
+                conn: None,
+                attaches: 0,
+                owed,
+                delivered: 0,
+                released: false,
+                detached_at: None,
+            }),
+            on_release,
+        })
+    }
+
+    pub fn number(&self) -> u64 {
+        self.key.stream
+    }
+
+    /// The id of this stream's event `seq`.
+    pub fn event_id(&self, seq: u64) -> EventId {
+        EventId {
+            tag: self.tag,
+            stream: self.key.stream,
+            seq,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().expect("stream lock")
+    }
+
+    /// Adds an event: kept for replay when buffered, sent to the connection if one is
+    /// attached. A message (not a response) comes back when the stream can take none.
+    fn push(&self, data: Bytes, response: bool) -> Result<(), Bytes> {
+        let mut g = self.lock();
+        if g.released || (!self.buffered && g.conn.is_none()) {
+            if response {
+                Self::count_response(&mut g);
+            }
+            return Err(data);
+        }
+        let seq = g.next_seq;
+        g.next_seq += 1;
+        if self.buffered {
+            self.store.append(&self.key, seq, data.clone());
+        }
+        if let Some(c) = &g.conn
+            && c.tx.send(Frame::Event { seq, data }).is_err()
+        {
+            g.conn = None;
+        }
+        if response {
+            Self::count_response(&mut g);
+        }
+        Ok(())
+    }
+
+    fn count_response(g: &mut Inner) {
+        if let Some(n) = g.owed.as_mut() {
+            *n = n.saturating_sub(1);
+            if *n == 0
+                && let Some(c) = &g.conn
+            {
+                let _ = c.tx.send(Frame::End);
+            }
+        }
+    }
+
+    /// Whether a connection is attached and listening now.
+    pub fn has_connection(&self) -> bool {
+        self.lock().conn.as_ref().is_some_and(|c| !c.tx.is_closed())
+    }
+
+    /// Whether every request of this (POST) stream has been answered.
+    pub fn is_done(&self) -> bool {
+        self.lock().owed == Some(0)
+    }
+
+    /// A POST stream whose connection has been gone for longer than `max_age`.
+    pub fn abandoned_for(&self, max_age: Duration) -> bool {
+        let g = self.lock();
+        g.conn.is_none() && g.detached_at.is_some_and(|t| t.elapsed() > max_age)
+    }
+
+    pub fn is_released(&self) -> bool {
+        self.lock().released
+    }
+
+    /// Attaches a new connection (replacing any other: the client knows it lost it) and reads
+    /// what it must replay from the store.
+    pub async fn attach(self: &Arc<Self>, from: Cursor) -> Result<Attached, AttachError> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let (conn, after, upto) = {
+            let mut g = self.lock();
+            if g.released {
+                return Err(AttachError::Released);
+            }
+            let upto = g.next_seq;
+            let after = match from {
+                Cursor::Start => 0,
+                Cursor::Undelivered if g.conn.as_ref().is_some_and(|c| !c.tx.is_closed()) => {
+                    return Err(AttachError::Busy);
+                }
+                Cursor::Undelivered => g.delivered,
+                Cursor::After(seq) if seq >= upto => return Err(AttachError::BeyondEnd(seq)),
+                Cursor::After(seq) => seq,
+            };
+            g.attaches += 1;
+            let id = g.attaches;
+            if g.owed == Some(0) {
+                let _ = tx.send(Frame::End);
+            }
+            // The previous connection's channel closes: its response ends.
+            g.conn = Some(Conn { id, tx });
+            g.detached_at = None;
+            (id, after, upto)
+        };
+        let replay = if self.buffered {
+            match self.store.replay(&self.key, after, upto).await {
+                Ok(events) => events,
+                Err(e) => {
+                    self.detach(conn, false);
+                    return Err(e.into());
+                }
+            }
+        } else {
+            Vec::new()
+        };
+        Ok(Attached(Some(AttachedParts {
+            stream: self.clone(),
+            conn,
+            after,
+            rx,
+            replay,
+        })))
+    }
+
+    /// A connection went away; `finished` when it carried the stream to its end. A finished
+    /// stream, or an unbuffered one that lost its connection, is released.
+    fn detach(&self, conn: u64, finished: bool) {
+        let release = {
+            let mut g = self.lock();
+            if g.conn.as_ref().is_some_and(|c| c.id == conn) {
+                g.conn = None;
+                g.detached_at = Some(std::time::Instant::now());
+            }
+            let release = !g.released && g.owed.is_some() && (finished || !self.buffered);
+            if release {
+                g.released = true;
+            }
+            release
+        };
+        if release {
+            self.release_buffer();
+        }
+    }
+
+    fn delivered(&self, seq: u64) {
+        let mut g = self.lock();
+        g.delivered = g.delivered.max(seq);
+    }
+
+    /// Releases the stream now (its session ends, or it was abandoned).
+    pub fn release(&self) {
+        let was = {
+            let mut g = self.lock();
+            g.conn = None;
+            std::mem::replace(&mut g.released, true)
+        };
+        if !was {
+            self.release_buffer();
+        }
+    }
+
+    fn release_buffer(&self) {
+        if self.buffered {
+            self.store.release(&self.key);
+        }
+        if let Some(f) = &self.on_release {
+            f(self.key.stream);
+        }
+    }
+}
+
+/// The producing end of a stream: what the router and plugin connections write to.
+#[derive(Clone)]
+pub struct Sink(Arc<Stream>);
+
+impl std::fmt::Debug for Sink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Sink({:?})", self.0.key)
+    }
 }
 
 impl Sink {
-    /// A new stream; `sse` is false for a POST answered with one JSON body.
-    pub fn new(sse: bool) -> (Sink, mpsc::UnboundedReceiver<Outgoing>) {
-        let (tx, rx) = mpsc::unbounded_channel();
-        (Sink { tx, sse }, rx)
+    pub fn new(stream: Arc<Stream>) -> Sink {
+        Sink(stream)
     }
 
-    /// Queues a response. False when the client has gone.
+    /// Adds a response. False when it could not be kept or sent.
     pub fn respond(&self, bytes: Bytes) -> bool {
-        self.tx.send(Outgoing::Response(bytes)).is_ok()
+        self.0.push(bytes, true).is_ok()
     }
 
     /// Marks one request as ended without a response.
     pub fn dropped(&self) {
-        let _ = self.tx.send(Outgoing::Dropped);
+        Stream::count_response(&mut self.0.lock());
     }
 
-    /// Queues a request or notification; gives the bytes back when this stream cannot carry
-    /// it (JSON mode, or the client has gone) so the caller can use another stream.
+    /// Adds a request or notification; gives the bytes back when this stream cannot carry it
+    /// (JSON mode, released, or unbuffered without a connection).
     pub fn message(&self, bytes: Bytes) -> Result<(), Bytes> {
-        if !self.sse {
+        if !self.0.sse {
             return Err(bytes);
         }
-        self.tx
-            .send(Outgoing::Message(bytes))
-            .map_err(|e| match e.0 {
-                Outgoing::Message(b) => b,
-                _ => unreachable!("sent a message"),
-            })
+        self.0.push(bytes, false)
     }
 
     /// Whether requests and notifications can go on this stream now.
     pub fn carries_messages(&self) -> bool {
-        self.sse && !self.tx.is_closed()
-    }
-
-    pub fn is_open(&self) -> bool {
-        !self.tx.is_closed()
+        self.0.sse && {
+            let g = self.0.lock();
+            !g.released && (self.0.buffered || g.conn.is_some())
+        }
     }
 
     /// Whether both ends belong to the same stream.
     pub fn same_stream(&self, other: &Sink) -> bool {
-        self.tx.same_channel(&other.tx)
+        Arc::ptr_eq(&self.0, &other.0)
     }
 }
 
-/// Counts a session's open streams while one lives (an open stream keeps a session from
+/// Counts a session's open connections while one lives (an open one keeps a session from
 /// being idle).
 #[derive(Debug)]
 pub struct StreamGuard(Arc<AtomicUsize>);
@@ -102,107 +419,325 @@ impl Drop for StreamGuard {
     }
 }
 
-/// How an SSE response ends.
-pub enum End {
-    /// After this many responses (a POST stream).
-    AfterResponses(usize),
-    /// Only when the session or the gateway ends it, or the client leaves (the GET stream).
-    Never,
+/// How a connection's SSE body begins and behaves.
+pub struct Opening {
+    /// Send a priming event (an id and empty data) first: clients at 2025-11-25 or later, on
+    /// a resumable stream. Carries the cursor the client resumes from.
+    pub priming: Option<EventId>,
+    /// Send `retry:` (at the start and before a polling close): clients at 2025-11-25 or later.
+    pub retry: Option<Duration>,
+    /// Put ids on events.
+    pub ids: bool,
+    /// Close the connection after this long, the stream going on (polling mode).
+    pub poll_after: Option<Duration>,
+    pub keep_alive: Duration,
 }
 
-/// Turns a stream's receiving end into an SSE response.
+/// Turns an attached connection into an SSE response: priming, replay, then live events,
+/// until the stream ends, the connection is replaced, `closed` fires or polling closes it.
 pub fn sse_response(
-    rx: mpsc::UnboundedReceiver<Outgoing>,
-    end: End,
-    keep_alive: Duration,
+    attached: Attached,
+    opening: Opening,
     closed: CancellationToken,
     guard: StreamGuard,
 ) -> Response {
-    let state = SseState {
+    let AttachedParts {
+        stream,
+        conn,
         rx,
-        remaining: match end {
-            End::AfterResponses(n) => Some(n),
-            End::Never => None,
-        },
+        replay,
+        ..
+    } = attached.take();
+    let mut first: VecDeque<(Option<u64>, Bytes)> = VecDeque::new();
+    match (opening.priming, opening.retry) {
+        (Some(id), retry) => first.push_back((None, encode(Some(id), retry, Some(b"")))),
+        (None, Some(r)) => first.push_back((None, encode(None, Some(r), None))),
+        (None, None) => {}
+    }
+    for (seq, data) in replay {
+        let id = opening.ids.then(|| stream.event_id(seq));
+        first.push_back((Some(seq), encode(id, None, Some(&data))));
+    }
+    let now = tokio::time::Instant::now();
+    let state = Body {
+        stream,
+        conn,
+        rx,
+        first,
+        ids: opening.ids,
+        retry: opening.retry,
+        poll_at: opening.poll_after.map(|d| now + d),
+        keep_alive: opening.keep_alive,
+        quiet_since: now,
+        closing: false,
+        finished: false,
         closed,
         _guard: guard,
     };
-    let stream = futures_util::stream::unfold(state, |mut st| async move {
-        loop {
-            if st.remaining == Some(0) {
-                return None;
-            }
-            let item = tokio::select! {
-                item = st.rx.recv() => item?,
-                () = st.closed.cancelled() => return None,
-            };
-            let bytes = match item {
-                Outgoing::Message(b) => b,
-                Outgoing::Response(b) => {
-                    st.count_one();
-                    b
-                }
-                Outgoing::Dropped => {
-                    st.count_one();
-                    continue;
-                }
-            };
-            return Some((Ok::<_, Infallible>(event(&bytes)), st));
-        }
+    let body = futures_util::stream::unfold(state, |mut st| async move {
+        let chunk = st.next().await?;
+        Some((Ok::<_, Infallible>(chunk), st))
     });
-    let mut response = Sse::new(stream)
-        .keep_alive(KeepAlive::new().interval(keep_alive))
-        .into_response();
-    response.headers_mut().insert(
-        "x-accel-buffering",
-        axum::http::HeaderValue::from_static("no"),
+    let mut response = axum::body::Body::from_stream(body).into_response();
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
     );
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
     response
 }
 
-struct SseState {
-    rx: mpsc::UnboundedReceiver<Outgoing>,
-    /// Responses still owed; `None` for a stream that only ends from outside.
-    remaining: Option<usize>,
+/// One SSE event. Data lines split at any line break, so no payload can end the event early.
+fn encode(id: Option<EventId>, retry: Option<Duration>, data: Option<&[u8]>) -> Bytes {
+    let mut out = Vec::with_capacity(data.map_or(0, <[u8]>::len) + 48);
+    if let Some(id) = id {
+        out.extend_from_slice(format!("id: {id}\n").as_bytes());
+    }
+    if let Some(r) = retry {
+        out.extend_from_slice(format!("retry: {}\n", r.as_millis()).as_bytes());
+    }
+    if let Some(data) = data {
+        for line in data.split(|b| *b == b'\n' || *b == b'\r') {
+            out.extend_from_slice(b"data: ");
+            out.extend_from_slice(line);
+            out.push(b'\n');
+        }
+    }
+    out.push(b'\n');
+    Bytes::from(out)
+}
+
+/// One connection's body.
+struct Body {
+    stream: Arc<Stream>,
+    conn: u64,
+    rx: mpsc::UnboundedReceiver<Frame>,
+    /// Priming and replayed events, sent before the live ones.
+    first: VecDeque<(Option<u64>, Bytes)>,
+    ids: bool,
+    retry: Option<Duration>,
+    poll_at: Option<tokio::time::Instant>,
+    keep_alive: Duration,
+    /// When the connection last carried anything: a keep-alive comment follows a quiet spell.
+    quiet_since: tokio::time::Instant,
+    /// A polling close was announced: end at the next poll.
+    closing: bool,
+    finished: bool,
     closed: CancellationToken,
     _guard: StreamGuard,
 }
 
-impl SseState {
-    fn count_one(&mut self) {
-        if let Some(n) = self.remaining.as_mut() {
-            *n = n.saturating_sub(1);
+impl Body {
+    async fn next(&mut self) -> Option<Bytes> {
+        if self.closing {
+            return None;
         }
+        if let Some((seq, chunk)) = self.first.pop_front() {
+            if let Some(seq) = seq {
+                self.stream.delivered(seq);
+            }
+            return Some(chunk);
+        }
+        let poll = async {
+            match self.poll_at {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        let chunk = tokio::select! {
+            biased;
+            frame = self.rx.recv() => match frame {
+                Some(Frame::Event { seq, data }) => {
+                    self.stream.delivered(seq);
+                    let id = self.ids.then(|| self.stream.event_id(seq));
+                    encode(id, None, Some(&data))
+                }
+                Some(Frame::End) => {
+                    self.finished = true;
+                    return None;
+                }
+                // Another connection took over, or the stream was released.
+                None => return None,
+            },
+            () = self.closed.cancelled() => return None,
+            () = poll => {
+                // Polling: the connection ends, the stream goes on; the client reconnects
+                // with Last-Event-ID after `retry`.
+                self.closing = true;
+                encode(None, Some(self.retry.unwrap_or(Duration::from_secs(1))), None)
+            }
+            () = tokio::time::sleep_until(self.quiet_since + self.keep_alive) => Bytes::from_static(b":\n\n"),
+        };
+        self.quiet_since = tokio::time::Instant::now();
+        Some(chunk)
     }
 }
 
-fn event(bytes: &Bytes) -> Event {
-    Event::default().data(String::from_utf8_lossy(bytes))
+impl Drop for Body {
+    fn drop(&mut self) {
+        self.stream.detach(self.conn, self.finished);
+    }
 }
 
-/// Collects the responses of a JSON-mode POST: until `n` requests have ended (answered or
-/// dropped) or `closed` fires (the session or the gateway ends).
-pub async fn collect_responses(
-    mut rx: mpsc::UnboundedReceiver<Outgoing>,
-    n: usize,
-    closed: &CancellationToken,
-) -> Vec<Bytes> {
-    let mut out = Vec::with_capacity(n);
-    let mut seen = 0;
-    while seen < n {
-        let item = tokio::select! {
-            item = rx.recv() => item,
+/// Collects the responses of a JSON-mode POST: until its stream ends or `closed` fires (the
+/// session or the gateway ends).
+pub async fn collect_responses(attached: Attached, closed: &CancellationToken) -> Vec<Bytes> {
+    let AttachedParts {
+        stream,
+        conn,
+        mut rx,
+        ..
+    } = attached.take();
+    let mut out = Vec::new();
+    let mut finished = false;
+    loop {
+        let frame = tokio::select! {
+            frame = rx.recv() => frame,
             () = closed.cancelled() => None,
         };
-        match item {
-            Some(Outgoing::Response(b)) => {
-                out.push(b);
-                seen += 1;
+        match frame {
+            Some(Frame::Event { data, .. }) => out.push(data),
+            Some(Frame::End) => {
+                finished = true;
+                break;
             }
-            Some(Outgoing::Dropped) => seen += 1,
-            Some(Outgoing::Message(_)) => {}
             None => break,
         }
     }
+    stream.detach(conn, finished);
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn encoding() {
+        let id = EventId {
+            tag: 1,
+            stream: 2,
+            seq: 0,
+        };
+        assert_eq!(
+            &encode(Some(id), Some(Duration::from_millis(1500)), Some(b""))[..],
+            b"id: 00000001-2-0\nretry: 1500\ndata: \n\n"
+        );
+        assert_eq!(
+            &encode(None, None, Some(b"{\"a\":\r1}\nx"))[..],
+            b"data: {\"a\":\ndata: 1}\ndata: x\n\n"
+        );
+        assert_eq!(
+            &encode(None, Some(Duration::from_secs(1)), None)[..],
+            b"retry: 1000\n\n"
+        );
+    }
+
+    fn stream(owed: Option<usize>, buffered: bool) -> (Arc<Stream>, Arc<MemoryEventStore>) {
+        let store = Arc::new(MemoryEventStore::new(ReplayLimits::default()));
+        let key = StreamKey {
+            session: Arc::from("s"),
+            stream: 1,
+        };
+        (
+            Stream::new(key, 7, true, buffered, store.clone(), owed, None),
+            store,
+        )
+    }
+
+    fn drain(a: &mut Attached) -> Vec<String> {
+        let a = a.0.as_mut().unwrap();
+        let mut out: Vec<String> = a
+            .replay
+            .drain(..)
+            .map(|(s, d)| format!("{s}:{}", String::from_utf8_lossy(&d)))
+            .collect();
+        while let Ok(f) = a.rx.try_recv() {
+            out.push(match f {
+                Frame::Event { seq, data } => format!("{seq}:{}", String::from_utf8_lossy(&data)),
+                Frame::End => "end".into(),
+            });
+        }
+        out
+    }
+
+    #[tokio::test]
+    async fn a_new_connection_replays_after_its_cursor_then_goes_live() {
+        let (s, _) = stream(Some(1), true);
+        let sink = Sink::new(s.clone());
+        let mut a = s.attach(Cursor::Start).await.unwrap();
+        sink.message(Bytes::from_static(b"one")).unwrap();
+        sink.message(Bytes::from_static(b"two")).unwrap();
+        assert_eq!(drain(&mut a), ["1:one", "2:two"]);
+        // The connection drops; work goes on.
+        drop(a);
+        sink.message(Bytes::from_static(b"three")).unwrap();
+        let mut b = s.attach(Cursor::After(1)).await.unwrap();
+        sink.respond(Bytes::from_static(b"done"));
+        assert_eq!(drain(&mut b), ["2:two", "3:three", "4:done", "end"]);
+        assert_eq!(
+            s.attach(Cursor::After(9)).await.err(),
+            Some(AttachError::BeyondEnd(9))
+        );
+    }
+
+    #[tokio::test]
+    async fn a_replaced_connection_ends_and_a_finished_stream_is_released() {
+        let (s, store) = stream(Some(1), true);
+        let sink = Sink::new(s.clone());
+        let mut first = s.attach(Cursor::Start).await.unwrap();
+        let second = s.attach(Cursor::Start).await.unwrap();
+        let rx = &mut first.0.as_mut().unwrap().rx;
+        assert!(
+            rx.recv().await.is_none(),
+            "the old connection's channel closed"
+        );
+        sink.respond(Bytes::from_static(b"r"));
+        assert_eq!(store.usage().0, 1);
+        // The body that carried End is finished: releasing frees the buffer.
+        let parts = second.take();
+        s.detach(parts.conn, true);
+        assert!(s.is_released());
+        assert_eq!(store.usage(), (0, 0));
+        assert_eq!(
+            s.attach(Cursor::Start).await.err(),
+            Some(AttachError::Released)
+        );
+        assert!(sink.message(Bytes::from_static(b"late")).is_err());
+    }
+
+    #[tokio::test]
+    async fn unbuffered_streams_give_messages_back_without_a_connection() {
+        let (s, store) = stream(Some(2), false);
+        let sink = Sink::new(s.clone());
+        assert!(sink.message(Bytes::from_static(b"m")).is_err());
+        let a = s.attach(Cursor::Start).await.unwrap();
+        assert!(sink.message(Bytes::from_static(b"m")).is_ok());
+        drop(a);
+        assert!(
+            sink.message(Bytes::from_static(b"m")).is_err(),
+            "released with its connection"
+        );
+        assert_eq!(store.usage(), (0, 0));
+    }
+
+    #[tokio::test]
+    async fn the_get_stream_hands_undelivered_events_to_its_next_connection() {
+        let (s, _) = stream(None, true);
+        let sink = Sink::new(s.clone());
+        sink.message(Bytes::from_static(b"a")).unwrap();
+        let mut a = s.attach(Cursor::Undelivered).await.unwrap();
+        assert_eq!(drain(&mut a), ["1:a"]);
+        s.delivered(1);
+        drop(a);
+        sink.message(Bytes::from_static(b"b")).unwrap();
+        let mut b = s.attach(Cursor::Undelivered).await.unwrap();
+        assert_eq!(drain(&mut b), ["2:b"]);
+        assert!(
+            !s.is_released(),
+            "a GET stream lives as long as its session"
+        );
+    }
 }

@@ -1,0 +1,353 @@
+//! Replay storage for SSE streams, behind [`EventStore`].
+//!
+//! Appends are synchronous and never fail: the stream that owns the events numbers them, so a
+//! store that talks to a server (Redis streams, `XADD key <seq> ...`, for several replicas)
+//! can queue appends and pipeline them in the background. Replays are rare (a client
+//! reconnecting) and asynchronous. [`MemoryEventStore`] keeps events in this process, bounded
+//! per stream (count, bytes), per session (bytes) and by age; what falls out is evicted, and a
+//! replay that would need it reports [`ReplayError::Evicted`] rather than silently skipping.
+
+use std::collections::{HashMap, VecDeque};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use dashmap::DashMap;
+
+/// A stream of a session.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct StreamKey {
+    pub session: Arc<str>,
+    pub stream: u64,
+}
+
+/// Why events cannot be replayed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ReplayError {
+    /// Events after the cursor are no longer kept (limits or age), or the stream's buffer was
+    /// released.
+    #[error("events after that cursor are no longer kept (the oldest kept is {oldest_kept})")]
+    Evicted { oldest_kept: u64 },
+    #[error("the event store failed: {0}")]
+    Backend(String),
+}
+
+pub type ReplayFuture<'a> =
+    Pin<Box<dyn Future<Output = Result<Vec<(u64, Bytes)>, ReplayError>> + Send + 'a>>;
+
+pub trait EventStore: Send + Sync + 'static {
+    /// Keeps event `seq` of a stream. Sequences of one stream arrive in increasing order.
+    fn append(&self, key: &StreamKey, seq: u64, data: Bytes);
+
+    /// The events with `after < seq < before`, in order. `Evicted` when any of them is gone.
+    fn replay(&self, key: &StreamKey, after: u64, before: u64) -> ReplayFuture<'_>;
+
+    /// Forgets a stream's events.
+    fn release(&self, key: &StreamKey);
+
+    /// Forgets every stream of a session.
+    fn release_session(&self, session: &str);
+
+    /// Events and bytes held now, for metrics.
+    fn usage(&self) -> (usize, usize);
+}
+
+/// Bounds on what is kept for replay.
+#[derive(Debug, Clone)]
+pub struct ReplayLimits {
+    pub max_events_per_stream: usize,
+    pub max_bytes_per_stream: usize,
+    pub max_bytes_per_session: usize,
+    pub max_age: Duration,
+}
+
+impl Default for ReplayLimits {
+    fn default() -> Self {
+        ReplayLimits {
+            max_events_per_stream: 10_000,
+            max_bytes_per_stream: 4 * 1024 * 1024,
+            max_bytes_per_session: 16 * 1024 * 1024,
+            max_age: Duration::from_secs(600),
+        }
+    }
+}
+
+struct Entry {
+    seq: u64,
+    at: Instant,
+    data: Bytes,
+}
+
+struct StreamBuf {
+    events: VecDeque<Entry>,
+    bytes: usize,
+    /// The lowest sequence still replayable: everything below was evicted.
+    first_kept: u64,
+}
+
+#[derive(Default)]
+struct SessionBufs {
+    streams: HashMap<u64, StreamBuf>,
+    bytes: usize,
+}
+
+/// The in-process store.
+pub struct MemoryEventStore {
+    limits: ReplayLimits,
+    sessions: DashMap<Arc<str>, SessionBufs>,
+    events: AtomicU64,
+    bytes: AtomicU64,
+    evicted: AtomicU64,
+}
+
+impl MemoryEventStore {
+    pub fn new(limits: ReplayLimits) -> MemoryEventStore {
+        MemoryEventStore {
+            limits,
+            sessions: DashMap::new(),
+            events: AtomicU64::new(0),
+            bytes: AtomicU64::new(0),
+            evicted: AtomicU64::new(0),
+        }
+    }
+
+    /// Events evicted so far (limits or age).
+    pub fn evicted(&self) -> u64 {
+        self.evicted.load(Ordering::Relaxed)
+    }
+
+    fn pop_front(&self, session: &mut SessionBufs, stream: u64) {
+        let Some(buf) = session.streams.get_mut(&stream) else {
+            return;
+        };
+        if let Some(e) = buf.events.pop_front() {
+            buf.bytes -= e.data.len();
+            buf.first_kept = e.seq + 1;
+            session.bytes -= e.data.len();
+            self.events.fetch_sub(1, Ordering::Relaxed);
+            self.bytes.fetch_sub(e.data.len() as u64, Ordering::Relaxed);
+            self.evicted.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    fn expire(&self, session: &mut SessionBufs, stream: u64) {
+        let max_age = self.limits.max_age;
+        while session
+            .streams
+            .get(&stream)
+            .and_then(|b| b.events.front())
+            .is_some_and(|e| e.at.elapsed() > max_age)
+        {
+            self.pop_front(session, stream);
+        }
+    }
+}
+
+impl EventStore for MemoryEventStore {
+    fn append(&self, key: &StreamKey, seq: u64, data: Bytes) {
+        let len = data.len();
+        let mut session = self.sessions.entry(key.session.clone()).or_default();
+        let buf = session
+            .streams
+            .entry(key.stream)
+            .or_insert_with(|| StreamBuf {
+                events: VecDeque::new(),
+                bytes: 0,
+                first_kept: seq,
+            });
+        buf.events.push_back(Entry {
+            seq,
+            at: Instant::now(),
+            data,
+        });
+        buf.bytes += len;
+        let over = |b: &StreamBuf| {
+            b.events.len() > self.limits.max_events_per_stream
+                || b.bytes > self.limits.max_bytes_per_stream
+        };
+        let over_stream = over(buf);
+        session.bytes += len;
+        self.events.fetch_add(1, Ordering::Relaxed);
+        self.bytes.fetch_add(len as u64, Ordering::Relaxed);
+        if over_stream {
+            while session.streams.get(&key.stream).is_some_and(&over) {
+                self.pop_front(&mut session, key.stream);
+            }
+        }
+        self.expire(&mut session, key.stream);
+        // Over the session's budget: the oldest events of the session go first.
+        while session.bytes > self.limits.max_bytes_per_session {
+            let oldest = session
+                .streams
+                .iter()
+                .filter_map(|(s, b)| b.events.front().map(|e| (e.at, *s)))
+                .min();
+            match oldest {
+                Some((_, s)) => self.pop_front(&mut session, s),
+                None => break,
+            }
+        }
+    }
+
+    fn replay(&self, key: &StreamKey, after: u64, before: u64) -> ReplayFuture<'_> {
+        let result = (|| {
+            if after + 1 >= before {
+                return Ok(Vec::new());
+            }
+            let Some(mut session) = self.sessions.get_mut(&key.session) else {
+                return Err(ReplayError::Evicted {
+                    oldest_kept: before,
+                });
+            };
+            self.expire(&mut session, key.stream);
+            let Some(buf) = session.streams.get(&key.stream) else {
+                return Err(ReplayError::Evicted {
+                    oldest_kept: before,
+                });
+            };
+            if after + 1 < buf.first_kept {
+                return Err(ReplayError::Evicted {
+                    oldest_kept: buf.first_kept,
+                });
+            }
+            Ok(buf
+                .events
+                .iter()
+                .filter(|e| e.seq > after && e.seq < before)
+                .map(|e| (e.seq, e.data.clone()))
+                .collect())
+        })();
+        Box::pin(std::future::ready(result))
+    }
+
+    fn release(&self, key: &StreamKey) {
+        let Some(mut session) = self.sessions.get_mut(&key.session) else {
+            return;
+        };
+        if let Some(buf) = session.streams.remove(&key.stream) {
+            session.bytes -= buf.bytes;
+            self.events
+                .fetch_sub(buf.events.len() as u64, Ordering::Relaxed);
+            self.bytes.fetch_sub(buf.bytes as u64, Ordering::Relaxed);
+        }
+    }
+
+    fn release_session(&self, session: &str) {
+        if let Some((_, bufs)) = self.sessions.remove(session) {
+            let events: usize = bufs.streams.values().map(|b| b.events.len()).sum();
+            self.events.fetch_sub(events as u64, Ordering::Relaxed);
+            self.bytes.fetch_sub(bufs.bytes as u64, Ordering::Relaxed);
+        }
+    }
+
+    fn usage(&self) -> (usize, usize) {
+        (
+            self.events.load(Ordering::Relaxed) as usize,
+            self.bytes.load(Ordering::Relaxed) as usize,
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(session: &str, stream: u64) -> StreamKey {
+        StreamKey {
+            session: Arc::from(session),
+            stream,
+        }
+    }
+
+    fn replay(
+        store: &MemoryEventStore,
+        k: &StreamKey,
+        after: u64,
+        before: u64,
+    ) -> Result<Vec<u64>, ReplayError> {
+        let fut = store.replay(k, after, before);
+        futures_util::FutureExt::now_or_never(fut)
+            .expect("the memory store is ready at once")
+            .map(|v| v.into_iter().map(|(s, _)| s).collect())
+    }
+
+    fn limits(events: usize, bytes: usize, session: usize) -> ReplayLimits {
+        ReplayLimits {
+            max_events_per_stream: events,
+            max_bytes_per_stream: bytes,
+            max_bytes_per_session: session,
+            max_age: Duration::from_secs(600),
+        }
+    }
+
+    #[test]
+    fn replays_a_range_and_only_that_stream() {
+        let store = MemoryEventStore::new(ReplayLimits::default());
+        let (a, b) = (key("s", 1), key("s", 2));
+        for seq in 1..=5 {
+            store.append(&a, seq, Bytes::from(format!("a{seq}")));
+            store.append(&b, seq, Bytes::from(format!("b{seq}")));
+        }
+        assert_eq!(replay(&store, &a, 2, 5), Ok(vec![3, 4]));
+        assert_eq!(replay(&store, &a, 0, 6), Ok(vec![1, 2, 3, 4, 5]));
+        assert_eq!(replay(&store, &a, 5, 6), Ok(vec![]));
+        assert_eq!(store.usage(), (10, 20));
+        store.release(&a);
+        assert!(matches!(
+            replay(&store, &a, 0, 6),
+            Err(ReplayError::Evicted { .. })
+        ));
+        assert_eq!(replay(&store, &b, 0, 6), Ok(vec![1, 2, 3, 4, 5]));
+        store.release_session("s");
+        assert_eq!(store.usage(), (0, 0));
+    }
+
+    #[test]
+    fn bounds_evict_oldest_first_and_say_so() {
+        let store = MemoryEventStore::new(limits(3, 1000, 1000));
+        let k = key("s", 1);
+        for seq in 1..=5 {
+            store.append(&k, seq, Bytes::from_static(b"xx"));
+        }
+        assert_eq!(replay(&store, &k, 2, 6), Ok(vec![3, 4, 5]));
+        assert_eq!(
+            replay(&store, &k, 1, 6),
+            Err(ReplayError::Evicted { oldest_kept: 3 })
+        );
+        assert_eq!(store.evicted(), 2);
+
+        let store = MemoryEventStore::new(limits(100, 5, 1000));
+        for seq in 1..=4 {
+            store.append(&k, seq, Bytes::from_static(b"xx"));
+        }
+        assert_eq!(replay(&store, &k, 2, 5), Ok(vec![3, 4]), "bytes per stream");
+
+        let store = MemoryEventStore::new(limits(100, 100, 6));
+        let other = key("s", 2);
+        store.append(&k, 1, Bytes::from_static(b"xx"));
+        store.append(&other, 1, Bytes::from_static(b"xx"));
+        store.append(&k, 2, Bytes::from_static(b"xx"));
+        store.append(&other, 2, Bytes::from_static(b"xx"));
+        assert!(
+            replay(&store, &k, 0, 3).is_err(),
+            "the session's oldest event went first"
+        );
+        assert_eq!(replay(&store, &other, 0, 3), Ok(vec![1, 2]));
+        assert_eq!(store.usage(), (3, 6));
+    }
+
+    #[test]
+    fn old_events_expire() {
+        let store = MemoryEventStore::new(ReplayLimits {
+            max_age: Duration::ZERO,
+            ..ReplayLimits::default()
+        });
+        let k = key("s", 1);
+        store.append(&k, 1, Bytes::from_static(b"x"));
+        std::thread::sleep(Duration::from_millis(2));
+        assert!(replay(&store, &k, 0, 2).is_err());
+    }
+}
