@@ -120,3 +120,28 @@ async fn python_sdk_client_against_third_party_servers() {
     assert_eq!(out["time"]["timezone"], "UTC");
     assert!(!out["prompts"].as_array().unwrap().is_empty());
 }
+
+#[tokio::test]
+async fn python_sdk_client_survives_gateway_side_closes_mid_call() {
+    // Polling mode closes every SSE connection after 300 ms; the SDK resumes with
+    // Last-Event-ID (after the gateway's retry advice) and its calls complete.
+    let gw = Gateway::fixture(
+        &["--sse-poll-after-ms", "300", "--sse-retry-ms", "100"],
+        &[],
+    );
+    let out = tokio::task::spawn_blocking({
+        let url = gw.url.clone();
+        move || run_client("polling", &url)
+    })
+    .await
+    .unwrap();
+    assert_eq!(out["slow"], "slept 1500 ms");
+    assert_eq!(out["burst"], "burst of 300 done");
+    assert_eq!(out["progress"], "Progress tool completed");
+    // The closes were real: the SDK resumed streams with Last-Event-ID.
+    assert!(
+        gw.log().matches("resuming stream").count() >= 2,
+        "{}",
+        gw.log()
+    );
+}

@@ -84,6 +84,11 @@ pub struct Cli {
     #[arg(long, env = "MCP_GATEWAY_SSE_POLL_AFTER_MS")]
     pub sse_poll_after_ms: Option<u64>,
 
+    /// Milliseconds a finished stream stays resumable (its last events may not have reached
+    /// the client yet). [default: 5000]
+    #[arg(long, env = "MCP_GATEWAY_SSE_LINGER_MS")]
+    pub sse_linger_ms: Option<u64>,
+
     /// Most events kept for replay per stream. [default: 10000]
     #[arg(long, env = "MCP_GATEWAY_REPLAY_MAX_EVENTS")]
     pub replay_max_events: Option<usize>,
@@ -328,6 +333,7 @@ impl Config {
             resumable: cli.sse_resumable.or(fs.resumable).unwrap_or(true),
             retry: Duration::from_millis(retry_ms),
             poll_after: poll_after_ms.map(Duration::from_millis),
+            linger: Duration::from_millis(cli.sse_linger_ms.or(fs.linger_ms).unwrap_or(5000)),
         };
         let defaults = ReplayLimits::default();
         let replay = ReplayLimits {
@@ -433,6 +439,7 @@ impl Config {
                 resumable: true,
                 retry: Duration::from_secs(1),
                 poll_after: None,
+                linger: Duration::from_secs(5),
             },
             replay: ReplayLimits::default(),
             separator: DEFAULT_SEPARATOR.into(),

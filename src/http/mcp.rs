@@ -119,6 +119,7 @@ async fn handle_get(
     })?;
     if resumed {
         gw.resume.replays_served.fetch_add(1, Ordering::Relaxed);
+        tracing::debug!(session = %session.id, "resuming stream {} after {:?}", stream.number(), headers.get(LAST_EVENT_ID));
     }
     let priming = (!resumed).then(|| attached.cursor_id());
     let guard = StreamGuard::new(session.connections.clone());

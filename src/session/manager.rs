@@ -120,6 +120,7 @@ impl SessionManager {
                 self.end(&id);
             }
             for s in self.sessions.iter() {
+                s.sweep_finished();
                 s.reap_streams(self.abandon_after);
             }
         }

@@ -12,7 +12,7 @@
 
 mod manager;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
@@ -27,7 +27,7 @@ use crate::backend::{
     BackendError, PluginConnection, PluginEntry, PluginEvents, PluginInfo, Related, start_plugin,
 };
 use crate::jsonrpc::{self, Id, Outcome};
-use crate::stream::{EventId, EventStore, Sink, Stream, StreamKey, StreamSettings};
+use crate::stream::{EventId, EventStore, Sink, Stream, StreamHooks, StreamKey, StreamSettings};
 
 /// Longest wait between restarts of a crashing plugin.
 const MAX_BACKOFF: Duration = Duration::from_secs(10);
@@ -112,6 +112,8 @@ pub struct Session {
     pub get: Arc<Stream>,
     /// POST streams (SSE) not yet released, by number.
     streams: Mutex<HashMap<u64, Arc<Stream>>>,
+    /// Finished streams waiting out their linger time, oldest first.
+    lingering: Mutex<VecDeque<(Instant, u64)>>,
     next_stream: AtomicU64,
     /// Requests plugins sent to the client, by the id the client sees: which plugin instance
     /// asked, and under which id.
@@ -174,6 +176,7 @@ impl Session {
             stream_settings,
             get,
             streams: Mutex::new(HashMap::new()),
+            lingering: Mutex::new(VecDeque::new()),
             next_stream: AtomicU64::new(1),
             server_requests: Mutex::new(HashMap::new()),
             next_server_request: AtomicU64::new(1),
@@ -300,12 +303,8 @@ impl Session {
             stream: number,
         };
         let buffered = sse && self.stream_settings.resumable;
-        let me = self.me.clone();
-        let forget: Box<dyn Fn(u64) + Send + Sync> = Box::new(move |n| {
-            if let Some(s) = me.upgrade() {
-                s.streams.lock().expect("streams lock").remove(&n);
-            }
-        });
+        self.sweep_finished();
+        let hooks: Box<dyn StreamHooks> = Box::new(SessionHooks(self.me.clone()));
         let stream = Stream::new(
             key,
             self.tag,
@@ -313,7 +312,7 @@ impl Session {
             buffered,
             self.store.clone(),
             Some(owed),
-            Some(forget),
+            Some(hooks),
         );
         if buffered {
             self.streams
@@ -324,8 +323,30 @@ impl Session {
         stream
     }
 
+    /// Releases finished streams whose linger time is over. The linger is the same for all,
+    /// so deadlines come in order: a queue, no timers.
+    pub fn sweep_finished(&self) {
+        let now = Instant::now();
+        let due: Vec<u64> = {
+            let mut q = self.lingering.lock().expect("linger lock");
+            let mut due = Vec::new();
+            while q.front().is_some_and(|(at, _)| *at <= now) {
+                due.extend(q.pop_front().map(|(_, n)| n));
+            }
+            due
+        };
+        for n in due {
+            let stream = self.streams.lock().expect("streams lock").get(&n).cloned();
+            // A stream someone resumed meanwhile is queued again when that connection ends.
+            if let Some(s) = stream.filter(|s| !s.is_attached()) {
+                s.release();
+            }
+        }
+    }
+
     /// The stream a `Last-Event-ID` names.
     pub fn stream_for(&self, id: &EventId) -> Result<Arc<Stream>, UnknownStream> {
+        self.sweep_finished();
         if id.tag != self.tag {
             return Err(UnknownStream::OtherSession);
         }
@@ -433,6 +454,27 @@ impl Session {
             .collect();
         futures_util::future::join_all(conns.iter().map(|c| c.shutdown())).await;
         tracing::info!(session = %self.id, "session ended");
+    }
+}
+
+/// A stream's line back to its session, weak so a stream never keeps a session alive.
+struct SessionHooks(Weak<Session>);
+
+impl StreamHooks for SessionHooks {
+    fn finished(&self, stream: u64) {
+        if let Some(s) = self.0.upgrade() {
+            let at = Instant::now() + s.stream_settings.linger;
+            s.lingering
+                .lock()
+                .expect("linger lock")
+                .push_back((at, stream));
+        }
+    }
+
+    fn released(&self, stream: u64) {
+        if let Some(s) = self.0.upgrade() {
+            s.streams.lock().expect("streams lock").remove(&stream);
+        }
     }
 }
 

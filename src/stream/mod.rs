@@ -42,6 +42,10 @@ pub struct StreamSettings {
     pub retry: Duration,
     /// Polling mode (2025-11-25): close a connection after this long, the stream going on.
     pub poll_after: Option<Duration>,
+    /// How long a finished stream stays resumable. Having written the last event to a
+    /// connection does not prove the client read it: a connection can be dead before the
+    /// gateway notices.
+    pub linger: Duration,
 }
 
 /// Counts of resumption outcomes, for metrics.
@@ -73,8 +77,16 @@ pub struct Stream {
     buffered: bool,
     store: Arc<dyn EventStore>,
     inner: Mutex<Inner>,
-    /// Called once when the stream is released, so its session forgets it.
-    on_release: Option<Box<dyn Fn(u64) + Send + Sync>>,
+    /// What the stream tells its session (`None` for streams no session tracks).
+    hooks: Option<Box<dyn StreamHooks>>,
+}
+
+/// How a stream tells its session about its end.
+pub trait StreamHooks: Send + Sync {
+    /// The stream went out to its end on a connection: release it after the linger time.
+    fn finished(&self, stream: u64);
+    /// The stream is released: forget it.
+    fn released(&self, stream: u64);
 }
 
 struct Inner {
@@ -162,7 +174,7 @@ impl Stream {
         buffered: bool,
         store: Arc<dyn EventStore>,
         owed: Option<usize>,
-        on_release: Option<Box<dyn Fn(u64) + Send + Sync>>,
+        hooks: Option<Box<dyn StreamHooks>>,
     ) -> Arc<Stream> {
         Arc::new(Stream {
             key,
@@ -179,7 +191,7 @@ impl Stream {
                 released: false,
                 detached_at: None,
             }),
-            on_release,
+            hooks,
         })
     }
 
@@ -247,6 +259,11 @@ impl Stream {
         self.lock().owed == Some(0)
     }
 
+    /// Whether a connection is attached (listening or not yet noticed gone).
+    pub fn is_attached(&self) -> bool {
+        self.lock().conn.is_some()
+    }
+
     /// A POST stream whose connection has been gone for longer than `max_age`.
     pub fn abandoned_for(&self, max_age: Duration) -> bool {
         let g = self.lock();
@@ -306,23 +323,27 @@ impl Stream {
         })))
     }
 
-    /// A connection went away; `finished` when it carried the stream to its end. A finished
-    /// stream, or an unbuffered one that lost its connection, is released.
+    /// A connection went away; `finished` when it carried the stream to its end. An
+    /// unbuffered stream is released with its connection; a buffered one that finished
+    /// lingers (its session releases it later), one that did not waits to be resumed.
     fn detach(&self, conn: u64, finished: bool) {
-        let release = {
+        let (release, linger) = {
             let mut g = self.lock();
             if g.conn.as_ref().is_some_and(|c| c.id == conn) {
                 g.conn = None;
                 g.detached_at = Some(std::time::Instant::now());
             }
-            let release = !g.released && g.owed.is_some() && (finished || !self.buffered);
+            let ends = !g.released && g.owed.is_some() && (finished || !self.buffered);
+            let release = ends && !self.buffered;
             if release {
                 g.released = true;
             }
-            release
+            (release, ends && self.buffered)
         };
         if release {
             self.release_buffer();
+        } else if linger && let Some(h) = &self.hooks {
+            h.finished(self.key.stream);
         }
     }
 
@@ -347,8 +368,8 @@ impl Stream {
         if self.buffered {
             self.store.release(&self.key);
         }
-        if let Some(f) = &self.on_release {
-            f(self.key.stream);
+        if let Some(h) = &self.hooks {
+            h.released(self.key.stream);
         }
     }
 }
@@ -683,9 +704,35 @@ mod tests {
         );
     }
 
+    #[derive(Default)]
+    struct Calls(Mutex<Vec<String>>);
+
+    impl StreamHooks for Arc<Calls> {
+        fn finished(&self, stream: u64) {
+            self.0.lock().unwrap().push(format!("finished {stream}"));
+        }
+        fn released(&self, stream: u64) {
+            self.0.lock().unwrap().push(format!("released {stream}"));
+        }
+    }
+
     #[tokio::test]
-    async fn a_replaced_connection_ends_and_a_finished_stream_is_released() {
-        let (s, store) = stream(Some(1), true);
+    async fn a_replaced_connection_ends_and_a_finished_stream_lingers_until_released() {
+        let store = Arc::new(MemoryEventStore::new(ReplayLimits::default()));
+        let calls = Arc::new(Calls::default());
+        let key = StreamKey {
+            session: Arc::from("s"),
+            stream: 4,
+        };
+        let s = Stream::new(
+            key,
+            7,
+            true,
+            true,
+            store.clone(),
+            Some(1),
+            Some(Box::new(calls.clone())),
+        );
         let sink = Sink::new(s.clone());
         let mut first = s.attach(Cursor::Start).await.unwrap();
         let second = s.attach(Cursor::Start).await.unwrap();
@@ -696,11 +743,16 @@ mod tests {
         );
         sink.respond(Bytes::from_static(b"r"));
         assert_eq!(store.usage().0, 1);
-        // The body that carried End is finished: releasing frees the buffer.
+        // The body that carried End finished: the session is told, the events stay for now.
         let parts = second.take();
         s.detach(parts.conn, true);
-        assert!(s.is_released());
+        assert!(!s.is_released());
+        let mut again = s.attach(Cursor::After(0)).await.unwrap();
+        assert_eq!(drain(&mut again), ["1:r", "end"]);
+        drop(again);
+        s.release();
         assert_eq!(store.usage(), (0, 0));
+        assert_eq!(*calls.0.lock().unwrap(), ["finished 4", "released 4"]);
         assert_eq!(
             s.attach(Cursor::Start).await.err(),
             Some(AttachError::Released)

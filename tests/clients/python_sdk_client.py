@@ -5,6 +5,8 @@ Usage: python_sdk_client.py MODE URL
                 progress, cancellation, then DELETE on close
   thirdparty  - the gateway fronts @modelcontextprotocol/server-everything (npm) and
                 mcp-server-time (PyPI), prefixed `everything__` and `time__`
+  polling     - the gateway fronts tests/fixture and closes SSE connections mid-call
+                (polling mode): calls must still complete
 Prints one JSON object with what it saw; exits non-zero on any failure.
 """
 
@@ -108,9 +110,28 @@ async def thirdparty(url: str) -> dict:
     return out
 
 
+async def polling(url: str) -> dict:
+    out: dict = {}
+    async with streamablehttp_client(url) as (read, write, get_session_id):
+        async with ClientSession(read, write) as session:
+            await session.initialize()
+            out["slow"] = text_of(await session.call_tool("slow", {"ms": 1500}))
+            progress: list[float] = []
+
+            async def on_progress(p: float, total: float | None, message: str | None) -> None:
+                progress.append(p)
+
+            out["burst"] = text_of(await session.call_tool("burst", {"count": 300, "pause_us": 3000}))
+            out["progress"] = text_of(
+                await session.call_tool("test_tool_with_progress", {}, progress_callback=on_progress)
+            )
+            out["progress_values"] = progress
+    return out
+
+
 async def main() -> None:
     mode, url = sys.argv[1], sys.argv[2]
-    result = await {"fixture": fixture, "thirdparty": thirdparty}[mode](url)
+    result = await {"fixture": fixture, "thirdparty": thirdparty, "polling": polling}[mode](url)
     print(json.dumps(result))
 
 

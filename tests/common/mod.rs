@@ -470,6 +470,56 @@ pub fn parse_sse(body: &str) -> Vec<SseEvent> {
     out
 }
 
+/// A live SSE stream, read event by event, as raw events (ids, retry, data) with the bytes
+/// read so far counted (to cut a connection at a chosen point).
+pub struct RawEvents {
+    stream:
+        std::pin::Pin<Box<dyn futures_util::Stream<Item = reqwest::Result<bytes::Bytes>> + Send>>,
+    buf: String,
+    pub bytes_read: usize,
+    /// Keep-alive comments seen.
+    pub comments: usize,
+}
+
+impl RawEvents {
+    pub fn new(r: reqwest::Response) -> RawEvents {
+        RawEvents {
+            stream: Box::pin(r.bytes_stream()),
+            buf: String::new(),
+            bytes_read: 0,
+            comments: 0,
+        }
+    }
+
+    /// The next complete event, or `None` when the stream ends. Panics after 20 s.
+    pub async fn next(&mut self) -> Option<SseEvent> {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(pos) = self.buf.find("\n\n") {
+                let block: String = self.buf.drain(..pos + 2).collect();
+                match parse_sse(&block).into_iter().next() {
+                    Some(ev) => return Some(ev),
+                    None => {
+                        self.comments += 1;
+                        continue;
+                    }
+                }
+            }
+            let chunk = tokio::time::timeout_at(deadline, self.stream.next())
+                .await
+                .expect("timed out waiting for an SSE event");
+            match chunk {
+                Some(Ok(bytes)) => {
+                    self.bytes_read += bytes.len();
+                    self.buf
+                        .push_str(&String::from_utf8_lossy(&bytes).replace("\r\n", "\n"));
+                }
+                _ => return None,
+            }
+        }
+    }
+}
+
 /// A live SSE stream, read message by message.
 pub struct Events {
     stream:
