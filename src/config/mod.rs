@@ -97,6 +97,10 @@ pub struct Cli {
     #[arg(long, env = "MCP_GATEWAY_REPLAY_MAX_BYTES")]
     pub replay_max_bytes: Option<usize>,
 
+    /// Most events kept for replay per session, all its streams together. [default: 50000]
+    #[arg(long, env = "MCP_GATEWAY_REPLAY_SESSION_MAX_EVENTS")]
+    pub replay_session_max_events: Option<usize>,
+
     /// Most bytes kept for replay per session, all its streams together. [default: 16777216]
     #[arg(long, env = "MCP_GATEWAY_REPLAY_SESSION_MAX_BYTES")]
     pub replay_session_max_bytes: Option<usize>,
@@ -345,6 +349,10 @@ impl Config {
                 .replay_max_bytes
                 .or(fs.replay_max_bytes)
                 .unwrap_or(defaults.max_bytes_per_stream),
+            max_events_per_session: cli
+                .replay_session_max_events
+                .or(fs.replay_session_max_events)
+                .unwrap_or(defaults.max_events_per_session),
             max_bytes_per_session: cli
                 .replay_session_max_bytes
                 .or(fs.replay_session_max_bytes)

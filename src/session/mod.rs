@@ -574,3 +574,69 @@ impl Session {
         Some(Bytes::from(value.to_string()))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::stream::{MemoryEventStore, ReplayLimits};
+
+    fn session(store: Arc<MemoryEventStore>) -> Arc<Session> {
+        let settings = StreamSettings {
+            keep_alive: Duration::from_secs(15),
+            resumable: true,
+            retry: Duration::from_secs(1),
+            poll_after: None,
+            linger: Duration::from_secs(5),
+        };
+        Session::new(
+            Arc::from("session-1"),
+            ClientInit {
+                version: "2025-11-25",
+                plugin_params: RawValue::from_string("{}".into()).unwrap(),
+            },
+            Vec::new(),
+            Arc::from("__"),
+            CancellationToken::new(),
+            store,
+            settings,
+        )
+    }
+
+    proptest! {
+        #[test]
+        fn only_this_sessions_own_streams_resolve(tag in any::<u32>(), stream in 0u64..6, seq in any::<u64>()) {
+            let s = session(Arc::new(MemoryEventStore::new(ReplayLimits::default())));
+            let open: Vec<u64> = (0..3).map(|_| s.new_post_stream(1, true).number()).collect();
+            let id = EventId { tag, stream, seq };
+            let theirs = EventId { tag: s.tag, ..id };
+            prop_assert_eq!(s.stream_for(&id).is_ok(), tag == s.tag && (stream == 0 || open.contains(&stream)));
+            match s.stream_for(&theirs) {
+                Ok(found) => prop_assert_eq!(found.number(), stream),
+                Err(e) => prop_assert_eq!(e, UnknownStream::NeverIssued),
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_sessions_buffers_go_with_it() {
+        let store = Arc::new(MemoryEventStore::new(ReplayLimits::default()));
+        let s = session(store.clone());
+        let post = Sink::new(s.new_post_stream(2, true));
+        post.message(Bytes::from_static(b"one")).unwrap();
+        post.respond(Bytes::from_static(b"two"));
+        s.deliver(
+            Bytes::from_static(b"for the GET stream"),
+            Related::None,
+            false,
+        )
+        .unwrap();
+        assert_eq!(store.usage().0, 3);
+        s.end().await;
+        assert_eq!(store.usage(), (0, 0));
+        assert!(post.message(Bytes::from_static(b"late")).is_err());
+    }
+}

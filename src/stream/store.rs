@@ -60,6 +60,7 @@ pub trait EventStore: Send + Sync + 'static {
 pub struct ReplayLimits {
     pub max_events_per_stream: usize,
     pub max_bytes_per_stream: usize,
+    pub max_events_per_session: usize,
     pub max_bytes_per_session: usize,
     pub max_age: Duration,
 }
@@ -69,6 +70,7 @@ impl Default for ReplayLimits {
         ReplayLimits {
             max_events_per_stream: 10_000,
             max_bytes_per_stream: 4 * 1024 * 1024,
+            max_events_per_session: 50_000,
             max_bytes_per_session: 16 * 1024 * 1024,
             max_age: Duration::from_secs(600),
         }
@@ -91,6 +93,7 @@ struct StreamBuf {
 #[derive(Default)]
 struct SessionBufs {
     streams: HashMap<u64, StreamBuf>,
+    events: usize,
     bytes: usize,
 }
 
@@ -127,6 +130,7 @@ impl MemoryEventStore {
             buf.bytes -= e.data.len();
             buf.first_kept = e.seq + 1;
             session.bytes -= e.data.len();
+            session.events -= 1;
             self.events.fetch_sub(1, Ordering::Relaxed);
             self.bytes.fetch_sub(e.data.len() as u64, Ordering::Relaxed);
             self.evicted.fetch_add(1, Ordering::Relaxed);
@@ -170,6 +174,7 @@ impl EventStore for MemoryEventStore {
         };
         let over_stream = over(buf);
         session.bytes += len;
+        session.events += 1;
         self.events.fetch_add(1, Ordering::Relaxed);
         self.bytes.fetch_add(len as u64, Ordering::Relaxed);
         if over_stream {
@@ -179,7 +184,9 @@ impl EventStore for MemoryEventStore {
         }
         self.expire(&mut session, key.stream);
         // Over the session's budget: the oldest events of the session go first.
-        while session.bytes > self.limits.max_bytes_per_session {
+        while session.bytes > self.limits.max_bytes_per_session
+            || session.events > self.limits.max_events_per_session
+        {
             let oldest = session
                 .streams
                 .iter()
@@ -229,6 +236,7 @@ impl EventStore for MemoryEventStore {
         };
         if let Some(buf) = session.streams.remove(&key.stream) {
             session.bytes -= buf.bytes;
+            session.events -= buf.events.len();
             self.events
                 .fetch_sub(buf.events.len() as u64, Ordering::Relaxed);
             self.bytes.fetch_sub(buf.bytes as u64, Ordering::Relaxed);
@@ -278,6 +286,7 @@ mod tests {
         ReplayLimits {
             max_events_per_stream: events,
             max_bytes_per_stream: bytes,
+            max_events_per_session: 1000,
             max_bytes_per_session: session,
             max_age: Duration::from_secs(600),
         }
@@ -337,6 +346,47 @@ mod tests {
         );
         assert_eq!(replay(&store, &other, 0, 3), Ok(vec![1, 2]));
         assert_eq!(store.usage(), (3, 6));
+
+        let store = MemoryEventStore::new(ReplayLimits {
+            max_events_per_session: 3,
+            ..ReplayLimits::default()
+        });
+        for seq in 1..=2 {
+            store.append(&k, seq, Bytes::from_static(b"x"));
+            store.append(&other, seq, Bytes::from_static(b"x"));
+        }
+        assert_eq!(store.usage().0, 3, "events per session");
+        assert!(replay(&store, &k, 0, 3).is_err());
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn a_replay_holds_only_its_own_streams_events(
+            appends in proptest::collection::vec((0u64..4, 0usize..3), 0..200),
+            stream in 0u64..4,
+            session in 0usize..3,
+        ) {
+            let store = MemoryEventStore::new(ReplayLimits::default());
+            let sessions = ["a", "b", "c"];
+            let mut next = std::collections::HashMap::new();
+            let mut mine = Vec::new();
+            for (st, se) in appends {
+                let seq = next.entry((st, se)).or_insert(0u64);
+                *seq += 1;
+                let data = Bytes::from(format!("{se}/{st}/{seq}"));
+                store.append(&key(sessions[se], st), *seq, data.clone());
+                if st == stream && se == session {
+                    mine.push((*seq, data));
+                }
+            }
+            let k = key(sessions[session], stream);
+            let got = futures_util::FutureExt::now_or_never(store.replay(&k, 0, u64::MAX)).unwrap();
+            if mine.is_empty() {
+                proptest::prop_assert!(got.is_err() || got == Ok(vec![]));
+            } else {
+                proptest::prop_assert_eq!(got, Ok(mine));
+            }
+        }
     }
 
     #[test]
