@@ -376,3 +376,81 @@ async fn resumption_can_be_turned_off() {
     let r = resume(&c, "00000000-1-0").await;
     assert_eq!(r.status(), 400);
 }
+
+#[tokio::test]
+async fn regression_a_get_stream_whose_waiting_events_were_evicted_still_opens() {
+    // Guards: once an event waiting for a GET connection was evicted, every later GET got 410
+    // for the rest of the session.
+    let gw = Gateway::fixture(&["--replay-max-events", "2"], &[]);
+    let mut c = gw.client();
+    c.initialize().await;
+    for i in 0..5 {
+        c.tool_text(i, "notify_changed", json!({})).await;
+    }
+    let r = c.get_stream().await;
+    assert_eq!(r.status(), 200);
+    let mut get = RawEvents::new(r);
+    let priming = get.next().await.unwrap();
+    assert!(
+        priming.id.as_deref().unwrap().contains("-p"),
+        "a priming id of its own: {priming:?}"
+    );
+    let mut kept = 0;
+    while kept < 2 {
+        let ev = get.next().await.unwrap();
+        assert_eq!(
+            message(&ev).unwrap()["method"],
+            "notifications/tools/list_changed"
+        );
+        kept += 1;
+    }
+    gw.wait_log("evicted before a client came for them").await;
+}
+
+#[tokio::test]
+async fn regression_a_failed_resume_leaves_the_live_connection_alone() {
+    // Guards: a Last-Event-ID that could not be resumed replaced (and so closed) the healthy
+    // GET connection before failing.
+    let gw = Gateway::fixture(&["--replay-max-events", "2"], &[]);
+    let mut c = gw.client();
+    c.initialize().await;
+    let mut get = RawEvents::new(c.get_stream().await);
+    let priming = get.next().await.unwrap().id.unwrap();
+    let mut first = None;
+    for i in 0..4 {
+        c.tool_text(i, "notify_changed", json!({})).await;
+        let ev = get.next().await.unwrap();
+        first.get_or_insert(ev.id.unwrap());
+    }
+    // The first event is evicted by now: resuming from before it fails...
+    let stale = priming.rsplit_once("-p").unwrap().0.to_owned();
+    assert_eq!(resume(&c, &stale).await.status(), 410);
+    // ...and the open connection still carries what comes next.
+    c.tool_text(9, "notify_changed", json!({})).await;
+    let ev = get.next().await.unwrap();
+    assert_eq!(
+        message(&ev).unwrap()["method"],
+        "notifications/tools/list_changed"
+    );
+}
+
+#[tokio::test]
+async fn resuming_from_a_priming_id_replays_from_its_position() {
+    let gw = Gateway::fixture(&[], &[]);
+    let mut c = gw.client();
+    c.initialize().await;
+    let mut events = post_stream(&c, &call(1, "slow", json!({"ms": 200}))).await;
+    let priming = events.next().await.unwrap().id.unwrap();
+    assert!(
+        priming.ends_with("-0-p1") || priming.contains("-p"),
+        "{priming}"
+    );
+    drop(events);
+    gw.wait_log("slow request").await;
+    let mut resumed = RawEvents::new(resume(&c, &priming).await);
+    let got = data_events(&mut resumed).await;
+    assert_eq!(
+        got.last().unwrap()["result"]["content"][0]["text"],
+        "slept 200 ms"
+    );
+}

@@ -123,6 +123,7 @@ impl SessionManager {
                 s.sweep_finished();
                 s.reap_streams(self.abandon_after);
             }
+            self.store.expire();
         }
     }
 

@@ -27,7 +27,9 @@ use crate::backend::{
     BackendError, PluginConnection, PluginEntry, PluginEvents, PluginInfo, Related, start_plugin,
 };
 use crate::jsonrpc::{self, Id, Outcome};
-use crate::stream::{EventId, EventStore, Sink, Stream, StreamHooks, StreamKey, StreamSettings};
+use crate::stream::{
+    Buffering, EventId, EventStore, Sink, Stream, StreamHooks, StreamKey, StreamSettings,
+};
 
 /// Longest wait between restarts of a crashing plugin.
 const MAX_BACKOFF: Duration = Duration::from_secs(10);
@@ -149,7 +151,11 @@ impl Session {
             },
             tag,
             true,
-            true,
+            if stream_settings.resumable {
+                Buffering::Replay
+            } else {
+                Buffering::UntilDelivered
+            },
             store.clone(),
             None,
             None,
@@ -305,20 +311,30 @@ impl Session {
         let buffered = sse && self.stream_settings.resumable;
         self.sweep_finished();
         let hooks: Box<dyn StreamHooks> = Box::new(SessionHooks(self.me.clone()));
+        let buffering = if buffered {
+            Buffering::Replay
+        } else {
+            Buffering::None
+        };
         let stream = Stream::new(
             key,
             self.tag,
             sse,
-            buffered,
+            buffering,
             self.store.clone(),
             Some(owed),
             Some(hooks),
         );
         if buffered {
-            self.streams
-                .lock()
-                .expect("streams lock")
-                .insert(number, stream.clone());
+            let mut streams = self.streams.lock().expect("streams lock");
+            // Checked under the lock `end` takes the map with: a stream is either in the map
+            // `end` releases, or made after the end and released here.
+            if self.closed.is_cancelled() {
+                drop(streams);
+                stream.release();
+            } else {
+                streams.insert(number, stream.clone());
+            }
         }
         stream
     }
@@ -338,8 +354,8 @@ impl Session {
         for n in due {
             let stream = self.streams.lock().expect("streams lock").get(&n).cloned();
             // A stream someone resumed meanwhile is queued again when that connection ends.
-            if let Some(s) = stream.filter(|s| !s.is_attached()) {
-                s.release();
+            if let Some(s) = stream {
+                s.release_if_detached();
             }
         }
     }
@@ -611,7 +627,7 @@ mod tests {
         fn only_this_sessions_own_streams_resolve(tag in any::<u32>(), stream in 0u64..6, seq in any::<u64>()) {
             let s = session(Arc::new(MemoryEventStore::new(ReplayLimits::default())));
             let open: Vec<u64> = (0..3).map(|_| s.new_post_stream(1, true).number()).collect();
-            let id = EventId { tag, stream, seq };
+            let id = EventId { tag, stream, seq, prime: None };
             let theirs = EventId { tag: s.tag, ..id };
             prop_assert_eq!(s.stream_for(&id).is_ok(), tag == s.tag && (stream == 0 || open.contains(&stream)));
             match s.stream_for(&theirs) {

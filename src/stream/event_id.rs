@@ -1,10 +1,13 @@
-//! SSE event ids: `<session tag>-<stream>-<sequence>`, e.g. `9f3a12c0-3-17`.
+//! SSE event ids: `<session tag>-<stream>-<sequence>`, e.g. `9f3a12c0-3-17`, and for priming
+//! events `<tag>-<stream>-<sequence>-p<n>`.
 //!
 //! The tag is a random 32-bit value per session (so an id from another session is recognised
 //! as such), the stream number is unique in its session (0 is the GET stream), and the
-//! sequence counts that stream's events from 1 (0 is the priming event's position). Together
-//! they make every id unique across the session's streams and let a `Last-Event-ID` name both
-//! the stream to resume and the cursor in it. Parsing accepts only the canonical form.
+//! sequence counts that stream's events from 1. A priming event carries the position its
+//! connection starts after, plus the connection's number on that stream, so its id is never
+//! another event's. Together they make every id unique across the session's streams and let a
+//! `Last-Event-ID` name both the stream to resume and the cursor in it. Parsing accepts only
+//! the canonical form.
 
 use std::fmt;
 
@@ -13,6 +16,8 @@ pub struct EventId {
     pub tag: u32,
     pub stream: u64,
     pub seq: u64,
+    /// For a priming event: the number of the connection it opened.
+    pub prime: Option<u64>,
 }
 
 /// Why a `Last-Event-ID` was refused.
@@ -24,7 +29,11 @@ pub enum EventIdError {
 
 impl fmt::Display for EventId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:08x}-{}-{}", self.tag, self.stream, self.seq)
+        write!(f, "{:08x}-{}-{}", self.tag, self.stream, self.seq)?;
+        match self.prime {
+            Some(n) => write!(f, "-p{n}"),
+            None => Ok(()),
+        }
     }
 }
 
@@ -32,10 +41,14 @@ impl EventId {
     pub fn parse(text: &str) -> Result<EventId, EventIdError> {
         let bad = || EventIdError::Malformed(text.chars().take(64).collect());
         let mut parts = text.split('-');
-        let (Some(tag), Some(stream), Some(seq), None) =
-            (parts.next(), parts.next(), parts.next(), parts.next())
+        let (Some(tag), Some(stream), Some(seq)) = (parts.next(), parts.next(), parts.next())
         else {
             return Err(bad());
+        };
+        let prime = match (parts.next(), parts.next()) {
+            (None, _) => None,
+            (Some(p), None) => Some(p.strip_prefix('p').and_then(decimal).ok_or_else(bad)?),
+            _ => return Err(bad()),
         };
         if tag.len() != 8
             || !tag
@@ -49,6 +62,7 @@ impl EventId {
             tag,
             stream: decimal(stream).ok_or_else(bad)?,
             seq: decimal(seq).ok_or_else(bad)?,
+            prime,
         })
     }
 }
@@ -72,6 +86,7 @@ mod tests {
             tag: 0x9f3a12c0,
             stream: 3,
             seq: 17,
+            prime: None,
         };
         assert_eq!(id.to_string(), "9f3a12c0-3-17");
         assert_eq!(EventId::parse("9f3a12c0-3-17"), Ok(id));
@@ -90,6 +105,10 @@ mod tests {
             "9f3a12c0-3-1 ",
             "xyz",
             "1::2",
+            "9f3a12c0-3-17-2",
+            "9f3a12c0-3-17-p",
+            "9f3a12c0-3-17-p02",
+            "9f3a12c0-3-17-p1-p2",
         ] {
             assert!(EventId::parse(bad).is_err(), "{bad:?}");
         }
@@ -97,8 +116,8 @@ mod tests {
 
     proptest! {
         #[test]
-        fn every_id_round_trips(tag in any::<u32>(), stream in any::<u64>(), seq in any::<u64>()) {
-            let id = EventId { tag, stream, seq };
+        fn every_id_round_trips(tag in any::<u32>(), stream in any::<u64>(), seq in any::<u64>(), prime in any::<Option<u64>>()) {
+            let id = EventId { tag, stream, seq, prime };
             prop_assert_eq!(EventId::parse(&id.to_string()), Ok(id));
         }
 

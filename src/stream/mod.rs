@@ -73,13 +73,27 @@ pub struct Stream {
     tag: u32,
     /// SSE (carries requests and notifications) or one JSON body (responses only).
     sse: bool,
-    /// Whether events are kept in the store for replay.
-    buffered: bool,
+    buffering: Buffering,
     store: Arc<dyn EventStore>,
     inner: Mutex<Inner>,
     /// What the stream tells its session (`None` for streams no session tracks).
     hooks: Option<Box<dyn StreamHooks>>,
 }
+
+/// What a stream keeps in the event store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Buffering {
+    /// Nothing: events go to the connection attached now, or nowhere.
+    None,
+    /// Every event, for resumption with `Last-Event-ID` (within the store's limits).
+    Replay,
+    /// Events until a connection has taken them (a GET stream when resumption is off).
+    UntilDelivered,
+}
+
+/// Frames a connection may have queued before it counts as too slow and is dropped (the
+/// client then resumes from the store).
+const LIVE_QUEUE: usize = 1024;
 
 /// How a stream tells its session about its end.
 pub trait StreamHooks: Send + Sync {
@@ -105,7 +119,7 @@ struct Inner {
 
 struct Conn {
     id: u64,
-    tx: mpsc::UnboundedSender<Frame>,
+    tx: mpsc::Sender<Frame>,
 }
 
 /// Where a new connection starts reading.
@@ -142,15 +156,19 @@ struct AttachedParts {
     conn: u64,
     /// The sequence the connection starts after.
     after: u64,
-    rx: mpsc::UnboundedReceiver<Frame>,
+    rx: mpsc::Receiver<Frame>,
     replay: Vec<(u64, Bytes)>,
 }
 
 impl Attached {
-    /// The id of the position this connection starts after: what a priming event carries.
+    /// The id a priming event carries: the position this connection starts after, marked
+    /// with the connection's number so it is no other event's id.
     pub fn cursor_id(&self) -> EventId {
         let p = self.0.as_ref().expect("not taken");
-        p.stream.event_id(p.after)
+        EventId {
+            prime: Some(p.conn),
+            ..p.stream.event_id(p.after)
+        }
     }
 
     fn take(mut self) -> AttachedParts {
@@ -171,7 +189,7 @@ impl Stream {
         key: StreamKey,
         tag: u32,
         sse: bool,
-        buffered: bool,
+        buffering: Buffering,
         store: Arc<dyn EventStore>,
         owed: Option<usize>,
         hooks: Option<Box<dyn StreamHooks>>,
@@ -180,7 +198,7 @@ impl Stream {
             key,
             tag,
             sse,
-            buffered,
+            buffering,
             store,
             inner: Mutex::new(Inner {
                 next_seq: 1,
@@ -205,6 +223,7 @@ impl Stream {
             tag: self.tag,
             stream: self.key.stream,
             seq,
+            prime: None,
         }
     }
 
@@ -212,11 +231,18 @@ impl Stream {
         self.inner.lock().expect("stream lock")
     }
 
-    /// Adds an event: kept for replay when buffered, sent to the connection if one is
-    /// attached. A message (not a response) comes back when the stream can take none.
+    fn buffered(&self) -> bool {
+        self.buffering != Buffering::None
+    }
+
+    /// Adds an event: kept in the store when buffered, sent to the connection if one is
+    /// attached. A message (not a response) comes back when the stream can take none: it is
+    /// released, unbuffered without a connection, or already answered in full (its
+    /// connection is ending).
     fn push(&self, data: Bytes, response: bool) -> Result<(), Bytes> {
         let mut g = self.lock();
-        if g.released || (!self.buffered && g.conn.is_none()) {
+        let closed = g.released || (!response && g.owed == Some(0));
+        if closed || (!self.buffered() && g.conn.is_none()) {
             if response {
                 Self::count_response(&mut g);
             }
@@ -224,27 +250,36 @@ impl Stream {
         }
         let seq = g.next_seq;
         g.next_seq += 1;
-        if self.buffered {
+        if self.buffered() {
             self.store.append(&self.key, seq, data.clone());
         }
-        if let Some(c) = &g.conn
-            && c.tx.send(Frame::Event { seq, data }).is_err()
-        {
-            g.conn = None;
-        }
+        Self::send(&mut g, Frame::Event { seq, data });
         if response {
             Self::count_response(&mut g);
         }
         Ok(())
     }
 
+    /// Sends to the attached connection; one that is gone, or too slow to keep up, is
+    /// dropped (a buffered stream's client resumes from the store).
+    fn send(g: &mut Inner, frame: Frame) {
+        let Some(c) = &g.conn else { return };
+        if let Err(e) = c.tx.try_send(frame) {
+            if matches!(e, mpsc::error::TrySendError::Full(_)) {
+                tracing::debug!(
+                    "a client fell {LIVE_QUEUE} events behind: its connection is dropped"
+                );
+            }
+            g.conn = None;
+            g.detached_at = Some(std::time::Instant::now());
+        }
+    }
+
     fn count_response(g: &mut Inner) {
         if let Some(n) = g.owed.as_mut() {
             *n = n.saturating_sub(1);
-            if *n == 0
-                && let Some(c) = &g.conn
-            {
-                let _ = c.tx.send(Frame::End);
+            if *n == 0 {
+                Self::send(g, Frame::End);
             }
         }
     }
@@ -275,37 +310,63 @@ impl Stream {
     }
 
     /// Attaches a new connection (replacing any other: the client knows it lost it) and reads
-    /// what it must replay from the store.
+    /// what it must replay from the store. A cursor whose events are gone is refused before
+    /// the current connection is touched.
     pub async fn attach(self: &Arc<Self>, from: Cursor) -> Result<Attached, AttachError> {
-        let (tx, rx) = mpsc::unbounded_channel();
-        let (conn, after, upto) = {
+        let (tx, rx) = mpsc::channel(LIVE_QUEUE);
+        let (conn, after, upto, skip_evicted) = {
             let mut g = self.lock();
             if g.released {
                 return Err(AttachError::Released);
             }
             let upto = g.next_seq;
-            let after = match from {
-                Cursor::Start => 0,
+            let (after, skip_evicted) = match from {
+                Cursor::Start => (0, false),
                 Cursor::Undelivered if g.conn.as_ref().is_some_and(|c| !c.tx.is_closed()) => {
                     return Err(AttachError::Busy);
                 }
-                Cursor::Undelivered => g.delivered,
+                // What was evicted before anyone came for it is skipped, not fatal.
+                Cursor::Undelivered => (g.delivered, true),
                 Cursor::After(seq) if seq >= upto => return Err(AttachError::BeyondEnd(seq)),
-                Cursor::After(seq) => seq,
+                Cursor::After(seq) => {
+                    if self.buffered() {
+                        let oldest = self.store.oldest_kept(&self.key).unwrap_or(upto);
+                        if seq + 1 < oldest {
+                            return Err(ReplayError::Evicted {
+                                oldest_kept: oldest,
+                            }
+                            .into());
+                        }
+                    }
+                    (seq, false)
+                }
             };
             g.attaches += 1;
             let id = g.attaches;
             if g.owed == Some(0) {
-                let _ = tx.send(Frame::End);
+                let _ = tx.try_send(Frame::End);
             }
             // The previous connection's channel closes: its response ends.
             g.conn = Some(Conn { id, tx });
             g.detached_at = None;
-            (id, after, upto)
+            (id, after, upto, skip_evicted)
         };
-        let replay = if self.buffered {
-            match self.store.replay(&self.key, after, upto).await {
-                Ok(events) => events,
+        let replay = if self.buffered() {
+            match self
+                .store
+                .replay(&self.key, after, upto, skip_evicted)
+                .await
+            {
+                Ok(events) => {
+                    let skipped = events.first().map_or(upto, |(s, _)| *s) - after - 1;
+                    if skip_evicted && skipped > 0 && events.len() as u64 + after + 1 < upto {
+                        tracing::warn!(
+                            stream = self.key.stream,
+                            "events were evicted before a client came for them"
+                        );
+                    }
+                    events
+                }
                 Err(e) => {
                     self.detach(conn, false);
                     return Err(e.into());
@@ -333,12 +394,12 @@ impl Stream {
                 g.conn = None;
                 g.detached_at = Some(std::time::Instant::now());
             }
-            let ends = !g.released && g.owed.is_some() && (finished || !self.buffered);
-            let release = ends && !self.buffered;
+            let ends = !g.released && g.owed.is_some() && (finished || !self.buffered());
+            let release = ends && !self.buffered();
             if release {
                 g.released = true;
             }
-            (release, ends && self.buffered)
+            (release, ends && self.buffered())
         };
         if release {
             self.release_buffer();
@@ -350,6 +411,26 @@ impl Stream {
     fn delivered(&self, seq: u64) {
         let mut g = self.lock();
         g.delivered = g.delivered.max(seq);
+        if self.buffering == Buffering::UntilDelivered {
+            self.store.trim(&self.key, seq);
+        }
+    }
+
+    /// Releases the stream if no connection is attached (its linger time is over), in one
+    /// step, so a client resuming at this moment is not cut off.
+    pub fn release_if_detached(&self) -> bool {
+        let release = {
+            let mut g = self.lock();
+            let release = !g.released && g.conn.is_none();
+            if release {
+                g.released = true;
+            }
+            release
+        };
+        if release {
+            self.release_buffer();
+        }
+        release
     }
 
     /// Releases the stream now (its session ends, or it was abandoned).
@@ -365,7 +446,7 @@ impl Stream {
     }
 
     fn release_buffer(&self) {
-        if self.buffered {
+        if self.buffered() {
             self.store.release(&self.key);
         }
         if let Some(h) = &self.hooks {
@@ -412,7 +493,7 @@ impl Sink {
     pub fn carries_messages(&self) -> bool {
         self.0.sse && {
             let g = self.0.lock();
-            !g.released && (self.0.buffered || g.conn.is_some())
+            !g.released && g.owed != Some(0) && (self.0.buffered() || g.conn.is_some())
         }
     }
 
@@ -512,12 +593,13 @@ pub fn sse_response(
 
 /// One SSE event. Data lines split at any line break, so no payload can end the event early.
 fn encode(id: Option<EventId>, retry: Option<Duration>, data: Option<&[u8]>) -> Bytes {
+    use std::io::Write;
     let mut out = Vec::with_capacity(data.map_or(0, <[u8]>::len) + 48);
     if let Some(id) = id {
-        out.extend_from_slice(format!("id: {id}\n").as_bytes());
+        let _ = writeln!(out, "id: {id}");
     }
     if let Some(r) = retry {
-        out.extend_from_slice(format!("retry: {}\n", r.as_millis()).as_bytes());
+        let _ = writeln!(out, "retry: {}", r.as_millis());
     }
     if let Some(data) = data {
         for line in data.split(|b| *b == b'\n' || *b == b'\r') {
@@ -534,7 +616,7 @@ fn encode(id: Option<EventId>, retry: Option<Duration>, data: Option<&[u8]>) -> 
 struct Body {
     stream: Arc<Stream>,
     conn: u64,
-    rx: mpsc::UnboundedReceiver<Frame>,
+    rx: mpsc::Receiver<Frame>,
     /// Priming and replayed events, sent before the live ones.
     first: VecDeque<(Option<u64>, Bytes)>,
     ids: bool,
@@ -641,6 +723,7 @@ mod tests {
             tag: 1,
             stream: 2,
             seq: 0,
+            prime: None,
         };
         assert_eq!(
             &encode(Some(id), Some(Duration::from_millis(1500)), Some(b""))[..],
@@ -662,8 +745,13 @@ mod tests {
             session: Arc::from("s"),
             stream: 1,
         };
+        let buffering = if buffered {
+            Buffering::Replay
+        } else {
+            Buffering::None
+        };
         (
-            Stream::new(key, 7, true, buffered, store.clone(), owed, None),
+            Stream::new(key, 7, true, buffering, store.clone(), owed, None),
             store,
         )
     }
@@ -728,7 +816,7 @@ mod tests {
             key,
             7,
             true,
-            true,
+            Buffering::Replay,
             store.clone(),
             Some(1),
             Some(Box::new(calls.clone())),
@@ -773,6 +861,59 @@ mod tests {
             "released with its connection"
         );
         assert_eq!(store.usage(), (0, 0));
+    }
+
+    #[tokio::test]
+    async fn regression_nothing_is_taken_after_the_last_response() {
+        // Guards: a message accepted after the stream's End was queued behind it and lost.
+        let (s, _) = stream(Some(1), true);
+        let sink = Sink::new(s.clone());
+        let _a = s.attach(Cursor::Start).await.unwrap();
+        sink.dropped();
+        assert!(!sink.carries_messages());
+        assert!(sink.message(Bytes::from_static(b"late")).is_err());
+    }
+
+    #[tokio::test]
+    async fn until_delivered_keeps_only_what_no_connection_took() {
+        let store = Arc::new(MemoryEventStore::new(ReplayLimits::default()));
+        let key = StreamKey {
+            session: Arc::from("s"),
+            stream: 0,
+        };
+        let s = Stream::new(
+            key,
+            7,
+            true,
+            Buffering::UntilDelivered,
+            store.clone(),
+            None,
+            None,
+        );
+        let sink = Sink::new(s.clone());
+        sink.message(Bytes::from_static(b"a")).unwrap();
+        sink.message(Bytes::from_static(b"b")).unwrap();
+        assert_eq!(store.usage().0, 2);
+        s.delivered(1);
+        assert_eq!(store.usage().0, 1);
+    }
+
+    #[tokio::test]
+    async fn a_slow_connection_is_dropped_and_resumes_from_the_store() {
+        let (s, _) = stream(None, true);
+        let sink = Sink::new(s.clone());
+        let a = s.attach(Cursor::Undelivered).await.unwrap();
+        for _ in 0..=LIVE_QUEUE {
+            sink.message(Bytes::from_static(b"x")).unwrap();
+        }
+        assert!(!s.is_attached(), "dropped once its queue was full");
+        drop(a);
+        let mut b = s.attach(Cursor::After(0)).await.unwrap();
+        assert_eq!(
+            drain(&mut b).len(),
+            LIVE_QUEUE + 1,
+            "everything is in the store"
+        );
     }
 
     #[tokio::test]

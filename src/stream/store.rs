@@ -10,8 +10,8 @@
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -42,8 +42,26 @@ pub trait EventStore: Send + Sync + 'static {
     /// Keeps event `seq` of a stream. Sequences of one stream arrive in increasing order.
     fn append(&self, key: &StreamKey, seq: u64, data: Bytes);
 
-    /// The events with `after < seq < before`, in order. `Evicted` when any of them is gone.
-    fn replay(&self, key: &StreamKey, after: u64, before: u64) -> ReplayFuture<'_>;
+    /// The events with `after < seq < before`, in order. `Evicted` when any of them is gone,
+    /// unless `skip_evicted`, which returns what is still kept.
+    fn replay(
+        &self,
+        key: &StreamKey,
+        after: u64,
+        before: u64,
+        skip_evicted: bool,
+    ) -> ReplayFuture<'_>;
+
+    /// The lowest sequence still kept for a stream that ever had events, when the store can
+    /// tell without waiting (checked before a connection is swapped for a resuming one).
+    fn oldest_kept(&self, key: &StreamKey) -> Option<u64>;
+
+    /// Forgets a stream's events up to and including `through` (delivered, not kept for
+    /// replay when resumption is off).
+    fn trim(&self, key: &StreamKey, through: u64);
+
+    /// Evicts events past their age everywhere (periodic maintenance).
+    fn expire(&self);
 
     /// Forgets a stream's events.
     fn release(&self, key: &StreamKey);
@@ -97,10 +115,11 @@ struct SessionBufs {
     bytes: usize,
 }
 
-/// The in-process store.
+/// The in-process store. Each session's buffers sit behind their own lock, so sessions never
+/// wait on each other.
 pub struct MemoryEventStore {
     limits: ReplayLimits,
-    sessions: DashMap<Arc<str>, SessionBufs>,
+    sessions: DashMap<Arc<str>, Arc<Mutex<SessionBufs>>>,
     events: AtomicU64,
     bytes: AtomicU64,
     evicted: AtomicU64,
@@ -122,7 +141,12 @@ impl MemoryEventStore {
         self.evicted.load(Ordering::Relaxed)
     }
 
-    fn pop_front(&self, session: &mut SessionBufs, stream: u64) {
+    fn session(&self, id: &Arc<str>) -> Option<Arc<Mutex<SessionBufs>>> {
+        self.sessions.get(id).map(|s| s.clone())
+    }
+
+    /// Drops a stream's oldest event; `evicted` when it goes for lack of room or age.
+    fn pop_front(&self, session: &mut SessionBufs, stream: u64, evicted: bool) {
         let Some(buf) = session.streams.get_mut(&stream) else {
             return;
         };
@@ -133,11 +157,13 @@ impl MemoryEventStore {
             session.events -= 1;
             self.events.fetch_sub(1, Ordering::Relaxed);
             self.bytes.fetch_sub(e.data.len() as u64, Ordering::Relaxed);
-            self.evicted.fetch_add(1, Ordering::Relaxed);
+            if evicted {
+                self.evicted.fetch_add(1, Ordering::Relaxed);
+            }
         }
     }
 
-    fn expire(&self, session: &mut SessionBufs, stream: u64) {
+    fn expire_stream(&self, session: &mut SessionBufs, stream: u64) {
         let max_age = self.limits.max_age;
         while session
             .streams
@@ -145,7 +171,7 @@ impl MemoryEventStore {
             .and_then(|b| b.events.front())
             .is_some_and(|e| e.at.elapsed() > max_age)
         {
-            self.pop_front(session, stream);
+            self.pop_front(session, stream, true);
         }
     }
 }
@@ -153,7 +179,15 @@ impl MemoryEventStore {
 impl EventStore for MemoryEventStore {
     fn append(&self, key: &StreamKey, seq: u64, data: Bytes) {
         let len = data.len();
-        let mut session = self.sessions.entry(key.session.clone()).or_default();
+        let session = match self.session(&key.session) {
+            Some(s) => s,
+            None => self
+                .sessions
+                .entry(key.session.clone())
+                .or_default()
+                .clone(),
+        };
+        let mut session = session.lock().expect("session buffers lock");
         let buf = session
             .streams
             .entry(key.stream)
@@ -179,10 +213,10 @@ impl EventStore for MemoryEventStore {
         self.bytes.fetch_add(len as u64, Ordering::Relaxed);
         if over_stream {
             while session.streams.get(&key.stream).is_some_and(&over) {
-                self.pop_front(&mut session, key.stream);
+                self.pop_front(&mut session, key.stream, true);
             }
         }
-        self.expire(&mut session, key.stream);
+        self.expire_stream(&mut session, key.stream);
         // Over the session's budget: the oldest events of the session go first.
         while session.bytes > self.limits.max_bytes_per_session
             || session.events > self.limits.max_events_per_session
@@ -193,29 +227,35 @@ impl EventStore for MemoryEventStore {
                 .filter_map(|(s, b)| b.events.front().map(|e| (e.at, *s)))
                 .min();
             match oldest {
-                Some((_, s)) => self.pop_front(&mut session, s),
+                Some((_, s)) => self.pop_front(&mut session, s, true),
                 None => break,
             }
         }
     }
 
-    fn replay(&self, key: &StreamKey, after: u64, before: u64) -> ReplayFuture<'_> {
+    fn replay(
+        &self,
+        key: &StreamKey,
+        after: u64,
+        before: u64,
+        skip_evicted: bool,
+    ) -> ReplayFuture<'_> {
         let result = (|| {
             if after + 1 >= before {
                 return Ok(Vec::new());
             }
-            let Some(mut session) = self.sessions.get_mut(&key.session) else {
-                return Err(ReplayError::Evicted {
-                    oldest_kept: before,
-                });
+            let gone = Err(ReplayError::Evicted {
+                oldest_kept: before,
+            });
+            let Some(session) = self.session(&key.session) else {
+                return if skip_evicted { Ok(Vec::new()) } else { gone };
             };
-            self.expire(&mut session, key.stream);
+            let mut session = session.lock().expect("session buffers lock");
+            self.expire_stream(&mut session, key.stream);
             let Some(buf) = session.streams.get(&key.stream) else {
-                return Err(ReplayError::Evicted {
-                    oldest_kept: before,
-                });
+                return if skip_evicted { Ok(Vec::new()) } else { gone };
             };
-            if after + 1 < buf.first_kept {
+            if after + 1 < buf.first_kept && !skip_evicted {
                 return Err(ReplayError::Evicted {
                     oldest_kept: buf.first_kept,
                 });
@@ -230,10 +270,44 @@ impl EventStore for MemoryEventStore {
         Box::pin(std::future::ready(result))
     }
 
-    fn release(&self, key: &StreamKey) {
-        let Some(mut session) = self.sessions.get_mut(&key.session) else {
+    fn oldest_kept(&self, key: &StreamKey) -> Option<u64> {
+        let session = self.session(&key.session)?;
+        let mut session = session.lock().expect("session buffers lock");
+        self.expire_stream(&mut session, key.stream);
+        session.streams.get(&key.stream).map(|b| b.first_kept)
+    }
+
+    fn trim(&self, key: &StreamKey, through: u64) {
+        let Some(session) = self.session(&key.session) else {
             return;
         };
+        let mut session = session.lock().expect("session buffers lock");
+        while session
+            .streams
+            .get(&key.stream)
+            .and_then(|b| b.events.front())
+            .is_some_and(|e| e.seq <= through)
+        {
+            self.pop_front(&mut session, key.stream, false);
+        }
+    }
+
+    fn expire(&self) {
+        let sessions: Vec<_> = self.sessions.iter().map(|s| s.value().clone()).collect();
+        for session in sessions {
+            let mut session = session.lock().expect("session buffers lock");
+            let streams: Vec<u64> = session.streams.keys().copied().collect();
+            for s in streams {
+                self.expire_stream(&mut session, s);
+            }
+        }
+    }
+
+    fn release(&self, key: &StreamKey) {
+        let Some(session) = self.session(&key.session) else {
+            return;
+        };
+        let mut session = session.lock().expect("session buffers lock");
         if let Some(buf) = session.streams.remove(&key.stream) {
             session.bytes -= buf.bytes;
             session.events -= buf.events.len();
@@ -245,6 +319,7 @@ impl EventStore for MemoryEventStore {
 
     fn release_session(&self, session: &str) {
         if let Some((_, bufs)) = self.sessions.remove(session) {
+            let bufs = bufs.lock().expect("session buffers lock");
             let events: usize = bufs.streams.values().map(|b| b.events.len()).sum();
             self.events.fetch_sub(events as u64, Ordering::Relaxed);
             self.bytes.fetch_sub(bufs.bytes as u64, Ordering::Relaxed);
@@ -276,7 +351,7 @@ mod tests {
         after: u64,
         before: u64,
     ) -> Result<Vec<u64>, ReplayError> {
-        let fut = store.replay(k, after, before);
+        let fut = store.replay(k, after, before, false);
         futures_util::FutureExt::now_or_never(fut)
             .expect("the memory store is ready at once")
             .map(|v| v.into_iter().map(|(s, _)| s).collect())
@@ -380,7 +455,7 @@ mod tests {
                 }
             }
             let k = key(sessions[session], stream);
-            let got = futures_util::FutureExt::now_or_never(store.replay(&k, 0, u64::MAX)).unwrap();
+            let got = futures_util::FutureExt::now_or_never(store.replay(&k, 0, u64::MAX, false)).unwrap();
             if mine.is_empty() {
                 proptest::prop_assert!(got.is_err() || got == Ok(vec![]));
             } else {
