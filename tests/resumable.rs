@@ -4,29 +4,13 @@
 
 mod common;
 
-use common::{ACCEPT_BOTH, Client, Gateway, RawEvents, SseEvent};
+use common::{Client, Gateway, RawEvents, SseEvent};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::{Value, json};
 
 async fn post_stream(c: &Client, body: &Value) -> RawEvents {
-    let r = c
-        .request(reqwest::Method::POST)
-        .header("content-type", "application/json")
-        .header("accept", ACCEPT_BOTH)
-        .body(body.to_string())
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
-    assert!(
-        r.headers()["content-type"]
-            .to_str()
-            .unwrap()
-            .starts_with("text/event-stream")
-    );
-    assert_eq!(r.headers()["x-accel-buffering"], "no");
-    RawEvents::new(r)
+    RawEvents::new(c.post_sse(body).await)
 }
 
 async fn resume(c: &Client, last_event_id: &str) -> reqwest::Response {

@@ -355,8 +355,8 @@ impl Client {
         .await
     }
 
-    /// Opens a streaming POST and returns its live event stream.
-    pub async fn stream(&self, message: &Value) -> Events {
+    /// Opens a streaming POST: the response, checked to be an SSE stream.
+    pub async fn post_sse(&self, message: &Value) -> reqwest::Response {
         let r = self
             .request(reqwest::Method::POST)
             .header("content-type", "application/json")
@@ -372,7 +372,13 @@ impl Client {
                 .unwrap()
                 .starts_with("text/event-stream")
         );
-        Events::new(r)
+        assert_eq!(r.headers()["x-accel-buffering"], "no");
+        r
+    }
+
+    /// Opens a streaming POST and returns its live messages.
+    pub async fn stream(&self, message: &Value) -> Events {
+        Events::new(self.post_sse(message).await)
     }
 
     /// Opens the GET stream.
