@@ -1,58 +1,110 @@
-//! The gateway's shared state, and its lifetime: start probes and the idle reaper, serve
-//! until told to stop, then end every session and wait for every plugin to be gone.
+//! The gateway's shared state, and its lifetime: open the database and the registry, start
+//! the idle reaper and the admin API, serve until told to stop, then end every session and wait
+//! for every plugin to be gone.
 
 use std::future::Future;
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use crate::backend::Catalog;
-use crate::config::Config;
+use crate::config::{Config, ConfigError};
 use crate::http;
+use crate::registry::store::{PluginStore, SqlPluginStore, StoreError};
+use crate::registry::{Registry, RegistryError};
 use crate::session::SessionManager;
 use crate::stream::{EventStore, MemoryEventStore, ResumeCounters};
+
+/// Re-reads the configuration (a reload: SIGHUP or `POST /admin/reload`).
+pub type Reloader = Box<dyn Fn() -> Result<Config, ConfigError> + Send + Sync>;
 
 /// Everything a request handler needs.
 pub struct Gateway {
     pub config: Config,
-    pub catalog: Catalog,
+    pub registry: Arc<Registry>,
+    pub plugin_store: Arc<dyn PluginStore>,
     pub sessions: Arc<SessionManager>,
     pub guard: http::checks::Guard,
-    pub separator: Arc<str>,
     /// How resumptions went, for metrics.
     pub resume: ResumeCounters,
     /// Cancelled when the gateway stops: sessions' streams close.
     pub shutdown: CancellationToken,
+    reloader: Option<Reloader>,
+}
+
+/// Why the gateway could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("cannot listen for the admin API on {addr}: {source}")]
+    AdminListen {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+}
+
+/// Why a reload was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ReloadError {
+    #[error("reloading is not available: the gateway was started without a config source")]
+    Unavailable,
+    #[error("the new config is invalid, nothing changed: {0}")]
+    Invalid(#[from] ConfigError),
+    #[error(transparent)]
+    Registry(#[from] RegistryError),
 }
 
 impl Gateway {
-    pub fn new(config: Config) -> Arc<Gateway> {
+    /// Opens the database (running its migrations) and the registry.
+    pub async fn new(
+        config: Config,
+        reloader: Option<Reloader>,
+    ) -> Result<Arc<Gateway>, StartError> {
+        let plugin_store: Arc<dyn PluginStore> =
+            Arc::new(SqlPluginStore::connect(&config.database_url).await?);
+        let registry = Registry::load(&config, plugin_store.clone()).await?;
         let store: Arc<dyn EventStore> = Arc::new(MemoryEventStore::new(config.replay.clone()));
-        Arc::new(Gateway {
-            catalog: Catalog::new(&config),
-            sessions: Arc::new(SessionManager::new(
-                config.session.clone(),
-                store,
-                config.stream.clone(),
-                config.replay.max_age,
-            )),
-            resume: ResumeCounters::default(),
+        let sessions = Arc::new(SessionManager::new(
+            config.session.clone(),
+            store,
+            config.stream.clone(),
+            config.replay.max_age,
+        ));
+        let s = sessions.clone();
+        registry.on_change(move |view| s.registry_changed(view));
+        Ok(Arc::new(Gateway {
+            registry,
+            plugin_store,
+            sessions,
             guard: http::checks::Guard::new(&config),
-            separator: Arc::from(config.separator.as_str()),
+            resume: ResumeCounters::default(),
             shutdown: CancellationToken::new(),
+            reloader,
             config,
-        })
+        }))
     }
 
     /// How long a client's `initialize` waits for plugin probes still running.
     pub fn probe_wait(&self) -> std::time::Duration {
-        self.config
-            .plugins
+        self.registry
+            .entries()
             .iter()
-            .map(|p| p.startup_timeout)
+            .map(|p| p.config.startup_timeout)
             .max()
             .unwrap_or_default()
+    }
+
+    /// Re-reads the config file and applies its plugins; an invalid config changes nothing.
+    pub async fn reload(&self) -> Result<(), ReloadError> {
+        let reloader = self.reloader.as_ref().ok_or(ReloadError::Unavailable)?;
+        let config = reloader().inspect_err(|e| tracing::error!("reload refused: {e}"))?;
+        self.registry.reload(config.plugins).await?;
+        tracing::info!("configuration reloaded");
+        Ok(())
     }
 }
 
@@ -60,11 +112,28 @@ impl Gateway {
 pub async fn run(
     listener: TcpListener,
     config: Config,
+    reloader: Option<Reloader>,
     shutdown: impl Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
-    let gateway = Gateway::new(config);
-    gateway.catalog.start_probes();
+) -> Result<(), StartError> {
+    let gateway = Gateway::new(config, reloader).await?;
     tokio::spawn(gateway.sessions.clone().reap_idle(gateway.shutdown.clone()));
+    spawn_reload_on_hangup(gateway.clone());
+    if gateway.config.admin.token.is_some() {
+        let addr = gateway.config.admin.listen;
+        let admin = TcpListener::bind(addr)
+            .await
+            .map_err(|source| StartError::AdminListen { addr, source })?;
+        tracing::info!("admin API listening on http://{}", admin.local_addr()?);
+        let app = crate::admin::router(gateway.clone());
+        let stop = gateway.shutdown.clone();
+        tokio::spawn(async move {
+            let _ = axum::serve(admin, app)
+                .with_graceful_shutdown(async move { stop.cancelled().await })
+                .await;
+        });
+    } else {
+        tracing::info!("admin API off (no admin token configured)");
+    }
 
     let token = gateway.shutdown.clone();
     let app = http::router(gateway.clone());
@@ -78,5 +147,23 @@ pub async fn run(
     gateway.shutdown.cancel();
     gateway.sessions.shutdown().await;
     tracing::info!("stopped");
-    served
+    Ok(served?)
+}
+
+fn spawn_reload_on_hangup(gateway: Arc<Gateway>) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let Ok(mut hangup) = signal(SignalKind::hangup()) else {
+        return;
+    };
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                _ = hangup.recv() => {
+                    tracing::info!("SIGHUP: reloading the configuration");
+                    let _ = gateway.reload().await;
+                }
+                () = gateway.shutdown.cancelled() => return,
+            }
+        }
+    });
 }

@@ -10,17 +10,22 @@
 //! - [`session`]: legacy-era sessions, each with its own plugin instances and GET stream.
 //! - [`stream`]: the streams towards a client and how they become responses.
 //! - [`router`]: which plugin serves a request; merged lists; name prefixes.
-//! - [`backend`]: plugins: the stdio child process, JSON-RPC multiplexing, start-up probes.
+//! - [`backend`]: plugins: the stdio child process and JSON-RPC multiplexing.
+//! - [`registry`]: which plugins exist (config file and admin API, persisted) and what each
+//!   said of itself when probed.
+//! - [`admin`]: the admin API on its own listener.
 //!
 //! [`config`] turns flags, environment and files into a validated [`config::Config`];
 //! [`gateway::run`] serves it until told to stop.
 
+pub mod admin;
 pub mod backend;
 pub mod config;
 pub mod gateway;
 pub mod http;
 pub mod jsonrpc;
 pub mod protocol;
+pub mod registry;
 pub mod router;
 pub mod session;
 pub mod stream;

@@ -18,7 +18,7 @@ async fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    if let Some(Command::Check) = cli.command {
+    if let Some(Command::Check) = &cli.command {
         println!(
             "config OK: {} plugin(s): {}",
             config.plugins.len(),
@@ -43,7 +43,8 @@ async fn main() -> ExitCode {
         .local_addr()
         .expect("a bound listener has an address");
     tracing::info!("listening on http://{addr}/mcp");
-    match mcp_gateway::run(listener, config, shutdown_signal()).await {
+    let reloader: mcp_gateway::gateway::Reloader = Box::new(move || Config::load(&cli));
+    match mcp_gateway::run(listener, config, Some(reloader), shutdown_signal()).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("mcp-gateway: {e}");

@@ -5,18 +5,14 @@
 //! - [`connection`]: JSON-RPC over a transport: the `initialize` handshake, many requests in
 //!   flight matched back by gateway-assigned ids, and the plugin's own requests and
 //!   notifications handed to whoever listens ([`PluginEvents`]).
-//! - [`catalog`]: what each configured plugin is, learned once at start-up by a probe, so a
-//!   client's `initialize` is answered without starting anything.
 //!
 //! This layer knows nothing of HTTP or sessions; it must never block a plugin's reader on a
 //! slow client.
 
-pub mod catalog;
 pub mod connection;
 pub mod stdio;
 pub mod transport;
 
-pub use catalog::{Catalog, PluginEntry, PluginInfo};
 pub use connection::{PluginConnection, PluginEvents, Related};
 pub use transport::PluginTransport;
 

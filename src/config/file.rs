@@ -5,11 +5,10 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::{ConfigError, PluginConfig, ResponseMode};
+use super::{ConfigError, PluginConfig, PluginSpec};
 
 /// What a config file may say; every field is optional so flags and defaults fill the rest.
 #[derive(Debug, Default)]
@@ -21,6 +20,8 @@ pub struct FileConfig {
     pub separator: Option<String>,
     pub session: SessionSection,
     pub stream: StreamSection,
+    pub database_url: Option<String>,
+    pub admin: AdminSection,
     pub plugins: Vec<PluginConfig>,
 }
 
@@ -58,29 +59,18 @@ struct TomlFile {
     session: SessionSection,
     #[serde(default)]
     stream: StreamSection,
+    database_url: Option<String>,
     #[serde(default)]
-    plugins: BTreeMap<String, TomlPlugin>,
+    admin: AdminSection,
+    #[serde(default)]
+    plugins: BTreeMap<String, PluginSpec>,
 }
 
-#[derive(Deserialize)]
+#[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct TomlPlugin {
-    command: String,
-    #[serde(default)]
-    args: Vec<String>,
-    #[serde(default)]
-    env: BTreeMap<String, String>,
-    cwd: Option<PathBuf>,
-    prefix: Option<String>,
-    response_mode: Option<ResponseMode>,
-    startup_timeout_secs: Option<u64>,
-    shutdown_grace_secs: Option<u64>,
-    #[serde(default = "yes")]
-    enabled: bool,
-}
-
-fn yes() -> bool {
-    true
+pub struct AdminSection {
+    pub listen: Option<SocketAddr>,
+    pub token: Option<String>,
 }
 
 /// The JSON shape MCP clients write. Top-level keys other than the server maps belong to the
@@ -142,22 +132,7 @@ fn parse_toml(text: &str) -> Result<FileConfig, String> {
         .plugins
         .into_iter()
         .filter(|(_, p)| p.enabled)
-        .map(|(name, p)| {
-            let mut c = PluginConfig::new(name, p.command, p.args);
-            c.env = p.env;
-            c.cwd = p.cwd;
-            c.prefix = p.prefix;
-            if let Some(m) = p.response_mode {
-                c.response_mode = m;
-            }
-            if let Some(s) = p.startup_timeout_secs {
-                c.startup_timeout = Duration::from_secs(s);
-            }
-            if let Some(s) = p.shutdown_grace_secs {
-                c.shutdown_grace = Duration::from_secs(s);
-            }
-            c
-        })
+        .map(|(name, p)| p.into_config(name))
         .collect();
     Ok(FileConfig {
         listen,
@@ -167,6 +142,8 @@ fn parse_toml(text: &str) -> Result<FileConfig, String> {
         separator: file.separator,
         session: file.session,
         stream: file.stream,
+        database_url: file.database_url,
+        admin: file.admin,
         plugins,
     })
 }
@@ -211,6 +188,7 @@ fn parse_json(text: &str) -> Result<FileConfig, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::ResponseMode;
 
     #[test]
     fn toml_with_plugins_and_settings() {

@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::stream::{ReplayLimits, StreamSettings};
 
@@ -124,6 +124,20 @@ pub struct Cli {
     #[arg(long, env = "MCP_GATEWAY_RESPONSE_MODE", value_enum)]
     pub response_mode: Option<ResponseMode>,
 
+    /// Database for registry changes made through the admin API: a SQLite file, or
+    /// PostgreSQL (`postgres://user:pass@host/db`). [default: sqlite://mcp-gateway.db?mode=rwc]
+    #[arg(long, env = "MCP_GATEWAY_DATABASE_URL")]
+    pub database_url: Option<String>,
+
+    /// Address of the admin API (plugin registry), never the public port.
+    /// [default: 127.0.0.1:9090]
+    #[arg(long, env = "MCP_GATEWAY_ADMIN_LISTEN")]
+    pub admin_listen: Option<SocketAddr>,
+
+    /// Bearer token the admin API requires; without one the admin API is off.
+    #[arg(long, env = "MCP_GATEWAY_ADMIN_TOKEN", hide_env_values = true)]
+    pub admin_token: Option<String>,
+
     /// Log format. [default: text]
     #[arg(long, env = "MCP_GATEWAY_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
@@ -140,7 +154,7 @@ pub enum Command {
     Check,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ResponseMode {
     /// An SSE stream: progress, logs and requests related to the call, then the result.
@@ -168,6 +182,27 @@ pub struct Config {
     pub replay: ReplayLimits,
     pub separator: String,
     pub plugins: Vec<PluginConfig>,
+    pub database_url: String,
+    pub admin: AdminConfig,
+    /// The config file, re-read on reload.
+    pub config_path: Option<PathBuf>,
+}
+
+/// The admin API's listener.
+#[derive(Clone)]
+pub struct AdminConfig {
+    pub listen: SocketAddr,
+    /// `None`: the admin API is off.
+    pub token: Option<String>,
+}
+
+impl std::fmt::Debug for AdminConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AdminConfig")
+            .field("listen", &self.listen)
+            .field("token", &self.token.as_ref().map(|_| "***"))
+            .finish()
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -229,6 +264,69 @@ impl PluginConfig {
     }
 }
 
+/// A plugin's definition as written in TOML (`[plugins.NAME]`), sent to the admin API, and
+/// stored: everything but the name.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PluginSpec {
+    pub command: String,
+    #[serde(default)]
+    pub args: Vec<String>,
+    /// Values may reference the gateway's environment (`${GITHUB_TOKEN}`).
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<PathBuf>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefix: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub response_mode: Option<ResponseMode>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub startup_timeout_secs: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shutdown_grace_secs: Option<u64>,
+    /// Only meaningful in a config file (the API has enable/disable).
+    #[serde(default = "yes", skip_serializing)]
+    pub enabled: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl PluginSpec {
+    pub fn into_config(self, name: String) -> PluginConfig {
+        let mut c = PluginConfig::new(name, self.command, self.args);
+        c.env = self.env;
+        c.cwd = self.cwd;
+        c.prefix = self.prefix;
+        if let Some(m) = self.response_mode {
+            c.response_mode = m;
+        }
+        if let Some(s) = self.startup_timeout_secs {
+            c.startup_timeout = Duration::from_secs(s);
+        }
+        if let Some(s) = self.shutdown_grace_secs {
+            c.shutdown_grace = Duration::from_secs(s);
+        }
+        c
+    }
+
+    pub fn from_config(c: &PluginConfig) -> PluginSpec {
+        PluginSpec {
+            command: c.command.clone(),
+            args: c.args.clone(),
+            env: c.env.clone(),
+            cwd: c.cwd.clone(),
+            prefix: c.prefix.clone(),
+            response_mode: Some(c.response_mode),
+            startup_timeout_secs: Some(c.startup_timeout.as_secs()),
+            shutdown_grace_secs: Some(c.shutdown_grace.as_secs()),
+            enabled: true,
+        }
+    }
+}
+
 /// Why a configuration was refused.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -255,6 +353,8 @@ fn invalid(key: impl Into<String>, message: impl Into<String>) -> ConfigError {
 }
 
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
+pub const DEFAULT_ADMIN_LISTEN: &str = "127.0.0.1:9090";
+pub const DEFAULT_DATABASE_URL: &str = "sqlite://mcp-gateway.db?mode=rwc";
 pub const DEFAULT_MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
 pub const DEFAULT_SEPARATOR: &str = "__";
 
@@ -415,7 +515,31 @@ impl Config {
                 ));
             }
         }
+        let admin = AdminConfig {
+            listen: cli
+                .admin_listen
+                .or(file.admin.listen)
+                .unwrap_or_else(|| DEFAULT_ADMIN_LISTEN.parse().expect("valid default")),
+            token: cli
+                .admin_token
+                .clone()
+                .or(file.admin.token)
+                .filter(|t| !t.is_empty()),
+        };
+        if admin.token.is_some() && admin.listen == listen {
+            return Err(invalid(
+                "admin.listen",
+                "the admin API needs its own address, not the public one",
+            ));
+        }
         Ok(Config {
+            database_url: cli
+                .database_url
+                .clone()
+                .or(file.database_url)
+                .unwrap_or_else(|| DEFAULT_DATABASE_URL.into()),
+            admin,
+            config_path: cli.config.clone(),
             listen,
             allowed_origins,
             allowed_hosts,
@@ -452,6 +576,12 @@ impl Config {
             replay: ReplayLimits::default(),
             separator: DEFAULT_SEPARATOR.into(),
             plugins,
+            database_url: "sqlite::memory:".into(),
+            admin: AdminConfig {
+                listen: DEFAULT_ADMIN_LISTEN.parse().expect("valid"),
+                token: None,
+            },
+            config_path: None,
         }
     }
 
@@ -465,7 +595,8 @@ impl Config {
     }
 }
 
-fn validate_plugin(p: &PluginConfig, separator: &str) -> Result<(), ConfigError> {
+/// Checks one plugin's definition (name, command, prefix).
+pub fn validate_plugin(p: &PluginConfig, separator: &str) -> Result<(), ConfigError> {
     let key = |k: &str| format!("plugins.{}.{k}", p.name);
     if p.name.is_empty()
         || !p

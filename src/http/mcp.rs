@@ -289,18 +289,22 @@ async fn initialize(gw: &Arc<Gateway>, parsed: RpcBody) -> Result<Response, Http
         return Err(HttpError::TooManySessions);
     }
     let version = protocol::negotiate(&p.protocol_version);
-    let plugins = gw.catalog.ready(gw.probe_wait()).await;
-
-    let capabilities: Vec<serde_json::Value> = plugins
+    let view = gw.registry.ready(gw.probe_wait()).await;
+    let capabilities: Vec<serde_json::Value> = view
+        .plugins
         .iter()
-        .map(|(_, i)| i.capabilities.clone())
+        .map(|p| p.info.capabilities.clone())
         .collect();
-    let instructions: Vec<(String, Option<String>)> = plugins
+    let instructions: Vec<(String, Option<String>)> = view
+        .plugins
         .iter()
-        .map(|(e, i)| (e.name().to_owned(), i.instructions.clone()))
+        .map(|p| (p.name().to_owned(), p.info.instructions.clone()))
         .collect();
-    let server_info: serde_json::Value = match (plugins.as_slice(), gw.config.plugins.len()) {
-        ([(_, only)], 1) => serde_json::from_str(only.server_info.get()).unwrap_or_default(),
+    // One unprefixed plugin: the gateway is transparent and shows the plugin's own info.
+    let server_info: serde_json::Value = match view.plugins.as_slice() {
+        [only] if only.prefix.is_none() => {
+            serde_json::from_str(only.info.server_info.get()).unwrap_or_default()
+        }
         _ => serde_json::json!({ "name": "mcp-gateway", "version": env!("CARGO_PKG_VERSION") }),
     };
     let mut result = serde_json::json!({
@@ -324,7 +328,7 @@ async fn initialize(gw: &Arc<Gateway>, parsed: RpcBody) -> Result<Response, Http
     };
     let session = gw
         .sessions
-        .create(init, plugins, gw.separator.clone(), &gw.shutdown)
+        .create(init, gw.registry.clone(), &gw.shutdown)
         .map_err(|_| HttpError::TooManySessions)?;
     let body = jsonrpc::result_bytes(
         id.raw(),

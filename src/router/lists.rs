@@ -16,6 +16,7 @@ use serde_json::value::RawValue;
 
 use super::names;
 use crate::jsonrpc::{self, Id, code};
+use crate::registry::{View, ViewPlugin};
 use crate::session::Session;
 
 /// Pages fetched per plugin when learning resource routes, at most.
@@ -28,20 +29,22 @@ const PAGE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 /// Which plugin serves which resource URI, as learned from list results.
 #[derive(Debug, Default)]
 pub struct ResourceRoutes {
-    exact: HashMap<String, usize>,
-    templates: Vec<(String, usize)>,
+    /// URI to plugin name.
+    exact: HashMap<String, String>,
+    /// URI template and plugin name.
+    templates: Vec<(String, String)>,
     /// When every plugin's lists were last read in full for an unknown URI: at most once per
     /// [`RELEARN_AFTER`], so unknown URIs cannot make the gateway list everything each time.
     learned_at: Option<std::time::Instant>,
 }
 
 impl ResourceRoutes {
-    pub fn find(&self, uri: &str) -> Option<usize> {
-        self.exact.get(uri).copied().or_else(|| {
+    pub fn find(&self, uri: &str) -> Option<&str> {
+        self.exact.get(uri).map(String::as_str).or_else(|| {
             self.templates
                 .iter()
                 .find(|(t, _)| names::template_matches(t, uri))
-                .map(|(_, slot)| *slot)
+                .map(|(_, plugin)| plugin.as_str())
         })
     }
 
@@ -51,18 +54,18 @@ impl ResourceRoutes {
         self.learned_at = None;
     }
 
-    fn learn(&mut self, kind: &Kind, slot: usize, item: &Value) {
+    fn learn(&mut self, kind: &Kind, plugin: &str, item: &Value) {
         match kind.key {
             "resources" => {
                 if let Some(uri) = item.get("uri").and_then(Value::as_str) {
-                    self.exact.insert(uri.to_owned(), slot);
+                    self.exact.insert(uri.to_owned(), plugin.to_owned());
                 }
             }
             "resourceTemplates" => {
                 if let Some(t) = item.get("uriTemplate").and_then(Value::as_str)
-                    && !self.templates.iter().any(|(x, s)| x == t && *s == slot)
+                    && !self.templates.iter().any(|(x, p)| x == t && p == plugin)
                 {
-                    self.templates.push((t.to_owned(), slot));
+                    self.templates.push((t.to_owned(), plugin.to_owned()));
                 }
             }
             _ => {}
@@ -107,17 +110,23 @@ impl Kind {
 }
 
 /// One merged page of `method`, as a response to `id`.
-pub async fn merged(session: &Session, id: &Id, method: &str, params: Option<&RawValue>) -> Bytes {
+pub async fn merged(
+    session: &Session,
+    view: &View,
+    id: &Id,
+    method: &str,
+    params: Option<&RawValue>,
+) -> Bytes {
     let kind = Kind::of(method);
     let cursor = params
         .and_then(|p| serde_json::from_str::<Value>(p.get()).ok())
         .and_then(|p| p.get("cursor").and_then(Value::as_str).map(str::to_owned));
     let targets = match cursor {
-        None => (0..session.slots.len())
-            .filter(|i| session.slots[*i].has_capability(kind.capability))
+        None => (0..view.plugins.len())
+            .filter(|i| view.plugins[*i].has_capability(kind.capability))
             .map(|i| (i, None))
             .collect(),
-        Some(c) => match decode_cursor(session, &kind, &c) {
+        Some(c) => match decode_cursor(view, &kind, &c) {
             Some(t) => t,
             None => {
                 return jsonrpc::error_bytes(
@@ -128,20 +137,18 @@ pub async fn merged(session: &Session, id: &Id, method: &str, params: Option<&Ra
             }
         },
     };
-    let pages = futures_util::future::join_all(
-        targets
-            .iter()
-            .map(|(slot, cursor)| fetch_page(session, *slot, method, cursor.as_deref())),
-    )
+    let pages = futures_util::future::join_all(targets.iter().map(|(slot, cursor)| {
+        fetch_page(session, &view.plugins[*slot], method, cursor.as_deref())
+    }))
     .await;
     let mut items = Vec::new();
     let mut remaining = Vec::new();
     for ((slot, _), page) in targets.iter().zip(pages) {
-        let s = &session.slots[*slot];
+        let s = &view.plugins[*slot];
         let page = match page {
             Ok(page) => page,
             Err(e) => {
-                tracing::warn!(plugin = %s.entry.name(), session = %session.id, "{method}: {e}; its entries are left out");
+                tracing::warn!(plugin = %s.name(), session = %session.id, "{method}: {e}; its entries are left out");
                 continue;
             }
         };
@@ -152,17 +159,17 @@ pub async fn merged(session: &Session, id: &Id, method: &str, params: Option<&Ra
             .cloned()
             .unwrap_or_default()
         {
-            routes.learn(&kind, *slot, &item);
+            routes.learn(&kind, s.name(), &item);
             if kind.prefixed
                 && let Some(name) = item.get("name").and_then(Value::as_str)
             {
-                let public = names::join(s.entry.prefix.as_deref(), &session.separator, name);
+                let public = names::join(s.prefix.as_deref(), &view.separator, name);
                 item["name"] = Value::String(public);
             }
             items.push(item);
         }
         if let Some(next) = page.get("nextCursor").and_then(Value::as_str) {
-            remaining.push((s.entry.name().to_owned(), next.to_owned()));
+            remaining.push((s.name().to_owned(), next.to_owned()));
         }
     }
     let mut result = serde_json::Map::new();
@@ -177,7 +184,7 @@ pub async fn merged(session: &Session, id: &Id, method: &str, params: Option<&Ra
 
 /// Lists every resource and template of every plugin (bounded), to route a URI nobody
 /// claimed yet.
-pub async fn learn_resources(session: &Session) {
+pub async fn learn_resources(session: &Session, view: &View) {
     {
         let mut routes = session.routes.lock().expect("routes lock");
         if routes
@@ -188,22 +195,23 @@ pub async fn learn_resources(session: &Session) {
         }
         routes.learned_at = Some(std::time::Instant::now());
     }
-    let slots: Vec<usize> = (0..session.slots.len())
-        .filter(|i| session.slots[*i].has_capability("resources"))
-        .collect();
-    let work = slots.iter().flat_map(|slot| {
-        ["resources/list", "resources/templates/list"]
-            .into_iter()
-            .map(move |method| learn_one(session, *slot, method))
-    });
+    let work = view
+        .plugins
+        .iter()
+        .filter(|p| p.has_capability("resources"))
+        .flat_map(|plugin| {
+            ["resources/list", "resources/templates/list"]
+                .into_iter()
+                .map(move |method| learn_one(session, plugin, method))
+        });
     futures_util::future::join_all(work).await;
 }
 
-async fn learn_one(session: &Session, slot: usize, method: &str) {
+async fn learn_one(session: &Session, plugin: &ViewPlugin, method: &str) {
     let kind = Kind::of(method);
     let mut cursor: Option<String> = None;
     for _ in 0..LEARN_PAGES {
-        let Ok(page) = fetch_page(session, slot, method, cursor.as_deref()).await else {
+        let Ok(page) = fetch_page(session, plugin, method, cursor.as_deref()).await else {
             return;
         };
         {
@@ -214,7 +222,7 @@ async fn learn_one(session: &Session, slot: usize, method: &str) {
                 .into_iter()
                 .flatten()
             {
-                routes.learn(&kind, slot, item);
+                routes.learn(&kind, plugin.name(), item);
             }
         }
         match page.get("nextCursor").and_then(Value::as_str) {
@@ -226,11 +234,11 @@ async fn learn_one(session: &Session, slot: usize, method: &str) {
 
 async fn fetch_page(
     session: &Session,
-    slot: usize,
+    plugin: &ViewPlugin,
     method: &str,
     cursor: Option<&str>,
 ) -> Result<Value, String> {
-    let conn = session.plugin(slot).await.map_err(|e| e.to_string())?;
+    let conn = session.plugin(plugin).await.map_err(|e| e.to_string())?;
     let params = cursor.map(|c| {
         RawValue::from_string(serde_json::json!({ "cursor": c }).to_string()).expect("valid JSON")
     });
@@ -241,11 +249,7 @@ async fn fetch_page(
     serde_json::from_str(raw.get()).map_err(|e| format!("invalid {method} result: {e}"))
 }
 
-fn decode_cursor(
-    session: &Session,
-    kind: &Kind,
-    cursor: &str,
-) -> Option<Vec<(usize, Option<String>)>> {
+fn decode_cursor(view: &View, kind: &Kind, cursor: &str) -> Option<Vec<(usize, Option<String>)>> {
     let bytes = URL_SAFE_NO_PAD.decode(cursor).ok()?;
     let entries: Vec<(String, String)> = serde_json::from_slice(&bytes).ok()?;
     if entries.is_empty() {
@@ -254,10 +258,10 @@ fn decode_cursor(
     entries
         .into_iter()
         .map(|(name, c)| {
-            let slot = session
-                .slots
+            let slot = view
+                .plugins
                 .iter()
-                .position(|s| s.entry.name() == name && s.has_capability(kind.capability))?;
+                .position(|p| p.name() == name && p.has_capability(kind.capability))?;
             Some((slot, Some(c)))
         })
         .collect()

@@ -19,6 +19,7 @@ pub use lists::ResourceRoutes;
 
 use crate::config::ResponseMode;
 use crate::jsonrpc::{self, Id, code};
+use crate::registry::{View, ViewPlugin};
 use crate::session::Session;
 use crate::stream::Sink;
 
@@ -72,19 +73,29 @@ fn refuse<T>(code: i64, message: impl Into<String>) -> Result<T, Refusal> {
 
 /// A request's route, worked out once: the HTTP layer reads the response mode from it, then
 /// hands it to [`dispatch`].
-pub struct Plan(Result<Target, Refusal>);
+pub struct Plan {
+    /// The plugins the request was planned against (a registry change meanwhile does not
+    /// move it to another plugin).
+    view: Arc<View>,
+    target: Result<Target, Refusal>,
+}
 
 /// Plans a request: validates what the gateway reads of it and finds who answers it.
 pub fn plan(session: &Session, method: &str, params: Option<&RawValue>) -> Plan {
-    Plan(target(session, method, params))
+    let view = session.view();
+    Plan {
+        target: target(session, &view, method, params),
+        view,
+    }
 }
 
 impl Plan {
     /// How the answer should be sent: as an SSE stream when a plugin answers it (logs,
     /// progress and requests may come first), per that plugin's configured mode.
     pub fn response_mode(&self, session: &Session) -> ResponseMode {
-        match &self.0 {
-            Ok(Target::Plugin { slot, .. }) => session.slots[*slot].entry.config.response_mode,
+        let _ = session;
+        match &self.target {
+            Ok(Target::Plugin { slot, .. }) => self.view.plugins[*slot].entry.config.response_mode,
             Ok(Target::UnknownUri(_)) => ResponseMode::Sse,
             _ => ResponseMode::Json,
         }
@@ -103,25 +114,42 @@ pub async fn dispatch(
     let reply = |bytes| {
         sink.respond(bytes);
     };
-    match plan.0 {
+    let view = plan.view;
+    match plan.target {
         Err(Refusal(code, message)) => reply(jsonrpc::error_bytes(Some(&id), code, &message)),
         Ok(Target::Gateway) => match method.as_str() {
             "ping" => reply(jsonrpc::result_bytes(id.raw(), &empty())),
             "logging/setLevel" => {
-                set_log_level(&session, params);
+                set_log_level(&session, &view, params);
                 reply(jsonrpc::result_bytes(id.raw(), &empty()));
             }
-            _ => reply(lists::merged(&session, &id, &method, params.as_deref()).await),
+            _ => reply(lists::merged(&session, &view, &id, &method, params.as_deref()).await),
         },
         Ok(Target::Plugin { slot, rewritten }) => {
-            forward(&session, slot, id, &method, rewritten.or(params), &sink).await
+            forward(
+                &session,
+                &view.plugins[slot],
+                id,
+                &method,
+                rewritten.or(params),
+                &sink,
+            )
+            .await
         }
         Ok(Target::UnknownUri(uri)) => {
             // Learn who serves what from the plugins' lists, then plan again.
-            lists::learn_resources(&session).await;
-            match target(&session, &method, params.as_deref()) {
+            lists::learn_resources(&session, &view).await;
+            match target(&session, &view, &method, params.as_deref()) {
                 Ok(Target::Plugin { slot, rewritten }) => {
-                    forward(&session, slot, id, &method, rewritten.or(params), &sink).await
+                    forward(
+                        &session,
+                        &view.plugins[slot],
+                        id,
+                        &method,
+                        rewritten.or(params),
+                        &sink,
+                    )
+                    .await
                 }
                 _ => reply(jsonrpc::error_bytes(
                     Some(&id),
@@ -135,16 +163,16 @@ pub async fn dispatch(
 
 async fn forward(
     session: &Session,
-    slot: usize,
+    plugin: &ViewPlugin,
     id: Id,
     method: &str,
     params: Option<Box<RawValue>>,
     sink: &Sink,
 ) {
-    match session.plugin(slot).await {
+    match session.plugin(plugin).await {
         Ok(conn) => {
             if let Some(p) = params.as_deref() {
-                track_subscription(session, slot, method, p);
+                track_subscription(session, plugin.name(), method, p);
             }
             conn.forward(id, method, params.as_deref(), sink);
         }
@@ -158,26 +186,26 @@ async fn forward(
     }
 }
 
-fn track_subscription(session: &Session, slot: usize, method: &str, params: &RawValue) {
+fn track_subscription(session: &Session, plugin: &str, method: &str, params: &RawValue) {
     let on = match method {
         "resources/subscribe" => true,
         "resources/unsubscribe" => false,
         _ => return,
     };
     if let Ok(UriParams { uri }) = serde_json::from_str(params.get()) {
-        session.subscription(slot, &uri, on);
+        session.subscription(plugin, &uri, on);
     }
 }
 
-fn set_log_level(session: &Session, params: Option<Box<RawValue>>) {
+fn set_log_level(session: &Session, view: &View, params: Option<Box<RawValue>>) {
     let Some(params) = params else { return };
     // Stored first: a plugin starting now replays it; one already running is told here.
     session.set_log_level(params.clone());
-    for s in session.slots.iter().filter(|s| s.has_capability("logging")) {
-        if let Some(conn) = s.current() {
-            let p = params.clone();
+    for p in view.plugins.iter().filter(|p| p.has_capability("logging")) {
+        if let Some(conn) = session.current(p.name()) {
+            let params = params.clone();
             tokio::spawn(async move {
-                if let Err(e) = conn.call("logging/setLevel", Some(&p)).await {
+                if let Err(e) = conn.call("logging/setLevel", Some(&params)).await {
                     tracing::debug!(plugin = %conn.name(), "logging/setLevel: {e}");
                 }
             });
@@ -250,7 +278,12 @@ fn parse<'a, T: Deserialize<'a>>(
 }
 
 /// Finds where a request goes, validating what the gateway must read of its params.
-fn target(session: &Session, method: &str, params: Option<&RawValue>) -> Result<Target, Refusal> {
+fn target(
+    session: &Session,
+    view: &View,
+    method: &str,
+    params: Option<&RawValue>,
+) -> Result<Target, Refusal> {
     if !KNOWN_METHODS.contains(&method) {
         return refuse(
             code::METHOD_NOT_FOUND,
@@ -275,7 +308,7 @@ fn target(session: &Session, method: &str, params: Option<&RawValue>) -> Result<
         }
         "tools/list" | "prompts/list" | "resources/list" | "resources/templates/list" => {
             let _: CursorParams = parse(method, params, "params.cursor must be a string")?;
-            match passthrough_slot(session) {
+            match passthrough_slot(view) {
                 Some(slot) => Ok(Target::Plugin {
                     slot,
                     rewritten: None,
@@ -294,7 +327,7 @@ fn target(session: &Session, method: &str, params: Option<&RawValue>) -> Result<
                 params,
                 "params.name is required and must be a string",
             )?;
-            let (slot, local) = resolve_name(session, capability, &p.name).ok_or_else(|| {
+            let (slot, local) = resolve_name(view, capability, &p.name).ok_or_else(|| {
                 Refusal(code::INVALID_PARAMS, format!("Unknown {what}: {}", p.name))
             })?;
             Ok(Target::Plugin {
@@ -308,7 +341,7 @@ fn target(session: &Session, method: &str, params: Option<&RawValue>) -> Result<
                 params,
                 "params.uri is required and must be a string",
             )?;
-            Ok(route_uri(session, &p.uri).map_or_else(
+            Ok(route_uri(session, view, &p.uri).map_or_else(
                 || Target::UnknownUri(p.uri.into_owned()),
                 |slot| Target::Plugin {
                     slot,
@@ -324,16 +357,15 @@ fn target(session: &Session, method: &str, params: Option<&RawValue>) -> Result<
             )?;
             match p.reference {
                 CompleteRef::Prompt { name } => {
-                    let (slot, local) =
-                        resolve_name(session, "prompts", &name).ok_or_else(|| {
-                            Refusal(code::INVALID_PARAMS, format!("Unknown prompt: {name}"))
-                        })?;
+                    let (slot, local) = resolve_name(view, "prompts", &name).ok_or_else(|| {
+                        Refusal(code::INVALID_PARAMS, format!("Unknown prompt: {name}"))
+                    })?;
                     Ok(Target::Plugin {
                         slot,
                         rewritten: rename(params, &["ref", "name"], &name, local),
                     })
                 }
-                CompleteRef::Resource { uri } => Ok(route_uri(session, &uri).map_or_else(
+                CompleteRef::Resource { uri } => Ok(route_uri(session, view, &uri).map_or_else(
                     || Target::UnknownUri(uri.clone()),
                     |slot| Target::Plugin {
                         slot,
@@ -350,48 +382,44 @@ fn target(session: &Session, method: &str, params: Option<&RawValue>) -> Result<
 }
 
 /// The one plugin whose lists pass through untouched: the only plugin, unprefixed.
-fn passthrough_slot(session: &Session) -> Option<usize> {
-    (session.slots.len() == 1 && session.slots[0].entry.prefix.is_none()).then_some(0)
+fn passthrough_slot(view: &View) -> Option<usize> {
+    (view.plugins.len() == 1 && view.plugins[0].prefix.is_none()).then_some(0)
 }
 
-/// The plugin slot and local name behind a public tool or prompt name: the plugin whose
-/// prefix and the separator begin the name (the longest such prefix, should one prefix
-/// begin another).
-fn resolve_name<'a>(
-    session: &Session,
-    capability: &str,
-    name: &'a str,
-) -> Option<(usize, &'a str)> {
-    let (slot, local) = match passthrough_slot(session) {
+/// The plugin and local name behind a public tool or prompt name: the plugin whose prefix
+/// and the separator begin the name (the longest such prefix, should one prefix begin
+/// another).
+fn resolve_name<'a>(view: &View, capability: &str, name: &'a str) -> Option<(usize, &'a str)> {
+    let (slot, local) = match passthrough_slot(view) {
         Some(slot) => (slot, name),
-        None => session
-            .slots
+        None => view
+            .plugins
             .iter()
             .enumerate()
-            .filter_map(|(i, s)| {
-                let prefix = s.entry.prefix.as_deref()?;
-                let local = name
-                    .strip_prefix(prefix)?
-                    .strip_prefix(&*session.separator)?;
+            .filter_map(|(i, p)| {
+                let prefix = p.prefix.as_deref()?;
+                let local = name.strip_prefix(prefix)?.strip_prefix(&*view.separator)?;
                 (!local.is_empty()).then_some((i, prefix.len(), local))
             })
             .max_by_key(|(_, len, _)| *len)
             .map(|(i, _, local)| (i, local))?,
     };
-    session.slots[slot]
+    view.plugins[slot]
         .has_capability(capability)
         .then_some((slot, local))
 }
 
 /// The plugin serving a resource URI, if known.
-fn route_uri(session: &Session, uri: &str) -> Option<usize> {
-    let capable: Vec<usize> = (0..session.slots.len())
-        .filter(|i| session.slots[*i].has_capability("resources"))
+fn route_uri(session: &Session, view: &View, uri: &str) -> Option<usize> {
+    let capable: Vec<usize> = (0..view.plugins.len())
+        .filter(|i| view.plugins[*i].has_capability("resources"))
         .collect();
     if capable.len() == 1 {
         return Some(capable[0]);
     }
-    session.routes.lock().expect("routes lock").find(uri)
+    let routes = session.routes.lock().expect("routes lock");
+    let name = routes.find(uri)?;
+    view.plugins.iter().position(|p| p.name() == name)
 }
 
 /// Params with the name at `path` replaced by its local form; `None` (send the client's
@@ -419,7 +447,8 @@ fn empty() -> Box<RawValue> {
 }
 
 /// Capabilities for the client: the union of the plugins', plus `logging` (the gateway
-/// answers `logging/setLevel` itself).
+/// answers `logging/setLevel` itself), and list changes for tools, prompts and resources (the
+/// registry can change them at any time).
 pub fn merged_capabilities(plugins: &[serde_json::Value]) -> serde_json::Value {
     let mut out = serde_json::Map::new();
     for caps in plugins {
@@ -441,6 +470,12 @@ pub fn merged_capabilities(plugins: &[serde_json::Value]) -> serde_json::Value {
                 }
             }
         }
+    }
+    for key in ["tools", "prompts", "resources"] {
+        let cap = out
+            .entry(key)
+            .or_insert_with(|| serde_json::Value::Object(Default::default()));
+        cap["listChanged"] = true.into();
     }
     out.insert("logging".into(), serde_json::json!({}));
     serde_json::Value::Object(out)

@@ -13,8 +13,8 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::{ClientInit, Session};
-use crate::backend::{PluginEntry, PluginInfo};
 use crate::config::SessionConfig;
+use crate::registry::{Registry, View};
 use crate::stream::{EventStore, StreamSettings};
 
 /// The session cap is reached.
@@ -56,8 +56,7 @@ impl SessionManager {
     pub fn create(
         &self,
         init: ClientInit,
-        plugins: Vec<(Arc<PluginEntry>, Arc<PluginInfo>)>,
-        separator: Arc<str>,
+        registry: Arc<Registry>,
         gateway_shutdown: &CancellationToken,
     ) -> Result<Arc<Session>, TooManySessions> {
         if self.count.fetch_add(1, Ordering::AcqRel) >= self.config.max_sessions {
@@ -67,8 +66,7 @@ impl SessionManager {
         let session = Session::new(
             new_session_id(),
             init,
-            plugins,
-            separator,
+            registry,
             gateway_shutdown.child_token(),
             self.store.clone(),
             self.stream_settings.clone(),
@@ -125,6 +123,18 @@ impl SessionManager {
             }
             self.store.expire();
         }
+    }
+
+    /// Tells every session the registry changed.
+    pub fn registry_changed(&self, view: &View) {
+        for s in self.sessions.iter() {
+            s.registry_changed(view);
+        }
+    }
+
+    /// Every session now.
+    pub fn all(&self) -> Vec<Arc<Session>> {
+        self.sessions.iter().map(|s| s.clone()).collect()
     }
 
     /// Ends every session and waits until all their plugins have stopped.

@@ -23,10 +23,9 @@ use tokio_util::sync::CancellationToken;
 
 pub use manager::{SessionManager, TooManySessions};
 
-use crate::backend::{
-    BackendError, PluginConnection, PluginEntry, PluginEvents, PluginInfo, Related, start_plugin,
-};
+use crate::backend::{BackendError, PluginConnection, PluginEvents, Related, start_plugin};
 use crate::jsonrpc::{self, Id, Outcome};
+use crate::registry::{PluginEntry, PluginInfo, Registry, View, ViewPlugin};
 use crate::stream::{
     Buffering, EventId, EventStore, Sink, Stream, StreamHooks, StreamKey, StreamSettings,
 };
@@ -53,7 +52,8 @@ pub enum UnknownStream {
     NeverIssued,
 }
 
-/// One plugin as seen by one session.
+/// One plugin as seen by one session: its instance here, for one generation of its
+/// definition.
 pub struct PluginSlot {
     pub entry: Arc<PluginEntry>,
     pub info: Arc<PluginInfo>,
@@ -87,6 +87,23 @@ impl PluginSlot {
             .is_some_and(|c| !c.is_null())
     }
 
+    /// Takes the instance out of the slot.
+    fn take_running(&self) -> Option<Arc<PluginConnection>> {
+        self.running.lock().expect("slot lock").take()
+    }
+
+    fn count_crash(&self) {
+        let mut c = self.crashes.lock().expect("crash lock");
+        // A plugin that ran for a while before failing starts its backoff over.
+        if c.last
+            .is_some_and(|t| t.elapsed() > Duration::from_secs(60))
+        {
+            c.count = 0;
+        }
+        c.count += 1;
+        c.last = Some(Instant::now());
+    }
+
     fn backoff(&self) -> Option<Duration> {
         let c = self.crashes.lock().expect("crash lock");
         let last = c.last?;
@@ -100,8 +117,10 @@ pub struct Session {
     pub id: Arc<str>,
     pub version: &'static str,
     plugin_params: Box<RawValue>,
-    pub slots: Vec<PluginSlot>,
-    pub separator: Arc<str>,
+    /// The registry: which plugins exist now.
+    pub registry: Arc<Registry>,
+    /// This session's instances, by plugin name.
+    slots: Mutex<HashMap<String, Arc<PluginSlot>>>,
     last_active: Mutex<Instant>,
     /// Open connections (SSE responses and JSON waits): a session with any is not idle.
     pub connections: Arc<AtomicUsize>,
@@ -123,8 +142,8 @@ pub struct Session {
     next_server_request: AtomicU64,
     /// The client's last `logging/setLevel` params, replayed to plugins that start later.
     log_level: Mutex<Option<Box<RawValue>>>,
-    /// Resource subscriptions by plugin slot, replayed to a restarted plugin.
-    subscriptions: Mutex<HashSet<(usize, String)>>,
+    /// Resource subscriptions by plugin name, replayed to a restarted plugin.
+    subscriptions: Mutex<HashSet<(String, String)>>,
     /// Which plugin serves which resource URI, learned from list results.
     pub routes: Mutex<crate::router::ResourceRoutes>,
     /// Cancelled when the session ends: its streams close.
@@ -137,8 +156,7 @@ impl Session {
     pub fn new(
         id: Arc<str>,
         init: ClientInit,
-        plugins: Vec<(Arc<PluginEntry>, Arc<PluginInfo>)>,
-        separator: Arc<str>,
+        registry: Arc<Registry>,
         closed: CancellationToken,
         store: Arc<dyn EventStore>,
         stream_settings: StreamSettings,
@@ -164,17 +182,8 @@ impl Session {
             id,
             version: init.version,
             plugin_params: init.plugin_params,
-            slots: plugins
-                .into_iter()
-                .map(|(entry, info)| PluginSlot {
-                    entry,
-                    info,
-                    running: Mutex::new(None),
-                    start_lock: tokio::sync::Mutex::new(()),
-                    crashes: Mutex::new(Crashes::default()),
-                })
-                .collect(),
-            separator,
+            registry,
+            slots: Mutex::new(HashMap::new()),
             last_active: Mutex::new(Instant::now()),
             connections: Arc::new(AtomicUsize::new(0)),
             tag,
@@ -204,9 +213,45 @@ impl Session {
             && self.last_active.lock().expect("activity lock").elapsed() > timeout
     }
 
-    /// The session's running instance of plugin `slot`, started (or restarted) if need be.
-    pub async fn plugin(&self, slot: usize) -> Result<Arc<PluginConnection>, BackendError> {
-        let s = &self.slots[slot];
+    /// The usable plugins now.
+    pub fn view(&self) -> Arc<View> {
+        self.registry.view()
+    }
+
+    /// This session's slot for a plugin of the view; a slot of an older definition is
+    /// replaced (its instance stops in the background).
+    fn slot(&self, plugin: &ViewPlugin) -> Arc<PluginSlot> {
+        let mut slots = self.slots.lock().expect("slots lock");
+        if let Some(s) = slots.get(plugin.name())
+            && s.entry.generation == plugin.entry.generation
+        {
+            return s.clone();
+        }
+        let slot = Arc::new(PluginSlot {
+            entry: plugin.entry.clone(),
+            info: plugin.info.clone(),
+            running: Mutex::new(None),
+            start_lock: tokio::sync::Mutex::new(()),
+            crashes: Mutex::new(Crashes::default()),
+        });
+        if let Some(old) = slots.insert(plugin.name().to_owned(), slot.clone()) {
+            stop_slot(&old);
+        }
+        slot
+    }
+
+    /// The running instance of a plugin in this session, if any.
+    pub fn current(&self, plugin: &str) -> Option<Arc<PluginConnection>> {
+        self.slots
+            .lock()
+            .expect("slots lock")
+            .get(plugin)
+            .and_then(|s| s.current())
+    }
+
+    /// The session's running instance of a plugin, started (or restarted) if need be.
+    pub async fn plugin(&self, plugin: &ViewPlugin) -> Result<Arc<PluginConnection>, BackendError> {
+        let s = self.slot(plugin);
         if let Some(c) = s.current() {
             return Ok(c);
         }
@@ -218,11 +263,12 @@ impl Session {
             tracing::info!(plugin = %s.entry.name(), session = %self.id, "restarting the plugin in {} ms", wait.as_millis());
             tokio::time::sleep(wait).await;
         }
+        let gone = || BackendError::Unavailable {
+            plugin: s.entry.name().to_owned(),
+            reason: "the session has ended".into(),
+        };
         if self.closed.is_cancelled() {
-            return Err(BackendError::Unavailable {
-                plugin: s.entry.name().to_owned(),
-                reason: "the session has ended".into(),
-            });
+            return Err(gone());
         }
         let events: Weak<dyn PluginEvents> = self.me.clone();
         let conn = start_plugin(
@@ -232,28 +278,67 @@ impl Session {
             Some(events),
         )
         .await
-        .inspect_err(|_| self.count_crash(slot))?;
+        .inspect_err(|e| {
+            *s.entry.stats.last_error.lock().expect("stats lock") = Some(e.to_string());
+            s.count_crash();
+        })?;
+        s.entry.stats.starts.fetch_add(1, Ordering::Relaxed);
+        s.entry.stats.running.fetch_add(1, Ordering::Relaxed);
         *s.running.lock().expect("slot lock") = Some(conn.clone());
         if self.closed.is_cancelled() {
             // Ended while starting: the end did not see this instance.
-            conn.shutdown().await;
-            return Err(BackendError::Unavailable {
-                plugin: s.entry.name().to_owned(),
-                reason: "the session has ended".into(),
-            });
+            stop_slot(&s);
+            return Err(gone());
         }
-        self.replay_state(slot, &conn);
+        self.replay_state(&s, &conn);
         Ok(conn)
     }
 
     /// Instances running now.
     pub fn running(&self) -> Vec<Arc<PluginConnection>> {
-        self.slots.iter().filter_map(PluginSlot::current).collect()
+        self.slots
+            .lock()
+            .expect("slots lock")
+            .values()
+            .filter_map(|s| s.current())
+            .collect()
+    }
+
+    /// The registry changed: instances of plugins that left the view, or whose definition
+    /// changed, stop; the client is told its lists changed.
+    pub fn registry_changed(&self, view: &View) {
+        let stale: Vec<Arc<PluginSlot>> = {
+            let mut slots = self.slots.lock().expect("slots lock");
+            let names: Vec<String> = slots
+                .iter()
+                .filter(|(name, s)| {
+                    view.find(name)
+                        .is_none_or(|p| p.entry.generation != s.entry.generation)
+                })
+                .map(|(name, _)| name.clone())
+                .collect();
+            names.iter().filter_map(|n| slots.remove(n)).collect()
+        };
+        for s in &stale {
+            stop_slot(s);
+        }
+        self.routes.lock().expect("routes lock").clear();
+        for method in [
+            "notifications/tools/list_changed",
+            "notifications/prompts/list_changed",
+            "notifications/resources/list_changed",
+        ] {
+            let _ = self.deliver(
+                jsonrpc::request_bytes(None, method, None),
+                Related::None,
+                false,
+            );
+        }
     }
 
     /// Brings a (re)started plugin up to what the client asked of the session.
-    fn replay_state(&self, slot: usize, conn: &Arc<PluginConnection>) {
-        if self.slots[slot].has_capability("logging")
+    fn replay_state(&self, slot: &PluginSlot, conn: &Arc<PluginConnection>) {
+        if slot.has_capability("logging")
             && let Some(level) = self.log_level.lock().expect("log level lock").clone()
         {
             let c = conn.clone();
@@ -264,7 +349,7 @@ impl Session {
             .lock()
             .expect("subscriptions lock")
             .iter()
-            .filter(|(s, _)| *s == slot)
+            .filter(|(p, _)| p == slot.entry.name())
             .map(|(_, u)| u.clone())
             .collect();
         for uri in uris {
@@ -275,28 +360,16 @@ impl Session {
         }
     }
 
-    fn count_crash(&self, slot: usize) {
-        let mut c = self.slots[slot].crashes.lock().expect("crash lock");
-        // A plugin that ran for a while before failing starts its backoff over.
-        if c.last
-            .is_some_and(|t| t.elapsed() > Duration::from_secs(60))
-        {
-            c.count = 0;
-        }
-        c.count += 1;
-        c.last = Some(Instant::now());
-    }
-
     pub fn set_log_level(&self, params: Box<RawValue>) {
         *self.log_level.lock().expect("log level lock") = Some(params);
     }
 
-    pub fn subscription(&self, slot: usize, uri: &str, on: bool) {
+    pub fn subscription(&self, plugin: &str, uri: &str, on: bool) {
         let mut subs = self.subscriptions.lock().expect("subscriptions lock");
         if on {
-            subs.insert((slot, uri.to_owned()));
+            subs.insert((plugin.to_owned(), uri.to_owned()));
         } else {
-            subs.remove(&(slot, uri.to_owned()));
+            subs.remove(&(plugin.to_owned(), uri.to_owned()));
         }
     }
 
@@ -463,10 +536,20 @@ impl Session {
             s.release();
         }
         self.store.release_session(&self.id);
-        let conns: Vec<_> = self
+        let slots: Vec<Arc<PluginSlot>> = self
             .slots
+            .lock()
+            .expect("slots lock")
+            .drain()
+            .map(|(_, s)| s)
+            .collect();
+        let conns: Vec<_> = slots
             .iter()
-            .filter_map(|s| s.running.lock().expect("slot lock").take())
+            .filter_map(|s| {
+                let c = s.take_running()?;
+                s.entry.stats.running.fetch_sub(1, Ordering::Relaxed);
+                Some(c)
+            })
             .collect();
         futures_util::future::join_all(conns.iter().map(|c| c.shutdown())).await;
         tracing::info!(session = %self.id, "session ended");
@@ -555,17 +638,37 @@ impl PluginEvents for Session {
     }
 
     fn plugin_exited(&self, conn: &Arc<PluginConnection>) {
-        if let Some(slot) = self.slots.iter().position(|s| {
-            s.running
-                .lock()
-                .expect("slot lock")
-                .as_ref()
-                .is_some_and(|c| Arc::ptr_eq(c, conn))
-        }) && !self.closed.is_cancelled()
-        {
-            tracing::warn!(plugin = %conn.name(), session = %self.id, "plugin exited; it restarts on the next request");
-            self.count_crash(slot);
+        let slot = self
+            .slots
+            .lock()
+            .expect("slots lock")
+            .values()
+            .find(|s| {
+                s.running
+                    .lock()
+                    .expect("slot lock")
+                    .as_ref()
+                    .is_some_and(|c| Arc::ptr_eq(c, conn))
+            })
+            .cloned();
+        if let Some(slot) = slot {
+            if slot.take_running().is_some() {
+                slot.entry.stats.running.fetch_sub(1, Ordering::Relaxed);
+            }
+            if !self.closed.is_cancelled() {
+                tracing::warn!(plugin = %conn.name(), session = %self.id, "plugin exited; it restarts on the next request");
+                slot.entry.stats.crashes.fetch_add(1, Ordering::Relaxed);
+                slot.count_crash();
+            }
         }
+    }
+}
+
+/// Stops a slot's instance in the background.
+fn stop_slot(slot: &PluginSlot) {
+    if let Some(conn) = slot.take_running() {
+        slot.entry.stats.running.fetch_sub(1, Ordering::Relaxed);
+        tokio::spawn(async move { conn.shutdown().await });
     }
 }
 
@@ -614,8 +717,11 @@ mod tests {
                 version: "2025-11-25",
                 plugin_params: RawValue::from_string("{}".into()).unwrap(),
             },
-            Vec::new(),
-            Arc::from("__"),
+            Registry::with_overlay(
+                &crate::config::Config::with_plugins(Vec::new()),
+                Arc::new(crate::registry::store::MemoryPluginStore::default()),
+                &Default::default(),
+            ),
             CancellationToken::new(),
             store,
             settings,

@@ -48,7 +48,11 @@ pub struct Gateway {
     pub child: Child,
     pub url: String,
     pub addr: String,
+    /// The admin API's address, when it was turned on (`--admin-token`).
+    pub admin: Option<String>,
     log: Arc<Mutex<Vec<String>>>,
+    /// Holds the gateway's database unless the test gave its own.
+    _db_dir: tempfile::TempDir,
 }
 
 impl Gateway {
@@ -58,9 +62,19 @@ impl Gateway {
     }
 
     pub fn start_with_env(args: &[&str], env: &[(&str, &str)]) -> Gateway {
+        let db_dir = tempfile::tempdir().unwrap();
         let mut cmd = Command::new(GATEWAY);
-        cmd.args(["--listen", "127.0.0.1:0"])
-            .args(args)
+        cmd.args(["--listen", "127.0.0.1:0"]);
+        if !args.contains(&"--database-url") {
+            cmd.arg("--database-url").arg(format!(
+                "sqlite://{}/gw.db?mode=rwc",
+                db_dir.path().display()
+            ));
+        }
+        if !args.contains(&"--admin-listen") {
+            cmd.args(["--admin-listen", "127.0.0.1:0"]);
+        }
+        cmd.args(args)
             .env("RUST_LOG", "info,mcp_gateway=debug")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -73,9 +87,18 @@ impl Gateway {
         let log = Arc::new(Mutex::new(Vec::new()));
         let (tx, rx) = std::sync::mpsc::channel();
         let keep = log.clone();
+        let admin = Arc::new(Mutex::new(None));
+        let admin_seen = admin.clone();
         std::thread::spawn(move || {
             let mut tx = Some(tx);
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Some(rest) = line.split("admin API listening on http://").nth(1) {
+                    let addr: String = rest
+                        .chars()
+                        .take_while(|c| *c != '"' && !c.is_whitespace())
+                        .collect();
+                    *admin_seen.lock().unwrap() = Some(addr);
+                }
                 if let Some(rest) = line.split("listening on http://").nth(1)
                     && let Some(tx) = tx.take()
                 {
@@ -100,11 +123,14 @@ impl Gateway {
                     log.lock().unwrap().join("\n")
                 )
             });
+        let admin = admin.lock().unwrap().clone();
         Gateway {
             child,
             url: format!("http://{addr}/mcp"),
             addr,
+            admin,
             log,
+            _db_dir: db_dir,
         }
     }
 

@@ -1,0 +1,288 @@
+//! The admin API: the plugin registry over HTTP, on its own listener (never the public port),
+//! behind a bearer token.
+//!
+//! `GET /admin/plugins` lists every plugin with its state; `POST /admin/plugins` adds one
+//! (409 if the name exists); `GET|PUT|DELETE /admin/plugins/{name}` reads, replaces or removes
+//! one; `POST /admin/plugins/{name}/enable|disable`; `POST /admin/reload` re-reads the config
+//! file. JSON in and out; every refusal says what was wrong. Secret values never leave:
+//! environment values are shown only as the `${VAR}` references they are made of.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{Path, Request, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde_json::{Value, json};
+
+use crate::config::PluginSpec;
+use crate::gateway::{Gateway, ReloadError};
+use crate::registry::{PluginEntry, ProbeState, RegistryError};
+
+/// The admin router.
+pub fn router(gateway: Arc<Gateway>) -> Router {
+    Router::new()
+        .route("/admin/plugins", get(list).post(add))
+        .route(
+            "/admin/plugins/{name}",
+            get(show).put(update).delete(remove),
+        )
+        .route("/admin/plugins/{name}/enable", post(enable))
+        .route("/admin/plugins/{name}/disable", post(disable))
+        .route("/admin/reload", post(reload))
+        .layer(middleware::from_fn_with_state(gateway.clone(), authorize))
+        .with_state(gateway)
+}
+
+/// Every refusal of the admin API.
+#[derive(Debug, thiserror::Error)]
+enum AdminError {
+    #[error("missing or wrong bearer token")]
+    Unauthorized,
+    #[error("{0}")]
+    BadRequest(String),
+    #[error(transparent)]
+    Registry(#[from] RegistryError),
+    #[error(transparent)]
+    Reload(#[from] ReloadError),
+}
+
+impl IntoResponse for AdminError {
+    fn into_response(self) -> Response {
+        let status = match &self {
+            AdminError::Unauthorized => StatusCode::UNAUTHORIZED,
+            AdminError::BadRequest(_) | AdminError::Registry(RegistryError::Invalid(_)) => {
+                StatusCode::BAD_REQUEST
+            }
+            AdminError::Registry(RegistryError::Exists(_)) => StatusCode::CONFLICT,
+            AdminError::Registry(RegistryError::NotFound(_)) => StatusCode::NOT_FOUND,
+            AdminError::Registry(RegistryError::Store(_)) => StatusCode::SERVICE_UNAVAILABLE,
+            AdminError::Reload(ReloadError::Invalid(_)) => StatusCode::UNPROCESSABLE_ENTITY,
+            AdminError::Reload(ReloadError::Unavailable) => StatusCode::CONFLICT,
+            AdminError::Reload(ReloadError::Registry(_)) => StatusCode::SERVICE_UNAVAILABLE,
+        };
+        if status.is_server_error() {
+            tracing::error!("admin API: {self}");
+        }
+        let mut response =
+            (status, axum::Json(json!({ "error": self.to_string() }))).into_response();
+        if status == StatusCode::UNAUTHORIZED {
+            response
+                .headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        response
+    }
+}
+
+async fn authorize(State(gw): State<Arc<Gateway>>, request: Request, next: Next) -> Response {
+    let expected = gw.config.admin.token.as_deref().unwrap_or_default();
+    let given = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or_default();
+    if expected.is_empty() || !constant_time_eq(given.as_bytes(), expected.as_bytes()) {
+        return AdminError::Unauthorized.into_response();
+    }
+    next.run(request).await
+}
+
+/// Compares without an early exit on the first differing byte.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+async fn list(State(gw): State<Arc<Gateway>>) -> Response {
+    let plugins: Vec<Value> = gw.registry.entries().iter().map(|e| describe(e)).collect();
+    axum::Json(json!({ "plugins": plugins })).into_response()
+}
+
+async fn show(
+    State(gw): State<Arc<Gateway>>,
+    Path(name): Path<String>,
+) -> Result<Response, AdminError> {
+    let entry = gw
+        .registry
+        .get(&name)
+        .ok_or(RegistryError::NotFound(name))?;
+    Ok(axum::Json(describe(&entry)).into_response())
+}
+
+async fn add(State(gw): State<Arc<Gateway>>, body: Bytes) -> Result<Response, AdminError> {
+    let mut value = json_object(&body)?;
+    let name = match value.remove("name") {
+        Some(Value::String(n)) => n,
+        Some(_) => return Err(AdminError::BadRequest("`name` must be a string".into())),
+        None => return Err(AdminError::BadRequest("`name` is required".into())),
+    };
+    let enabled = match value.remove("enabled") {
+        None => true,
+        Some(Value::Bool(b)) => b,
+        Some(_) => {
+            return Err(AdminError::BadRequest(
+                "`enabled` must be true or false".into(),
+            ));
+        }
+    };
+    let spec = spec_from(Value::Object(value))?;
+    gw.registry
+        .add(spec.into_config(name.clone()), enabled)
+        .await?;
+    let entry = gw
+        .registry
+        .get(&name)
+        .ok_or(RegistryError::NotFound(name))?;
+    Ok((StatusCode::CREATED, axum::Json(describe(&entry))).into_response())
+}
+
+async fn update(
+    State(gw): State<Arc<Gateway>>,
+    Path(name): Path<String>,
+    body: Bytes,
+) -> Result<Response, AdminError> {
+    let mut value = json_object(&body)?;
+    if let Some(n) = value.remove("name")
+        && n != Value::String(name.clone())
+    {
+        return Err(AdminError::BadRequest(
+            "`name` cannot change; remove and add instead".into(),
+        ));
+    }
+    let spec = spec_from(Value::Object(value))?;
+    gw.registry.update(spec.into_config(name.clone())).await?;
+    let entry = gw
+        .registry
+        .get(&name)
+        .ok_or(RegistryError::NotFound(name))?;
+    Ok(axum::Json(describe(&entry)).into_response())
+}
+
+async fn remove(
+    State(gw): State<Arc<Gateway>>,
+    Path(name): Path<String>,
+) -> Result<Response, AdminError> {
+    gw.registry.remove(&name).await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+async fn enable(
+    State(gw): State<Arc<Gateway>>,
+    Path(name): Path<String>,
+) -> Result<Response, AdminError> {
+    set_enabled(&gw, name, true).await
+}
+
+async fn disable(
+    State(gw): State<Arc<Gateway>>,
+    Path(name): Path<String>,
+) -> Result<Response, AdminError> {
+    set_enabled(&gw, name, false).await
+}
+
+async fn set_enabled(gw: &Gateway, name: String, enabled: bool) -> Result<Response, AdminError> {
+    gw.registry.set_enabled(&name, enabled).await?;
+    let entry = gw
+        .registry
+        .get(&name)
+        .ok_or(RegistryError::NotFound(name))?;
+    Ok(axum::Json(describe(&entry)).into_response())
+}
+
+async fn reload(State(gw): State<Arc<Gateway>>) -> Result<Response, AdminError> {
+    gw.reload().await?;
+    Ok(axum::Json(json!({ "reloaded": true })).into_response())
+}
+
+fn json_object(body: &[u8]) -> Result<serde_json::Map<String, Value>, AdminError> {
+    match serde_json::from_slice::<Value>(body) {
+        Ok(Value::Object(m)) => Ok(m),
+        Ok(_) => Err(AdminError::BadRequest(
+            "the body must be a JSON object".into(),
+        )),
+        Err(e) => Err(AdminError::BadRequest(format!("the body is not JSON: {e}"))),
+    }
+}
+
+fn spec_from(value: Value) -> Result<PluginSpec, AdminError> {
+    serde_json::from_value(value)
+        .map_err(|e| AdminError::BadRequest(format!("invalid plugin definition: {e}")))
+}
+
+/// A plugin as the admin API shows it: definition (secrets masked) and state.
+fn describe(e: &PluginEntry) -> Value {
+    let c = &e.config;
+    let env: serde_json::Map<String, Value> = c
+        .env
+        .iter()
+        .map(|(k, v)| (k.clone(), Value::String(mask(v))))
+        .collect();
+    let (state, tools, probe_error) = match e.state() {
+        _ if !e.enabled => ("disabled", None, None),
+        ProbeState::Pending | ProbeState::Reprobing => ("starting", None, None),
+        ProbeState::Ready(info) => ("ready", Some(info.tools), None),
+        ProbeState::Failed { error, .. } => ("failed", None, Some(error)),
+    };
+    let last_error = probe_error.or_else(|| e.stats.last_error.lock().expect("stats lock").clone());
+    json!({
+        "name": c.name,
+        "source": e.source,
+        "enabled": e.enabled,
+        "command": c.command,
+        "args": c.args,
+        "env": env,
+        "cwd": c.cwd,
+        "prefix": c.prefix,
+        "response_mode": c.response_mode,
+        "startup_timeout_secs": c.startup_timeout.as_secs(),
+        "shutdown_grace_secs": c.shutdown_grace.as_secs(),
+        "state": state,
+        "tools": tools,
+        "running_children": e.stats.running.load(Ordering::Relaxed),
+        "starts": e.stats.starts.load(Ordering::Relaxed),
+        "restarts": e.stats.crashes.load(Ordering::Relaxed),
+        "last_error": last_error,
+    })
+}
+
+/// An environment value as shown: `${VAR}` references are names, not secrets, and stay;
+/// anything else is masked.
+fn mask(value: &str) -> String {
+    let only_references = value
+        .split("${")
+        .skip(1)
+        .all(|part| part.find('}').is_some_and(|end| part[end + 1..].is_empty()))
+        && value.starts_with("${");
+    if only_references {
+        value.to_owned()
+    } else {
+        "***".into()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secrets_are_masked_references_are_not() {
+        assert_eq!(mask("${GITHUB_TOKEN}"), "${GITHUB_TOKEN}");
+        assert_eq!(mask("${A}${B}"), "${A}${B}");
+        assert_eq!(mask("ghp_secret"), "***");
+        assert_eq!(mask("Bearer ${TOKEN}"), "***");
+        assert_eq!(mask("${TOKEN}suffix"), "***");
+        assert_eq!(mask(""), "***");
+    }
+
+    #[test]
+    fn token_comparison() {
+        assert!(constant_time_eq(b"abc", b"abc"));
+        assert!(!constant_time_eq(b"abc", b"abd"));
+        assert!(!constant_time_eq(b"abc", b"abcd"));
+    }
+}
