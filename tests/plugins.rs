@@ -227,7 +227,11 @@ async fn plugins_speaking_an_unknown_version_are_refused() {
     let mut c = gw.client();
     c.initialize().await;
     let tools = c.result(1, "tools/list", json!({})).await;
-    assert_eq!(tools["tools"], json!([]), "the refused plugin's tools are absent");
+    assert_eq!(
+        tools["tools"],
+        json!([]),
+        "the refused plugin's tools are absent"
+    );
     gw.wait_log("1999-01-01").await;
 }
 

@@ -50,9 +50,21 @@ impl StdioTransport {
         config: &PluginConfig,
         session: &str,
     ) -> Result<(StdioTransport, Inbound), BackendError> {
+        let mut env = Vec::with_capacity(config.env.len());
+        for (key, value) in &config.env {
+            let value =
+                crate::config::expand_env(value, |n| std::env::var(n).ok()).map_err(|reason| {
+                    BackendError::Spawn {
+                        plugin: config.name.clone(),
+                        command: config.command_line(),
+                        reason: format!("env {key}: {reason}"),
+                    }
+                })?;
+            env.push((key, value));
+        }
         let mut cmd = Command::new(&config.command);
         cmd.args(&config.args)
-            .envs(&config.env)
+            .envs(env)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

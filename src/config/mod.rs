@@ -526,7 +526,7 @@ impl Config {
                 .or(file.admin.token)
                 .filter(|t| !t.is_empty()),
         };
-        if admin.token.is_some() && admin.listen == listen {
+        if admin.token.is_some() && admin.listen == listen && listen.port() != 0 {
             return Err(invalid(
                 "admin.listen",
                 "the admin API needs its own address, not the public one",
@@ -593,6 +593,31 @@ impl Config {
             (None, _) => Some(&plugin.name),
         }
     }
+}
+
+/// Replaces each `${NAME}` in `value` with the gateway's environment variable NAME. Secrets
+/// stay out of config files and the database this way.
+pub fn expand_env(value: &str, lookup: impl Fn(&str) -> Option<String>) -> Result<String, String> {
+    let mut out = String::with_capacity(value.len());
+    let mut rest = value;
+    while let Some(start) = rest.find("${") {
+        out.push_str(&rest[..start]);
+        let after = &rest[start + 2..];
+        let end = after
+            .find('}')
+            .ok_or_else(|| format!("`{value}` has an unclosed `${{`"))?;
+        let name = &after[..end];
+        if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+            return Err(format!("`${{{name}}}` is not a variable name"));
+        }
+        out.push_str(
+            &lookup(name)
+                .ok_or_else(|| format!("`${{{name}}}` is not set in the gateway's environment"))?,
+        );
+        rest = &after[end + 1..];
+    }
+    out.push_str(rest);
+    Ok(out)
 }
 
 /// Checks one plugin's definition (name, command, prefix).
@@ -733,6 +758,24 @@ mod tests {
         };
         let e = Config::merge(&cli(&[]), file).unwrap_err();
         assert!(e.to_string().contains("plugins.b.prefix"), "{e}");
+    }
+
+    #[test]
+    fn env_references_expand() {
+        let lookup = |n: &str| (n == "TOKEN").then(|| "s3cret".to_owned());
+        assert_eq!(expand_env("${TOKEN}", lookup).unwrap(), "s3cret");
+        assert_eq!(
+            expand_env("Bearer ${TOKEN}!", lookup).unwrap(),
+            "Bearer s3cret!"
+        );
+        assert_eq!(expand_env("plain", lookup).unwrap(), "plain");
+        assert!(
+            expand_env("${MISSING}", lookup)
+                .unwrap_err()
+                .contains("MISSING")
+        );
+        assert!(expand_env("${TOKEN", lookup).is_err());
+        assert!(expand_env("${A-B}", lookup).is_err());
     }
 
     #[test]

@@ -123,6 +123,18 @@ impl Gateway {
                     log.lock().unwrap().join("\n")
                 )
             });
+        // The admin API starts after the public listener: wait for it when it is on.
+        if args.contains(&"--admin-token") {
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while admin.lock().unwrap().is_none() {
+                assert!(
+                    Instant::now() < deadline,
+                    "the admin API did not start; log:\n{}",
+                    log.lock().unwrap().join("\n")
+                );
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
         let admin = admin.lock().unwrap().clone();
         Gateway {
             child,

@@ -1,0 +1,480 @@
+//! The admin API and the plugin registry: auth, every operation and its refusals, persistence
+//! across restarts on SQLite and on PostgreSQL, reloads, and what connected clients see.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{FIXTURE, Gateway, alive, wait_until};
+use serde_json::{Value, json};
+
+const TOKEN: &str = "admin-s3cret";
+
+struct Admin {
+    base: String,
+    http: reqwest::Client,
+}
+
+impl Admin {
+    fn of(gw: &Gateway) -> Admin {
+        Admin {
+            base: format!("http://{}", gw.admin.as_deref().expect("admin API on")),
+            http: reqwest::Client::new(),
+        }
+    }
+
+    async fn send(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+        token: Option<&str>,
+    ) -> (u16, Value) {
+        let mut r = self.http.request(method, format!("{}{path}", self.base));
+        if let Some(t) = token {
+            r = r.bearer_auth(t);
+        }
+        if let Some(b) = body {
+            r = r
+                .header("content-type", "application/json")
+                .body(b.to_string());
+        }
+        let r = r.send().await.unwrap();
+        let status = r.status().as_u16();
+        let text = r.text().await.unwrap();
+        (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+    }
+
+    async fn get(&self, path: &str) -> (u16, Value) {
+        self.send(reqwest::Method::GET, path, None, Some(TOKEN))
+            .await
+    }
+
+    async fn post(&self, path: &str, body: Value) -> (u16, Value) {
+        self.send(reqwest::Method::POST, path, Some(body), Some(TOKEN))
+            .await
+    }
+
+    async fn put(&self, path: &str, body: Value) -> (u16, Value) {
+        self.send(reqwest::Method::PUT, path, Some(body), Some(TOKEN))
+            .await
+    }
+
+    async fn delete(&self, path: &str) -> u16 {
+        self.send(reqwest::Method::DELETE, path, None, Some(TOKEN))
+            .await
+            .0
+    }
+
+    /// Waits until a plugin reports `state`.
+    async fn wait_state(&self, name: &str, state: &str) -> Value {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            let (_, p) = self.get(&format!("/admin/plugins/{name}")).await;
+            if p["state"] == state {
+                return p;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{name} never became {state}: {p}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+fn fixture_plugin(name: &str) -> Value {
+    json!({"name": name, "command": FIXTURE, "args": ["--name", name]})
+}
+
+fn names(plugins: &Value) -> Vec<String> {
+    let mut v: Vec<String> = plugins["plugins"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap().to_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+#[tokio::test]
+async fn the_admin_api_needs_its_token_and_is_not_on_the_public_port() {
+    let gw = Gateway::start(&["--admin-token", TOKEN, "--", FIXTURE]);
+    let admin = Admin::of(&gw);
+    for token in [None, Some("wrong"), Some("")] {
+        let (status, body) = admin
+            .send(reqwest::Method::GET, "/admin/plugins", None, token)
+            .await;
+        assert_eq!(status, 401, "{token:?}");
+        assert!(body["error"].as_str().unwrap().contains("token"));
+    }
+    assert_eq!(admin.get("/admin/plugins").await.0, 200);
+    let public = reqwest::Client::new()
+        .get(format!("http://{}/admin/plugins", gw.addr))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(public.status(), 404, "not served on the public port");
+}
+
+#[tokio::test]
+async fn plugins_are_added_changed_disabled_and_removed_with_clear_errors() {
+    let gw = Gateway::start_with_env(
+        &[
+            "--admin-token",
+            TOKEN,
+            "--plugin-name",
+            "main",
+            "--",
+            FIXTURE,
+        ],
+        &[("MY_SECRET", "s3cret-value")],
+    );
+    let admin = Admin::of(&gw);
+    let (status, list) = admin.get("/admin/plugins").await;
+    assert_eq!(status, 200);
+    assert_eq!(names(&list), ["main"]);
+    assert_eq!(list["plugins"][0]["source"], "config");
+
+    // Add: 201, and the probe makes it ready with its tool count.
+    let mut extra = fixture_plugin("extra");
+    extra["env"] = json!({"FROM_REF": "${MY_SECRET}", "LITERAL": "do-not-show"});
+    let (status, added) = admin.post("/admin/plugins", extra.clone()).await;
+    assert_eq!(status, 201, "{added}");
+    assert_eq!(added["source"], "api");
+    assert_eq!(
+        added["env"],
+        json!({"FROM_REF": "${MY_SECRET}", "LITERAL": "***"}),
+        "secrets never leave"
+    );
+    let ready = admin.wait_state("extra", "ready").await;
+    assert!(ready["tools"].as_u64().unwrap() > 10);
+
+    // Refusals.
+    let (status, body) = admin.post("/admin/plugins", extra.clone()).await;
+    assert_eq!(status, 409, "{body}");
+    assert!(body["error"].as_str().unwrap().contains("extra"));
+    let (status, body) = admin
+        .post("/admin/plugins", json!({"name": "x", "comand": "y"}))
+        .await;
+    assert_eq!(status, 400);
+    assert!(body["error"].as_str().unwrap().contains("comand"), "{body}");
+    let (status, body) = admin.post("/admin/plugins", json!({"command": "y"})).await;
+    assert_eq!(
+        (status, body["error"].as_str().unwrap().contains("name")),
+        (400, true)
+    );
+    let (status, _) = admin
+        .post(
+            "/admin/plugins",
+            json!({"name": "bad name!", "command": "y"}),
+        )
+        .await;
+    assert_eq!(status, 400);
+    let (status, body) = admin
+        .post(
+            "/admin/plugins",
+            json!({"name": "y", "command": "z", "prefix": "main"}),
+        )
+        .await;
+    assert_eq!(status, 400, "a taken prefix: {body}");
+    let r = reqwest::Client::new()
+        .post(format!("{}/admin/plugins", admin.base))
+        .bearer_auth(TOKEN)
+        .body("{not json")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    assert_eq!(admin.get("/admin/plugins/nope").await.0, 404);
+    assert_eq!(
+        admin
+            .put("/admin/plugins/nope", json!({"command": "x"}))
+            .await
+            .0,
+        404
+    );
+    assert_eq!(admin.delete("/admin/plugins/nope").await, 404);
+    assert_eq!(
+        admin.post("/admin/plugins/nope/disable", json!({})).await.0,
+        404
+    );
+
+    // The added plugin works for clients, with its env reference expanded.
+    let mut c = gw.client();
+    c.initialize().await;
+    assert_eq!(
+        c.tool_text(1, "extra__getenv", json!({"name": "FROM_REF"}))
+            .await,
+        "s3cret-value"
+    );
+
+    // Update: a new definition; disable and enable.
+    let (status, updated) = admin
+        .put(
+            "/admin/plugins/extra",
+            json!({"command": FIXTURE, "args": ["--name", "extra2"], "prefix": "x"}),
+        )
+        .await;
+    assert_eq!(status, 200, "{updated}");
+    assert_eq!(updated["prefix"], "x");
+    admin.wait_state("extra", "ready").await;
+    let (_, disabled) = admin.post("/admin/plugins/extra/disable", json!({})).await;
+    assert_eq!(
+        (disabled["enabled"].clone(), disabled["state"].clone()),
+        (json!(false), json!("disabled"))
+    );
+    let (_, enabled) = admin.post("/admin/plugins/extra/enable", json!({})).await;
+    assert_eq!(enabled["enabled"], true);
+    admin.wait_state("extra", "ready").await;
+
+    // Remove: 204, then gone; a config-file plugin can be removed too.
+    assert_eq!(admin.delete("/admin/plugins/extra").await, 204);
+    assert_eq!(admin.get("/admin/plugins/extra").await.0, 404);
+    assert_eq!(admin.delete("/admin/plugins/main").await, 204);
+    assert_eq!(
+        names(&admin.get("/admin/plugins").await.1),
+        Vec::<String>::new()
+    );
+}
+
+/// Adds, changes and removes through the API, restarts the gateway on the same database, and
+/// checks that every change is still there.
+async fn changes_survive_a_restart(database_url: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("gw.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[plugins.base]\ncommand = \"{FIXTURE}\"\n[plugins.doomed]\ncommand = \"{FIXTURE}\"\n"
+        ),
+    )
+    .unwrap();
+    let args = [
+        "--admin-token",
+        TOKEN,
+        "--database-url",
+        database_url,
+        "--config",
+        cfg.to_str().unwrap(),
+    ];
+    {
+        let mut gw = Gateway::start(&args);
+        let admin = Admin::of(&gw);
+        assert_eq!(
+            admin
+                .post("/admin/plugins", fixture_plugin("added"))
+                .await
+                .0,
+            201
+        );
+        assert_eq!(
+            admin.post("/admin/plugins/base/disable", json!({})).await.0,
+            200
+        );
+        assert_eq!(admin.delete("/admin/plugins/doomed").await, 204);
+        assert!(gw.terminate().success());
+    }
+    let gw = Gateway::start(&args);
+    let admin = Admin::of(&gw);
+    let (_, list) = admin.get("/admin/plugins").await;
+    assert_eq!(names(&list), ["added", "base"], "{list}");
+    let base = list["plugins"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "base")
+        .unwrap();
+    assert_eq!(base["enabled"], false);
+    admin.wait_state("added", "ready").await;
+    let mut c = gw.client();
+    c.initialize().await;
+    assert_eq!(
+        c.tool_text(1, "echo", json!({"text": "from the database"}))
+            .await,
+        "from the database"
+    );
+}
+
+#[tokio::test]
+async fn registry_changes_survive_a_restart_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    changes_survive_a_restart(&format!(
+        "sqlite://{}/registry.db?mode=rwc",
+        dir.path().display()
+    ))
+    .await;
+}
+
+#[tokio::test]
+async fn registry_changes_survive_a_restart_on_postgres() {
+    // A database of its own on the PostgreSQL server CI runs on 127.0.0.1:5432.
+    let server = std::env::var("MCP_GATEWAY_TEST_POSTGRES")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432".into());
+    let name = format!("mcpgw_test_{}", std::process::id());
+    let psql = |sql: &str| {
+        let out = std::process::Command::new("psql")
+            .args([
+                &format!("{server}/postgres"),
+                "-v",
+                "ON_ERROR_STOP=1",
+                "-c",
+                sql,
+            ])
+            .output()
+            .expect("psql (PostgreSQL client) on PATH");
+        assert!(
+            out.status.success(),
+            "psql {sql}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    psql(&format!("DROP DATABASE IF EXISTS {name}"));
+    psql(&format!("CREATE DATABASE {name}"));
+    changes_survive_a_restart(&format!("{server}/{name}")).await;
+    psql(&format!("DROP DATABASE {name} WITH (FORCE)"));
+}
+
+#[tokio::test]
+async fn connected_clients_hear_of_new_plugins_and_see_their_tools() {
+    let gw = Gateway::start(&[
+        "--admin-token",
+        TOKEN,
+        "--plugin-name",
+        "main",
+        "--",
+        FIXTURE,
+    ]);
+    let admin = Admin::of(&gw);
+    let mut c = gw.client();
+    c.initialize().await;
+    let mut get = common::Events::new(c.get_stream().await);
+    assert_eq!(
+        c.tool_text(1, "echo", json!({"text": "alone"})).await,
+        "alone"
+    );
+    assert_eq!(
+        admin
+            .post("/admin/plugins", fixture_plugin("extra"))
+            .await
+            .0,
+        201
+    );
+    let changed = get.next().await.unwrap();
+    assert_eq!(changed["method"], "notifications/tools/list_changed");
+    admin.wait_state("extra", "ready").await;
+    // With two plugins, names are prefixed; the new plugin's tools are there.
+    let mut found = false;
+    for i in 0..50 {
+        let tools = c.result(10 + i, "tools/list", json!({})).await;
+        let names: Vec<&str> = tools["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["name"].as_str().unwrap())
+            .collect();
+        if names.contains(&"extra__echo") && names.contains(&"main__echo") {
+            found = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(found);
+    assert_eq!(
+        c.tool_text(99, "extra__echo", json!({"text": "new"})).await,
+        "new"
+    );
+}
+
+#[tokio::test]
+async fn removing_or_changing_a_plugin_stops_its_processes() {
+    let gw = Gateway::start(&[
+        "--admin-token",
+        TOKEN,
+        "--plugin-name",
+        "main",
+        "--",
+        FIXTURE,
+    ]);
+    let admin = Admin::of(&gw);
+    assert_eq!(
+        admin
+            .post("/admin/plugins", fixture_plugin("extra"))
+            .await
+            .0,
+        201
+    );
+    admin.wait_state("extra", "ready").await;
+    let mut c = gw.client();
+    c.initialize().await;
+    let pid: u32 = c
+        .tool_text(1, "extra__pid", json!({}))
+        .await
+        .parse()
+        .unwrap();
+    let (_, p) = admin.get("/admin/plugins/extra").await;
+    assert_eq!(p["running_children"], 1);
+    assert_eq!(
+        admin
+            .put(
+                "/admin/plugins/extra",
+                json!({"command": FIXTURE, "args": ["--name", "v2"]})
+            )
+            .await
+            .0,
+        200
+    );
+    wait_until(
+        "the old definition's process stopped",
+        Duration::from_secs(15),
+        || !alive(pid),
+    )
+    .await;
+    admin.wait_state("extra", "ready").await;
+    let pid: u32 = c
+        .tool_text(2, "extra__pid", json!({}))
+        .await
+        .parse()
+        .unwrap();
+    assert_eq!(admin.delete("/admin/plugins/extra").await, 204);
+    wait_until(
+        "the removed plugin's process stopped",
+        Duration::from_secs(15),
+        || !alive(pid),
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn reload_applies_a_valid_config_and_refuses_an_invalid_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("gw.toml");
+    std::fs::write(&cfg, format!("[plugins.one]\ncommand = \"{FIXTURE}\"\n")).unwrap();
+    let gw = Gateway::start(&["--admin-token", TOKEN, "--config", cfg.to_str().unwrap()]);
+    let admin = Admin::of(&gw);
+    std::fs::write(
+        &cfg,
+        format!("[plugins.one]\ncommand = \"{FIXTURE}\"\n[plugins.two]\ncommand = \"{FIXTURE}\"\n"),
+    )
+    .unwrap();
+    let (status, body) = admin.post("/admin/reload", json!({})).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(names(&admin.get("/admin/plugins").await.1), ["one", "two"]);
+
+    // An invalid file changes nothing, and says why.
+    std::fs::write(&cfg, "[plugins.one]\ncomand = \"x\"\n").unwrap();
+    let (status, body) = admin.post("/admin/reload", json!({})).await;
+    assert_eq!(status, 422);
+    assert!(body["error"].as_str().unwrap().contains("comand"), "{body}");
+    assert_eq!(names(&admin.get("/admin/plugins").await.1), ["one", "two"]);
+
+    // SIGHUP reloads too.
+    std::fs::write(&cfg, format!("[plugins.three]\ncommand = \"{FIXTURE}\"\n")).unwrap();
+    let _ = std::process::Command::new("kill")
+        .args(["-HUP", &gw.pid().to_string()])
+        .status();
+    gw.wait_log_count("configuration reloaded", 2).await;
+    assert_eq!(names(&admin.get("/admin/plugins").await.1), ["three"]);
+}
