@@ -24,6 +24,8 @@ pub mod code {
     pub const SESSION_NOT_FOUND: i64 = -32001;
     /// MCP: a resource URI nobody serves.
     pub const RESOURCE_NOT_FOUND: i64 = -32002;
+    /// A request that took longer than allowed (the official SDKs' RequestTimeout).
+    pub const REQUEST_TIMEOUT: i64 = -32001;
 }
 
 /// A request id: the raw JSON text of a string or an integer, validated on parse.

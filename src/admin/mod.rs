@@ -229,6 +229,8 @@ fn describe(e: &PluginEntry) -> Value {
         ProbeState::Failed { error, .. } => ("failed", None, Some(error)),
     };
     let last_error = probe_error.or_else(|| e.stats.last_error.lock().expect("stats lock").clone());
+    let breaker = e.stats.breaker_open();
+    let state = if breaker.is_some() { "failed" } else { state };
     json!({
         "name": c.name,
         "source": e.source,
@@ -247,6 +249,12 @@ fn describe(e: &PluginEntry) -> Value {
         "starts": e.stats.starts.load(Ordering::Relaxed),
         "restarts": e.stats.crashes.load(Ordering::Relaxed),
         "last_error": last_error,
+        "breaker_open_secs": breaker.map(|d| d.as_secs() + 1),
+        "request_timeout_secs": c.request_timeout.as_secs(),
+        "tools_allow": c.tools_allow,
+        "tools_deny": c.tools_deny,
+        "max_children": c.max_children,
+        "idle_timeout_secs": c.idle_timeout.map(|d| d.as_secs()),
     })
 }
 

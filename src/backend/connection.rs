@@ -70,6 +70,8 @@ enum Pending {
         client_id: Id,
         sink: Sink,
         progress_token: Option<Box<RawValue>>,
+        /// When the request times out.
+        deadline: std::time::Instant,
     },
     /// To a gateway task.
     Internal(oneshot::Sender<Result<Box<RawValue>, CallError>>),
@@ -112,6 +114,10 @@ pub struct PluginConnection {
     alive: AtomicBool,
     init: std::sync::OnceLock<InitializeResult>,
     events: Option<Weak<dyn PluginEvents>>,
+    /// How long a client's request may take.
+    request_timeout: Duration,
+    /// When a message last went either way.
+    last_active: Mutex<std::time::Instant>,
 }
 
 impl PluginConnection {
@@ -123,6 +129,7 @@ impl PluginConnection {
         transport: Box<dyn PluginTransport>,
         inbound: Inbound,
         events: Option<Weak<dyn PluginEvents>>,
+        request_timeout: Duration,
     ) -> Arc<PluginConnection> {
         let conn = Arc::new(PluginConnection {
             name,
@@ -133,8 +140,11 @@ impl PluginConnection {
             alive: AtomicBool::new(true),
             init: std::sync::OnceLock::new(),
             events,
+            request_timeout,
+            last_active: Mutex::new(std::time::Instant::now()),
         });
         tokio::spawn(read_loop(Arc::downgrade(&conn), inbound));
+        tokio::spawn(expire_requests(Arc::downgrade(&conn), request_timeout));
         conn
     }
 
@@ -148,6 +158,18 @@ impl PluginConnection {
 
     pub fn pid(&self) -> Option<u32> {
         self.transport.pid()
+    }
+
+    /// How long nothing has happened, or `None` while requests are in flight.
+    pub fn idle_for(&self) -> Option<Duration> {
+        if !self.pending.lock().expect("pending lock").is_empty() {
+            return None;
+        }
+        Some(self.last_active.lock().expect("activity lock").elapsed())
+    }
+
+    fn touch(&self) {
+        *self.last_active.lock().expect("activity lock") = std::time::Instant::now();
     }
 
     /// The plugin's `initialize` result, once the handshake is done.
@@ -229,6 +251,7 @@ impl PluginConnection {
             client_id: client_id.clone(),
             sink: sink.clone(),
             progress_token,
+            deadline: std::time::Instant::now() + self.request_timeout,
         };
         let sent = self.insert(id, pending).and_then(|()| {
             self.write(
@@ -320,6 +343,7 @@ impl PluginConnection {
         if !self.is_alive() {
             return Err(self.gone_error());
         }
+        self.touch();
         self.pending
             .lock()
             .expect("pending lock")
@@ -383,6 +407,53 @@ fn swap_progress_token(params: &RawValue, id: u64) -> Option<(Box<RawValue>, Box
     Some((token, rewritten))
 }
 
+/// Fails client requests past their deadline: the client gets an error, the plugin is told
+/// to stop working on it. One light task per connection, so the hot path arms no timer.
+async fn expire_requests(conn: Weak<PluginConnection>, timeout: Duration) {
+    let period = (timeout / 4).clamp(Duration::from_millis(10), Duration::from_secs(1));
+    loop {
+        tokio::time::sleep(period).await;
+        let Some(conn) = conn.upgrade().filter(|c| c.is_alive()) else {
+            return;
+        };
+        let now = std::time::Instant::now();
+        let expired: Vec<(u64, Pending)> = {
+            let mut pending = conn.pending.lock().expect("pending lock");
+            let ids: Vec<u64> = pending
+                .iter()
+                .filter(|(_, p)| matches!(p, Pending::Client { deadline, .. } if *deadline <= now))
+                .map(|(k, _)| *k)
+                .collect();
+            ids.into_iter()
+                .filter_map(|k| pending.remove(&k).map(|p| (k, p)))
+                .collect()
+        };
+        for (id, p) in expired {
+            let Pending::Client {
+                client_id, sink, ..
+            } = p
+            else {
+                continue;
+            };
+            tracing::warn!(plugin = %conn.name, session = %conn.session, "request {client_id} timed out after {} s", timeout.as_secs());
+            sink.respond(jsonrpc::error_bytes(
+                Some(&client_id),
+                code::REQUEST_TIMEOUT,
+                &format!(
+                    "Request timed out: plugin '{}' did not answer within {} s",
+                    conn.name,
+                    timeout.as_secs()
+                ),
+            ));
+            let params = RawValue::from_string(
+                serde_json::json!({ "requestId": id, "reason": "timed out" }).to_string(),
+            )
+            .expect("valid JSON");
+            conn.notify("notifications/cancelled", Some(&params));
+        }
+    }
+}
+
 async fn read_loop(conn: Weak<PluginConnection>, mut inbound: Inbound) {
     while let Some(line) = inbound.recv().await {
         let Some(conn) = conn.upgrade() else { return };
@@ -431,6 +502,7 @@ async fn read_loop(conn: Weak<PluginConnection>, mut inbound: Inbound) {
 
 impl PluginConnection {
     fn handle_line(self: &Arc<Self>, line: Bytes) {
+        self.touch();
         let message = match jsonrpc::parse_message(&line) {
             Ok(m) => m,
             Err(e) => {

@@ -56,6 +56,7 @@ pub async fn start_plugin(
         Box::new(transport),
         inbound,
         events,
+        config.request_timeout,
     );
     match conn.initialize(init_params, config.startup_timeout).await {
         Ok(_) => Ok(conn),

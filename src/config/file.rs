@@ -22,6 +22,7 @@ pub struct FileConfig {
     pub stream: StreamSection,
     pub database_url: Option<String>,
     pub admin: AdminSection,
+    pub max_children: Option<usize>,
     pub plugins: Vec<PluginConfig>,
 }
 
@@ -60,6 +61,7 @@ struct TomlFile {
     #[serde(default)]
     stream: StreamSection,
     database_url: Option<String>,
+    max_children: Option<usize>,
     #[serde(default)]
     admin: AdminSection,
     #[serde(default)]
@@ -144,6 +146,7 @@ fn parse_toml(text: &str) -> Result<FileConfig, String> {
         stream: file.stream,
         database_url: file.database_url,
         admin: file.admin,
+        max_children: file.max_children,
         plugins,
     })
 }

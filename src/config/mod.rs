@@ -60,6 +60,11 @@ pub struct Cli {
     #[arg(long, env = "MCP_GATEWAY_SESSION_IDLE_TIMEOUT_SECS")]
     pub session_idle_timeout_secs: Option<u64>,
 
+    /// Most plugin processes at once, all plugins together; a request that would start one
+    /// more gets an error saying so. [default: no limit]
+    #[arg(long, env = "MCP_GATEWAY_MAX_CHILDREN")]
+    pub max_children: Option<usize>,
+
     /// Most sessions at once; an `initialize` beyond it gets 503 with Retry-After.
     /// [default: 10000]
     #[arg(long, env = "MCP_GATEWAY_MAX_SESSIONS")]
@@ -184,6 +189,8 @@ pub struct Config {
     pub plugins: Vec<PluginConfig>,
     pub database_url: String,
     pub admin: AdminConfig,
+    /// Most plugin processes at once, all plugins together.
+    pub max_children: Option<usize>,
     /// The config file, re-read on reload.
     pub config_path: Option<PathBuf>,
 }
@@ -237,6 +244,17 @@ pub struct PluginConfig {
     pub startup_timeout: Duration,
     /// How long the child gets to exit after its stdin closes, and again after SIGTERM.
     pub shutdown_grace: Duration,
+    /// How long a client's request may take; then it gets an error and the plugin is sent
+    /// `notifications/cancelled`.
+    pub request_timeout: Duration,
+    /// Tools shown and callable: only these, when given.
+    pub tools_allow: Option<Vec<String>>,
+    /// Tools hidden and refused.
+    pub tools_deny: Vec<String>,
+    /// Most processes of this plugin at once (all sessions).
+    pub max_children: Option<usize>,
+    /// A session's instance unused this long is stopped (started again on next use).
+    pub idle_timeout: Option<Duration>,
 }
 
 impl PluginConfig {
@@ -252,7 +270,25 @@ impl PluginConfig {
             response_mode: ResponseMode::Sse,
             startup_timeout: Duration::from_secs(60),
             shutdown_grace: Duration::from_secs(2),
+            request_timeout: Duration::from_secs(300),
+            tools_allow: None,
+            tools_deny: Vec::new(),
+            max_children: None,
+            idle_timeout: None,
         }
+    }
+
+    /// Whether the tool filters let `tool` through.
+    pub fn allows_tool(&self, tool: &str) -> bool {
+        self.tools_allow
+            .as_ref()
+            .is_none_or(|a| a.iter().any(|t| t == tool))
+            && !self.tools_deny.iter().any(|t| t == tool)
+    }
+
+    /// Whether any tool filter is set.
+    pub fn filters_tools(&self) -> bool {
+        self.tools_allow.is_some() || !self.tools_deny.is_empty()
     }
 
     /// The command line as one string, for logs.
@@ -285,6 +321,16 @@ pub struct PluginSpec {
     pub startup_timeout_secs: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shutdown_grace_secs: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_timeout_secs: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tools_allow: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tools_deny: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_children: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_timeout_secs: Option<u64>,
     /// Only meaningful in a config file (the API has enable/disable).
     #[serde(default = "yes", skip_serializing)]
     pub enabled: bool,
@@ -309,6 +355,13 @@ impl PluginSpec {
         if let Some(s) = self.shutdown_grace_secs {
             c.shutdown_grace = Duration::from_secs(s);
         }
+        if let Some(s) = self.request_timeout_secs {
+            c.request_timeout = Duration::from_secs(s);
+        }
+        c.tools_allow = self.tools_allow;
+        c.tools_deny = self.tools_deny;
+        c.max_children = self.max_children;
+        c.idle_timeout = self.idle_timeout_secs.map(Duration::from_secs);
         c
     }
 
@@ -322,6 +375,11 @@ impl PluginSpec {
             response_mode: Some(c.response_mode),
             startup_timeout_secs: Some(c.startup_timeout.as_secs()),
             shutdown_grace_secs: Some(c.shutdown_grace.as_secs()),
+            request_timeout_secs: Some(c.request_timeout.as_secs()),
+            tools_allow: c.tools_allow.clone(),
+            tools_deny: c.tools_deny.clone(),
+            max_children: c.max_children,
+            idle_timeout_secs: c.idle_timeout.map(|d| d.as_secs()),
             enabled: true,
         }
     }
@@ -533,6 +591,7 @@ impl Config {
             ));
         }
         Ok(Config {
+            max_children: cli.max_children.or(file.max_children),
             database_url: cli
                 .database_url
                 .clone()
@@ -577,6 +636,7 @@ impl Config {
             separator: DEFAULT_SEPARATOR.into(),
             plugins,
             database_url: "sqlite::memory:".into(),
+            max_children: None,
             admin: AdminConfig {
                 listen: DEFAULT_ADMIN_LISTEN.parse().expect("valid"),
                 token: None,
@@ -758,6 +818,16 @@ mod tests {
         };
         let e = Config::merge(&cli(&[]), file).unwrap_err();
         assert!(e.to_string().contains("plugins.b.prefix"), "{e}");
+    }
+
+    #[test]
+    fn tool_filters() {
+        let mut p = PluginConfig::new("a", "x", vec![]);
+        assert!(p.allows_tool("any") && !p.filters_tools());
+        p.tools_deny = vec!["rm".into()];
+        assert!(!p.allows_tool("rm") && p.allows_tool("ls"));
+        p.tools_allow = Some(vec!["ls".into(), "rm".into()]);
+        assert!(p.allows_tool("ls") && !p.allows_tool("rm") && !p.allows_tool("cat"));
     }
 
     #[test]

@@ -62,14 +62,71 @@ pub enum Source {
     Api,
 }
 
+/// Crashes in this window trip the breaker...
+const BREAKER_WINDOW: Duration = Duration::from_secs(60);
+/// ...when there are this many...
+const BREAKER_CRASHES: usize = 5;
+/// ...and it stays open this long before one more start is tried.
+const BREAKER_COOLDOWN: Duration = Duration::from_secs(30);
+
 /// Counters about one plugin, across all its processes.
 #[derive(Debug, Default)]
 pub struct PluginStats {
-    /// Processes running now (probes excluded).
+    /// Processes running now (probes excluded), counted from before they start.
     pub running: AtomicUsize,
     pub starts: AtomicU64,
     pub crashes: AtomicU64,
     pub last_error: Mutex<Option<String>>,
+    breaker: Mutex<Breaker>,
+}
+
+#[derive(Debug, Default)]
+struct Breaker {
+    recent: std::collections::VecDeque<Instant>,
+    open_until: Option<Instant>,
+}
+
+impl PluginStats {
+    /// Records a crash (or a failed start); true when it trips the breaker.
+    pub fn crashed(&self) -> bool {
+        self.crashes.fetch_add(1, Ordering::Relaxed);
+        let mut b = self.breaker.lock().expect("breaker lock");
+        let now = Instant::now();
+        b.recent.push_back(now);
+        while b
+            .recent
+            .front()
+            .is_some_and(|t| now.duration_since(*t) > BREAKER_WINDOW)
+        {
+            b.recent.pop_front();
+        }
+        if b.recent.len() >= BREAKER_CRASHES {
+            b.open_until = Some(now + BREAKER_COOLDOWN);
+            b.recent.clear();
+            return true;
+        }
+        false
+    }
+
+    /// How long the breaker stays open, if it is.
+    pub fn breaker_open(&self) -> Option<Duration> {
+        let b = self.breaker.lock().expect("breaker lock");
+        b.open_until
+            .and_then(|t| t.checked_duration_since(Instant::now()))
+    }
+}
+
+/// A started (or starting) process, counted against the limits until dropped.
+pub struct Reservation {
+    stats: Arc<PluginStats>,
+    total: Arc<AtomicUsize>,
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        self.stats.running.fetch_sub(1, Ordering::Relaxed);
+        self.total.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// One plugin.
@@ -154,6 +211,9 @@ pub struct Registry {
     separator: Arc<str>,
     generation: AtomicU64,
     listener: Mutex<Option<Listener>>,
+    /// Plugin processes running (or starting) now, all plugins together.
+    total_running: Arc<AtomicUsize>,
+    max_children: Option<usize>,
     /// Serializes changes (API calls, reloads), so each is applied whole.
     change: tokio::sync::Mutex<()>,
     me: std::sync::Weak<Registry>,
@@ -186,11 +246,39 @@ impl Registry {
             separator: Arc::from(config.separator.as_str()),
             generation: AtomicU64::new(1),
             listener: Mutex::new(None),
+            total_running: Arc::new(AtomicUsize::new(0)),
+            max_children: config.max_children,
             change: tokio::sync::Mutex::new(()),
             me: me.clone(),
         });
         registry.install(merge(&config.plugins, overlay));
         registry
+    }
+
+    /// Counts one more process of `entry` against the limits, or says which limit it meets.
+    pub fn reserve(&self, entry: &PluginEntry) -> Result<Reservation, String> {
+        let total = self.total_running.fetch_add(1, Ordering::AcqRel) + 1;
+        let own = entry.stats.running.fetch_add(1, Ordering::AcqRel) + 1;
+        let reservation = Reservation {
+            stats: entry.stats.clone(),
+            total: self.total_running.clone(),
+        };
+        if let Some(max) = entry.config.max_children.filter(|m| own > *m) {
+            return Err(format!(
+                "it runs its limit of {max} processes (max_children)"
+            ));
+        }
+        if let Some(max) = self.max_children.filter(|m| total > *m) {
+            return Err(format!(
+                "the gateway runs its limit of {max} plugin processes (max_children)"
+            ));
+        }
+        Ok(reservation)
+    }
+
+    /// Plugin processes running now, all plugins together.
+    pub fn total_running(&self) -> usize {
+        self.total_running.load(Ordering::Relaxed)
     }
 
     /// Called with the new view after every change.
@@ -448,7 +536,7 @@ fn merge(
         .collect();
     for o in overlay.values() {
         if let Overlay::Put { config, enabled } = o {
-            out.push((config.clone(), Source::Api, *enabled));
+            out.push(((**config).clone(), Source::Api, *enabled));
         }
     }
     out
@@ -487,7 +575,16 @@ async fn probe(entry: &PluginEntry) -> ProbeState {
                 {
                     Ok(Ok(raw)) => serde_json::from_str::<serde_json::Value>(raw.get())
                         .ok()
-                        .and_then(|v| v.get("tools").and_then(|t| t.as_array()).map(Vec::len))
+                        .and_then(|v| {
+                            let tools = v.get("tools")?.as_array()?;
+                            Some(
+                                tools
+                                    .iter()
+                                    .filter_map(|t| t.get("name")?.as_str())
+                                    .filter(|n| entry.config.allows_tool(n))
+                                    .count(),
+                            )
+                        })
                         .unwrap_or(0),
                     _ => 0,
                 }

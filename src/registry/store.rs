@@ -18,7 +18,10 @@ use crate::config::{PluginConfig, PluginSpec};
 /// The API's change to one plugin.
 #[derive(Debug, Clone)]
 pub enum Overlay {
-    Put { config: PluginConfig, enabled: bool },
+    Put {
+        config: Box<PluginConfig>,
+        enabled: bool,
+    },
     Removed,
 }
 
@@ -115,7 +118,7 @@ impl PluginStore for SqlPluginStore {
                         .map_err(|e| corrupt(e.to_string()))?;
                     let enabled: i64 = row.try_get("enabled")?;
                     Overlay::Put {
-                        config: spec.into_config(name.clone()),
+                        config: Box::new(spec.into_config(name.clone())),
                         enabled: enabled != 0,
                     }
                 };
@@ -179,7 +182,7 @@ impl PluginStore for MemoryPluginStore {
 
     fn put<'a>(&'a self, config: &'a PluginConfig, enabled: bool) -> StoreFuture<'a, ()> {
         let put = Overlay::Put {
-            config: config.clone(),
+            config: Box::new(config.clone()),
             enabled,
         };
         self.0
@@ -229,7 +232,7 @@ mod tests {
         let all = store.load().await.unwrap();
         match &all["a"] {
             Overlay::Put { config, enabled } => {
-                assert_eq!(config, &p);
+                assert_eq!(**config, p);
                 assert!(!enabled);
             }
             other => panic!("{other:?}"),

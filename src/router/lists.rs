@@ -160,6 +160,14 @@ pub async fn merged(
             .unwrap_or_default()
         {
             routes.learn(&kind, s.name(), &item);
+            if kind.key == "tools"
+                && !item
+                    .get("name")
+                    .and_then(Value::as_str)
+                    .is_some_and(|n| s.entry.config.allows_tool(n))
+            {
+                continue;
+            }
             if kind.prefixed
                 && let Some(name) = item.get("name").and_then(Value::as_str)
             {

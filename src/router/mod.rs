@@ -381,18 +381,23 @@ fn target(
     }
 }
 
-/// The one plugin whose lists pass through untouched: the only plugin, unprefixed.
+/// The one plugin whose lists pass through untouched: the only plugin, unprefixed and
+/// unfiltered.
 fn passthrough_slot(view: &View) -> Option<usize> {
-    (view.plugins.len() == 1 && view.plugins[0].prefix.is_none()).then_some(0)
+    match view.plugins.as_slice() {
+        [only] if only.prefix.is_none() && !only.entry.config.filters_tools() => Some(0),
+        _ => None,
+    }
 }
 
 /// The plugin and local name behind a public tool or prompt name: the plugin whose prefix
 /// and the separator begin the name (the longest such prefix, should one prefix begin
 /// another).
 fn resolve_name<'a>(view: &View, capability: &str, name: &'a str) -> Option<(usize, &'a str)> {
-    let (slot, local) = match passthrough_slot(view) {
-        Some(slot) => (slot, name),
-        None => view
+    let (slot, local) = match view.plugins.as_slice() {
+        // One unprefixed plugin: names are its own.
+        [only] if only.prefix.is_none() => (0, name),
+        _ => view
             .plugins
             .iter()
             .enumerate()
@@ -404,9 +409,9 @@ fn resolve_name<'a>(view: &View, capability: &str, name: &'a str) -> Option<(usi
             .max_by_key(|(_, len, _)| *len)
             .map(|(i, _, local)| (i, local))?,
     };
-    view.plugins[slot]
-        .has_capability(capability)
-        .then_some((slot, local))
+    let plugin = &view.plugins[slot];
+    let allowed = capability != "tools" || plugin.entry.config.allows_tool(local);
+    (plugin.has_capability(capability) && allowed).then_some((slot, local))
 }
 
 /// The plugin serving a resource URI, if known.

@@ -100,8 +100,9 @@ impl SessionManager {
 
     /// Ends idle sessions until `shutdown`, checking a few times per idle period.
     pub async fn reap_idle(self: Arc<Self>, shutdown: CancellationToken) {
+        // Often enough for plugin idle timeouts and stream lingering too.
         let period = (self.config.idle_timeout / 4)
-            .clamp(Duration::from_millis(100), Duration::from_secs(30));
+            .clamp(Duration::from_millis(100), Duration::from_secs(1));
         loop {
             tokio::select! {
                 () = tokio::time::sleep(period) => {}
@@ -120,6 +121,7 @@ impl SessionManager {
             for s in self.sessions.iter() {
                 s.sweep_finished();
                 s.reap_streams(self.abandon_after);
+                s.reap_idle_plugins();
             }
             self.store.expire();
         }

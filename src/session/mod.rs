@@ -25,7 +25,7 @@ pub use manager::{SessionManager, TooManySessions};
 
 use crate::backend::{BackendError, PluginConnection, PluginEvents, Related, start_plugin};
 use crate::jsonrpc::{self, Id, Outcome};
-use crate::registry::{PluginEntry, PluginInfo, Registry, View, ViewPlugin};
+use crate::registry::{PluginEntry, PluginInfo, Registry, Reservation, View, ViewPlugin};
 use crate::stream::{
     Buffering, EventId, EventStore, Sink, Stream, StreamHooks, StreamKey, StreamSettings,
 };
@@ -57,10 +57,16 @@ pub enum UnknownStream {
 pub struct PluginSlot {
     pub entry: Arc<PluginEntry>,
     pub info: Arc<PluginInfo>,
-    running: Mutex<Option<Arc<PluginConnection>>>,
+    running: Mutex<Option<Running>>,
     /// Held while starting, so concurrent first uses start one child.
     start_lock: tokio::sync::Mutex<()>,
     crashes: Mutex<Crashes>,
+}
+
+/// A running instance and its place under the limits (released when it is gone).
+struct Running {
+    conn: Arc<PluginConnection>,
+    _reservation: Reservation,
 }
 
 #[derive(Default)]
@@ -76,8 +82,8 @@ impl PluginSlot {
             .lock()
             .expect("slot lock")
             .as_ref()
-            .filter(|c| c.is_alive())
-            .cloned()
+            .filter(|r| r.conn.is_alive())
+            .map(|r| r.conn.clone())
     }
 
     pub fn has_capability(&self, name: &str) -> bool {
@@ -88,7 +94,7 @@ impl PluginSlot {
     }
 
     /// Takes the instance out of the slot.
-    fn take_running(&self) -> Option<Arc<PluginConnection>> {
+    fn take_running(&self) -> Option<Running> {
         self.running.lock().expect("slot lock").take()
     }
 
@@ -109,6 +115,8 @@ impl PluginSlot {
         let last = c.last?;
         let wait =
             Duration::from_millis(100u64.saturating_mul(1 << c.count.min(10))).min(MAX_BACKOFF);
+        // Jitter, so sessions whose instances crashed together do not restart together.
+        let wait = wait.mul_f64(1.0 + rand::random::<f64>() * 0.5);
         wait.checked_sub(last.elapsed())
     }
 }
@@ -270,21 +278,37 @@ impl Session {
         if self.closed.is_cancelled() {
             return Err(gone());
         }
+        if let Some(open) = s.entry.stats.breaker_open() {
+            return Err(BackendError::Unavailable {
+                plugin: s.entry.name().to_owned(),
+                reason: format!(
+                    "it keeps crashing; the gateway tries it again in {} s",
+                    open.as_secs() + 1
+                ),
+            });
+        }
+        let reservation =
+            self.registry
+                .reserve(&s.entry)
+                .map_err(|reason| BackendError::Unavailable {
+                    plugin: s.entry.name().to_owned(),
+                    reason,
+                })?;
         let events: Weak<dyn PluginEvents> = self.me.clone();
-        let conn = start_plugin(
-            &s.entry.config,
-            self.id.clone(),
-            &self.plugin_params,
-            Some(events),
-        )
-        .await
-        .inspect_err(|e| {
-            *s.entry.stats.last_error.lock().expect("stats lock") = Some(e.to_string());
-            s.count_crash();
-        })?;
+        let conn = start_plugin(&s.entry.config, self.id.clone(), &self.plugin_params, Some(events))
+            .await
+            .inspect_err(|e| {
+                *s.entry.stats.last_error.lock().expect("stats lock") = Some(e.to_string());
+                s.count_crash();
+                if s.entry.stats.crashed() {
+                    tracing::error!(plugin = %s.entry.name(), "plugin keeps failing: the circuit breaker is open");
+                }
+            })?;
         s.entry.stats.starts.fetch_add(1, Ordering::Relaxed);
-        s.entry.stats.running.fetch_add(1, Ordering::Relaxed);
-        *s.running.lock().expect("slot lock") = Some(conn.clone());
+        *s.running.lock().expect("slot lock") = Some(Running {
+            conn: conn.clone(),
+            _reservation: reservation,
+        });
         if self.closed.is_cancelled() {
             // Ended while starting: the end did not see this instance.
             stop_slot(&s);
@@ -333,6 +357,29 @@ impl Session {
                 Related::None,
                 false,
             );
+        }
+    }
+
+    /// Stops instances unused for longer than their plugin's idle timeout (they start again
+    /// on next use; this is not a crash).
+    pub fn reap_idle_plugins(&self) {
+        let idle: Vec<Arc<PluginSlot>> = self
+            .slots
+            .lock()
+            .expect("slots lock")
+            .values()
+            .filter(|s| {
+                s.entry.config.idle_timeout.is_some_and(|t| {
+                    s.current()
+                        .and_then(|c| c.idle_for())
+                        .is_some_and(|d| d > t)
+                })
+            })
+            .cloned()
+            .collect();
+        for s in idle {
+            tracing::info!(plugin = %s.entry.name(), session = %self.id, "stopping an idle plugin process");
+            stop_slot(&s);
         }
     }
 
@@ -543,15 +590,8 @@ impl Session {
             .drain()
             .map(|(_, s)| s)
             .collect();
-        let conns: Vec<_> = slots
-            .iter()
-            .filter_map(|s| {
-                let c = s.take_running()?;
-                s.entry.stats.running.fetch_sub(1, Ordering::Relaxed);
-                Some(c)
-            })
-            .collect();
-        futures_util::future::join_all(conns.iter().map(|c| c.shutdown())).await;
+        let running: Vec<Running> = slots.iter().filter_map(|s| s.take_running()).collect();
+        futures_util::future::join_all(running.iter().map(|r| r.conn.shutdown())).await;
         tracing::info!(session = %self.id, "session ended");
     }
 }
@@ -648,27 +688,26 @@ impl PluginEvents for Session {
                     .lock()
                     .expect("slot lock")
                     .as_ref()
-                    .is_some_and(|c| Arc::ptr_eq(c, conn))
+                    .is_some_and(|r| Arc::ptr_eq(&r.conn, conn))
             })
             .cloned();
         if let Some(slot) = slot {
-            if slot.take_running().is_some() {
-                slot.entry.stats.running.fetch_sub(1, Ordering::Relaxed);
-            }
+            slot.take_running();
             if !self.closed.is_cancelled() {
                 tracing::warn!(plugin = %conn.name(), session = %self.id, "plugin exited; it restarts on the next request");
-                slot.entry.stats.crashes.fetch_add(1, Ordering::Relaxed);
                 slot.count_crash();
+                if slot.entry.stats.crashed() {
+                    tracing::error!(plugin = %conn.name(), "plugin keeps crashing: the circuit breaker is open");
+                }
             }
         }
     }
 }
 
-/// Stops a slot's instance in the background.
+/// Stops a slot's instance in the background; it counts against the limits until gone.
 fn stop_slot(slot: &PluginSlot) {
-    if let Some(conn) = slot.take_running() {
-        slot.entry.stats.running.fetch_sub(1, Ordering::Relaxed);
-        tokio::spawn(async move { conn.shutdown().await });
+    if let Some(running) = slot.take_running() {
+        tokio::spawn(async move { running.conn.shutdown().await });
     }
 }
 

@@ -1,0 +1,245 @@
+//! Per-plugin run-time rules: tool filters, request timeouts, process limits (observed in
+//! /proc), idle reaping, and the circuit breaker for a plugin that keeps crashing.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{FIXTURE, Gateway, alive, descendants, wait_until};
+use serde_json::json;
+
+fn config(dir: &tempfile::TempDir, text: &str) -> String {
+    let p = dir.path().join("gw.toml");
+    std::fs::write(&p, text).unwrap();
+    p.to_str().unwrap().to_owned()
+}
+
+#[tokio::test]
+async fn filtered_tools_are_hidden_and_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(
+        &dir,
+        &format!(
+            "[plugins.a]\ncommand = \"{FIXTURE}\"\ntools_allow = [\"echo\", \"pid\", \"crash\"]\ntools_deny = [\"crash\"]\n"
+        ),
+    );
+    let gw = Gateway::start(&["--config", &cfg]);
+    let mut c = gw.client();
+    c.initialize().await;
+    let tools = c.result(1, "tools/list", json!({})).await;
+    let mut names: Vec<&str> = tools["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["echo", "pid"]);
+    assert_eq!(
+        c.tool_text(2, "echo", json!({"text": "allowed"})).await,
+        "allowed"
+    );
+    for refused in ["crash", "counter"] {
+        let r = c.call(3, "tools/call", json!({"name": refused})).await;
+        assert_eq!(r.error_code(), -32602, "{refused}");
+    }
+    assert!(
+        !gw.log().contains("crashing on purpose"),
+        "a refused call never reaches the plugin"
+    );
+}
+
+#[tokio::test]
+async fn a_request_past_its_timeout_fails_and_the_plugin_is_told() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(
+        &dir,
+        &format!("[plugins.a]\ncommand = \"{FIXTURE}\"\nrequest_timeout_secs = 1\n"),
+    );
+    let gw = Gateway::start(&["--config", &cfg]);
+    let mut c = gw.client();
+    c.initialize().await;
+    let r = c
+        .call(
+            5,
+            "tools/call",
+            json!({"name": "slow", "arguments": {"ms": 60000}}),
+        )
+        .await;
+    assert_eq!(r.last()["id"], 5);
+    assert_eq!(r.error_code(), -32001);
+    assert!(
+        r.last()["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("within 1 s")
+    );
+    gw.wait_log("cancelled plugin=a").await;
+    assert_eq!(
+        c.tool_text(6, "echo", json!({"text": "still fine"})).await,
+        "still fine"
+    );
+}
+
+#[tokio::test]
+async fn process_limits_hold_and_say_which_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(
+        &dir,
+        &format!(
+            "max_children = 3\n[plugins.a]\ncommand = \"{FIXTURE}\"\nmax_children = 2\n[plugins.b]\ncommand = \"{FIXTURE}\"\n"
+        ),
+    );
+    let gw = Gateway::start(&["--config", &cfg]);
+    let mut sessions = Vec::new();
+    for _ in 0..3 {
+        let mut c = gw.client();
+        c.initialize().await;
+        sessions.push(c);
+    }
+    wait_until("probes done", Duration::from_secs(10), || {
+        descendants(gw.pid()).is_empty()
+    })
+    .await;
+    assert!(
+        sessions[0]
+            .tool_text(1, "a__pid", json!({}))
+            .await
+            .parse::<u32>()
+            .is_ok()
+    );
+    assert!(
+        sessions[1]
+            .tool_text(1, "a__pid", json!({}))
+            .await
+            .parse::<u32>()
+            .is_ok()
+    );
+    let r = sessions[2]
+        .call(1, "tools/call", json!({"name": "a__pid"}))
+        .await;
+    let msg = r.last()["error"]["message"].as_str().unwrap().to_owned();
+    assert!(
+        msg.contains("limit of 2") && msg.contains("plugin 'a'"),
+        "{msg}"
+    );
+    assert!(descendants(gw.pid()).len() <= 2);
+    // The total limit (3) is reached by one more process of b.
+    assert!(
+        sessions[2]
+            .tool_text(2, "b__pid", json!({}))
+            .await
+            .parse::<u32>()
+            .is_ok()
+    );
+    let r = sessions[1]
+        .call(2, "tools/call", json!({"name": "b__pid"}))
+        .await;
+    assert!(
+        r.last()["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("gateway runs its limit of 3"),
+        "{r:?}"
+    );
+    assert_eq!(descendants(gw.pid()).len(), 3);
+    // Ending a session frees its processes' places.
+    assert_eq!(sessions[0].delete().await, 200);
+    wait_until("a place under the limit", Duration::from_secs(10), || {
+        descendants(gw.pid()).len() == 2
+    })
+    .await;
+    let mut ok = false;
+    for i in 0..50 {
+        let r = sessions[2]
+            .call(10 + i, "tools/call", json!({"name": "a__pid"}))
+            .await;
+        if r.last().get("result").is_some() {
+            ok = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(ok, "a process could start again once one was gone");
+    assert!(descendants(gw.pid()).len() <= 3);
+}
+
+#[tokio::test]
+async fn idle_processes_are_reaped_and_come_back_on_use() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(
+        &dir,
+        &format!("[plugins.a]\ncommand = \"{FIXTURE}\"\nidle_timeout_secs = 1\n"),
+    );
+    let gw = Gateway::start(&["--config", &cfg]);
+    let mut c = gw.client();
+    c.initialize().await;
+    let first: u32 = c.tool_text(1, "pid", json!({})).await.parse().unwrap();
+    wait_until("the idle process stopped", Duration::from_secs(15), || {
+        !alive(first)
+    })
+    .await;
+    gw.wait_log("stopping an idle plugin process").await;
+    let second: u32 = c.tool_text(2, "pid", json!({})).await.parse().unwrap();
+    assert_ne!(first, second);
+    assert!(
+        !gw.log().contains("circuit breaker"),
+        "reaping is not crashing"
+    );
+}
+
+#[tokio::test]
+async fn a_plugin_that_keeps_crashing_trips_the_breaker_and_others_keep_working() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(
+        &dir,
+        &format!(
+            "[plugins.flaky]\ncommand = \"{FIXTURE}\"\n[plugins.steady]\ncommand = \"{FIXTURE}\"\n"
+        ),
+    );
+    let gw = Gateway::start(&["--config", &cfg, "--admin-token", "t"]);
+    let mut c = gw.client();
+    c.initialize().await;
+    let mut tripped = None;
+    for i in 0..10 {
+        let r = c
+            .call(i, "tools/call", json!({"name": "flaky__crash"}))
+            .await;
+        let msg = r.last()["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        if msg.contains("keeps crashing") {
+            tripped = Some(i);
+            break;
+        }
+    }
+    assert!(
+        tripped.is_some_and(|i| i >= 5),
+        "the breaker opens after 5 crashes: {tripped:?}"
+    );
+    gw.wait_log("circuit breaker is open").await;
+    // Reported by the admin API.
+    let admin = format!(
+        "http://{}/admin/plugins/flaky",
+        gw.admin.as_deref().unwrap()
+    );
+    let p: serde_json::Value = reqwest::Client::new()
+        .get(admin)
+        .bearer_auth("t")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(p["state"], "failed", "{p}");
+    assert!(p["breaker_open_secs"].as_u64().is_some());
+    assert!(p["restarts"].as_u64().unwrap() >= 5);
+    // The other plugin is fine.
+    assert_eq!(
+        c.tool_text(50, "steady__echo", json!({"text": "fine"}))
+            .await,
+        "fine"
+    );
+}
