@@ -68,14 +68,21 @@ impl Gateway {
             Arc::new(SqlPluginStore::connect(&config.database_url).await?);
         let registry = Registry::load(&config, plugin_store.clone()).await?;
         let store: Arc<dyn EventStore> = Arc::new(MemoryEventStore::new(config.replay.clone()));
-        let sessions = Arc::new(SessionManager::new(
+        let sessions = SessionManager::new(
             config.session.clone(),
             store,
             config.stream.clone(),
             config.replay.max_age,
-        ));
-        let s = sessions.clone();
-        registry.on_change(move |view| s.registry_changed(view));
+            registry.clone(),
+        );
+        let s = Arc::downgrade(&sessions);
+        registry.on_change(move |view| {
+            if let Some(s) = s.upgrade() {
+                s.registry_changed(view);
+            }
+        });
+        // Pools for what the registry holds already (warm processes start now).
+        sessions.registry_changed(&registry.view());
         Ok(Arc::new(Gateway {
             registry,
             plugin_store,

@@ -255,6 +255,9 @@ fn describe(e: &PluginEntry) -> Value {
         "tools_deny": c.tools_deny,
         "max_children": c.max_children,
         "idle_timeout_secs": c.idle_timeout.map(|d| d.as_secs()),
+        "process_model": c.process_model,
+        "pool_size": c.pool_size,
+        "warm": c.warm,
     })
 }
 

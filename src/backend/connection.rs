@@ -113,7 +113,9 @@ pub struct PluginConnection {
     next_id: AtomicU64,
     alive: AtomicBool,
     init: std::sync::OnceLock<InitializeResult>,
-    events: Option<Weak<dyn PluginEvents>>,
+    /// Who hears the plugin's own requests and notifications: set at start, or when a warm
+    /// instance is handed to a session.
+    events: std::sync::OnceLock<Weak<dyn PluginEvents>>,
     /// How long a client's request may take.
     request_timeout: Duration,
     /// When a message last went either way.
@@ -139,7 +141,7 @@ impl PluginConnection {
             next_id: AtomicU64::new(1),
             alive: AtomicBool::new(true),
             init: std::sync::OnceLock::new(),
-            events,
+            events: events.map(std::sync::OnceLock::from).unwrap_or_default(),
             request_timeout,
             last_active: Mutex::new(std::time::Instant::now()),
         });
@@ -281,11 +283,18 @@ impl PluginConnection {
 
     /// Cancels a client's request in flight here: the plugin is told, and the request's stream
     /// stops waiting for it. False when no such request is pending.
-    pub fn cancel_client_request(&self, client_id: &Id, reason: Option<&RawValue>) -> bool {
+    pub fn cancel_client_request(
+        &self,
+        session: &str,
+        client_id: &Id,
+        reason: Option<&RawValue>,
+    ) -> bool {
         let found = {
             let mut pending = self.pending.lock().expect("pending lock");
             let key = pending.iter().find_map(|(k, p)| match p {
-                Pending::Client { client_id: c, .. } if c == client_id => Some(*k),
+                Pending::Client {
+                    client_id: c, sink, ..
+                } if c == client_id && sink.session_id() == session => Some(*k),
                 _ => None,
             });
             key.and_then(|k| pending.remove(&k).map(|p| (k, p)))
@@ -380,7 +389,13 @@ impl PluginConnection {
     }
 
     fn events(&self) -> Option<Arc<dyn PluginEvents>> {
-        self.events.as_ref().and_then(Weak::upgrade)
+        self.events.get().and_then(Weak::upgrade)
+    }
+
+    /// Gives an instance started without a listener (a warm one) its listener. False if it
+    /// already has one.
+    pub fn set_events(&self, events: Weak<dyn PluginEvents>) -> bool {
+        self.events.set(events).is_ok()
     }
 }
 

@@ -255,6 +255,23 @@ pub struct PluginConfig {
     pub max_children: Option<usize>,
     /// A session's instance unused this long is stopped (started again on next use).
     pub idle_timeout: Option<Duration>,
+    /// How the plugin's processes serve sessions.
+    pub process_model: ProcessModel,
+    /// `shared`: how many processes share the load.
+    pub pool_size: usize,
+    /// `per_session`: instances kept started and initialized ahead of demand.
+    pub warm: usize,
+}
+
+/// How a plugin's processes serve sessions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProcessModel {
+    /// One process per session, started on the session's first use (isolation).
+    #[default]
+    PerSession,
+    /// One process (or a pool) for all sessions: for servers safe to share.
+    Shared,
 }
 
 impl PluginConfig {
@@ -275,6 +292,9 @@ impl PluginConfig {
             tools_deny: Vec::new(),
             max_children: None,
             idle_timeout: None,
+            process_model: ProcessModel::PerSession,
+            pool_size: 1,
+            warm: 0,
         }
     }
 
@@ -331,6 +351,12 @@ pub struct PluginSpec {
     pub max_children: Option<usize>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idle_timeout_secs: Option<u64>,
+    #[serde(default)]
+    pub process_model: ProcessModel,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pool_size: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warm: Option<usize>,
     /// Only meaningful in a config file (the API has enable/disable).
     #[serde(default = "yes", skip_serializing)]
     pub enabled: bool,
@@ -362,6 +388,9 @@ impl PluginSpec {
         c.tools_deny = self.tools_deny;
         c.max_children = self.max_children;
         c.idle_timeout = self.idle_timeout_secs.map(Duration::from_secs);
+        c.process_model = self.process_model;
+        c.pool_size = self.pool_size.unwrap_or(1);
+        c.warm = self.warm.unwrap_or(0);
         c
     }
 
@@ -380,6 +409,9 @@ impl PluginSpec {
             tools_deny: c.tools_deny.clone(),
             max_children: c.max_children,
             idle_timeout_secs: c.idle_timeout.map(|d| d.as_secs()),
+            process_model: c.process_model,
+            pool_size: Some(c.pool_size),
+            warm: Some(c.warm),
             enabled: true,
         }
     }
@@ -696,6 +728,15 @@ pub fn validate_plugin(p: &PluginConfig, separator: &str) -> Result<(), ConfigEr
     }
     if p.command.trim().is_empty() {
         return Err(invalid(key("command"), "must not be empty"));
+    }
+    if p.pool_size == 0 {
+        return Err(invalid(key("pool_size"), "must be at least 1"));
+    }
+    if p.process_model == ProcessModel::Shared && p.warm > 0 {
+        return Err(invalid(
+            key("warm"),
+            "a warm pool is for per_session plugins; a shared one is started once",
+        ));
     }
     let prefix = p.prefix.as_deref().unwrap_or(&p.name);
     if prefix.contains(separator) {

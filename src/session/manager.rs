@@ -12,7 +12,7 @@ use rand::RngCore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::{ClientInit, Session};
+use super::{ClientInit, Pools, Session};
 use crate::config::SessionConfig;
 use crate::registry::{Registry, View};
 use crate::stream::{EventStore, StreamSettings};
@@ -32,6 +32,8 @@ pub struct SessionManager {
     stream_settings: StreamSettings,
     /// How long a stream nobody resumes is kept (the replay age limit).
     abandon_after: Duration,
+    /// Shared and warm plugin processes.
+    pub pools: Arc<Pools>,
     tasks: TaskTracker,
 }
 
@@ -41,16 +43,18 @@ impl SessionManager {
         store: Arc<dyn EventStore>,
         stream_settings: StreamSettings,
         abandon_after: Duration,
-    ) -> SessionManager {
-        SessionManager {
+        registry: Arc<Registry>,
+    ) -> Arc<SessionManager> {
+        Arc::new_cyclic(|me| SessionManager {
             sessions: DashMap::new(),
             count: AtomicUsize::new(0),
             config,
             store,
             stream_settings,
             abandon_after,
+            pools: Arc::new(Pools::new(registry, me.clone())),
             tasks: TaskTracker::new(),
-        }
+        })
     }
 
     pub fn create(
@@ -67,6 +71,7 @@ impl SessionManager {
             new_session_id(),
             init,
             registry,
+            self.pools.clone(),
             gateway_shutdown.child_token(),
             self.store.clone(),
             self.stream_settings.clone(),
@@ -129,6 +134,7 @@ impl SessionManager {
 
     /// Tells every session the registry changed.
     pub fn registry_changed(&self, view: &View) {
+        self.pools.apply(view);
         for s in self.sessions.iter() {
             s.registry_changed(view);
         }
@@ -147,6 +153,7 @@ impl SessionManager {
         }
         self.tasks.close();
         self.tasks.wait().await;
+        self.pools.shutdown().await;
     }
 }
 

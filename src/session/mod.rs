@@ -11,6 +11,7 @@
 //! orders concurrent first uses of the same plugin in the same session.
 
 mod manager;
+mod pools;
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -22,8 +23,10 @@ use serde_json::value::RawValue;
 use tokio_util::sync::CancellationToken;
 
 pub use manager::{SessionManager, TooManySessions};
+pub use pools::Pools;
 
 use crate::backend::{BackendError, PluginConnection, PluginEvents, Related, start_plugin};
+use crate::config::ProcessModel;
 use crate::jsonrpc::{self, Id, Outcome};
 use crate::registry::{PluginEntry, PluginInfo, Registry, Reservation, View, ViewPlugin};
 use crate::stream::{
@@ -64,9 +67,42 @@ pub struct PluginSlot {
 }
 
 /// A running instance and its place under the limits (released when it is gone).
-struct Running {
-    conn: Arc<PluginConnection>,
+pub(crate) struct Running {
+    pub(crate) conn: Arc<PluginConnection>,
     _reservation: Reservation,
+}
+
+/// Starts a process of `entry`, counted against the limits and refused while its breaker is
+/// open; a failure counts towards the breaker.
+pub(crate) async fn start_running(
+    registry: &Registry,
+    entry: &PluginEntry,
+    label: Arc<str>,
+    params: &RawValue,
+    events: Option<Weak<dyn PluginEvents>>,
+) -> Result<Running, BackendError> {
+    let unavailable = |reason: String| BackendError::Unavailable {
+        plugin: entry.name().to_owned(),
+        reason,
+    };
+    if let Some(open) = entry.stats.breaker_open() {
+        return Err(unavailable(format!(
+            "it keeps crashing; the gateway tries it again in {} s",
+            open.as_secs() + 1
+        )));
+    }
+    let reservation = registry.reserve(entry).map_err(unavailable)?;
+    let conn = start_plugin(&entry.config, label, params, events).await.inspect_err(|e| {
+        *entry.stats.last_error.lock().expect("stats lock") = Some(e.to_string());
+        if entry.stats.crashed() {
+            tracing::error!(plugin = %entry.name(), "plugin keeps failing: the circuit breaker is open");
+        }
+    })?;
+    entry.stats.starts.fetch_add(1, Ordering::Relaxed);
+    Ok(Running {
+        conn,
+        _reservation: reservation,
+    })
 }
 
 #[derive(Default)]
@@ -127,11 +163,15 @@ pub struct Session {
     plugin_params: Box<RawValue>,
     /// The registry: which plugins exist now.
     pub registry: Arc<Registry>,
+    /// Processes that are not this session's own: shared and warm ones.
+    pools: Arc<Pools>,
     /// This session's instances, by plugin name.
     slots: Mutex<HashMap<String, Arc<PluginSlot>>>,
     last_active: Mutex<Instant>,
     /// Open connections (SSE responses and JSON waits): a session with any is not idle.
     pub connections: Arc<AtomicUsize>,
+    /// The capabilities the client declared (`sampling`, `elicitation`, `roots`, ...).
+    client_capabilities: HashSet<String>,
     /// The random tag in this session's event ids.
     pub tag: u32,
     store: Arc<dyn EventStore>,
@@ -165,11 +205,21 @@ impl Session {
         id: Arc<str>,
         init: ClientInit,
         registry: Arc<Registry>,
+        pools: Arc<Pools>,
         closed: CancellationToken,
         store: Arc<dyn EventStore>,
         stream_settings: StreamSettings,
     ) -> Arc<Session> {
         let tag = rand::random::<u32>();
+        let client_capabilities =
+            serde_json::from_str::<serde_json::Value>(init.plugin_params.get())
+                .ok()
+                .and_then(|v| {
+                    v.get("capabilities")?
+                        .as_object()
+                        .map(|c| c.keys().cloned().collect())
+                })
+                .unwrap_or_default();
         let get = Stream::new(
             StreamKey {
                 session: id.clone(),
@@ -191,9 +241,11 @@ impl Session {
             version: init.version,
             plugin_params: init.plugin_params,
             registry,
+            pools,
             slots: Mutex::new(HashMap::new()),
             last_active: Mutex::new(Instant::now()),
             connections: Arc::new(AtomicUsize::new(0)),
+            client_capabilities,
             tag,
             store,
             stream_settings,
@@ -259,6 +311,9 @@ impl Session {
 
     /// The session's running instance of a plugin, started (or restarted) if need be.
     pub async fn plugin(&self, plugin: &ViewPlugin) -> Result<Arc<PluginConnection>, BackendError> {
+        if plugin.entry.config.process_model == ProcessModel::Shared {
+            return self.pools.shared(plugin).await;
+        }
         let s = self.slot(plugin);
         if let Some(c) = s.current() {
             return Ok(c);
@@ -278,37 +333,22 @@ impl Session {
         if self.closed.is_cancelled() {
             return Err(gone());
         }
-        if let Some(open) = s.entry.stats.breaker_open() {
-            return Err(BackendError::Unavailable {
-                plugin: s.entry.name().to_owned(),
-                reason: format!(
-                    "it keeps crashing; the gateway tries it again in {} s",
-                    open.as_secs() + 1
-                ),
-            });
-        }
-        let reservation =
-            self.registry
-                .reserve(&s.entry)
-                .map_err(|reason| BackendError::Unavailable {
-                    plugin: s.entry.name().to_owned(),
-                    reason,
-                })?;
         let events: Weak<dyn PluginEvents> = self.me.clone();
-        let conn = start_plugin(&s.entry.config, self.id.clone(), &self.plugin_params, Some(events))
+        let running = match self.pools.take_warm(plugin) {
+            // A warm instance: started and initialized ahead of demand, now this session's.
+            Some(warm) if warm.conn.set_events(events.clone()) => warm,
+            _ => start_running(
+                &self.registry,
+                &s.entry,
+                self.id.clone(),
+                &self.plugin_params,
+                Some(events),
+            )
             .await
-            .inspect_err(|e| {
-                *s.entry.stats.last_error.lock().expect("stats lock") = Some(e.to_string());
-                s.count_crash();
-                if s.entry.stats.crashed() {
-                    tracing::error!(plugin = %s.entry.name(), "plugin keeps failing: the circuit breaker is open");
-                }
-            })?;
-        s.entry.stats.starts.fetch_add(1, Ordering::Relaxed);
-        *s.running.lock().expect("slot lock") = Some(Running {
-            conn: conn.clone(),
-            _reservation: reservation,
-        });
+            .inspect_err(|_| s.count_crash())?,
+        };
+        let conn = running.conn.clone();
+        *s.running.lock().expect("slot lock") = Some(running);
         if self.closed.is_cancelled() {
             // Ended while starting: the end did not see this instance.
             stop_slot(&s);
@@ -567,11 +607,13 @@ impl Session {
         true
     }
 
-    /// Cancels a client request in flight on any of this session's plugins.
+    /// Cancels a client request in flight on any of this session's plugins (its own or
+    /// shared).
     pub fn cancel(&self, id: &Id, reason: Option<&RawValue>) -> bool {
         self.running()
             .iter()
-            .any(|c| c.cancel_client_request(id, reason))
+            .chain(self.pools.shared_conns().iter())
+            .any(|c| c.cancel_client_request(&self.id, id, reason))
     }
 
     /// Ends the session: streams close, plugins stop (awaited).
@@ -626,6 +668,21 @@ impl PluginEvents for Session {
         params: Option<&RawValue>,
         related: Related,
     ) {
+        let needs = match method {
+            "sampling/createMessage" => Some("sampling"),
+            "elicitation/create" => Some("elicitation"),
+            "roots/list" => Some("roots"),
+            _ => None,
+        };
+        if let Some(cap) = needs.filter(|c| !self.client_capabilities.contains(*c)) {
+            tracing::info!(plugin = %conn.name(), session = %self.id, "{method} refused: the client did not declare the `{cap}` capability");
+            conn.send_raw(jsonrpc::error_bytes(
+                Some(&id),
+                jsonrpc::code::METHOD_NOT_FOUND,
+                &format!("the client did not declare the `{cap}` capability"),
+            ));
+            return;
+        }
         let n = self.next_server_request.fetch_add(1, Ordering::Relaxed);
         self.server_requests
             .lock()
@@ -743,6 +800,11 @@ mod tests {
     use crate::stream::{MemoryEventStore, ReplayLimits};
 
     fn session(store: Arc<MemoryEventStore>) -> Arc<Session> {
+        let registry = Registry::with_overlay(
+            &crate::config::Config::with_plugins(Vec::new()),
+            Arc::new(crate::registry::store::MemoryPluginStore::default()),
+            &Default::default(),
+        );
         let settings = StreamSettings {
             keep_alive: Duration::from_secs(15),
             resumable: true,
@@ -756,11 +818,8 @@ mod tests {
                 version: "2025-11-25",
                 plugin_params: RawValue::from_string("{}".into()).unwrap(),
             },
-            Registry::with_overlay(
-                &crate::config::Config::with_plugins(Vec::new()),
-                Arc::new(crate::registry::store::MemoryPluginStore::default()),
-                &Default::default(),
-            ),
+            registry.clone(),
+            Arc::new(Pools::new(registry, Weak::new())),
             CancellationToken::new(),
             store,
             settings,

@@ -501,6 +501,11 @@ impl Sink {
     pub fn same_stream(&self, other: &Sink) -> bool {
         Arc::ptr_eq(&self.0, &other.0)
     }
+
+    /// The session the stream belongs to.
+    pub fn session_id(&self) -> &str {
+        &self.0.key.session
+    }
 }
 
 /// Counts a session's open connections while one lives (an open one keeps a session from

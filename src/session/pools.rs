@@ -1,0 +1,352 @@
+//! Plugin processes that are not one session's own.
+//!
+//! - Shared pools (`process_model = "shared"`): one process, or `pool_size` of them, serve every
+//!   session. Requests are multiplexed by the connection's own ids as always. What the process
+//!   sends on its own is routed by [`SharedEvents`]: a request to a client goes to the session
+//!   whose call caused it, which is only known when exactly one session has calls in flight
+//!   there; otherwise the request is refused (a guess could show one user's data to another).
+//!   Notifications that belong to no request go to every session.
+//! - Warm pools (`warm = K` on a per-session plugin): K processes started and initialized ahead
+//!   of demand, each handed whole to the next session that needs one, and replaced.
+//!
+//! Every process here counts against the plugin's limits like a session's own.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+
+use bytes::Bytes;
+use serde_json::value::RawValue;
+
+use super::{Running, SessionManager, start_running};
+use crate::backend::{BackendError, PluginConnection, PluginEvents, Related};
+use crate::config::ProcessModel;
+use crate::jsonrpc::{self, Id, code};
+use crate::registry::{PluginEntry, Registry, View, ViewPlugin, gateway_init_params};
+
+pub struct Pools {
+    registry: Arc<Registry>,
+    shared: Mutex<HashMap<String, Arc<SharedPool>>>,
+    warm: Mutex<HashMap<String, Arc<WarmPool>>>,
+    events: Arc<SharedEvents>,
+}
+
+struct SharedPool {
+    entry: Arc<PluginEntry>,
+    members: Vec<Member>,
+    next: AtomicUsize,
+}
+
+#[derive(Default)]
+struct Member {
+    running: Mutex<Option<Running>>,
+    starting: tokio::sync::Mutex<()>,
+}
+
+struct WarmPool {
+    entry: Arc<PluginEntry>,
+    ready: Mutex<VecDeque<Running>>,
+    /// Instances being started now.
+    filling: AtomicUsize,
+}
+
+impl Pools {
+    pub fn new(registry: Arc<Registry>, manager: Weak<SessionManager>) -> Pools {
+        Pools {
+            registry: registry.clone(),
+            shared: Mutex::new(HashMap::new()),
+            warm: Mutex::new(HashMap::new()),
+            events: Arc::new(SharedEvents {
+                manager,
+                registry: Arc::downgrade(&registry),
+            }),
+        }
+    }
+
+    /// A running process of a shared plugin, started if need be (round robin over the pool).
+    pub async fn shared(&self, plugin: &ViewPlugin) -> Result<Arc<PluginConnection>, BackendError> {
+        let pool = {
+            let mut pools = self.shared.lock().expect("pools lock");
+            match pools.get(plugin.name()) {
+                Some(p) if p.entry.generation == plugin.entry.generation => p.clone(),
+                _ => {
+                    let pool = Arc::new(SharedPool {
+                        entry: plugin.entry.clone(),
+                        members: (0..plugin.entry.config.pool_size)
+                            .map(|_| Member::default())
+                            .collect(),
+                        next: AtomicUsize::new(0),
+                    });
+                    if let Some(old) = pools.insert(plugin.name().to_owned(), pool.clone()) {
+                        old.stop();
+                    }
+                    pool
+                }
+            }
+        };
+        let member = &pool.members[pool.next.fetch_add(1, Ordering::Relaxed) % pool.members.len()];
+        if let Some(c) = member.current() {
+            return Ok(c);
+        }
+        let _starting = member.starting.lock().await;
+        if let Some(c) = member.current() {
+            return Ok(c);
+        }
+        // A process that died stops counting against the limits before its successor starts.
+        member.running.lock().expect("member lock").take();
+        let events: Weak<dyn PluginEvents> = Arc::downgrade(&self.events) as Weak<dyn PluginEvents>;
+        let running = start_running(
+            &self.registry,
+            &pool.entry,
+            Arc::from("shared"),
+            &gateway_init_params(),
+            Some(events),
+        )
+        .await?;
+        let conn = running.conn.clone();
+        *member.running.lock().expect("member lock") = Some(running);
+        Ok(conn)
+    }
+
+    /// Every running process of every shared pool.
+    pub fn shared_conns(&self) -> Vec<Arc<PluginConnection>> {
+        self.shared
+            .lock()
+            .expect("pools lock")
+            .values()
+            .flat_map(|p| p.members.iter().filter_map(Member::current))
+            .collect()
+    }
+
+    /// A warm process of a per-session plugin, if one is ready; a replacement starts.
+    pub(crate) fn take_warm(&self, plugin: &ViewPlugin) -> Option<Running> {
+        if plugin.entry.config.warm == 0 {
+            return None;
+        }
+        let pool = self
+            .warm
+            .lock()
+            .expect("pools lock")
+            .get(plugin.name())
+            .cloned()?;
+        if pool.entry.generation != plugin.entry.generation {
+            return None;
+        }
+        let taken = loop {
+            let next = pool.ready.lock().expect("warm lock").pop_front()?;
+            if next.conn.is_alive() {
+                break next;
+            }
+        };
+        self.fill(&pool);
+        Some(taken)
+    }
+
+    /// Brings the pools in line with the registry: pools of plugins that left or changed
+    /// stop; warm pools fill up.
+    pub fn apply(&self, view: &View) {
+        let current = |name: &str, generation: u64| {
+            view.find(name)
+                .is_some_and(|p| p.entry.generation == generation)
+        };
+        self.shared
+            .lock()
+            .expect("pools lock")
+            .retain(|name, pool| {
+                let keep = current(name, pool.entry.generation);
+                if !keep {
+                    pool.stop();
+                }
+                keep
+            });
+        let mut warm = self.warm.lock().expect("pools lock");
+        warm.retain(|name, pool| {
+            let keep = current(name, pool.entry.generation) && pool.entry.config.warm > 0;
+            if !keep {
+                pool.stop();
+            }
+            keep
+        });
+        for p in &view.plugins {
+            let c = &p.entry.config;
+            if c.process_model == ProcessModel::PerSession
+                && c.warm > 0
+                && !warm.contains_key(p.name())
+            {
+                let pool = Arc::new(WarmPool {
+                    entry: p.entry.clone(),
+                    ready: Mutex::new(VecDeque::new()),
+                    filling: AtomicUsize::new(0),
+                });
+                warm.insert(p.name().to_owned(), pool.clone());
+                self.fill(&pool);
+            }
+        }
+    }
+
+    /// Starts warm processes until the pool holds (or is starting) its K.
+    fn fill(&self, pool: &Arc<WarmPool>) {
+        let want = pool.entry.config.warm;
+        loop {
+            let have =
+                pool.ready.lock().expect("warm lock").len() + pool.filling.load(Ordering::Acquire);
+            if have >= want {
+                return;
+            }
+            pool.filling.fetch_add(1, Ordering::AcqRel);
+            let (pool, registry) = (pool.clone(), self.registry.clone());
+            tokio::spawn(async move {
+                let started = start_running(
+                    &registry,
+                    &pool.entry,
+                    Arc::from("warm"),
+                    &gateway_init_params(),
+                    None,
+                )
+                .await;
+                pool.filling.fetch_sub(1, Ordering::AcqRel);
+                match started {
+                    Ok(running) => pool.ready.lock().expect("warm lock").push_back(running),
+                    Err(e) => {
+                        tracing::warn!(plugin = %pool.entry.name(), "a warm process did not start: {e}")
+                    }
+                }
+            });
+        }
+    }
+
+    /// Stops every pooled process and waits for them.
+    pub async fn shutdown(&self) {
+        let mut running: Vec<Running> = Vec::new();
+        for pool in self
+            .shared
+            .lock()
+            .expect("pools lock")
+            .drain()
+            .map(|(_, p)| p)
+        {
+            running.extend(
+                pool.members
+                    .iter()
+                    .filter_map(|m| m.running.lock().expect("member lock").take()),
+            );
+        }
+        for pool in self
+            .warm
+            .lock()
+            .expect("pools lock")
+            .drain()
+            .map(|(_, p)| p)
+        {
+            running.extend(pool.ready.lock().expect("warm lock").drain(..));
+        }
+        futures_util::future::join_all(running.iter().map(|r| r.conn.shutdown())).await;
+    }
+}
+
+impl Member {
+    fn current(&self) -> Option<Arc<PluginConnection>> {
+        self.running
+            .lock()
+            .expect("member lock")
+            .as_ref()
+            .filter(|r| r.conn.is_alive())
+            .map(|r| r.conn.clone())
+    }
+}
+
+impl SharedPool {
+    fn stop(&self) {
+        for m in &self.members {
+            if let Some(r) = m.running.lock().expect("member lock").take() {
+                tokio::spawn(async move { r.conn.shutdown().await });
+            }
+        }
+    }
+}
+
+impl WarmPool {
+    fn stop(&self) {
+        for r in self.ready.lock().expect("warm lock").drain(..) {
+            tokio::spawn(async move { r.conn.shutdown().await });
+        }
+    }
+}
+
+/// Routes what a shared process sends on its own to the sessions it concerns.
+struct SharedEvents {
+    manager: Weak<SessionManager>,
+    registry: Weak<Registry>,
+}
+
+impl SharedEvents {
+    fn session_of(&self, sink: &crate::stream::Sink) -> Option<Arc<super::Session>> {
+        self.manager.upgrade()?.get(sink.session_id())
+    }
+
+    fn everyone(&self) -> Vec<Arc<super::Session>> {
+        self.manager.upgrade().map(|m| m.all()).unwrap_or_default()
+    }
+}
+
+impl PluginEvents for SharedEvents {
+    fn plugin_request(
+        &self,
+        conn: &Arc<PluginConnection>,
+        id: Id,
+        method: &str,
+        params: Option<&RawValue>,
+        related: Related,
+    ) {
+        let session = match &related {
+            Related::Exact(sink) => self.session_of(sink),
+            _ => None,
+        };
+        match session {
+            Some(s) => s.plugin_request(conn, id, method, params, related),
+            None => {
+                tracing::warn!(plugin = %conn.name(), "{method} from a shared plugin: no single session's call is in flight there, so it is refused");
+                conn.send_raw(jsonrpc::error_bytes(
+                    Some(&id),
+                    code::INTERNAL_ERROR,
+                    &format!("{method}: the gateway cannot tell which client this is for (this plugin is shared)"),
+                ));
+            }
+        }
+    }
+
+    fn plugin_notification(
+        &self,
+        conn: &Arc<PluginConnection>,
+        message: Bytes,
+        method: &str,
+        related: Related,
+    ) {
+        match &related {
+            Related::Exact(sink) => {
+                if let Some(s) = self.session_of(sink) {
+                    s.plugin_notification(conn, message, method, related);
+                }
+            }
+            // Belongs to no request: every session hears it.
+            Related::None => {
+                for s in self.everyone() {
+                    s.plugin_notification(conn, message.clone(), method, Related::None);
+                }
+            }
+            // Could be any of several sessions' requests: shown to none.
+            Related::Ambiguous(_) => {
+                tracing::debug!(plugin = %conn.name(), "{method} from a shared plugin during several sessions' calls: dropped");
+            }
+        }
+    }
+
+    fn plugin_exited(&self, conn: &Arc<PluginConnection>) {
+        tracing::warn!(plugin = %conn.name(), "a shared plugin process exited; it restarts on the next request");
+        if let Some(entry) = self.registry.upgrade().and_then(|r| r.get(conn.name()))
+            && entry.stats.crashed()
+        {
+            tracing::error!(plugin = %conn.name(), "plugin keeps crashing: the circuit breaker is open");
+        }
+    }
+}

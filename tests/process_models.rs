@@ -1,0 +1,171 @@
+//! How plugin processes serve sessions: `shared` (one process or a pool for everyone, with
+//! every answer and every server-to-client request finding the right session) and warm pools
+//! for per-session plugins; and client capabilities gating what a plugin may ask.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{FIXTURE, Gateway, descendants, wait_until};
+use serde_json::json;
+
+fn config(dir: &tempfile::TempDir, text: &str) -> String {
+    let p = dir.path().join("gw.toml");
+    std::fs::write(&p, text).unwrap();
+    p.to_str().unwrap().to_owned()
+}
+
+#[tokio::test]
+async fn a_shared_process_serves_fifty_sessions_each_answer_to_its_session() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(
+        &dir,
+        &format!("[plugins.a]\ncommand = \"{FIXTURE}\"\nprocess_model = \"shared\"\n"),
+    );
+    let gw = Gateway::start(&["--config", &cfg]);
+    let mut clients = Vec::new();
+    for _ in 0..50 {
+        let mut c = gw.client();
+        c.initialize().await;
+        clients.push(c);
+    }
+    let calls: Vec<_> = clients
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let c = c.clone();
+            tokio::spawn(async move {
+                let mut out = Vec::new();
+                for k in 0..3 {
+                    out.push(
+                        c.tool_text(k, "echo", json!({"text": format!("s{i}-m{k}")}))
+                            .await,
+                    );
+                }
+                (i, out, c.tool_text(9, "pid", json!({})).await)
+            })
+        })
+        .collect();
+    let mut pids = std::collections::HashSet::new();
+    for h in calls {
+        let (i, out, pid) = h.await.unwrap();
+        assert_eq!(
+            out,
+            [format!("s{i}-m0"), format!("s{i}-m1"), format!("s{i}-m2")]
+        );
+        pids.insert(pid);
+    }
+    assert_eq!(pids.len(), 1, "one process for everyone");
+    assert_eq!(descendants(gw.pid()).len(), 1);
+    // State is shared: that is what the operator chose.
+    let a = clients[0]
+        .tool_text(20, "counter", json!({}))
+        .await
+        .parse::<u32>()
+        .unwrap();
+    let b = clients[1]
+        .tool_text(20, "counter", json!({}))
+        .await
+        .parse::<u32>()
+        .unwrap();
+    assert_eq!(b, a + 1);
+}
+
+#[tokio::test]
+async fn a_shared_pool_spreads_sessions_over_its_processes() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(
+        &dir,
+        &format!(
+            "[plugins.a]\ncommand = \"{FIXTURE}\"\nprocess_model = \"shared\"\npool_size = 2\n"
+        ),
+    );
+    let gw = Gateway::start(&["--config", &cfg]);
+    let mut pids = std::collections::HashSet::new();
+    for _ in 0..6 {
+        let mut c = gw.client();
+        c.initialize().await;
+        pids.insert(c.tool_text(1, "pid", json!({})).await);
+    }
+    assert_eq!(pids.len(), 2);
+    assert_eq!(descendants(gw.pid()).len(), 2);
+}
+
+#[tokio::test]
+async fn sampling_from_a_shared_process_reaches_the_session_whose_call_caused_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(
+        &dir,
+        &format!("[plugins.a]\ncommand = \"{FIXTURE}\"\nprocess_model = \"shared\"\n"),
+    );
+    let gw = Gateway::start(&["--config", &cfg]);
+    let mut other = gw.client();
+    other.initialize().await;
+    other
+        .tool_text(1, "echo", json!({"text": "warm the shared process"}))
+        .await;
+    let mut c = gw.client();
+    c.initialize().await;
+    let mut events = c
+        .stream(&json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "test_sampling", "arguments": {"prompt": "mine"}}}))
+        .await;
+    let ask = events.next().await.unwrap();
+    assert_eq!(ask["method"], "sampling/createMessage");
+    assert_eq!(ask["params"]["messages"][0]["content"]["text"], "mine");
+    let r = c
+        .post(&json!({"jsonrpc": "2.0", "id": ask["id"], "result": {"role": "assistant", "content": {"type": "text", "text": "yes"}, "model": "m"}}))
+        .await;
+    assert_eq!(r.status, 202);
+    let done = events.next().await.unwrap();
+    assert_eq!(done["result"]["content"][0]["text"], "LLM response: yes");
+    // The other session cannot answer a request it never saw.
+    let r = other
+        .post(&json!({"jsonrpc": "2.0", "id": ask["id"], "result": {}}))
+        .await;
+    assert_eq!(r.status, 400);
+}
+
+#[tokio::test]
+async fn warm_processes_wait_ready_and_are_replaced_when_taken() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(
+        &dir,
+        &format!("[plugins.a]\ncommand = \"{FIXTURE}\"\nwarm = 2\n"),
+    );
+    let gw = Gateway::start(&["--config", &cfg]);
+    wait_until("two warm processes", Duration::from_secs(15), || {
+        descendants(gw.pid()).len() == 2
+    })
+    .await;
+    let warm = descendants(gw.pid());
+    let mut c = gw.client();
+    c.initialize().await;
+    let pid: u32 = c.tool_text(1, "pid", json!({})).await.parse().unwrap();
+    assert!(
+        warm.contains(&pid),
+        "the session got a warm process: {pid} not in {warm:?}"
+    );
+    wait_until("the pool refilled", Duration::from_secs(15), || {
+        descendants(gw.pid()).len() == 3
+    })
+    .await;
+    // The session keeps its process; it is not shared.
+    let mut d = gw.client();
+    d.initialize().await;
+    let other: u32 = d.tool_text(1, "pid", json!({})).await.parse().unwrap();
+    assert_ne!(pid, other);
+    assert_eq!(c.tool_text(2, "counter", json!({})).await, "1");
+    assert_eq!(d.tool_text(2, "counter", json!({})).await, "1");
+}
+
+#[tokio::test]
+async fn a_plugin_may_not_ask_what_the_client_did_not_declare() {
+    let gw = Gateway::fixture(&[], &[]);
+    let mut c = gw.client();
+    c.initialize_at("2025-11-25", json!({})).await;
+    let text = c
+        .tool_text(1, "test_sampling", json!({"prompt": "x"}))
+        .await;
+    assert_eq!(text, "LLM response: (no answer)");
+    gw.wait_log("did not declare").await;
+}
