@@ -38,6 +38,8 @@ pub struct Gateway {
 pub enum StartError {
     #[error(transparent)]
     Store(#[from] StoreError),
+    #[error(transparent)]
+    Registry(#[from] RegistryError),
     #[error("cannot listen for the admin API on {addr}: {source}")]
     AdminListen {
         addr: SocketAddr,

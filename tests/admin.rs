@@ -478,3 +478,118 @@ async fn reload_applies_a_valid_config_and_refuses_an_invalid_one() {
     gw.wait_log_count("configuration reloaded", 2).await;
     assert_eq!(names(&admin.get("/admin/plugins").await.1), ["three"]);
 }
+
+#[tokio::test]
+async fn regression_a_registry_change_while_a_plugin_starts_does_not_hang_the_call() {
+    // Guards: a change during a plugin's start dropped the new process with the request still
+    // pending on it: the client never got an answer.
+    let gw = Gateway::start(&[
+        "--admin-token",
+        TOKEN,
+        "--plugin-name",
+        "main",
+        "--",
+        FIXTURE,
+    ]);
+    let admin = Admin::of(&gw);
+    let slow =
+        json!({"name": "slowstart", "command": FIXTURE, "args": ["--start-delay-ms", "1500"]});
+    assert_eq!(admin.post("/admin/plugins", slow).await.0, 201);
+    admin.wait_state("slowstart", "ready").await;
+    let mut c = gw.client();
+    c.initialize().await;
+    let call = {
+        let c = c.clone();
+        tokio::spawn(async move {
+            c.call(
+                1,
+                "tools/call",
+                json!({"name": "slowstart__echo", "arguments": {"text": "x"}}),
+            )
+            .await
+        })
+    };
+    gw.wait_log_count("plugin started plugin=slowstart", 2)
+        .await;
+    let changed = json!({"command": FIXTURE, "args": ["--start-delay-ms", "10"]});
+    assert_eq!(admin.put("/admin/plugins/slowstart", changed).await.0, 200);
+    let r = tokio::time::timeout(Duration::from_secs(20), call)
+        .await
+        .expect("answered, not hung")
+        .unwrap();
+    let last = r.last();
+    assert!(
+        last.get("result").is_some()
+            || last["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("slowstart"),
+        "{r:?}"
+    );
+}
+
+#[tokio::test]
+async fn regression_overlay_keeps_file_edits_and_refuses_conflicts() {
+    // Guards: enable/disable froze a config plugin's definition; removing an API plugin left a
+    // marker that hid a later config plugin of that name; a reload could make two plugins
+    // share a prefix.
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("gw.toml");
+    std::fs::write(
+        &cfg,
+        format!("[plugins.f]\ncommand = \"{FIXTURE}\"\nargs = [\"--name\", \"v1\"]\n"),
+    )
+    .unwrap();
+    let gw = Gateway::start(&["--admin-token", TOKEN, "--config", cfg.to_str().unwrap()]);
+    let admin = Admin::of(&gw);
+    assert_eq!(
+        admin.post("/admin/plugins/f/disable", json!({})).await.0,
+        200
+    );
+    assert_eq!(
+        admin.post("/admin/plugins/f/enable", json!({})).await.0,
+        200
+    );
+    assert_eq!(
+        admin.post("/admin/plugins", fixture_plugin("api")).await.0,
+        201
+    );
+    assert_eq!(admin.delete("/admin/plugins/api").await, 204);
+    std::fs::write(
+        &cfg,
+        format!("[plugins.f]\ncommand = \"{FIXTURE}\"\nargs = [\"--name\", \"v2\"]\n[plugins.api]\ncommand = \"{FIXTURE}\"\n"),
+    )
+    .unwrap();
+    assert_eq!(admin.post("/admin/reload", json!({})).await.0, 200);
+    let (_, f) = admin.get("/admin/plugins/f").await;
+    assert_eq!(
+        f["args"],
+        json!(["--name", "v2"]),
+        "the file's edit applies"
+    );
+    assert_eq!(f["source"], "config");
+    let (status, _) = admin.get("/admin/plugins/api").await;
+    assert_eq!(status, 200, "the file's `api` plugin appears");
+
+    assert_eq!(
+        admin
+            .post(
+                "/admin/plugins",
+                json!({"name": "x", "command": FIXTURE, "prefix": "z"})
+            )
+            .await
+            .0,
+        201
+    );
+    std::fs::write(
+        &cfg,
+        format!("[plugins.f]\ncommand = \"{FIXTURE}\"\n[plugins.z]\ncommand = \"{FIXTURE}\"\n"),
+    )
+    .unwrap();
+    let (status, body) = admin.post("/admin/reload", json!({})).await;
+    assert_eq!(status, 422, "{body}");
+    assert!(
+        body["error"].as_str().unwrap().contains("prefix `z`"),
+        "{body}"
+    );
+}

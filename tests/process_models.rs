@@ -169,3 +169,132 @@ async fn a_plugin_may_not_ask_what_the_client_did_not_declare() {
     assert_eq!(text, "LLM response: (no answer)");
     gw.wait_log("did not declare").await;
 }
+
+fn two_plugins(dir: &tempfile::TempDir, shared_extra: &str) -> String {
+    config(
+        dir,
+        &format!(
+            "[plugins.s]\ncommand = \"{FIXTURE}\"\nprocess_model = \"shared\"\nresponse_mode = \"json\"\n{shared_extra}\n[plugins.p]\ncommand = \"{FIXTURE}\"\n"
+        ),
+    )
+}
+
+#[tokio::test]
+async fn regression_a_shared_plugin_never_shows_one_sessions_messages_to_another() {
+    // Guards: logs of a JSON-mode call on a shared process went to every session; a sampling
+    // request (with its prompt) reached another session's open stream.
+    let dir = tempfile::tempdir().unwrap();
+    let gw = Gateway::start(&["--config", &two_plugins(&dir, "")]);
+    let mut a = gw.client();
+    a.initialize().await;
+    let mut b = gw.client();
+    b.initialize_at("2025-03-26", json!({"sampling": {}})).await;
+    let mut b_get = common::Events::new(b.get_stream().await);
+
+    a.tool_text(1, "s__test_tool_with_logging", json!({})).await;
+    a.tool_text(2, "s__notify_changed", json!({})).await;
+    let first = b_get.next().await.unwrap();
+    assert_eq!(
+        first["method"], "notifications/tools/list_changed",
+        "B saw A's logs first: {first}"
+    );
+
+    // B keeps a call in flight on the shared process (on an SSE stream, through a batch).
+    let mut b_stream = b
+        .stream(&json!([
+            {"jsonrpc": "2.0", "id": 10, "method": "tools/call", "params": {"name": "s__slow", "arguments": {"ms": 3000}}},
+            {"jsonrpc": "2.0", "id": 11, "method": "tools/call", "params": {"name": "p__echo", "arguments": {"text": "x"}}},
+        ]))
+        .await;
+    gw.wait_log("slow request").await;
+    let text = a
+        .tool_text(
+            3,
+            "s__test_sampling",
+            json!({"prompt": "A's secret prompt"}),
+        )
+        .await;
+    assert_eq!(
+        text, "LLM response: (no answer)",
+        "refused: two sessions' calls were in flight"
+    );
+    gw.wait_log("so it is refused").await;
+    while let Some(m) = b_stream.next().await {
+        assert_ne!(
+            m["method"], "sampling/createMessage",
+            "A's request reached B: {m}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn regression_stopping_or_losing_a_shared_process_is_not_held_against_it() {
+    // Guards: stopping a shared pool on purpose counted as crashes (three updates opened the
+    // breaker); a dead shared process kept its place under the limits.
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(
+        &dir,
+        &format!(
+            "max_children = 1\n[plugins.s]\ncommand = \"{FIXTURE}\"\nprocess_model = \"shared\"\n[plugins.p]\ncommand = \"{FIXTURE}\"\n"
+        ),
+    );
+    let gw = Gateway::start(&["--config", &cfg, "--admin-token", "t"]);
+    let admin = format!("http://{}/admin/plugins/s", gw.admin.as_deref().unwrap());
+    let http = reqwest::Client::new();
+    let mut c = gw.client();
+    c.initialize().await;
+    for i in 0..3 {
+        c.tool_text(i, "s__echo", json!({"text": "up"})).await;
+        let r = http
+            .put(&admin)
+            .bearer_auth("t")
+            .json(&json!({"command": FIXTURE, "process_model": "shared", "args": ["--name", format!("v{i}")]}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        // Wait for the new definition to be usable.
+        for k in 0..100 {
+            let r = c
+                .call(
+                    100 + k,
+                    "tools/call",
+                    json!({"name": "s__echo", "arguments": {"text": "again"}}),
+                )
+                .await;
+            if r.last().get("result").is_some() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    let p: serde_json::Value = http
+        .get(&admin)
+        .bearer_auth("t")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(p["restarts"], 0, "{p}");
+    assert_ne!(p["state"], "failed");
+    // The shared process dies: its place is free for the other plugin at once.
+    let _ = c.call(200, "tools/call", json!({"name": "s__crash"})).await;
+    let mut ok = false;
+    for k in 0..100 {
+        let r = c
+            .call(
+                300 + k,
+                "tools/call",
+                json!({"name": "p__echo", "arguments": {"text": "room"}}),
+            )
+            .await;
+        if r.last().get("result").is_some() {
+            ok = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(ok, "the dead shared process still held the only place");
+}

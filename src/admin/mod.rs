@@ -63,6 +63,9 @@ impl IntoResponse for AdminError {
             AdminError::Registry(RegistryError::Store(_)) => StatusCode::SERVICE_UNAVAILABLE,
             AdminError::Reload(ReloadError::Invalid(_)) => StatusCode::UNPROCESSABLE_ENTITY,
             AdminError::Reload(ReloadError::Unavailable) => StatusCode::CONFLICT,
+            AdminError::Reload(ReloadError::Registry(RegistryError::Invalid(_))) => {
+                StatusCode::UNPROCESSABLE_ENTITY
+            }
             AdminError::Reload(ReloadError::Registry(_)) => StatusCode::SERVICE_UNAVAILABLE,
         };
         if status.is_server_error() {

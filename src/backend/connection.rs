@@ -52,15 +52,22 @@ pub trait PluginEvents: Send + Sync + 'static {
     fn plugin_exited(&self, conn: &Arc<PluginConnection>);
 }
 
-/// The client stream a plugin's own message relates to.
+/// The client stream a plugin's own message relates to, judged from the client requests in
+/// flight on the plugin.
 #[derive(Debug, Clone)]
 pub enum Related {
-    /// No client request is in flight on an SSE stream.
+    /// No client request is in flight.
     None,
-    /// Exactly one stream has requests in flight on this plugin: the message is theirs.
+    /// All requests in flight are one session's, and this is the one stream among them that
+    /// can carry the message (or, when none can, one of them: the session's GET stream then
+    /// carries it).
     Exact(Sink),
-    /// Several do; this is the newest. The session prefers its GET stream then.
+    /// All requests in flight are one session's, on several streams; this is the newest. The
+    /// session prefers its GET stream then.
     Ambiguous(Sink),
+    /// Requests of several sessions are in flight (a shared plugin): the message cannot be
+    /// given to any of them safely.
+    Unattributable,
 }
 
 /// Where a plugin's answer goes.
@@ -120,6 +127,8 @@ pub struct PluginConnection {
     request_timeout: Duration,
     /// When a message last went either way.
     last_active: Mutex<std::time::Instant>,
+    /// Set when the gateway stops the plugin on purpose.
+    stopping: AtomicBool,
 }
 
 impl PluginConnection {
@@ -144,6 +153,7 @@ impl PluginConnection {
             events: events.map(std::sync::OnceLock::from).unwrap_or_default(),
             request_timeout,
             last_active: Mutex::new(std::time::Instant::now()),
+            stopping: AtomicBool::new(false),
         });
         tokio::spawn(read_loop(Arc::downgrade(&conn), inbound));
         tokio::spawn(expire_requests(Arc::downgrade(&conn), request_timeout));
@@ -314,7 +324,13 @@ impl PluginConnection {
 
     /// Stops the plugin process and waits for it to be gone.
     pub async fn shutdown(&self) {
+        self.stopping.store(true, Ordering::Release);
         self.transport.shutdown().await;
+    }
+
+    /// Whether the gateway stopped this plugin on purpose (its exit is not a crash).
+    pub fn is_stopping(&self) -> bool {
+        self.stopping.load(Ordering::Acquire)
     }
 
     /// Where a message the plugin sends on its own most likely belongs. Stdio carries no link
@@ -322,12 +338,19 @@ impl PluginConnection {
     /// stream in flight is certain; with several it is a guess.
     fn related(&self) -> Related {
         let pending = self.pending.lock().expect("pending lock");
+        let mut session: Option<&Sink> = None;
         let mut newest: Option<(u64, &Sink)> = None;
         let mut streams = 0;
         for (k, p) in pending.iter() {
-            if let Pending::Client { sink, .. } = p
-                && sink.carries_messages()
-            {
+            let Pending::Client { sink, .. } = p else {
+                continue;
+            };
+            match session {
+                None => session = Some(sink),
+                Some(s) if s.session_id() != sink.session_id() => return Related::Unattributable,
+                Some(_) => {}
+            }
+            if sink.carries_messages() {
                 if newest.is_none_or(|(_, s)| !s.same_stream(sink)) {
                     streams += 1;
                 }
@@ -336,10 +359,12 @@ impl PluginConnection {
                 }
             }
         }
-        match (newest, streams) {
-            (None, _) => Related::None,
-            (Some((_, s)), 1) => Related::Exact(s.clone()),
-            (Some((_, s)), _) => Related::Ambiguous(s.clone()),
+        match (newest, streams, session) {
+            (None, _, None) => Related::None,
+            // The session's requests are on streams that cannot carry it: its GET stream can.
+            (None, _, Some(s)) => Related::Exact(s.clone()),
+            (Some((_, s)), 1, _) => Related::Exact(s.clone()),
+            (Some((_, s)), _, _) => Related::Ambiguous(s.clone()),
         }
     }
 
@@ -396,6 +421,30 @@ impl PluginConnection {
     /// already has one.
     pub fn set_events(&self, events: Weak<dyn PluginEvents>) -> bool {
         self.events.set(events).is_ok()
+    }
+}
+
+impl Drop for PluginConnection {
+    /// A connection dropped with client requests still pending (its process was discarded)
+    /// answers each of them, so no client waits forever.
+    fn drop(&mut self) {
+        let pending = self
+            .pending
+            .get_mut()
+            .map(std::mem::take)
+            .unwrap_or_default();
+        for p in pending.into_values() {
+            if let Pending::Client {
+                client_id, sink, ..
+            } = p
+            {
+                sink.respond(jsonrpc::error_bytes(
+                    Some(&client_id),
+                    code::INTERNAL_ERROR,
+                    &format!("plugin '{}' was stopped before it answered", self.name),
+                ));
+            }
+        }
     }
 }
 
@@ -604,7 +653,7 @@ impl PluginConnection {
         {
             // The request's stream cannot carry it (JSON mode, or the client left): the
             // session's GET stream can.
-            events.plugin_notification(self, bytes, "notifications/progress", Related::None);
+            events.plugin_notification(self, bytes, "notifications/progress", Related::Exact(sink));
         }
         true
     }

@@ -214,6 +214,8 @@ pub struct Registry {
     /// Plugin processes running (or starting) now, all plugins together.
     total_running: Arc<AtomicUsize>,
     max_children: Option<usize>,
+    /// Serializes publishing views.
+    publishing: Mutex<()>,
     /// Serializes changes (API calls, reloads), so each is applied whole.
     change: tokio::sync::Mutex<()>,
     me: std::sync::Weak<Registry>,
@@ -224,8 +226,13 @@ impl Registry {
     pub async fn load(
         config: &Config,
         store: Arc<dyn PluginStore>,
-    ) -> Result<Arc<Registry>, StoreError> {
+    ) -> Result<Arc<Registry>, RegistryError> {
         let overlay = store.load().await?;
+        validate_set(&merge(&config.plugins, &overlay), &config.separator).map_err(|e| {
+            RegistryError::Invalid(format!(
+                "the config file and the changes made through the admin API conflict: {e}"
+            ))
+        })?;
         Ok(Registry::with_overlay(config, store, &overlay))
     }
 
@@ -248,6 +255,7 @@ impl Registry {
             listener: Mutex::new(None),
             total_running: Arc::new(AtomicUsize::new(0)),
             max_children: config.max_children,
+            publishing: Mutex::new(()),
             change: tokio::sync::Mutex::new(()),
             me: me.clone(),
         });
@@ -289,6 +297,13 @@ impl Registry {
     /// The usable plugins now.
     pub fn view(&self) -> Arc<View> {
         self.view.read().expect("view lock").clone()
+    }
+
+    /// Whether a view's plugin is still the registry's current definition.
+    pub fn is_current(&self, plugin: &ViewPlugin) -> bool {
+        self.view()
+            .find(plugin.name())
+            .is_some_and(|p| p.entry.generation == plugin.entry.generation)
     }
 
     /// Every plugin, usable or not (for the admin API).
@@ -369,19 +384,23 @@ impl Registry {
         Ok(())
     }
 
-    /// Enables or disables a plugin; persisted.
+    /// Enables or disables a plugin; persisted. A config-file plugin keeps the file's
+    /// definition (later edits to the file still apply); only the flag is recorded.
     pub async fn set_enabled(&self, name: &str, enabled: bool) -> Result<(), RegistryError> {
         let _change = self.change.lock().await;
         let old = self
             .get(name)
             .ok_or_else(|| RegistryError::NotFound(name.to_owned()))?;
-        self.store.put(&old.config, enabled).await?;
+        match old.source {
+            Source::Config => self.store.toggle(name, enabled).await?,
+            Source::Api => self.store.put(&old.config, enabled).await?,
+        }
         let all = self
             .current_configs()
             .into_iter()
             .map(|(c, s, e)| {
                 if c.name == name {
-                    (c, Source::Api, enabled)
+                    (c, s, enabled)
                 } else {
                     (c, s, e)
                 }
@@ -396,7 +415,17 @@ impl Registry {
         let _change = self.change.lock().await;
         self.get(name)
             .ok_or_else(|| RegistryError::NotFound(name.to_owned()))?;
-        self.store.remove(name).await?;
+        let in_file = self
+            .file_plugins
+            .lock()
+            .expect("file plugins lock")
+            .iter()
+            .any(|p| p.name == name);
+        if in_file {
+            self.store.remove(name).await?;
+        } else {
+            self.store.forget(name).await?;
+        }
         let all = self
             .current_configs()
             .into_iter()
@@ -410,8 +439,10 @@ impl Registry {
     pub async fn reload(&self, file_plugins: Vec<PluginConfig>) -> Result<(), RegistryError> {
         let _change = self.change.lock().await;
         let overlay = self.store.load().await?;
-        *self.file_plugins.lock().expect("file plugins lock") = file_plugins.clone();
-        self.install(merge(&file_plugins, &overlay));
+        let merged = merge(&file_plugins, &overlay);
+        validate_set(&merged, &self.separator)?;
+        *self.file_plugins.lock().expect("file plugins lock") = file_plugins;
+        self.install(merged);
         Ok(())
     }
 
@@ -478,8 +509,10 @@ impl Registry {
         }
     }
 
-    /// Rebuilds the view and tells the listener.
+    /// Rebuilds the view and tells the listener. Serialized: the snapshot, the view and the
+    /// listener's call happen together, so an older view never replaces a newer one.
     fn publish(&self) {
+        let _publishing = self.publishing.lock().expect("publish lock");
         let entries = self.entries();
         let enabled = entries.iter().filter(|e| e.enabled).count();
         let plugins = entries
@@ -523,16 +556,39 @@ impl Registry {
     }
 }
 
-/// The config file's plugins with the API overlay applied: upserts replace or add, removals
-/// remove.
+/// Every plugin's definition valid, and no prefix used twice.
+fn validate_set(
+    set: &[(PluginConfig, Source, bool)],
+    separator: &str,
+) -> Result<(), RegistryError> {
+    let mut prefixes = std::collections::HashMap::new();
+    for (c, ..) in set {
+        crate::config::validate_plugin(c, separator)
+            .map_err(|e| RegistryError::Invalid(e.to_string()))?;
+        let prefix = c.prefix.as_deref().unwrap_or(&c.name);
+        if let Some(other) = prefixes.insert(prefix.to_owned(), c.name.clone()) {
+            return Err(RegistryError::Invalid(format!(
+                "plugins `{other}` and `{}` would both use the prefix `{prefix}`",
+                c.name
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The config file's plugins with the API overlay applied: definitions replace or add,
+/// toggles enable or disable, removals remove.
 fn merge(
     file: &[PluginConfig],
     overlay: &BTreeMap<String, Overlay>,
 ) -> Vec<(PluginConfig, Source, bool)> {
     let mut out: Vec<(PluginConfig, Source, bool)> = file
         .iter()
-        .filter(|p| !overlay.contains_key(&p.name))
-        .map(|p| (p.clone(), Source::Config, true))
+        .filter_map(|p| match overlay.get(&p.name) {
+            None => Some((p.clone(), Source::Config, true)),
+            Some(Overlay::Toggle { enabled }) => Some((p.clone(), Source::Config, *enabled)),
+            Some(_) => None,
+        })
         .collect();
     for o in overlay.values() {
         if let Overlay::Put { config, enabled } = o {

@@ -18,10 +18,14 @@ use crate::config::{PluginConfig, PluginSpec};
 /// The API's change to one plugin.
 #[derive(Debug, Clone)]
 pub enum Overlay {
+    /// A definition from the API (a new plugin, or a config-file one replaced).
     Put {
         config: Box<PluginConfig>,
         enabled: bool,
     },
+    /// A config-file plugin enabled or disabled: its definition stays the file's.
+    Toggle { enabled: bool },
+    /// A config-file plugin removed.
     Removed,
 }
 
@@ -48,8 +52,12 @@ pub trait PluginStore: Send + Sync + 'static {
     fn load(&self) -> StoreFuture<'_, BTreeMap<String, Overlay>>;
     /// Records a plugin's definition.
     fn put<'a>(&'a self, config: &'a PluginConfig, enabled: bool) -> StoreFuture<'a, ()>;
-    /// Records a plugin's removal.
+    /// Records a config-file plugin's enabled flag.
+    fn toggle<'a>(&'a self, name: &'a str, enabled: bool) -> StoreFuture<'a, ()>;
+    /// Records a config-file plugin's removal.
     fn remove<'a>(&'a self, name: &'a str) -> StoreFuture<'a, ()>;
+    /// Forgets whatever is recorded for a name (an API plugin removed).
+    fn forget<'a>(&'a self, name: &'a str) -> StoreFuture<'a, ()>;
     /// Whether the database answers (readiness).
     fn ping(&self) -> StoreFuture<'_, ()>;
 }
@@ -106,17 +114,21 @@ impl PluginStore for SqlPluginStore {
             for row in rows {
                 let name: String = row.try_get("name")?;
                 let removed: i64 = row.try_get("removed")?;
+                let spec: Option<String> = row.try_get("spec")?;
+                let enabled: i64 = row.try_get("enabled")?;
                 let overlay = if removed != 0 {
                     Overlay::Removed
+                } else if spec.is_none() {
+                    Overlay::Toggle {
+                        enabled: enabled != 0,
+                    }
                 } else {
-                    let spec: Option<String> = row.try_get("spec")?;
                     let corrupt = |reason: String| StoreError::Corrupt {
                         name: name.clone(),
                         reason,
                     };
                     let spec: PluginSpec = serde_json::from_str(spec.as_deref().unwrap_or(""))
                         .map_err(|e| corrupt(e.to_string()))?;
-                    let enabled: i64 = row.try_get("enabled")?;
                     Overlay::Put {
                         config: Box::new(spec.into_config(name.clone())),
                         enabled: enabled != 0,
@@ -161,6 +173,31 @@ impl PluginStore for SqlPluginStore {
         })
     }
 
+    fn toggle<'a>(&'a self, name: &'a str, enabled: bool) -> StoreFuture<'a, ()> {
+        Box::pin(async move {
+            sqlx::query(
+                "INSERT INTO plugins (name, spec, enabled, removed, updated_at) VALUES ($1, NULL, $2, 0, $3) \
+                 ON CONFLICT (name) DO UPDATE SET spec = NULL, enabled = excluded.enabled, removed = 0, updated_at = excluded.updated_at",
+            )
+            .bind(name.to_owned())
+            .bind(i64::from(enabled))
+            .bind(now_ms())
+            .execute(&self.pool)
+            .await?;
+            Ok(())
+        })
+    }
+
+    fn forget<'a>(&'a self, name: &'a str) -> StoreFuture<'a, ()> {
+        Box::pin(async move {
+            sqlx::query("DELETE FROM plugins WHERE name = $1")
+                .bind(name.to_owned())
+                .execute(&self.pool)
+                .await?;
+            Ok(())
+        })
+    }
+
     fn ping(&self) -> StoreFuture<'_, ()> {
         Box::pin(async move {
             sqlx::query("SELECT 1").execute(&self.pool).await?;
@@ -197,6 +234,19 @@ impl PluginStore for MemoryPluginStore {
             .lock()
             .expect("store lock")
             .insert(name.to_owned(), Overlay::Removed);
+        Box::pin(std::future::ready(Ok(())))
+    }
+
+    fn toggle<'a>(&'a self, name: &'a str, enabled: bool) -> StoreFuture<'a, ()> {
+        self.0
+            .lock()
+            .expect("store lock")
+            .insert(name.to_owned(), Overlay::Toggle { enabled });
+        Box::pin(std::future::ready(Ok(())))
+    }
+
+    fn forget<'a>(&'a self, name: &'a str) -> StoreFuture<'a, ()> {
+        self.0.lock().expect("store lock").remove(name);
         Box::pin(std::future::ready(Ok(())))
     }
 
@@ -238,6 +288,13 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert!(matches!(all["gone"], Overlay::Removed));
+        store.toggle("filed", false).await.unwrap();
+        assert!(matches!(
+            store.load().await.unwrap()["filed"],
+            Overlay::Toggle { enabled: false }
+        ));
+        store.forget("filed").await.unwrap();
+        assert!(!store.load().await.unwrap().contains_key("filed"));
         store.put(&p, true).await.unwrap();
         assert!(matches!(
             store.load().await.unwrap()["a"],

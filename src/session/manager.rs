@@ -52,7 +52,7 @@ impl SessionManager {
             store,
             stream_settings,
             abandon_after,
-            pools: Arc::new(Pools::new(registry, me.clone())),
+            pools: Pools::new(registry, me.clone()),
             tasks: TaskTracker::new(),
         })
     }
@@ -129,6 +129,7 @@ impl SessionManager {
                 s.reap_idle_plugins();
             }
             self.store.expire();
+            self.pools.reap();
         }
     }
 

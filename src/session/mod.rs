@@ -72,6 +72,14 @@ pub(crate) struct Running {
     _reservation: Reservation,
 }
 
+/// The error for a request routed to a plugin definition that has since changed or gone.
+pub(crate) fn changed(plugin: &ViewPlugin) -> BackendError {
+    BackendError::Unavailable {
+        plugin: plugin.name().to_owned(),
+        reason: "it was changed or removed while the request was on its way; send it again".into(),
+    }
+}
+
 /// Starts a process of `entry`, counted against the limits and refused while its breaker is
 /// open; a failure counts towards the breaker.
 pub(crate) async fn start_running(
@@ -311,6 +319,9 @@ impl Session {
 
     /// The session's running instance of a plugin, started (or restarted) if need be.
     pub async fn plugin(&self, plugin: &ViewPlugin) -> Result<Arc<PluginConnection>, BackendError> {
+        if !self.registry.is_current(plugin) {
+            return Err(changed(plugin));
+        }
         if plugin.entry.config.process_model == ProcessModel::Shared {
             return self.pools.shared(plugin).await;
         }
@@ -348,6 +359,17 @@ impl Session {
             .inspect_err(|_| s.count_crash())?,
         };
         let conn = running.conn.clone();
+        let still_current = self
+            .slots
+            .lock()
+            .expect("slots lock")
+            .get(plugin.name())
+            .is_some_and(|cur| Arc::ptr_eq(cur, &s));
+        if !still_current {
+            // The registry changed while the process started: it is not needed.
+            running.conn.shutdown().await;
+            return Err(changed(plugin));
+        }
         *s.running.lock().expect("slot lock") = Some(running);
         if self.closed.is_cancelled() {
             // Ended while starting: the end did not see this instance.
@@ -564,7 +586,7 @@ impl Session {
         let (first, last_resort) = match related {
             Related::Exact(s) => (Some(s), None),
             Related::Ambiguous(s) => (None, Some(s)),
-            Related::None => (None, None),
+            Related::None | Related::Unattributable => (None, None),
         };
         let get = Sink::new(self.get.clone());
         let live_get = self.get.has_connection().then_some(&get);
@@ -750,7 +772,7 @@ impl PluginEvents for Session {
             .cloned();
         if let Some(slot) = slot {
             slot.take_running();
-            if !self.closed.is_cancelled() {
+            if !self.closed.is_cancelled() && !conn.is_stopping() {
                 tracing::warn!(plugin = %conn.name(), session = %self.id, "plugin exited; it restarts on the next request");
                 slot.count_crash();
                 if slot.entry.stats.crashed() {
@@ -819,7 +841,7 @@ mod tests {
                 plugin_params: RawValue::from_string("{}".into()).unwrap(),
             },
             registry.clone(),
-            Arc::new(Pools::new(registry, Weak::new())),
+            Pools::new(registry, Weak::new()),
             CancellationToken::new(),
             store,
             settings,

@@ -51,15 +51,50 @@ struct WarmPool {
 }
 
 impl Pools {
-    pub fn new(registry: Arc<Registry>, manager: Weak<SessionManager>) -> Pools {
-        Pools {
+    pub fn new(registry: Arc<Registry>, manager: Weak<SessionManager>) -> Arc<Pools> {
+        Arc::new_cyclic(|pools| Pools {
             registry: registry.clone(),
             shared: Mutex::new(HashMap::new()),
             warm: Mutex::new(HashMap::new()),
             events: Arc::new(SharedEvents {
                 manager,
                 registry: Arc::downgrade(&registry),
+                pools: pools.clone(),
             }),
+        })
+    }
+
+    /// Takes a dead shared process out of its pool, so it no longer counts against the
+    /// limits; true if it was a member's current process.
+    fn forget_shared(&self, conn: &Arc<PluginConnection>) -> bool {
+        let pools = self.shared.lock().expect("pools lock");
+        for pool in pools.values() {
+            for m in &pool.members {
+                let mut running = m.running.lock().expect("member lock");
+                if running.as_ref().is_some_and(|r| Arc::ptr_eq(&r.conn, conn)) {
+                    running.take();
+                    return true;
+                }
+            }
+        }
+        false
+    }
+
+    /// Drops warm processes that died while waiting, and tops the pools up.
+    pub fn reap(&self) {
+        let pools: Vec<Arc<WarmPool>> = self
+            .warm
+            .lock()
+            .expect("pools lock")
+            .values()
+            .cloned()
+            .collect();
+        for pool in pools {
+            pool.ready
+                .lock()
+                .expect("warm lock")
+                .retain(|r| r.conn.is_alive());
+            self.fill(&pool);
         }
     }
 
@@ -103,6 +138,17 @@ impl Pools {
             Some(events),
         )
         .await?;
+        let still_current = self
+            .shared
+            .lock()
+            .expect("pools lock")
+            .get(plugin.name())
+            .is_some_and(|p| Arc::ptr_eq(p, &pool));
+        if !still_current || !self.registry.is_current(plugin) {
+            // The registry changed while the process started: it is not needed.
+            running.conn.shutdown().await;
+            return Err(super::changed(plugin));
+        }
         let conn = running.conn.clone();
         *member.running.lock().expect("member lock") = Some(running);
         Ok(conn)
@@ -277,6 +323,7 @@ impl WarmPool {
 struct SharedEvents {
     manager: Weak<SessionManager>,
     registry: Weak<Registry>,
+    pools: Weak<Pools>,
 }
 
 impl SharedEvents {
@@ -299,8 +346,8 @@ impl PluginEvents for SharedEvents {
         related: Related,
     ) {
         let session = match &related {
-            Related::Exact(sink) => self.session_of(sink),
-            _ => None,
+            Related::Exact(sink) | Related::Ambiguous(sink) => self.session_of(sink),
+            Related::None | Related::Unattributable => None,
         };
         match session {
             Some(s) => s.plugin_request(conn, id, method, params, related),
@@ -322,26 +369,40 @@ impl PluginEvents for SharedEvents {
         method: &str,
         related: Related,
     ) {
+        match method {
+            // About the plugin, not a request: every session hears it. A cancellation is
+            // mapped only by the session that holds the request it cancels.
+            "notifications/tools/list_changed"
+            | "notifications/prompts/list_changed"
+            | "notifications/resources/list_changed"
+            | "notifications/resources/updated"
+            | "notifications/cancelled" => {
+                for s in self.everyone() {
+                    s.plugin_notification(conn, message.clone(), method, Related::None);
+                }
+                return;
+            }
+            _ => {}
+        }
         match &related {
-            Related::Exact(sink) => {
+            Related::Exact(sink) | Related::Ambiguous(sink) => {
                 if let Some(s) = self.session_of(sink) {
                     s.plugin_notification(conn, message, method, related);
                 }
             }
-            // Belongs to no request: every session hears it.
-            Related::None => {
-                for s in self.everyone() {
-                    s.plugin_notification(conn, message.clone(), method, Related::None);
-                }
-            }
-            // Could be any of several sessions' requests: shown to none.
-            Related::Ambiguous(_) => {
-                tracing::debug!(plugin = %conn.name(), "{method} from a shared plugin during several sessions' calls: dropped");
+            // Logs and progress that no single session's call explains are shown to no one:
+            // on a shared process they may carry another user's data.
+            Related::None | Related::Unattributable => {
+                tracing::debug!(plugin = %conn.name(), "{method} from a shared plugin that no single session's call explains: dropped");
             }
         }
     }
 
     fn plugin_exited(&self, conn: &Arc<PluginConnection>) {
+        let current = self.pools.upgrade().is_some_and(|p| p.forget_shared(conn));
+        if !current || conn.is_stopping() {
+            return;
+        }
         tracing::warn!(plugin = %conn.name(), "a shared plugin process exited; it restarts on the next request");
         if let Some(entry) = self.registry.upgrade().and_then(|r| r.get(conn.name()))
             && entry.stats.crashed()
