@@ -6,6 +6,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use axum::serve::ListenerExt;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
@@ -134,6 +135,7 @@ pub async fn run(
             .map_err(|source| StartError::AdminListen { addr, source })?;
         tracing::info!("admin API listening on http://{}", admin.local_addr()?);
         let app = crate::admin::router(gateway.clone());
+        let admin = admin.tap_io(no_delay);
         let stop = gateway.shutdown.clone();
         tokio::spawn(async move {
             let _ = axum::serve(admin, app)
@@ -146,6 +148,9 @@ pub async fn run(
 
     let token = gateway.shutdown.clone();
     let app = http::router(gateway.clone());
+    // SSE goes out in several small writes: without TCP_NODELAY, Nagle's algorithm and the
+    // client's delayed ACK hold each answer back by tens of milliseconds.
+    let listener = listener.tap_io(no_delay);
     let served = axum::serve(listener, app)
         .with_graceful_shutdown(async move {
             shutdown.await;
@@ -157,6 +162,12 @@ pub async fn run(
     gateway.sessions.shutdown().await;
     tracing::info!("stopped");
     Ok(served?)
+}
+
+fn no_delay(tcp: &mut tokio::net::TcpStream) {
+    if let Err(e) = tcp.set_nodelay(true) {
+        tracing::debug!("TCP_NODELAY: {e}");
+    }
 }
 
 fn spawn_reload_on_hangup(gateway: Arc<Gateway>) {

@@ -113,6 +113,10 @@ struct SessionBufs {
     streams: HashMap<u64, StreamBuf>,
     events: usize,
     bytes: usize,
+    /// Every append, oldest first, as (stream, sequence): where the session's oldest event is,
+    /// without scanning its streams. Entries whose event already went are skipped when met,
+    /// and compacted away when they pile up.
+    order: VecDeque<(u64, u64)>,
 }
 
 /// The in-process store. Each session's buffers sit behind their own lock, so sessions never
@@ -209,6 +213,7 @@ impl EventStore for MemoryEventStore {
         let over_stream = over(buf);
         session.bytes += len;
         session.events += 1;
+        session.order.push_back((key.stream, seq));
         self.events.fetch_add(1, Ordering::Relaxed);
         self.bytes.fetch_add(len as u64, Ordering::Relaxed);
         if over_stream {
@@ -221,15 +226,27 @@ impl EventStore for MemoryEventStore {
         while session.bytes > self.limits.max_bytes_per_session
             || session.events > self.limits.max_events_per_session
         {
-            let oldest = session
+            let Some((stream, seq)) = session.order.pop_front() else {
+                break;
+            };
+            let is_front = session
                 .streams
-                .iter()
-                .filter_map(|(s, b)| b.events.front().map(|e| (e.at, *s)))
-                .min();
-            match oldest {
-                Some((_, s)) => self.pop_front(&mut session, s, true),
-                None => break,
+                .get(&stream)
+                .and_then(|b| b.events.front())
+                .is_some_and(|e| e.seq == seq);
+            if is_front {
+                self.pop_front(&mut session, stream, true);
             }
+        }
+        // Entries for events that left by other ways (stream limits, age, release).
+        if session.order.len() > 2 * session.events + 64 {
+            let SessionBufs { streams, order, .. } = &mut *session;
+            order.retain(|(stream, seq)| {
+                streams
+                    .get(stream)
+                    .and_then(|b| b.events.front())
+                    .is_some_and(|front| *seq >= front.seq)
+            });
         }
     }
 

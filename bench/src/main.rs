@@ -1,0 +1,703 @@
+//! `mcp-bench`: measures MCP gateways side by side on this machine, with the same plugin
+//! (`bench-echo-plugin`) behind each.
+//!
+//! Targets: the gateway (release build), and two ceilings: the echo plugin driven directly over
+//! its pipes, and a minimal in-process MCP server on axum with no stdio hop (`mcp-bench
+//! serve-inproc`). Scenarios: (a) 1 session, 16 calls in flight; (b) 64 sessions, 64 in
+//! flight; (c) N sessions each holding a GET stream: setup rate and memory of the target's
+//! process tree; (d) initialize, and initialize + first call, cold and with a warm pool;
+//! (e) resumable streams off against on. Every reply is checked: a wrong or missing one is
+//! counted. Results go to `bench/results/latest.json` and `BENCHMARKS.md`.
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use clap::{Parser, Subcommand};
+use hdrhistogram::Histogram;
+use serde::Serialize;
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::process::{Child, Command};
+
+mod inproc;
+
+#[derive(Parser)]
+#[command(name = "mcp-bench", about = "Benchmarks MCP gateways side by side")]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Cmd>,
+    /// Seconds each throughput scenario runs.
+    #[arg(long, default_value_t = 10)]
+    duration: u64,
+    /// Sessions for the idle-sessions scenario (c), comma-separated.
+    #[arg(long, default_value = "1000,10000", value_delimiter = ',')]
+    idle_sessions: Vec<usize>,
+    /// Where results go.
+    #[arg(long, default_value = "bench/results")]
+    out: PathBuf,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// The in-process ceiling: a minimal MCP server on axum, no stdio hop.
+    ServeInproc {
+        #[arg(long, default_value = "127.0.0.1:0")]
+        listen: String,
+    },
+}
+
+#[derive(Debug, Default, Serialize, Clone)]
+struct Throughput {
+    calls_per_sec: f64,
+    ok: u64,
+    wrong: u64,
+    p50_ms: f64,
+    p90_ms: f64,
+    p99_ms: f64,
+    max_ms: f64,
+}
+
+#[derive(Debug, Default, Serialize)]
+struct Report {
+    date: String,
+    cores: usize,
+    duration_secs: u64,
+    targets: Vec<TargetReport>,
+}
+
+#[derive(Debug, Default, Serialize)]
+struct TargetReport {
+    name: String,
+    a_one_session_16: Option<Throughput>,
+    b_64_sessions_64: Option<Throughput>,
+    c_idle_sessions: Vec<IdleReport>,
+    d_initialize_p50_ms: Option<f64>,
+    d_first_call_p50_ms: Option<f64>,
+    notes: Vec<String>,
+}
+
+#[derive(Debug, Default, Serialize)]
+struct IdleReport {
+    sessions: usize,
+    setup_per_sec: f64,
+    memory_mb: f64,
+    processes: usize,
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    match cli.command {
+        Some(Cmd::ServeInproc { listen }) => rt.block_on(inproc::serve(&listen)),
+        None => rt.block_on(run(cli)),
+    }
+}
+
+/// A binary beside this one (the workspace shares its target directory).
+fn sibling(name: &str) -> PathBuf {
+    let me = std::env::current_exe().expect("own path");
+    let p = me.parent().expect("a directory").join(name);
+    assert!(
+        p.exists(),
+        "{} is missing: build with `cargo build --release --workspace`",
+        p.display()
+    );
+    p
+}
+
+/// A target under test: an HTTP endpoint and the process tree behind it.
+struct Target {
+    name: String,
+    url: String,
+    child: Child,
+    _dir: tempfile::TempDir,
+}
+
+impl Target {
+    async fn gateway(name: &str, extra: &[&str], config: Option<&str>) -> Target {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut cmd = Command::new(sibling("mcp-gateway"));
+        cmd.args(["--listen", "127.0.0.1:0", "--max-sessions", "20000"])
+            .arg("--database-url")
+            .arg(format!("sqlite://{}/gw.db?mode=rwc", dir.path().display()))
+            .args(extra)
+            .env("RUST_LOG", "warn,mcp_gateway=info");
+        match config {
+            Some(text) => {
+                let path = dir.path().join("gw.toml");
+                std::fs::write(
+                    &path,
+                    text.replace("ECHO", &sibling("bench-echo-plugin").display().to_string()),
+                )
+                .expect("config");
+                cmd.arg("--config").arg(path);
+            }
+            None => {
+                cmd.arg("--").arg(sibling("bench-echo-plugin"));
+            }
+        }
+        Target::spawn(name, cmd, dir).await
+    }
+
+    async fn inproc() -> Target {
+        let mut cmd = Command::new(std::env::current_exe().expect("own path"));
+        cmd.args(["serve-inproc", "--listen", "127.0.0.1:0"]);
+        Target::spawn(
+            "in-process axum ceiling",
+            cmd,
+            tempfile::tempdir().expect("temp dir"),
+        )
+        .await
+    }
+
+    async fn spawn(name: &str, mut cmd: Command, dir: tempfile::TempDir) -> Target {
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        let mut child = cmd.spawn().expect("start the target");
+        // Targets print `listening on http://ADDR/mcp` on stdout or stderr.
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        for stream in [
+            child
+                .stdout
+                .take()
+                .map(|s| Box::new(s) as Box<dyn tokio::io::AsyncRead + Unpin + Send>),
+            child
+                .stderr
+                .take()
+                .map(|s| Box::new(s) as Box<dyn tokio::io::AsyncRead + Unpin + Send>),
+        ]
+        .into_iter()
+        .flatten()
+        {
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                let mut lines = BufReader::new(stream).lines();
+                while let Ok(Some(line)) = lines.next_line().await {
+                    if let Some(rest) = line.split("listening on http://").nth(1) {
+                        let addr: String = rest
+                            .chars()
+                            .take_while(|c| *c != '/' && *c != '"' && !c.is_whitespace())
+                            .collect();
+                        let _ = tx.send(addr);
+                    }
+                }
+            });
+        }
+        let addr = tokio::time::timeout(Duration::from_secs(60), rx.recv())
+            .await
+            .ok()
+            .flatten()
+            .unwrap_or_else(|| panic!("{name} did not start"));
+        Target {
+            name: name.to_owned(),
+            url: format!("http://{addr}/mcp"),
+            child,
+            _dir: dir,
+        }
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id().expect("running")
+    }
+}
+
+async fn run(cli: Cli) {
+    raise_fd_limit();
+    let duration = Duration::from_secs(cli.duration);
+    let mut report = Report {
+        date: date(),
+        cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        duration_secs: cli.duration,
+        targets: Vec::new(),
+    };
+
+    // The plugin over raw pipes: the stdio ceiling.
+    let mut pipes = TargetReport {
+        name: "echo plugin over raw pipes".into(),
+        ..Default::default()
+    };
+    pipes.a_one_session_16 = Some(pipes_load(16, duration).await);
+    pipes.b_64_sessions_64 = Some(pipes_load(64, duration).await);
+    eprintln!("{}: {:?}", pipes.name, pipes.a_one_session_16);
+    report.targets.push(pipes);
+
+    for inproc in [true, false] {
+        let start = || async move {
+            if inproc {
+                Target::inproc().await
+            } else {
+                Target::gateway("mcp-gateway", &[], None).await
+            }
+        };
+        let target = start().await;
+        let mut r = http_target(&target, duration).await;
+        drop(target);
+        // Memory is measured on a fresh process: freed memory from the runs above would count.
+        for n in &cli.idle_sessions {
+            let fresh = start().await;
+            match idle_sessions(&fresh, *n).await {
+                Ok(report) => r.c_idle_sessions.push(report),
+                Err(e) => r.notes.push(format!("{n} idle sessions: {e}")),
+            }
+        }
+        eprintln!(
+            "{}: a={:?} b={:?} c={:?}",
+            r.name, r.a_one_session_16, r.b_64_sessions_64, r.c_idle_sessions
+        );
+        report.targets.push(r);
+    }
+
+    // (d) with a warm pool, (e) resumable streams off.
+    let warm = Target::gateway(
+        "mcp-gateway, warm pool",
+        &[],
+        Some("[plugins.echo]\ncommand = \"ECHO\"\nwarm = 4\n"),
+    )
+    .await;
+    wait_for_processes(warm.pid(), 4).await;
+    let mut r = TargetReport {
+        name: warm.name.clone(),
+        ..Default::default()
+    };
+    let (init, first) = first_call_latency(&warm.url, 100).await;
+    r.d_initialize_p50_ms = Some(init);
+    r.d_first_call_p50_ms = Some(first);
+    report.targets.push(r);
+    drop(warm);
+
+    let off = Target::gateway(
+        "mcp-gateway, resumable streams off",
+        &["--sse-resumable", "false"],
+        None,
+    )
+    .await;
+    let mut r = TargetReport {
+        name: off.name.clone(),
+        ..Default::default()
+    };
+    r.a_one_session_16 = Some(http_load(&off.url, 1, 16, duration).await);
+    report.targets.push(r);
+    drop(off);
+
+    std::fs::create_dir_all(&cli.out).expect("results directory");
+    let json = serde_json::to_string_pretty(&report).expect("serializable");
+    std::fs::write(cli.out.join("latest.json"), &json).expect("write results");
+    std::fs::write("BENCHMARKS.md", markdown(&report)).expect("write BENCHMARKS.md");
+    println!("{json}");
+}
+
+async fn http_target(target: &Target, duration: Duration) -> TargetReport {
+    let mut r = TargetReport {
+        name: target.name.clone(),
+        ..Default::default()
+    };
+    r.a_one_session_16 = Some(http_load(&target.url, 1, 16, duration).await);
+    r.b_64_sessions_64 = Some(http_load(&target.url, 64, 64, duration).await);
+    let (init, first) = first_call_latency(&target.url, 100).await;
+    r.d_initialize_p50_ms = Some(init);
+    r.d_first_call_p50_ms = Some(first);
+    r
+}
+
+fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .pool_max_idle_per_host(1024)
+        .timeout(Duration::from_secs(60))
+        .build()
+        .expect("HTTP client")
+}
+
+/// Opens a session: `initialize`, then `notifications/initialized`.
+async fn initialize(http: &reqwest::Client, url: &str) -> Result<(String, String), String> {
+    let r = post(http, url, None, None, &json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "mcp-bench", "version": "1"}}}))
+    .await?;
+    let sid = r.0.ok_or("no session id")?;
+    let version =
+        r.1.iter()
+            .find_map(|m| m["result"]["protocolVersion"].as_str().map(str::to_owned))
+            .ok_or("no initialize result")?;
+    post(
+        http,
+        url,
+        Some(&sid),
+        Some(&version),
+        &json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+    )
+    .await?;
+    Ok((sid, version))
+}
+
+/// One POST; the session id from the response and every JSON-RPC message in it (JSON or SSE).
+async fn post(
+    http: &reqwest::Client,
+    url: &str,
+    sid: Option<&str>,
+    version: Option<&str>,
+    body: &Value,
+) -> Result<(Option<String>, Vec<Value>), String> {
+    let mut req = http
+        .post(url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .body(body.to_string());
+    if let Some(s) = sid {
+        req = req.header("mcp-session-id", s);
+    }
+    if let Some(v) = version {
+        req = req.header("mcp-protocol-version", v);
+    }
+    let r = req.send().await.map_err(|e| e.to_string())?;
+    if !r.status().is_success() {
+        return Err(format!("HTTP {}", r.status()));
+    }
+    let sid = r
+        .headers()
+        .get("mcp-session-id")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let sse = r
+        .headers()
+        .get("content-type")
+        .is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
+    let text = r.text().await.map_err(|e| e.to_string())?;
+    let messages = if sse {
+        text.lines()
+            .filter_map(|l| l.strip_prefix("data:"))
+            .filter_map(|d| serde_json::from_str(d.trim()).ok())
+            .collect()
+    } else if text.trim().is_empty() {
+        Vec::new()
+    } else {
+        vec![serde_json::from_str(&text).map_err(|e| e.to_string())?]
+    };
+    Ok((sid, messages))
+}
+
+/// `in_flight` workers over `sessions` sessions call `echo` for `duration`; every answer is
+/// checked.
+async fn http_load(url: &str, sessions: usize, in_flight: usize, duration: Duration) -> Throughput {
+    let http = client();
+    let mut opened = Vec::new();
+    for _ in 0..sessions {
+        opened.push(initialize(&http, url).await.expect("a session opens"));
+    }
+    let opened = Arc::new(opened);
+    let wrong = Arc::new(AtomicU64::new(0));
+    let deadline = Instant::now() + duration;
+    let started = Instant::now();
+    let workers: Vec<_> = (0..in_flight)
+        .map(|w| {
+            let (http, url, opened, wrong) = (http.clone(), url.to_owned(), opened.clone(), wrong.clone());
+            tokio::spawn(async move {
+                let mut hist = Histogram::<u64>::new(3).expect("histogram");
+                let (sid, version) = &opened[w % opened.len()];
+                let mut seq = 0u64;
+                while Instant::now() < deadline {
+                    seq += 1;
+                    let text = format!("{w:04}-{seq:012}-{}", "x".repeat(64 - 18));
+                    let t = Instant::now();
+                    let body = json!({"jsonrpc": "2.0", "id": seq, "method": "tools/call", "params": {"name": "echo", "arguments": {"text": text}}});
+                    let ok = match post(&http, &url, Some(sid), Some(version), &body).await {
+                        Ok((_, messages)) => messages.iter().any(|m| m["id"] == seq && m["result"]["content"][0]["text"] == text.as_str()),
+                        Err(_) => false,
+                    };
+                    if ok {
+                        hist.record(t.elapsed().as_micros() as u64).expect("in range");
+                    } else {
+                        wrong.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                hist
+            })
+        })
+        .collect();
+    let mut all = Histogram::<u64>::new(3).expect("histogram");
+    for w in workers {
+        all.add(w.await.expect("worker")).expect("same bounds");
+    }
+    let elapsed = started.elapsed();
+    for (sid, _) in opened.iter() {
+        let _ = http.delete(url).header("mcp-session-id", sid).send().await;
+    }
+    throughput(&all, wrong.load(Ordering::Relaxed), elapsed)
+}
+
+fn throughput(h: &Histogram<u64>, wrong: u64, elapsed: Duration) -> Throughput {
+    let ms = |q: f64| h.value_at_quantile(q) as f64 / 1000.0;
+    Throughput {
+        calls_per_sec: h.len() as f64 / elapsed.as_secs_f64(),
+        ok: h.len(),
+        wrong,
+        p50_ms: ms(0.5),
+        p90_ms: ms(0.9),
+        p99_ms: ms(0.99),
+        max_ms: h.max() as f64 / 1000.0,
+    }
+}
+
+/// The echo plugin driven directly over its pipes, `in_flight` requests outstanding.
+async fn pipes_load(in_flight: usize, duration: Duration) -> Throughput {
+    let mut child = Command::new(sibling("bench-echo-plugin"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("start the plugin");
+    let mut stdin = child.stdin.take().expect("piped");
+    let mut lines = BufReader::new(child.stdout.take().expect("piped")).lines();
+    stdin
+        .write_all(b"{\"jsonrpc\":\"2.0\",\"id\":0,\"method\":\"initialize\",\"params\":{\"protocolVersion\":\"2025-06-18\",\"capabilities\":{},\"clientInfo\":{\"name\":\"b\",\"version\":\"1\"}}}\n")
+        .await
+        .expect("write");
+    lines
+        .next_line()
+        .await
+        .expect("read")
+        .expect("initialize answer");
+    let sent = Arc::new(std::sync::Mutex::new(std::collections::HashMap::<
+        u64,
+        Instant,
+    >::new()));
+    let permits = Arc::new(tokio::sync::Semaphore::new(in_flight));
+    let deadline = Instant::now() + duration;
+    let started = Instant::now();
+    let writer = {
+        let (sent, permits) = (sent.clone(), permits.clone());
+        tokio::spawn(async move {
+            let mut id = 0u64;
+            while Instant::now() < deadline {
+                permits.acquire().await.expect("open").forget();
+                id += 1;
+                let text = format!("{id:016}-{}", "x".repeat(64 - 17));
+                let line = format!(
+                    "{{\"jsonrpc\":\"2.0\",\"id\":{id},\"method\":\"tools/call\",\"params\":{{\"name\":\"echo\",\"arguments\":{{\"text\":\"{text}\"}}}}}}\n"
+                );
+                sent.lock().expect("lock").insert(id, Instant::now());
+                if stdin.write_all(line.as_bytes()).await.is_err() {
+                    break;
+                }
+            }
+            id
+        })
+    };
+    let mut hist = Histogram::<u64>::new(3).expect("histogram");
+    let mut wrong = 0;
+    while Instant::now() < deadline {
+        let Ok(Ok(Some(line))) =
+            tokio::time::timeout(Duration::from_secs(1), lines.next_line()).await
+        else {
+            break;
+        };
+        let v: Value = serde_json::from_str(&line).unwrap_or_default();
+        let id = v["id"].as_u64().unwrap_or(0);
+        match sent.lock().expect("lock").remove(&id) {
+            Some(t)
+                if v["result"]["content"][0]["text"]
+                    .as_str()
+                    .is_some_and(|s| s.starts_with(&format!("{id:016}-"))) =>
+            {
+                hist.record(t.elapsed().as_micros() as u64)
+                    .expect("in range");
+            }
+            _ => wrong += 1,
+        }
+        permits.add_permits(1);
+    }
+    let elapsed = started.elapsed();
+    writer.abort();
+    throughput(&hist, wrong, elapsed)
+}
+
+/// p50 of `initialize` alone, and of `initialize` + the first `tools/call`, each on a new
+/// session.
+async fn first_call_latency(url: &str, rounds: usize) -> (f64, f64) {
+    let http = client();
+    let mut init = Histogram::<u64>::new(3).expect("histogram");
+    let mut first = Histogram::<u64>::new(3).expect("histogram");
+    for i in 0..rounds {
+        let t = Instant::now();
+        let Ok((sid, version)) = initialize(&http, url).await else {
+            continue;
+        };
+        init.record(t.elapsed().as_micros() as u64)
+            .expect("in range");
+        let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "echo", "arguments": {"text": format!("first-{i}")}}});
+        if post(&http, url, Some(&sid), Some(&version), &body)
+            .await
+            .is_ok()
+        {
+            first
+                .record(t.elapsed().as_micros() as u64)
+                .expect("in range");
+        }
+        let _ = http.delete(url).header("mcp-session-id", sid).send().await;
+    }
+    (
+        init.value_at_quantile(0.5) as f64 / 1000.0,
+        first.value_at_quantile(0.5) as f64 / 1000.0,
+    )
+}
+
+/// Opens `n` sessions, each holding a GET stream; setup rate and the memory of the target's
+/// process tree while they are open.
+async fn idle_sessions(target: &Target, n: usize) -> Result<IdleReport, String> {
+    let http = client();
+    let started = Instant::now();
+    let mut streams = Vec::with_capacity(n);
+    for _ in 0..n {
+        let (sid, version) = initialize(&http, &target.url).await?;
+        let r = http
+            .get(&target.url)
+            .header("accept", "text/event-stream")
+            .header("mcp-session-id", &sid)
+            .header("mcp-protocol-version", &version)
+            .send()
+            .await
+            .map_err(|e| e.to_string())?;
+        if !r.status().is_success() {
+            return Err(format!("GET stream: HTTP {}", r.status()));
+        }
+        streams.push(r);
+    }
+    let setup = started.elapsed();
+    let (memory_mb, processes) = tree_memory(target.pid());
+    drop(streams);
+    Ok(IdleReport {
+        sessions: n,
+        setup_per_sec: n as f64 / setup.as_secs_f64(),
+        memory_mb,
+        processes,
+    })
+}
+
+/// Proportional set size (MB) of a process and its descendants, and how many there are.
+fn tree_memory(root: u32) -> (f64, usize) {
+    let tree = descendants(root)
+        .into_iter()
+        .chain([root])
+        .collect::<Vec<_>>();
+    let kb: u64 = tree
+        .iter()
+        .filter_map(|p| std::fs::read_to_string(format!("/proc/{p}/smaps_rollup")).ok())
+        .filter_map(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Pss:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+        })
+        .sum();
+    (kb as f64 / 1024.0, tree.len())
+}
+
+fn descendants(root: u32) -> Vec<u32> {
+    let mut parents = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        let Some((_, rest)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        if let Some(ppid) = rest
+            .split_whitespace()
+            .nth(1)
+            .and_then(|p| p.parse::<u32>().ok())
+        {
+            parents.push((pid, ppid));
+        }
+    }
+    let mut out = Vec::new();
+    let mut frontier = vec![root];
+    while let Some(p) = frontier.pop() {
+        for (child, parent) in &parents {
+            if *parent == p {
+                out.push(*child);
+                frontier.push(*child);
+            }
+        }
+    }
+    out
+}
+
+async fn wait_for_processes(root: u32, n: usize) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while descendants(root).len() < n && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn raise_fd_limit() {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    if let Ok((_, hard)) = getrlimit(Resource::RLIMIT_NOFILE) {
+        let _ = setrlimit(Resource::RLIMIT_NOFILE, hard.min(200_000), hard);
+    }
+}
+
+fn date() -> String {
+    std::process::Command::new("date")
+        .arg("-u")
+        .arg("+%Y-%m-%d %H:%M UTC")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+        .unwrap_or_default()
+}
+
+fn markdown(r: &Report) -> String {
+    let f = |t: &Option<Throughput>| {
+        t.as_ref().map_or("–".into(), |t| {
+            let wrong = if t.wrong > 0 {
+                format!(", {} wrong", t.wrong)
+            } else {
+                String::new()
+            };
+            format!(
+                "{:.0} (p50 {:.2} ms, p99 {:.2} ms{wrong})",
+                t.calls_per_sec, t.p50_ms, t.p99_ms
+            )
+        })
+    };
+    let mut out = format!(
+        "# Benchmarks\n\nMeasured by `mcp-bench` (bench/) on {} with {} cores, {} s per throughput scenario, echo plugin, 64-byte payloads. \
+         Raw numbers: `bench/results/latest.json`. Reproduce: `scripts/bench`.\n\n\
+         | target | (a) calls/s, 1 session ×16 | (b) calls/s, 64 sessions ×64 | (c) idle sessions with GET streams | (d) initialize p50 | (d) initialize + first call p50 |\n|---|---|---|---|---|---|\n",
+        r.date, r.cores, r.duration_secs
+    );
+    for t in &r.targets {
+        let idle = t
+            .c_idle_sessions
+            .iter()
+            .map(|i| {
+                format!(
+                    "{}: {:.0} MB, {} processes, {:.0}/s setup",
+                    i.sessions, i.memory_mb, i.processes, i.setup_per_sec
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("; ");
+        let ms = |v: Option<f64>| v.map_or("–".into(), |v| format!("{v:.2} ms"));
+        out.push_str(&format!(
+            "| {} | {} | {} | {} | {} | {} |\n",
+            t.name,
+            f(&t.a_one_session_16),
+            f(&t.b_64_sessions_64),
+            if idle.is_empty() { "–".into() } else { idle },
+            ms(t.d_initialize_p50_ms),
+            ms(t.d_first_call_p50_ms),
+        ));
+    }
+    for t in r.targets.iter().filter(|t| !t.notes.is_empty()) {
+        out.push_str(&format!("\n{}: {}\n", t.name, t.notes.join("; ")));
+    }
+    out
+}
