@@ -8,11 +8,7 @@ use std::time::Duration;
 use common::{FIXTURE, Gateway, alive, descendants, wait_until};
 use serde_json::json;
 
-fn config(dir: &tempfile::TempDir, text: &str) -> String {
-    let p = dir.path().join("gw.toml");
-    std::fs::write(&p, text).unwrap();
-    p.to_str().unwrap().to_owned()
-}
+use common::write_config as config;
 
 #[tokio::test]
 async fn filtered_tools_are_hidden_and_refused() {

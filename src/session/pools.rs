@@ -369,20 +369,13 @@ impl PluginEvents for SharedEvents {
         method: &str,
         related: Related,
     ) {
-        match method {
-            // About the plugin, not a request: every session hears it. A cancellation is
-            // mapped only by the session that holds the request it cancels.
-            "notifications/tools/list_changed"
-            | "notifications/prompts/list_changed"
-            | "notifications/resources/list_changed"
-            | "notifications/resources/updated"
-            | "notifications/cancelled" => {
-                for s in self.everyone() {
-                    s.plugin_notification(conn, message.clone(), method, Related::None);
-                }
-                return;
+        // About the plugin, not a request: every session hears it. A cancellation is mapped
+        // only by the session that holds the request it cancels.
+        if super::LIST_CHANGES.contains(&method) || method == "notifications/cancelled" {
+            for s in self.everyone() {
+                s.plugin_notification(conn, message.clone(), method, Related::None);
             }
-            _ => {}
+            return;
         }
         match &related {
             Related::Exact(sink) | Related::Ambiguous(sink) => {

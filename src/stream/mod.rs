@@ -351,7 +351,8 @@ impl Stream {
             g.detached_at = None;
             (id, after, upto, skip_evicted)
         };
-        let replay = if self.buffered() {
+        // A new stream, or a cursor at its end: nothing to read back.
+        let replay = if self.buffered() && after + 1 < upto {
             match self
                 .store
                 .replay(&self.key, after, upto, skip_evicted)

@@ -34,6 +34,13 @@ pub fn tool(rel: &str) -> PathBuf {
     p
 }
 
+/// Writes a gateway config file into `dir`; its path.
+pub fn write_config(dir: &tempfile::TempDir, text: &str) -> String {
+    let p = dir.path().join("gw.toml");
+    std::fs::write(&p, text).unwrap();
+    p.to_str().unwrap().to_owned()
+}
+
 /// Polls `cond` until it holds or `timeout` passes.
 pub async fn wait_until(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
     let deadline = Instant::now() + timeout;
