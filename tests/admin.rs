@@ -83,6 +83,18 @@ impl Admin {
     }
 }
 
+/// A gateway with the admin API on and one plugin, `main`, from the command line.
+fn with_main_plugin() -> Gateway {
+    Gateway::start(&[
+        "--admin-token",
+        TOKEN,
+        "--plugin-name",
+        "main",
+        "--",
+        FIXTURE,
+    ])
+}
+
 fn fixture_plugin(name: &str) -> Value {
     json!({"name": name, "command": FIXTURE, "args": ["--name", name]})
 }
@@ -339,14 +351,7 @@ async fn registry_changes_survive_a_restart_on_postgres() {
 
 #[tokio::test]
 async fn connected_clients_hear_of_new_plugins_and_see_their_tools() {
-    let gw = Gateway::start(&[
-        "--admin-token",
-        TOKEN,
-        "--plugin-name",
-        "main",
-        "--",
-        FIXTURE,
-    ]);
+    let gw = with_main_plugin();
     let admin = Admin::of(&gw);
     let mut c = gw.client();
     c.initialize().await;
@@ -390,14 +395,7 @@ async fn connected_clients_hear_of_new_plugins_and_see_their_tools() {
 
 #[tokio::test]
 async fn removing_or_changing_a_plugin_stops_its_processes() {
-    let gw = Gateway::start(&[
-        "--admin-token",
-        TOKEN,
-        "--plugin-name",
-        "main",
-        "--",
-        FIXTURE,
-    ]);
+    let gw = with_main_plugin();
     let admin = Admin::of(&gw);
     assert_eq!(
         admin
@@ -483,14 +481,7 @@ async fn reload_applies_a_valid_config_and_refuses_an_invalid_one() {
 async fn regression_a_registry_change_while_a_plugin_starts_does_not_hang_the_call() {
     // Guards: a change during a plugin's start dropped the new process with the request still
     // pending on it: the client never got an answer.
-    let gw = Gateway::start(&[
-        "--admin-token",
-        TOKEN,
-        "--plugin-name",
-        "main",
-        "--",
-        FIXTURE,
-    ]);
+    let gw = with_main_plugin();
     let admin = Admin::of(&gw);
     let slow =
         json!({"name": "slowstart", "command": FIXTURE, "args": ["--start-delay-ms", "1500"]});

@@ -402,7 +402,7 @@ async fn in_session(session: Arc<Session>, parsed: RpcBody) -> Result<Response, 
         .collect();
     let sse = planned
         .iter()
-        .any(|(.., plan)| plan.response_mode(&session) == ResponseMode::Sse);
+        .any(|(.., plan)| plan.response_mode() == ResponseMode::Sse);
     let n = planned.len();
     let stream = session.new_post_stream(n, sse);
     // Attached before any request runs, so no answer can come before the connection.

@@ -92,8 +92,7 @@ pub fn plan(session: &Session, method: &str, params: Option<&RawValue>) -> Plan 
 impl Plan {
     /// How the answer should be sent: as an SSE stream when a plugin answers it (logs,
     /// progress and requests may come first), per that plugin's configured mode.
-    pub fn response_mode(&self, session: &Session) -> ResponseMode {
-        let _ = session;
+    pub fn response_mode(&self) -> ResponseMode {
         match &self.target {
             Ok(Target::Plugin { slot, .. }) => self.view.plugins[*slot].entry.config.response_mode,
             Ok(Target::UnknownUri(_)) => ResponseMode::Sse,
@@ -115,7 +114,18 @@ pub async fn dispatch(
         sink.respond(bytes);
     };
     let view = plan.view;
-    match plan.target {
+    let planned = match plan.target {
+        Ok(Target::UnknownUri(uri)) => {
+            // Learn who serves what from the plugins' lists, then plan again.
+            lists::learn_resources(&session, &view).await;
+            match target(&session, &view, &method, params.as_deref()) {
+                Ok(found @ Target::Plugin { .. }) => Ok(found),
+                _ => Ok(Target::UnknownUri(uri)),
+            }
+        }
+        planned => planned,
+    };
+    match planned {
         Err(Refusal(code, message)) => reply(jsonrpc::error_bytes(Some(&id), code, &message)),
         Ok(Target::Gateway) => match method.as_str() {
             "ping" => reply(jsonrpc::result_bytes(id.raw(), &empty())),
@@ -136,28 +146,11 @@ pub async fn dispatch(
             )
             .await
         }
-        Ok(Target::UnknownUri(uri)) => {
-            // Learn who serves what from the plugins' lists, then plan again.
-            lists::learn_resources(&session, &view).await;
-            match target(&session, &view, &method, params.as_deref()) {
-                Ok(Target::Plugin { slot, rewritten }) => {
-                    forward(
-                        &session,
-                        &view.plugins[slot],
-                        id,
-                        &method,
-                        rewritten.or(params),
-                        &sink,
-                    )
-                    .await
-                }
-                _ => reply(jsonrpc::error_bytes(
-                    Some(&id),
-                    code::RESOURCE_NOT_FOUND,
-                    &format!("Resource not found: {uri}"),
-                )),
-            }
-        }
+        Ok(Target::UnknownUri(uri)) => reply(jsonrpc::error_bytes(
+            Some(&id),
+            code::RESOURCE_NOT_FOUND,
+            &format!("Resource not found: {uri}"),
+        )),
     }
 }
 
