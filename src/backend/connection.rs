@@ -255,9 +255,9 @@ impl PluginConnection {
         let swapped = params
             .filter(|p| p.get().contains("\"progressToken\""))
             .and_then(|p| swap_progress_token(p, id));
-        let (params, progress_token) = match swapped {
+        let (rewritten, progress_token) = match swapped {
             Some((token, rewritten)) => (Some(rewritten), Some(token)),
-            None => (params.map(RawValue::to_owned), None),
+            None => (None, None),
         };
         let pending = Pending::Client {
             client_id: client_id.clone(),
@@ -267,7 +267,11 @@ impl PluginConnection {
         };
         let sent = self.insert(id, pending).and_then(|()| {
             self.write(
-                jsonrpc::request_bytes(Some(Id::from_u64(id).raw()), method, params.as_deref()),
+                jsonrpc::request_bytes(
+                    Some(Id::from_u64(id).raw()),
+                    method,
+                    rewritten.as_deref().or(params),
+                ),
                 id,
             )
         });

@@ -23,22 +23,6 @@ use crate::registry::{View, ViewPlugin};
 use crate::session::Session;
 use crate::stream::Sink;
 
-/// Methods a client may send in a session, besides `initialize`.
-const KNOWN_METHODS: &[&str] = &[
-    "ping",
-    "tools/list",
-    "tools/call",
-    "prompts/list",
-    "prompts/get",
-    "resources/list",
-    "resources/templates/list",
-    "resources/read",
-    "resources/subscribe",
-    "resources/unsubscribe",
-    "completion/complete",
-    "logging/setLevel",
-];
-
 const LOG_LEVELS: &[&str] = &[
     "debug",
     "info",
@@ -277,12 +261,6 @@ fn target(
     method: &str,
     params: Option<&RawValue>,
 ) -> Result<Target, Refusal> {
-    if !KNOWN_METHODS.contains(&method) {
-        return refuse(
-            code::METHOD_NOT_FOUND,
-            format!("Method not found: {method}"),
-        );
-    }
     match method {
         "ping" => Ok(Target::Gateway),
         "logging/setLevel" => {

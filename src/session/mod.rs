@@ -498,7 +498,9 @@ impl Session {
         };
         let buffered = sse && self.stream_settings.resumable;
         self.sweep_finished();
-        let hooks: Box<dyn StreamHooks> = Box::new(SessionHooks(self.me.clone()));
+        // Only a buffered stream is kept in `streams`, lingers and is released from there.
+        let hooks =
+            buffered.then(|| Box::new(SessionHooks(self.me.clone())) as Box<dyn StreamHooks>);
         let buffering = if buffered {
             Buffering::Replay
         } else {
@@ -511,7 +513,7 @@ impl Session {
             buffering,
             self.store.clone(),
             Some(owed),
-            Some(hooks),
+            hooks,
         );
         if buffered {
             let mut streams = self.streams.lock().expect("streams lock");

@@ -289,11 +289,6 @@ impl Stream {
         self.lock().conn.as_ref().is_some_and(|c| !c.tx.is_closed())
     }
 
-    /// Whether every request of this (POST) stream has been answered.
-    pub fn is_done(&self) -> bool {
-        self.lock().owed == Some(0)
-    }
-
     /// Whether a connection is attached (listening or not yet noticed gone).
     pub fn is_attached(&self) -> bool {
         self.lock().conn.is_some()
