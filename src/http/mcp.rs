@@ -393,10 +393,11 @@ async fn in_session(session: Arc<Session>, parsed: RpcBody) -> Result<Response, 
         return Ok(StatusCode::ACCEPTED.into_response());
     }
 
+    let view = session.view();
     let planned: Vec<_> = requests
         .into_iter()
         .map(|(id, method, params)| {
-            let plan = router::plan(&session, &method, params.as_deref());
+            let plan = router::plan(&session, &view, &method, params.as_deref());
             (id, method, params, plan)
         })
         .collect();

@@ -64,12 +64,12 @@ pub struct Plan {
     target: Result<Target, Refusal>,
 }
 
-/// Plans a request: validates what the gateway reads of it and finds who answers it.
-pub fn plan(session: &Session, method: &str, params: Option<&RawValue>) -> Plan {
-    let view = session.view();
+/// Plans a request against `view` (one view for all requests of a POST): validates what the
+/// gateway reads of it and finds who answers it.
+pub fn plan(session: &Session, view: &Arc<View>, method: &str, params: Option<&RawValue>) -> Plan {
     Plan {
-        target: target(session, &view, method, params),
-        view,
+        target: target(session, view, method, params),
+        view: view.clone(),
     }
 }
 
