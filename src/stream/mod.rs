@@ -74,6 +74,9 @@ pub struct Stream {
     /// SSE (carries requests and notifications) or one JSON body (responses only).
     sse: bool,
     buffering: Buffering,
+    /// The GET stream (nothing owed): it remembers what reached a connection, for
+    /// `Cursor::Undelivered`. A POST stream skips that bookkeeping.
+    tracks_delivery: bool,
     store: Arc<dyn EventStore>,
     inner: Mutex<Inner>,
     /// What the stream tells its session (`None` for streams no session tracks).
@@ -109,7 +112,7 @@ struct Inner {
     attaches: u64,
     /// Responses still owed (a POST stream); `None` for the GET stream, which never ends.
     owed: Option<usize>,
-    /// The highest sequence handed to a connection.
+    /// The highest sequence handed to a connection (kept for the GET stream only).
     delivered: u64,
     /// Released: nothing more is taken, and no connection attaches again.
     released: bool,
@@ -199,6 +202,7 @@ impl Stream {
             tag,
             sse,
             buffering,
+            tracks_delivery: owed.is_none(),
             store,
             inner: Mutex::new(Inner {
                 next_seq: 1,
@@ -405,8 +409,10 @@ impl Stream {
     }
 
     fn delivered(&self, seq: u64) {
-        let mut g = self.lock();
-        g.delivered = g.delivered.max(seq);
+        if self.tracks_delivery {
+            let mut g = self.lock();
+            g.delivered = g.delivered.max(seq);
+        }
         if self.buffering == Buffering::UntilDelivered {
             self.store.trim(&self.key, seq);
         }
