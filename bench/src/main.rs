@@ -47,6 +47,28 @@ enum Cmd {
         #[arg(long, default_value = "127.0.0.1:0")]
         listen: String,
     },
+    /// One throughput run against a target started by hand (for attaching a profiler).
+    Load {
+        /// The MCP endpoint, e.g. http://127.0.0.1:8080/mcp.
+        #[arg(long)]
+        url: String,
+        #[arg(long, default_value_t = 1)]
+        sessions: usize,
+        #[arg(long, default_value_t = 16)]
+        in_flight: usize,
+        #[arg(long, default_value_t = 10)]
+        seconds: u64,
+    },
+    /// Scenario (c) against a target started by hand: N sessions holding GET streams, then the
+    /// memory of the process tree rooted at `pid`.
+    Idle {
+        #[arg(long)]
+        url: String,
+        #[arg(long)]
+        pid: u32,
+        #[arg(long, default_value_t = 1000)]
+        sessions: usize,
+    },
 }
 
 #[derive(Debug, Default, Serialize, Clone)]
@@ -95,6 +117,33 @@ fn main() {
         .expect("runtime");
     match cli.command {
         Some(Cmd::ServeInproc { listen }) => rt.block_on(inproc::serve(&listen)),
+        Some(Cmd::Load {
+            url,
+            sessions,
+            in_flight,
+            seconds,
+        }) => {
+            let t = rt.block_on(http_load(
+                &url,
+                sessions,
+                in_flight,
+                Duration::from_secs(seconds),
+            ));
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&t).expect("serializable")
+            );
+        }
+        Some(Cmd::Idle { url, pid, sessions }) => {
+            raise_fd_limit();
+            match rt.block_on(idle_sessions(&url, pid, sessions)) {
+                Ok(r) => println!(
+                    "{}",
+                    serde_json::to_string_pretty(&r).expect("serializable")
+                ),
+                Err(e) => eprintln!("idle sessions: {e}"),
+            }
+        }
         None => rt.block_on(run(cli)),
     }
 }
@@ -309,7 +358,7 @@ async fn run(cli: Cli) {
         // Memory is measured on a fresh process: freed memory from the runs above would count.
         for n in &cli.idle_sessions {
             let fresh = start().await;
-            match idle_sessions(&fresh, *n).await {
+            match idle_sessions(&fresh.url, fresh.pid(), *n).await {
                 Ok(report) => r.c_idle_sessions.push(report),
                 Err(e) => r.notes.push(format!("{n} idle sessions: {e}")),
             }
@@ -406,7 +455,7 @@ async fn run(cli: Cli) {
                 r = http_target(&target, duration).await;
                 drop(target);
                 if let Ok(fresh) = Target::peer(name, &program, &args, &env, path).await {
-                    match idle_sessions(&fresh, 1000).await {
+                    match idle_sessions(&fresh.url, fresh.pid(), 1000).await {
                         Ok(report) => r.c_idle_sessions.push(report),
                         Err(e) => r.notes.push(format!("1000 idle sessions: {e}")),
                     }
@@ -724,15 +773,15 @@ async fn first_call_latency(url: &str, rounds: usize) -> (f64, f64) {
 
 /// Opens `n` sessions, each holding a GET stream; setup rate and the memory of the target's
 /// process tree while they are open.
-async fn idle_sessions(target: &Target, n: usize) -> Result<IdleReport, String> {
+async fn idle_sessions(url: &str, pid: u32, n: usize) -> Result<IdleReport, String> {
     let http = client();
     let started = Instant::now();
     let mut streams = Vec::with_capacity(n);
     for _ in 0..n {
-        let (sid, version) = initialize(&http, &target.url).await?;
+        let (sid, version) = initialize(&http, url).await?;
         let sid = sid.ok_or("the target keeps no sessions")?;
         let r = http
-            .get(&target.url)
+            .get(url)
             .header("accept", "text/event-stream")
             .header("mcp-session-id", &sid)
             .header("mcp-protocol-version", &version)
@@ -745,7 +794,7 @@ async fn idle_sessions(target: &Target, n: usize) -> Result<IdleReport, String> 
         streams.push(r);
     }
     let setup = started.elapsed();
-    let (memory_mb, processes) = tree_memory(target.pid());
+    let (memory_mb, processes) = tree_memory(pid);
     drop(streams);
     Ok(IdleReport {
         sessions: n,
