@@ -166,8 +166,67 @@ async fn priming_and_retry_only_for_2025_11_25_clients_ids_for_all() {
 }
 
 #[tokio::test]
+async fn a_quick_answer_leaves_with_its_headers_and_stays_resumable() {
+    let gw = Gateway::fixture(&["--sse-hold-ms", "60000"], &[]);
+    let mut c = gw.client();
+    c.initialize_at("2025-11-25", json!({})).await;
+    let r = c.post_sse(&call(1, "echo", json!({"text": "quick"}))).await;
+    assert!(
+        r.headers().contains_key("content-length"),
+        "one body with a length: {:?}",
+        r.headers()
+    );
+    let mut events = RawEvents::new(r);
+    let priming = events.next().await.unwrap();
+    assert!(priming.data.is_empty() && priming.retry.is_some());
+    let answer = events.next().await.unwrap();
+    assert_eq!(
+        message(&answer).unwrap()["result"]["content"][0]["text"],
+        "quick"
+    );
+    assert!(events.next().await.is_none());
+
+    // The finished stream left memory; its events linger in the store and a client that
+    // missed them still gets them.
+    let mut again = RawEvents::new(resume(&c, priming.id.as_deref().unwrap()).await);
+    let retry = again.next().await.unwrap();
+    assert!(
+        retry.data.is_empty() && retry.retry.is_some(),
+        "retry advice first"
+    );
+    let replayed = again.next().await.unwrap();
+    assert_eq!(replayed.id, answer.id);
+    assert_eq!(replayed.data, answer.data);
+    assert!(again.next().await.is_none(), "then the stream ends");
+
+    // A call that outlasts the hold gets its headers first and its answer streamed.
+    let slow = Gateway::fixture(&["--sse-hold-ms", "1"], &[]);
+    let mut c = slow.client();
+    c.initialize_at("2025-11-25", json!({})).await;
+    let r = c.post_sse(&call(2, "slow", json!({"ms": 600_000}))).await;
+    assert!(!r.headers().contains_key("content-length"));
+    let mut events = RawEvents::new(r);
+    assert!(events.next().await.unwrap().data.is_empty(), "priming");
+    slow.wait_log("fixture: slow request").await;
+    c.notify("notifications/cancelled", json!({"requestId": 2}))
+        .await;
+    slow.wait_log("cancelled").await;
+}
+
+#[tokio::test]
 async fn cursors_that_cannot_be_resumed_get_clear_errors() {
-    let gw = Gateway::fixture(&["--replay-max-events", "5", "--sse-linger-ms", "1"], &[]);
+    // No hold: the burst must go out on a live connection that the client then drops.
+    let gw = Gateway::fixture(
+        &[
+            "--replay-max-events",
+            "5",
+            "--sse-linger-ms",
+            "1",
+            "--sse-hold-ms",
+            "0",
+        ],
+        &[],
+    );
     let mut a = gw.client();
     a.initialize().await;
     let mut b = gw.client();

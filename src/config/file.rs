@@ -41,6 +41,7 @@ pub struct StreamSection {
     pub retry_ms: Option<u64>,
     pub poll_after_ms: Option<u64>,
     pub linger_ms: Option<u64>,
+    pub hold_ms: Option<u64>,
     pub replay_max_events: Option<usize>,
     pub replay_max_bytes: Option<usize>,
     pub replay_session_max_events: Option<usize>,

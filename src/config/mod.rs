@@ -89,6 +89,12 @@ pub struct Cli {
     #[arg(long, env = "MCP_GATEWAY_SSE_POLL_AFTER_MS")]
     pub sse_poll_after_ms: Option<u64>,
 
+    /// Milliseconds a POST's SSE response waits for its answers before its headers go out: an
+    /// answer that comes within it goes out with them in one write, as one body. 0 sends the
+    /// headers at once. [default: 5]
+    #[arg(long, env = "MCP_GATEWAY_SSE_HOLD_MS")]
+    pub sse_hold_ms: Option<u64>,
+
     /// Milliseconds a finished stream stays resumable (its last events may not have reached
     /// the client yet). [default: 5000]
     #[arg(long, env = "MCP_GATEWAY_SSE_LINGER_MS")]
@@ -528,6 +534,7 @@ impl Config {
             retry: Duration::from_millis(retry_ms),
             poll_after: poll_after_ms.map(Duration::from_millis),
             linger: Duration::from_millis(cli.sse_linger_ms.or(fs.linger_ms).unwrap_or(5000)),
+            hold: Duration::from_millis(cli.sse_hold_ms.or(fs.hold_ms).unwrap_or(5)),
         };
         let defaults = ReplayLimits::default();
         let replay = ReplayLimits {
@@ -663,6 +670,7 @@ impl Config {
                 retry: Duration::from_secs(1),
                 poll_after: None,
                 linger: Duration::from_secs(5),
+                hold: Duration::from_millis(5),
             },
             replay: ReplayLimits::default(),
             separator: DEFAULT_SEPARATOR.into(),

@@ -7,6 +7,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::State;
@@ -125,10 +126,11 @@ async fn handle_get(
     let guard = StreamGuard::new(session.connections.clone());
     Ok(stream::sse_response(
         attached,
-        opening(&session, priming),
+        opening(&session, priming, false),
         session.closed.clone(),
         guard,
-    ))
+    )
+    .await)
 }
 
 /// The stream and cursor a `Last-Event-ID` names in this session.
@@ -170,7 +172,7 @@ fn cursor_miss(gw: &Gateway, session: &Session, e: HttpError) -> HttpError {
 
 /// How a new connection of this session starts: priming and `retry:` for clients at
 /// 2025-11-25 or later, event ids when resumable, polling when configured.
-fn opening(session: &Session, priming: Option<EventId>) -> Opening {
+fn opening(session: &Session, priming: Option<EventId>, hold: bool) -> Opening {
     let settings = &session.stream_settings;
     let current = protocol::primes_streams(session.version);
     Opening {
@@ -181,6 +183,7 @@ fn opening(session: &Session, priming: Option<EventId>) -> Opening {
             .poll_after
             .filter(|_| current && settings.resumable),
         keep_alive: settings.keep_alive,
+        hold: if hold { settings.hold } else { Duration::ZERO },
     }
 }
 
@@ -433,10 +436,11 @@ async fn in_session(session: Arc<Session>, parsed: RpcBody) -> Result<Response, 
         let priming = Some(attached.cursor_id());
         return Ok(stream::sse_response(
             attached,
-            opening(&session, priming),
+            opening(&session, priming, true),
             session.closed.clone(),
             guard,
-        ));
+        )
+        .await);
     }
     let mut responses = stream::collect_responses(attached, &session.closed).await;
     drop(guard);

@@ -197,7 +197,8 @@ pub struct Session {
     /// Stream 0: server-initiated messages unrelated to a request. Kept for the session's
     /// life; what it holds while no GET connection is open waits for the next one.
     pub get: Arc<Stream>,
-    /// POST streams (SSE) not yet released, by number.
+    /// Buffered POST streams not yet finished or released, by number. A finished one lingers
+    /// only as its events in the store.
     streams: Mutex<HashMap<u64, Arc<Stream>>>,
     /// Finished streams waiting out their linger time, oldest first.
     lingering: Mutex<VecDeque<(Instant, u64)>>,
@@ -542,10 +543,18 @@ impl Session {
             due
         };
         for n in due {
-            let stream = self.streams.lock().expect("streams lock").get(&n).cloned();
-            // A stream someone resumed meanwhile is queued again when that connection ends.
-            if let Some(s) = stream {
-                s.release_if_detached();
+            let streams = self.streams.lock().expect("streams lock");
+            match streams.get(&n).cloned() {
+                // A stream someone resumed meanwhile is queued again when that connection ends.
+                Some(s) => {
+                    drop(streams);
+                    s.release_if_detached();
+                }
+                // Under the lock, so a client resuming it now either finds it or is refused.
+                None => self.store.release(&StreamKey {
+                    session: self.id.clone(),
+                    stream: n,
+                }),
             }
         }
     }
@@ -559,12 +568,27 @@ impl Session {
         if id.stream == 0 {
             return Ok(self.get.clone());
         }
-        match self.streams.lock().expect("streams lock").get(&id.stream) {
-            Some(s) => Ok(s.clone()),
-            None if id.stream < self.next_stream.load(Ordering::Relaxed) => {
-                Err(UnknownStream::Released)
+        let mut streams = self.streams.lock().expect("streams lock");
+        if let Some(s) = streams.get(&id.stream) {
+            return Ok(s.clone());
+        }
+        if id.stream >= self.next_stream.load(Ordering::Relaxed) {
+            return Err(UnknownStream::NeverIssued);
+        }
+        // A finished stream left memory when its last event went out; its events linger in
+        // the store until released, and it is rebuilt from them for a client resuming it.
+        let key = StreamKey {
+            session: self.id.clone(),
+            stream: id.stream,
+        };
+        match self.store.next_seq(&key) {
+            Some(next) if !self.closed.is_cancelled() => {
+                let hooks = Box::new(SessionHooks(self.me.clone()));
+                let s = Stream::finished(key, self.tag, self.store.clone(), next, Some(hooks));
+                streams.insert(id.stream, s.clone());
+                Ok(s)
             }
-            None => Err(UnknownStream::NeverIssued),
+            _ => Err(UnknownStream::Released),
         }
     }
 
@@ -674,6 +698,9 @@ struct SessionHooks(Weak<Session>);
 impl StreamHooks for SessionHooks {
     fn finished(&self, stream: u64) {
         if let Some(s) = self.0.upgrade() {
+            // Its events linger in the store; the stream itself leaves memory now (a client
+            // that resumes it gets it rebuilt), so finished streams cost no scans.
+            s.streams.lock().expect("streams lock").remove(&stream);
             let at = Instant::now() + s.stream_settings.linger;
             s.lingering
                 .lock()
@@ -838,6 +865,7 @@ mod tests {
             retry: Duration::from_secs(1),
             poll_after: None,
             linger: Duration::from_secs(5),
+            hold: Duration::ZERO,
         };
         Session::new(
             Arc::from("session-1"),

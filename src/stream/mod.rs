@@ -46,6 +46,10 @@ pub struct StreamSettings {
     /// connection does not prove the client read it: a connection can be dead before the
     /// gateway notices.
     pub linger: Duration,
+    /// How long a POST's SSE response waits for its answers before its headers go out. A
+    /// quick answer then leaves in the same write as the headers (one body with a length)
+    /// instead of a write for the headers and another for the events.
+    pub hold: Duration,
 }
 
 /// Counts of resumption outcomes, for metrics.
@@ -215,6 +219,20 @@ impl Stream {
             }),
             hooks,
         })
+    }
+
+    /// A finished POST stream brought back from the store for a client resuming it after it
+    /// left memory: it replays what the store keeps, then ends.
+    pub fn finished(
+        key: StreamKey,
+        tag: u32,
+        store: Arc<dyn EventStore>,
+        next_seq: u64,
+        hooks: Option<Box<dyn StreamHooks>>,
+    ) -> Arc<Stream> {
+        let s = Stream::new(key, tag, true, Buffering::Replay, store, Some(0), hooks);
+        s.lock().next_seq = next_seq;
+        s
     }
 
     pub fn number(&self) -> u64 {
@@ -540,11 +558,15 @@ pub struct Opening {
     /// Close the connection after this long, the stream going on (polling mode).
     pub poll_after: Option<Duration>,
     pub keep_alive: Duration,
+    /// Wait this long for live events before the response starts (see
+    /// [`StreamSettings::hold`]); zero for a connection that must open at once.
+    pub hold: Duration,
 }
 
 /// Turns an attached connection into an SSE response: priming, replay, then live events,
 /// until the stream ends, the connection is replaced, `closed` fires or polling closes it.
-pub fn sse_response(
+/// When the stream ends within `opening.hold`, the whole of it goes out as one body.
+pub async fn sse_response(
     attached: Attached,
     opening: Opening,
     closed: CancellationToken,
@@ -553,7 +575,7 @@ pub fn sse_response(
     let AttachedParts {
         stream,
         conn,
-        rx,
+        mut rx,
         replay,
         ..
     } = attached.take();
@@ -566,6 +588,41 @@ pub fn sse_response(
     for (seq, data) in replay {
         let id = opening.ids.then(|| stream.event_id(seq));
         first.push_back((Some(seq), encode(id, None, Some(&data))));
+    }
+    // Whatever comes within the hold goes out with the headers.
+    let mut ended = None;
+    if !opening.hold.is_zero()
+        && let Ok(frame) = tokio::time::timeout(opening.hold, rx.recv()).await
+    {
+        let mut frame = frame;
+        loop {
+            match frame {
+                Some(Frame::Event { seq, data }) => {
+                    let id = opening.ids.then(|| stream.event_id(seq));
+                    first.push_back((Some(seq), encode(id, None, Some(&data))));
+                }
+                Some(Frame::End) => break ended = Some(true),
+                // Another connection took over, or the stream was released.
+                None => break ended = Some(false),
+            }
+            match rx.try_recv() {
+                Ok(f) => frame = Some(f),
+                Err(mpsc::error::TryRecvError::Empty) => break,
+                Err(mpsc::error::TryRecvError::Disconnected) => frame = None,
+            }
+        }
+    }
+    if let Some(finished) = ended {
+        let mut body = Vec::with_capacity(first.iter().map(|(_, b)| b.len()).sum());
+        for (seq, chunk) in &first {
+            if let Some(seq) = seq {
+                stream.delivered(*seq);
+            }
+            body.extend_from_slice(chunk);
+        }
+        stream.detach(conn, finished);
+        drop(guard);
+        return sse_headers(axum::body::Body::from(body).into_response());
     }
     let now = tokio::time::Instant::now();
     let state = Body {
@@ -587,7 +644,10 @@ pub fn sse_response(
         let chunk = st.next().await?;
         Some((Ok::<_, Infallible>(chunk), st))
     });
-    let mut response = axum::body::Body::from_stream(body).into_response();
+    sse_headers(axum::body::Body::from_stream(body).into_response())
+}
+
+fn sse_headers(mut response: Response) -> Response {
     let headers = response.headers_mut();
     headers.insert(
         header::CONTENT_TYPE,

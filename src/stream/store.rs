@@ -56,6 +56,11 @@ pub trait EventStore: Send + Sync + 'static {
     /// tell without waiting (checked before a connection is swapped for a resuming one).
     fn oldest_kept(&self, key: &StreamKey) -> Option<u64>;
 
+    /// The sequence a stream's next event would have, when the store still knows the stream
+    /// (`None` once it is released or never had an event). A finished stream that is no longer
+    /// in memory is rebuilt from this when a client resumes it.
+    fn next_seq(&self, key: &StreamKey) -> Option<u64>;
+
     /// Forgets a stream's events up to and including `through` (delivered, not kept for
     /// replay when resumption is off).
     fn trim(&self, key: &StreamKey, through: u64);
@@ -97,7 +102,6 @@ impl Default for ReplayLimits {
 
 struct Entry {
     seq: u64,
-    at: Instant,
     data: Bytes,
 }
 
@@ -113,10 +117,10 @@ struct SessionBufs {
     streams: HashMap<u64, StreamBuf>,
     events: usize,
     bytes: usize,
-    /// Every append, oldest first, as (stream, sequence): where the session's oldest event is,
-    /// without scanning its streams. Entries whose event already went are skipped when met,
-    /// and compacted away when they pile up.
-    order: VecDeque<(u64, u64)>,
+    /// Every append, oldest first, as (stream, sequence, time): where the session's oldest
+    /// event is, and when it came, without scanning its streams. Entries whose event already
+    /// went are skipped when met, and compacted away when they pile up.
+    order: VecDeque<(u64, u64, Instant)>,
 }
 
 /// The in-process store. Each session's buffers sit behind their own lock, so sessions never
@@ -167,15 +171,31 @@ impl MemoryEventStore {
         }
     }
 
-    fn expire_stream(&self, session: &mut SessionBufs, stream: u64) {
-        let max_age = self.limits.max_age;
-        while session
+    /// Drops the session's oldest event if it is still kept; `false` when no entry is left.
+    fn evict_oldest(&self, session: &mut SessionBufs) -> bool {
+        let Some((stream, seq, _)) = session.order.pop_front() else {
+            return false;
+        };
+        let is_front = session
             .streams
             .get(&stream)
             .and_then(|b| b.events.front())
-            .is_some_and(|e| e.at.elapsed() > max_age)
-        {
+            .is_some_and(|e| e.seq == seq);
+        if is_front {
             self.pop_front(session, stream, true);
+        }
+        true
+    }
+
+    /// Evicts the session's events past their age: oldest first, from the front of the
+    /// append order, so the cost is the number evicted, not the number kept.
+    fn expire_session(&self, session: &mut SessionBufs, now: Instant) {
+        while session
+            .order
+            .front()
+            .is_some_and(|(.., at)| now.saturating_duration_since(*at) > self.limits.max_age)
+        {
+            self.evict_oldest(session);
         }
     }
 }
@@ -200,11 +220,7 @@ impl EventStore for MemoryEventStore {
                 bytes: 0,
                 first_kept: seq,
             });
-        buf.events.push_back(Entry {
-            seq,
-            at: Instant::now(),
-            data,
-        });
+        buf.events.push_back(Entry { seq, data });
         buf.bytes += len;
         let over = |b: &StreamBuf| {
             b.events.len() > self.limits.max_events_per_stream
@@ -213,7 +229,8 @@ impl EventStore for MemoryEventStore {
         let over_stream = over(buf);
         session.bytes += len;
         session.events += 1;
-        session.order.push_back((key.stream, seq));
+        let now = Instant::now();
+        session.order.push_back((key.stream, seq, now));
         self.events.fetch_add(1, Ordering::Relaxed);
         self.bytes.fetch_add(len as u64, Ordering::Relaxed);
         if over_stream {
@@ -221,27 +238,16 @@ impl EventStore for MemoryEventStore {
                 self.pop_front(&mut session, key.stream, true);
             }
         }
-        self.expire_stream(&mut session, key.stream);
+        self.expire_session(&mut session, now);
         // Over the session's budget: the oldest events of the session go first.
-        while session.bytes > self.limits.max_bytes_per_session
-            || session.events > self.limits.max_events_per_session
-        {
-            let Some((stream, seq)) = session.order.pop_front() else {
-                break;
-            };
-            let is_front = session
-                .streams
-                .get(&stream)
-                .and_then(|b| b.events.front())
-                .is_some_and(|e| e.seq == seq);
-            if is_front {
-                self.pop_front(&mut session, stream, true);
-            }
-        }
+        while (session.bytes > self.limits.max_bytes_per_session
+            || session.events > self.limits.max_events_per_session)
+            && self.evict_oldest(&mut session)
+        {}
         // Entries for events that left by other ways (stream limits, age, release).
         if session.order.len() > 2 * session.events + 64 {
             let SessionBufs { streams, order, .. } = &mut *session;
-            order.retain(|(stream, seq)| {
+            order.retain(|(stream, seq, _)| {
                 streams
                     .get(stream)
                     .and_then(|b| b.events.front())
@@ -268,7 +274,7 @@ impl EventStore for MemoryEventStore {
                 return if skip_evicted { Ok(Vec::new()) } else { gone };
             };
             let mut session = session.lock().expect("session buffers lock");
-            self.expire_stream(&mut session, key.stream);
+            self.expire_session(&mut session, Instant::now());
             let Some(buf) = session.streams.get(&key.stream) else {
                 return if skip_evicted { Ok(Vec::new()) } else { gone };
             };
@@ -290,8 +296,15 @@ impl EventStore for MemoryEventStore {
     fn oldest_kept(&self, key: &StreamKey) -> Option<u64> {
         let session = self.session(&key.session)?;
         let mut session = session.lock().expect("session buffers lock");
-        self.expire_stream(&mut session, key.stream);
+        self.expire_session(&mut session, Instant::now());
         session.streams.get(&key.stream).map(|b| b.first_kept)
+    }
+
+    fn next_seq(&self, key: &StreamKey) -> Option<u64> {
+        let session = self.session(&key.session)?;
+        let session = session.lock().expect("session buffers lock");
+        let buf = session.streams.get(&key.stream)?;
+        Some(buf.events.back().map_or(buf.first_kept, |e| e.seq + 1))
     }
 
     fn trim(&self, key: &StreamKey, through: u64) {
@@ -311,12 +324,9 @@ impl EventStore for MemoryEventStore {
 
     fn expire(&self) {
         let sessions: Vec<_> = self.sessions.iter().map(|s| s.value().clone()).collect();
+        let now = Instant::now();
         for session in sessions {
-            let mut session = session.lock().expect("session buffers lock");
-            let streams: Vec<u64> = session.streams.keys().copied().collect();
-            for s in streams {
-                self.expire_stream(&mut session, s);
-            }
+            self.expire_session(&mut session.lock().expect("session buffers lock"), now);
         }
     }
 
@@ -479,6 +489,25 @@ mod tests {
                 proptest::prop_assert_eq!(got, Ok(mine));
             }
         }
+    }
+
+    #[test]
+    fn knows_where_a_kept_stream_goes_on() {
+        let store = MemoryEventStore::new(limits(2, 1000, 1000));
+        let k = key("s", 3);
+        assert_eq!(store.next_seq(&k), None);
+        for seq in 1..=4 {
+            store.append(&k, seq, Bytes::from_static(b"x"));
+        }
+        assert_eq!(store.next_seq(&k), Some(5));
+        store.trim(&k, 4);
+        assert_eq!(
+            store.next_seq(&k),
+            Some(5),
+            "an emptied stream is still known"
+        );
+        store.release(&k);
+        assert_eq!(store.next_seq(&k), None);
     }
 
     #[test]
