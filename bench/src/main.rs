@@ -24,6 +24,11 @@ use tokio::process::{Child, Command};
 
 mod inproc;
 
+// The same allocator as the gateway, so the in-process ceiling measures the design and not
+// the allocator (and the load generator is not slowed by glibc's).
+#[global_allocator]
+static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 #[derive(Parser)]
 #[command(name = "mcp-bench", about = "Benchmarks MCP gateways side by side")]
 struct Cli {
