@@ -493,6 +493,23 @@ async fn run(cli: Cli) {
     report.targets.push(r);
     drop(warm);
 
+    // One plugin process for every session (`process_model = "shared"`), as suits a stateless
+    // plugin: (b) without 64 processes to wake.
+    let shared = Target::gateway(
+        "mcp-gateway, shared plugin process",
+        &[],
+        Some("[plugins.echo]\ncommand = \"ECHO\"\nprocess_model = \"shared\"\n"),
+    )
+    .await;
+    let mut r = TargetReport {
+        name: shared.name.clone(),
+        ..Default::default()
+    };
+    r.a_one_session_16 = Some(http_load(&shared.url, 1, 16, duration).await);
+    r.b_64_sessions_64 = Some(http_load(&shared.url, 64, 64, duration).await);
+    report.targets.push(r);
+    drop(shared);
+
     let off = Target::gateway(
         "mcp-gateway, resumable streams off",
         &["--sse-resumable", "false"],
