@@ -10,6 +10,8 @@ use axum::serve::ListenerExt;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
+use crate::auth::Auth;
+use crate::auth::store::AuthStoreError;
 use crate::config::{Config, ConfigError};
 use crate::http;
 use crate::registry::store::{PluginStore, SqlPluginStore, StoreError};
@@ -23,6 +25,7 @@ pub type Reloader = Box<dyn Fn() -> Result<Config, ConfigError> + Send + Sync>;
 /// Everything a request handler needs.
 pub struct Gateway {
     pub config: Config,
+    pub auth: Arc<Auth>,
     pub registry: Arc<Registry>,
     pub plugin_store: Arc<dyn PluginStore>,
     pub sessions: Arc<SessionManager>,
@@ -39,6 +42,8 @@ pub struct Gateway {
 pub enum StartError {
     #[error(transparent)]
     Store(#[from] StoreError),
+    #[error("authorization: {0}")]
+    Auth(#[from] AuthStoreError),
     #[error(transparent)]
     Registry(#[from] RegistryError),
     #[error("cannot listen for the admin API on {addr}: {source}")]
@@ -67,9 +72,20 @@ impl Gateway {
         config: Config,
         reloader: Option<Reloader>,
     ) -> Result<Arc<Gateway>, StartError> {
-        let plugin_store: Arc<dyn PluginStore> =
-            Arc::new(SqlPluginStore::connect(&config.database_url).await?);
+        let sql = SqlPluginStore::connect(&config.database_url).await?;
+        let pool = sql.pool();
+        let plugin_store: Arc<dyn PluginStore> = Arc::new(sql);
         let registry = Registry::load(&config, plugin_store.clone()).await?;
+        let auth = Arc::new(Auth::new(config.auth.clone(), pool, Vec::new()).await?);
+        if let Some(server) = &auth.server {
+            let r = registry.clone();
+            server.set_scope_source(Box::new(move || {
+                r.entries()
+                    .iter()
+                    .filter_map(|p| p.config.scope.clone())
+                    .collect()
+            }));
+        }
         let store: Arc<dyn EventStore> = Arc::new(MemoryEventStore::new(config.replay.clone()));
         let sessions = SessionManager::new(
             config.session.clone(),
@@ -87,6 +103,7 @@ impl Gateway {
         // Pools for what the registry holds already (warm processes start now).
         sessions.registry_changed(&registry.view());
         Ok(Arc::new(Gateway {
+            auth,
             registry,
             plugin_store,
             sessions,

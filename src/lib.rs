@@ -5,6 +5,8 @@
 //! A request's way through the gateway, in module order:
 //!
 //! - [`http`]: the endpoint; Host/Origin/Accept/Content-Type checks; status codes; SSE or JSON.
+//! - [`auth`]: OAuth 2.1: the bearer token of every request (resource server) and, built in,
+//!   the authorization server that issues them.
 //! - [`protocol`]: versions, negotiation, and the one place a request's era is decided.
 //! - [`jsonrpc`]: envelope parsing that leaves params and results as raw JSON.
 //! - [`session`]: legacy-era sessions, each with its own plugin instances and GET stream.
@@ -19,6 +21,7 @@
 //! [`gateway::run`] serves it until told to stop.
 
 pub mod admin;
+pub mod auth;
 pub mod backend;
 pub mod config;
 pub mod gateway;

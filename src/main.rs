@@ -17,6 +17,18 @@ async fn main() -> ExitCode {
     let cli = Cli::parse();
     init_tracing(cli.log_format);
 
+    if let Some(Command::HashPassword) = &cli.command {
+        let mut password = String::new();
+        if std::io::stdin().read_line(&mut password).is_err() || password.trim_end().is_empty() {
+            eprintln!("mcp-gateway: give the password on standard input");
+            return ExitCode::from(2);
+        }
+        println!(
+            "{}",
+            mcp_gateway::auth::server::hash_password(password.trim_end_matches(['\n', '\r']))
+        );
+        return ExitCode::SUCCESS;
+    }
     let config = match Config::load(&cli) {
         Ok(c) => c,
         Err(e) => {

@@ -22,6 +22,7 @@ pub struct FileConfig {
     pub stream: StreamSection,
     pub database_url: Option<String>,
     pub admin: AdminSection,
+    pub auth: AuthSection,
     pub max_children: Option<usize>,
     pub plugins: Vec<PluginConfig>,
 }
@@ -66,7 +67,26 @@ struct TomlFile {
     #[serde(default)]
     admin: AdminSection,
     #[serde(default)]
+    auth: AuthSection,
+    #[serde(default)]
     plugins: BTreeMap<String, PluginSpec>,
+}
+
+/// `[auth]`: OAuth 2.1 for `/mcp`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuthSection {
+    pub mode: Option<super::AuthMode>,
+    pub public_url: Option<String>,
+    pub scopes: Option<Vec<String>>,
+    pub allow_unauthenticated: Option<bool>,
+    pub access_token_ttl_secs: Option<u64>,
+    pub refresh_token_ttl_secs: Option<u64>,
+    pub code_ttl_secs: Option<u64>,
+    pub cimd_allow_private: Option<bool>,
+    pub registrations_per_minute: Option<u32>,
+    #[serde(default)]
+    pub users: Vec<super::UserConfig>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -147,6 +167,7 @@ fn parse_toml(text: &str) -> Result<FileConfig, String> {
         stream: file.stream,
         database_url: file.database_url,
         admin: file.admin,
+        auth: file.auth,
         max_children: file.max_children,
         plugins,
     })

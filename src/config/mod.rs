@@ -149,6 +149,20 @@ pub struct Cli {
     #[arg(long, env = "MCP_GATEWAY_ADMIN_TOKEN", hide_env_values = true)]
     pub admin_token: Option<String>,
 
+    /// Authorization of `/mcp`: `none`, or `builtin` (the gateway is the OAuth 2.1
+    /// authorization server too). [default: none]
+    #[arg(long, env = "MCP_GATEWAY_AUTH_MODE", value_enum)]
+    pub auth_mode: Option<AuthMode>,
+
+    /// The public URL of `/mcp` (e.g. https://mcp.example.com/mcp): the OAuth resource, and the
+    /// issuer's origin. Required with `--auth-mode builtin`.
+    #[arg(long, env = "MCP_GATEWAY_PUBLIC_URL")]
+    pub public_url: Option<String>,
+
+    /// Serve `/mcp` without authorization on an address beyond loopback.
+    #[arg(long, env = "MCP_GATEWAY_ALLOW_UNAUTHENTICATED")]
+    pub allow_unauthenticated: bool,
+
     /// Log format. [default: text]
     #[arg(long, env = "MCP_GATEWAY_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
@@ -163,6 +177,8 @@ pub enum Command {
     /// Validate the config (given with --config and flags) and exit: 0 when valid, 1 with a
     /// message naming the bad key when not.
     Check,
+    /// Read a password on standard input and print its argon2 hash, for `[[auth.users]]`.
+    HashPassword,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize, Serialize)]
@@ -195,10 +211,72 @@ pub struct Config {
     pub plugins: Vec<PluginConfig>,
     pub database_url: String,
     pub admin: AdminConfig,
+    pub auth: AuthConfig,
     /// Most plugin processes at once, all plugins together.
     pub max_children: Option<usize>,
     /// The config file, re-read on reload.
     pub config_path: Option<PathBuf>,
+}
+
+/// How `/mcp` is authorized.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AuthMode {
+    /// No authorization (loopback quick start).
+    #[default]
+    None,
+    /// The gateway is resource server and authorization server.
+    Builtin,
+}
+
+/// A user who can sign in at the built-in authorization server.
+#[derive(Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UserConfig {
+    pub name: String,
+    /// An argon2 PHC string (`mcp-gateway hash-password` makes one).
+    pub password_hash: String,
+}
+
+impl std::fmt::Debug for UserConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "UserConfig({})", self.name)
+    }
+}
+
+/// OAuth 2.1 settings (`[auth]`).
+#[derive(Debug, Clone)]
+pub struct AuthConfig {
+    pub mode: AuthMode,
+    /// The public URL of `/mcp`.
+    pub public_url: Option<url::Url>,
+    /// Scopes every request to `/mcp` needs.
+    pub scopes: Vec<String>,
+    pub users: Vec<UserConfig>,
+    pub access_ttl: Duration,
+    pub refresh_ttl: Duration,
+    pub code_ttl: Duration,
+    /// Let client ID metadata documents be fetched from private and loopback addresses (and
+    /// over http on loopback): for development only.
+    pub cimd_allow_private: bool,
+    /// Dynamic client registrations accepted per minute (all clients together).
+    pub registrations_per_minute: u32,
+}
+
+impl Default for AuthConfig {
+    fn default() -> Self {
+        AuthConfig {
+            mode: AuthMode::None,
+            public_url: None,
+            scopes: vec!["mcp".into()],
+            users: Vec::new(),
+            access_ttl: Duration::from_secs(600),
+            refresh_ttl: Duration::from_secs(30 * 24 * 3600),
+            code_ttl: Duration::from_secs(60),
+            cimd_allow_private: false,
+            registrations_per_minute: 30,
+        }
+    }
 }
 
 /// The admin API's listener.
@@ -267,6 +345,8 @@ pub struct PluginConfig {
     pub pool_size: usize,
     /// `per_session`: instances kept started and initialized ahead of demand.
     pub warm: usize,
+    /// A scope a token needs to see and call this plugin's tools (with `auth.mode`).
+    pub scope: Option<String>,
 }
 
 /// How a plugin's processes serve sessions.
@@ -301,6 +381,7 @@ impl PluginConfig {
             process_model: ProcessModel::PerSession,
             pool_size: 1,
             warm: 0,
+            scope: None,
         }
     }
 
@@ -363,6 +444,8 @@ pub struct PluginSpec {
     pub pool_size: Option<usize>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub warm: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scope: Option<String>,
     /// Only meaningful in a config file (the API has enable/disable).
     #[serde(default = "yes", skip_serializing)]
     pub enabled: bool,
@@ -397,6 +480,7 @@ impl PluginSpec {
         c.process_model = self.process_model;
         c.pool_size = self.pool_size.unwrap_or(1);
         c.warm = self.warm.unwrap_or(0);
+        c.scope = self.scope;
         c
     }
 
@@ -418,6 +502,7 @@ impl PluginSpec {
             process_model: c.process_model,
             pool_size: Some(c.pool_size),
             warm: Some(c.warm),
+            scope: c.scope.clone(),
             enabled: true,
         }
     }
@@ -453,6 +538,102 @@ pub const DEFAULT_ADMIN_LISTEN: &str = "127.0.0.1:9090";
 pub const DEFAULT_DATABASE_URL: &str = "sqlite://mcp-gateway.db?mode=rwc";
 pub const DEFAULT_MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
 pub const DEFAULT_SEPARATOR: &str = "__";
+
+/// The `[auth]` settings over the flags, validated against the listen address.
+fn auth_config(
+    cli: &Cli,
+    file: file::AuthSection,
+    listen: SocketAddr,
+) -> Result<AuthConfig, ConfigError> {
+    let d = AuthConfig::default();
+    let mode = cli.auth_mode.or(file.mode).unwrap_or_default();
+    let allow_unauthenticated =
+        cli.allow_unauthenticated || file.allow_unauthenticated == Some(true);
+    if mode == AuthMode::None && !listen.ip().is_loopback() && !allow_unauthenticated {
+        return Err(invalid(
+            "auth.mode",
+            format!(
+                "listening on {listen}, beyond loopback, without authorization: set auth.mode = \"builtin\" (--auth-mode builtin), or allow it explicitly with auth.allow_unauthenticated = true (--allow-unauthenticated)"
+            ),
+        ));
+    }
+    let public_url = match cli.public_url.clone().or(file.public_url) {
+        None if mode == AuthMode::Builtin => {
+            return Err(invalid(
+                "auth.public_url",
+                "auth.mode = \"builtin\" needs the public URL of /mcp, e.g. https://mcp.example.com/mcp",
+            ));
+        }
+        None => None,
+        Some(u) => {
+            let url = url::Url::parse(&u)
+                .map_err(|e| invalid("auth.public_url", format!("`{u}` is not a URL: {e}")))?;
+            let loopback = match url.host() {
+                Some(url::Host::Domain(d)) => d.eq_ignore_ascii_case("localhost"),
+                Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+                Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+                None => false,
+            };
+            if url.scheme() != "https" && !(url.scheme() == "http" && loopback) {
+                return Err(invalid(
+                    "auth.public_url",
+                    "must be https (plain http only on loopback, for development)",
+                ));
+            }
+            if url.query().is_some() || url.fragment().is_some() || !url.username().is_empty() {
+                return Err(invalid(
+                    "auth.public_url",
+                    "must have no query, fragment or credentials",
+                ));
+            }
+            Some(url)
+        }
+    };
+    let scopes = file.scopes.unwrap_or(d.scopes);
+    if scopes
+        .iter()
+        .any(|s| s.is_empty() || s.contains([' ', '"', '\\']))
+    {
+        return Err(invalid(
+            "auth.scopes",
+            "scopes are non-empty words without spaces or quotes",
+        ));
+    }
+    for u in &file.users {
+        if argon2::PasswordHash::new(&u.password_hash).is_err() {
+            return Err(invalid(
+                format!("auth.users.{}.password_hash", u.name),
+                "not an argon2 hash (make one with `mcp-gateway hash-password`)",
+            ));
+        }
+    }
+    let secs = |v: Option<u64>, default: Duration, key: &str| match v {
+        Some(0) => Err(invalid(format!("auth.{key}"), "must be at least 1")),
+        Some(n) => Ok(Duration::from_secs(n)),
+        None => Ok(default),
+    };
+    Ok(AuthConfig {
+        mode,
+        public_url,
+        scopes,
+        users: file.users,
+        access_ttl: secs(
+            file.access_token_ttl_secs,
+            d.access_ttl,
+            "access_token_ttl_secs",
+        )?,
+        refresh_ttl: secs(
+            file.refresh_token_ttl_secs,
+            d.refresh_ttl,
+            "refresh_token_ttl_secs",
+        )?,
+        code_ttl: secs(file.code_ttl_secs, d.code_ttl, "code_ttl_secs")?,
+        cimd_allow_private: file.cimd_allow_private.unwrap_or(false),
+        registrations_per_minute: file
+            .registrations_per_minute
+            .unwrap_or(d.registrations_per_minute),
+    })
+}
 
 impl Config {
     /// Builds the config from parsed flags, reading the config file they name.
@@ -629,7 +810,9 @@ impl Config {
                 "the admin API needs its own address, not the public one",
             ));
         }
+        let auth = auth_config(cli, file.auth, listen)?;
         Ok(Config {
+            auth,
             max_children: cli.max_children.or(file.max_children),
             database_url: cli
                 .database_url
@@ -681,6 +864,7 @@ impl Config {
                 listen: DEFAULT_ADMIN_LISTEN.parse().expect("valid"),
                 token: None,
             },
+            auth: AuthConfig::default(),
             config_path: None,
         }
     }
@@ -836,6 +1020,7 @@ mod tests {
             "0.0.0.0:8080",
             "--allowed-hosts",
             "mcp.example.com",
+            "--allow-unauthenticated",
             "--",
             "x",
         ]))
@@ -850,11 +1035,61 @@ mod tests {
                 "0.0.0.0:8080",
                 "--allowed-hosts",
                 "*",
+                "--allow-unauthenticated",
                 "--",
                 "x"
             ]))
             .is_ok()
         );
+    }
+
+    #[test]
+    fn authorization_settings_are_checked() {
+        let beyond = ["--listen", "0.0.0.0:8080", "--allowed-hosts", "h"];
+        let e = Config::load(&cli(&[&beyond[..], &["--", "x"]].concat())).unwrap_err();
+        assert!(e.to_string().contains("auth.mode"), "{e}");
+        let e = Config::load(&cli(
+            &[&beyond[..], &["--auth-mode", "builtin", "--", "x"]].concat()
+        ))
+        .unwrap_err();
+        assert!(e.to_string().contains("auth.public_url"), "{e}");
+        let e = Config::load(&cli(&[
+            &beyond[..],
+            &[
+                "--auth-mode",
+                "builtin",
+                "--public-url",
+                "http://h/mcp",
+                "--",
+                "x",
+            ],
+        ]
+        .concat()))
+        .unwrap_err();
+        assert!(e.to_string().contains("https"), "{e}");
+        let c = Config::load(&cli(&[
+            &beyond[..],
+            &[
+                "--auth-mode",
+                "builtin",
+                "--public-url",
+                "https://h/mcp",
+                "--",
+                "x",
+            ],
+        ]
+        .concat()))
+        .unwrap();
+        assert_eq!(c.auth.mode, AuthMode::Builtin);
+        assert_eq!(c.auth.scopes, ["mcp"]);
+        let file = FileConfig::parse(
+            "[auth]\nmode = \"builtin\"\npublic_url = \"http://127.0.0.1:1/mcp\"\n\
+             [[auth.users]]\nname = \"a\"\npassword_hash = \"plain\"\n\
+             [plugins.p]\ncommand = \"x\"\n",
+        )
+        .unwrap();
+        let e = Config::merge(&cli(&[]), file).unwrap_err();
+        assert!(e.to_string().contains("auth.users.a.password_hash"), "{e}");
     }
 
     #[test]

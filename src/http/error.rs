@@ -5,6 +5,7 @@
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
+use crate::auth::{AuthError, Challenge};
 use crate::jsonrpc::{self, Id, ParseError, code};
 
 #[derive(Debug, thiserror::Error)]
@@ -47,6 +48,8 @@ pub enum HttpError {
     EventStore(String),
     #[error("Service Unavailable: the gateway holds its maximum number of sessions; retry later")]
     TooManySessions,
+    #[error("{0}")]
+    Auth(AuthError, Challenge),
 }
 
 impl HttpError {
@@ -68,6 +71,7 @@ impl HttpError {
             HttpError::SessionNotFound => StatusCode::NOT_FOUND,
             HttpError::Conflict(_) => StatusCode::CONFLICT,
             HttpError::TooManySessions => StatusCode::SERVICE_UNAVAILABLE,
+            HttpError::Auth(_, c) => c.status,
         }
     }
 
@@ -108,6 +112,9 @@ impl IntoResponse for HttpError {
         );
         if matches!(self, HttpError::TooManySessions) {
             headers.insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
+        }
+        if let HttpError::Auth(_, c) = &self {
+            headers.insert(header::WWW_AUTHENTICATE, c.www_authenticate.clone());
         }
         response
     }

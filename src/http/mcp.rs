@@ -20,11 +20,13 @@ use serde_json::value::RawValue;
 
 use super::checks;
 use super::error::HttpError;
+use crate::auth::{AuthError, Principal};
 use crate::config::ResponseMode;
 use crate::gateway::Gateway;
 use crate::jsonrpc::{self, Body as RpcBody, Id, Message};
 use crate::protocol::era::{self, Era};
 use crate::protocol::{self, CLIENT_VERSIONS, DEFAULT_HTTP_VERSION};
+use crate::registry::{View, ViewPlugin};
 use crate::router;
 use crate::session::UnknownStream;
 use crate::session::{ClientInit, Session};
@@ -64,20 +66,44 @@ async fn handle_post(
     body: Body,
 ) -> Result<Response, HttpError> {
     gw.guard.check(headers, uri)?;
+    let principal = authorize(gw, headers, uri)?;
     checks::accepts_post(headers)?;
     checks::json_content(headers)?;
     let bytes = read_body(headers, body, gw.config.max_body_bytes).await?;
     let parsed = jsonrpc::parse_body(&bytes).map_err(HttpError::Parse)?;
     let session_id = session_header(headers)?;
     match era::classify(session_id, &parsed) {
-        Era::Initialize => initialize(gw, parsed).await,
+        Era::Initialize => initialize(gw, parsed, principal.as_ref()).await,
         Era::Sessionless { .. } => Err(HttpError::MissingSession(protocol::supported_list())),
         Era::Session(id) => {
-            let session = gw.sessions.get(id).ok_or(HttpError::SessionNotFound)?;
+            let session = owned_session(gw, id, principal.as_ref())?;
             check_version(headers, &session)?;
-            in_session(session, parsed).await
+            in_session(gw, session, parsed, principal.as_ref()).await
         }
     }
+}
+
+/// The request's token, checked (with authorization on): who it speaks for.
+fn authorize(gw: &Gateway, headers: &HeaderMap, uri: &Uri) -> Result<Option<Principal>, HttpError> {
+    gw.auth.authenticate(headers, uri).map_err(|e| {
+        let c = gw.auth.challenge(&e);
+        HttpError::Auth(e, c)
+    })
+}
+
+/// A session, if it exists and belongs to the request's subject: another subject's session
+/// is as unknown to it as one that never existed.
+fn owned_session(
+    gw: &Gateway,
+    id: &str,
+    principal: Option<&Principal>,
+) -> Result<Arc<Session>, HttpError> {
+    let session = gw.sessions.get(id).ok_or(HttpError::SessionNotFound)?;
+    if session.owner.as_deref() != principal.map(|p| p.subject.as_str()) {
+        tracing::warn!(session = %session.id, "a session was used with another subject's token");
+        return Err(HttpError::SessionNotFound);
+    }
+    Ok(session)
 }
 
 /// Opens the session's GET stream, or (with `Last-Event-ID`) resumes any of its streams:
@@ -88,8 +114,9 @@ async fn handle_get(
     headers: &HeaderMap,
 ) -> Result<Response, HttpError> {
     gw.guard.check(headers, uri)?;
+    let principal = authorize(gw, headers, uri)?;
     checks::accepts_sse(headers)?;
-    let session = require_session(gw, headers)?;
+    let session = require_session(gw, headers, principal.as_ref())?;
     check_version(headers, &session)?;
     session.touch();
     let (stream, cursor) = match headers.get(LAST_EVENT_ID) {
@@ -189,7 +216,8 @@ fn opening(session: &Session, priming: Option<EventId>, hold: bool) -> Opening {
 
 fn handle_delete(gw: &Arc<Gateway>, uri: &Uri, headers: &HeaderMap) -> Result<Response, HttpError> {
     gw.guard.check(headers, uri)?;
-    let session = require_session(gw, headers)?;
+    let principal = authorize(gw, headers, uri)?;
+    let session = require_session(gw, headers, principal.as_ref())?;
     check_version(headers, &session)?;
     gw.sessions
         .end(&session.id)
@@ -205,10 +233,14 @@ fn session_header(headers: &HeaderMap) -> Result<Option<&str>, HttpError> {
     }
 }
 
-fn require_session(gw: &Gateway, headers: &HeaderMap) -> Result<Arc<Session>, HttpError> {
+fn require_session(
+    gw: &Gateway,
+    headers: &HeaderMap,
+    principal: Option<&Principal>,
+) -> Result<Arc<Session>, HttpError> {
     let id = session_header(headers)?
         .ok_or_else(|| HttpError::MissingSession(protocol::supported_list()))?;
-    gw.sessions.get(id).ok_or(HttpError::SessionNotFound)
+    owned_session(gw, id, principal)
 }
 
 /// `MCP-Protocol-Version`, when sent, must be a supported version and the session's. The
@@ -260,7 +292,11 @@ struct InitializeParams {
     client_info: Box<RawValue>,
 }
 
-async fn initialize(gw: &Arc<Gateway>, parsed: RpcBody) -> Result<Response, HttpError> {
+async fn initialize(
+    gw: &Arc<Gateway>,
+    parsed: RpcBody,
+    principal: Option<&Principal>,
+) -> Result<Response, HttpError> {
     let (id, params) = match parsed {
         RpcBody::Batch(_) => {
             return Err(HttpError::InvalidRequest(
@@ -328,6 +364,7 @@ async fn initialize(gw: &Arc<Gateway>, parsed: RpcBody) -> Result<Response, Http
         version,
         plugin_params: RawValue::from_string(plugin_params.replace(['\n', '\r'], " "))
             .expect("valid JSON"),
+        owner: principal.map(|p| p.subject.clone()),
     };
     let session = gw
         .sessions
@@ -345,7 +382,12 @@ async fn initialize(gw: &Arc<Gateway>, parsed: RpcBody) -> Result<Response, Http
     Ok(response)
 }
 
-async fn in_session(session: Arc<Session>, parsed: RpcBody) -> Result<Response, HttpError> {
+async fn in_session(
+    gw: &Gateway,
+    session: Arc<Session>,
+    parsed: RpcBody,
+    principal: Option<&Principal>,
+) -> Result<Response, HttpError> {
     session.touch();
     let (messages, batch) = match parsed {
         RpcBody::Single(m) => (vec![m], false),
@@ -396,7 +438,7 @@ async fn in_session(session: Arc<Session>, parsed: RpcBody) -> Result<Response, 
         return Ok(StatusCode::ACCEPTED.into_response());
     }
 
-    let view = session.view();
+    let view = visible_view(gw, &session.view(), principal, &requests)?;
     let planned: Vec<_> = requests
         .into_iter()
         .map(|(id, method, params)| {
@@ -477,6 +519,43 @@ async fn in_session(session: Arc<Session>, parsed: RpcBody) -> Result<Response, 
             json_response(StatusCode::OK, Bytes::from(body))
         }
     })
+}
+
+/// The plugins this request's token may use: all of them, unless some plugin needs a scope
+/// the token lacks. Such a plugin is left out of the view (its tools are not listed), and a
+/// `tools/call` of one of its tools is refused with 403 and the scope to ask for (step-up).
+fn visible_view(
+    gw: &Gateway,
+    view: &Arc<View>,
+    principal: Option<&Principal>,
+    requests: &[(Id, String, Option<Box<RawValue>>)],
+) -> Result<Arc<View>, HttpError> {
+    let Some(principal) = principal else {
+        return Ok(view.clone());
+    };
+    let lacks = |p: &ViewPlugin| {
+        p.entry
+            .config
+            .scope
+            .as_ref()
+            .is_some_and(|s| !principal.scopes.contains(s))
+    };
+    if !view.plugins.iter().any(lacks) {
+        return Ok(view.clone());
+    }
+    for (_, method, params) in requests {
+        if method == "tools/call"
+            && let Some(p) = router::tool_plugin(view, params.as_deref())
+            && lacks(p)
+        {
+            let mut needed: Vec<String> = gw.auth.required_scopes().to_vec();
+            needed.extend(p.entry.config.scope.clone());
+            let e = AuthError::InsufficientScope(needed);
+            let c = gw.auth.challenge(&e);
+            return Err(HttpError::Auth(e, c));
+        }
+    }
+    Ok(Arc::new(view.without(lacks)))
 }
 
 fn response_id(response: &[u8]) -> Option<Id> {

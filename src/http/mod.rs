@@ -16,10 +16,32 @@ use axum::routing::post;
 
 use crate::gateway::Gateway;
 
-/// The public router.
+/// The public router: `/mcp`, and with authorization on, the OAuth metadata and (built-in
+/// mode) the authorization server's endpoints, behind the same Host check.
 pub fn router(gateway: Arc<Gateway>) -> Router {
-    Router::new()
+    let mcp = Router::new()
         .route("/mcp", post(mcp::post).get(mcp::get).delete(mcp::delete))
-        .layer(tower_http::trace::TraceLayer::new_for_http())
-        .with_state(gateway)
+        .with_state(gateway.clone());
+    let app = if gateway.auth.enabled() {
+        let oauth = crate::auth::server::router(gateway.auth.clone()).layer(
+            axum::middleware::from_fn_with_state(gateway.clone(), host_guard),
+        );
+        mcp.merge(oauth)
+    } else {
+        mcp
+    };
+    app.layer(tower_http::trace::TraceLayer::new_for_http())
+}
+
+/// The Host and Origin checks (DNS rebinding) for the OAuth endpoints.
+async fn host_guard(
+    axum::extract::State(gw): axum::extract::State<Arc<Gateway>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    match gw.guard.check(request.headers(), request.uri()) {
+        Ok(()) => next.run(request).await,
+        Err(e) => e.into_response(),
+    }
 }

@@ -153,7 +153,7 @@ impl PluginEntry {
 }
 
 /// A usable plugin, as a view shows it.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct ViewPlugin {
     pub entry: Arc<PluginEntry>,
     pub info: Arc<PluginInfo>,
@@ -184,6 +184,14 @@ pub struct View {
 impl View {
     pub fn find(&self, name: &str) -> Option<&ViewPlugin> {
         self.plugins.iter().find(|p| p.name() == name)
+    }
+
+    /// The same view without the plugins `hide` picks (names keep their prefixes).
+    pub fn without(&self, hide: impl Fn(&ViewPlugin) -> bool) -> View {
+        View {
+            plugins: self.plugins.iter().filter(|p| !hide(p)).cloned().collect(),
+            separator: self.separator.clone(),
+        }
     }
 }
 

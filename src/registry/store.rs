@@ -82,6 +82,11 @@ impl SqlPluginStore {
             .map_err(|e| StoreError::Migration(e.to_string()))?;
         Ok(SqlPluginStore { pool })
     }
+
+    /// The database pool, shared with the authorization store.
+    pub fn pool(&self) -> AnyPool {
+        self.pool.clone()
+    }
 }
 
 /// A database URL without its password, for messages.

@@ -361,6 +361,12 @@ fn passthrough_slot(view: &View) -> Option<usize> {
     }
 }
 
+/// The plugin a `tools/call` would reach, when its params name a tool of the view.
+pub fn tool_plugin<'v>(view: &'v View, params: Option<&RawValue>) -> Option<&'v ViewPlugin> {
+    let p: NameParams = serde_json::from_str(params?.get()).ok()?;
+    resolve_name(view, "tools", &p.name).map(|(slot, _)| &view.plugins[slot])
+}
+
 /// The plugin and local name behind a public tool or prompt name: the plugin whose prefix
 /// and the separator begin the name (the longest such prefix, should one prefix begin
 /// another).

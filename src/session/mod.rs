@@ -52,6 +52,9 @@ pub struct ClientInit {
     /// `initialize` params for plugins: the negotiated version, the client's capabilities and
     /// client info.
     pub plugin_params: Box<RawValue>,
+    /// The token subject that opened the session (with authorization on): only it may use
+    /// the session.
+    pub owner: Option<String>,
 }
 
 /// Why a `Last-Event-ID` names no stream of this session.
@@ -192,6 +195,8 @@ pub struct Session {
     client_capabilities: HashSet<String>,
     /// The random tag in this session's event ids.
     pub tag: u32,
+    /// The token subject that opened the session, if authorization is on.
+    pub owner: Option<String>,
     store: Arc<dyn EventStore>,
     pub stream_settings: StreamSettings,
     /// Stream 0: server-initiated messages unrelated to a request. Kept for the session's
@@ -259,6 +264,7 @@ impl Session {
             id,
             version: init.version,
             plugin_params: init.plugin_params,
+            owner: init.owner,
             registry,
             pools,
             slots: Mutex::new(HashMap::new()),
@@ -872,6 +878,7 @@ mod tests {
             ClientInit {
                 version: "2025-11-25",
                 plugin_params: RawValue::from_string("{}".into()).unwrap(),
+                owner: None,
             },
             registry.clone(),
             Pools::new(registry, Weak::new()),

@@ -71,7 +71,9 @@ impl Gateway {
     pub fn start_with_env(args: &[&str], env: &[(&str, &str)]) -> Gateway {
         let db_dir = tempfile::tempdir().unwrap();
         let mut cmd = Command::new(GATEWAY);
-        cmd.args(["--listen", "127.0.0.1:0"]);
+        if !args.contains(&"--listen") {
+            cmd.args(["--listen", "127.0.0.1:0"]);
+        }
         if !args.contains(&"--database-url") {
             cmd.arg("--database-url").arg(format!(
                 "sqlite://{}/gw.db?mode=rwc",
@@ -290,6 +292,21 @@ impl Client {
             session: None,
             version: None,
         }
+    }
+
+    /// The same client sending `Authorization: Bearer <token>` on every request.
+    pub fn with_token(mut self, token: &str) -> Client {
+        let mut headers = reqwest::header::HeaderMap::new();
+        headers.insert(
+            "authorization",
+            format!("Bearer {token}").parse().expect("a header value"),
+        );
+        self.http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(90))
+            .default_headers(headers)
+            .build()
+            .expect("HTTP client");
+        self
     }
 
     pub fn request(&self, method: reqwest::Method) -> reqwest::RequestBuilder {

@@ -1,0 +1,272 @@
+//! The built-in issuer's signing keys and access tokens.
+//!
+//! Access tokens are ES256 JWTs with a `kid`. The first start generates a P-256 key and keeps
+//! it in the database, so every replica and every restart signs and validates with the same
+//! keys. Rotation makes a new key current; the old one keeps validating (and stays in
+//! `/jwks.json`) until the tokens it signed have expired, then it is dropped.
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use dashmap::DashMap;
+use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
+use serde::{Deserialize, Serialize};
+
+use super::store::{AuthStore, AuthStoreError, StoredKey};
+use super::{LEEWAY, Principal, TokenError, TokenValidator, now_secs, random_token};
+
+/// The claims of an access token.
+#[derive(Debug, Serialize, Deserialize)]
+struct Claims {
+    iss: String,
+    sub: String,
+    aud: String,
+    scope: String,
+    client_id: String,
+    exp: i64,
+    iat: i64,
+    nbf: i64,
+    jti: String,
+}
+
+struct SigningKey {
+    kid: String,
+    encoding: EncodingKey,
+    decoding: DecodingKey,
+    jwk: serde_json::Value,
+    retired_at: Option<i64>,
+}
+
+struct Keys {
+    current: Arc<SigningKey>,
+    /// Every key still validating, the current one included.
+    all: Vec<Arc<SigningKey>>,
+}
+
+/// Signs and validates the built-in issuer's access tokens.
+pub struct KeyRing {
+    store: Arc<dyn AuthStore>,
+    issuer: String,
+    audience: String,
+    access_ttl: Duration,
+    keys: RwLock<Keys>,
+    /// Revoked access tokens by `jti`, with their expiry (kept only until then).
+    revoked: DashMap<String, i64>,
+}
+
+impl KeyRing {
+    /// Loads the stored keys (dropping those whose tokens have all expired), generating the
+    /// first one if there is none.
+    pub async fn load(
+        store: Arc<dyn AuthStore>,
+        issuer: String,
+        audience: String,
+        access_ttl: Duration,
+    ) -> Result<KeyRing, AuthStoreError> {
+        let now = now_secs();
+        let keep_after = now - access_ttl.as_secs() as i64 - LEEWAY.as_secs() as i64;
+        let mut all = Vec::new();
+        for k in store.keys().await? {
+            if k.retired_at.is_some_and(|r| r < keep_after) {
+                store.delete_key(&k.kid).await?;
+                continue;
+            }
+            all.push(Arc::new(signing_key(&k).map_err(|e| {
+                AuthStoreError::Corrupt(format!("key {}: {e}", k.kid))
+            })?));
+        }
+        let current = match all.iter().rev().find(|k| k.retired_at.is_none()) {
+            Some(k) => k.clone(),
+            None => {
+                let k = Arc::new(generate(&*store).await?);
+                tracing::info!(kid = %k.kid, "generated a signing key for access tokens");
+                all.push(k.clone());
+                k
+            }
+        };
+        Ok(KeyRing {
+            store,
+            issuer,
+            audience,
+            access_ttl,
+            keys: RwLock::new(Keys { current, all }),
+            revoked: DashMap::new(),
+        })
+    }
+
+    /// Makes a new key current. The previous one keeps validating until its tokens expire.
+    pub async fn rotate(&self) -> Result<String, AuthStoreError> {
+        let old = self.keys.read().expect("keys lock").current.kid.clone();
+        let new = Arc::new(generate(&*self.store).await?);
+        let now = now_secs();
+        self.store.retire_key(&old, now).await?;
+        let mut keys = self.keys.write().expect("keys lock");
+        let keep_after = now - self.access_ttl.as_secs() as i64 - LEEWAY.as_secs() as i64;
+        keys.all = keys
+            .all
+            .iter()
+            .filter(|k| k.retired_at.is_none_or(|r| r >= keep_after))
+            .map(|k| {
+                if k.kid == old {
+                    Arc::new(SigningKey {
+                        kid: k.kid.clone(),
+                        encoding: k.encoding.clone(),
+                        decoding: k.decoding.clone(),
+                        jwk: k.jwk.clone(),
+                        retired_at: Some(now),
+                    })
+                } else {
+                    k.clone()
+                }
+            })
+            .collect();
+        keys.all.push(new.clone());
+        keys.current = new.clone();
+        tracing::info!(kid = %new.kid, retired = %old, "signing key rotated");
+        Ok(new.kid.clone())
+    }
+
+    /// A signed access token for `subject` and the seconds it lives.
+    pub fn issue(
+        &self,
+        subject: &str,
+        client_id: &str,
+        scopes: &BTreeSet<String>,
+    ) -> (String, u64) {
+        let now = now_secs();
+        let claims = Claims {
+            iss: self.issuer.clone(),
+            sub: subject.to_owned(),
+            aud: self.audience.clone(),
+            scope: scopes.iter().cloned().collect::<Vec<_>>().join(" "),
+            client_id: client_id.to_owned(),
+            exp: now + self.access_ttl.as_secs() as i64,
+            iat: now,
+            nbf: now,
+            jti: random_token(),
+        };
+        let key = self.keys.read().expect("keys lock").current.clone();
+        let mut header = Header::new(Algorithm::ES256);
+        header.kid = Some(key.kid.clone());
+        header.typ = Some("at+jwt".into());
+        let token = jsonwebtoken::encode(&header, &claims, &key.encoding)
+            .expect("an ES256 key signs any claims");
+        (token, self.access_ttl.as_secs())
+    }
+
+    /// Refuses an access token from now on (RFC 7009), until it would have expired anyway.
+    pub fn revoke_access(&self, token: &str) -> bool {
+        match self.claims(token) {
+            Ok(c) => {
+                let now = now_secs();
+                self.revoked.retain(|_, exp| *exp > now);
+                self.revoked.insert(c.jti, c.exp);
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// `/jwks.json`: every key still validating.
+    pub fn jwks(&self) -> serde_json::Value {
+        let keys = self.keys.read().expect("keys lock");
+        serde_json::json!({"keys": keys.all.iter().map(|k| k.jwk.clone()).collect::<Vec<_>>()})
+    }
+
+    fn claims(&self, token: &str) -> Result<Claims, TokenError> {
+        let header =
+            jsonwebtoken::decode_header(token).map_err(|e| TokenError::Malformed(e.to_string()))?;
+        if header.alg != Algorithm::ES256 {
+            return Err(TokenError::Malformed(format!(
+                "algorithm {:?} is not accepted",
+                header.alg
+            )));
+        }
+        let kid = header.kid.ok_or(TokenError::UnknownKey)?;
+        let key = {
+            let keys = self.keys.read().expect("keys lock");
+            keys.all
+                .iter()
+                .find(|k| k.kid == kid)
+                .cloned()
+                .ok_or(TokenError::UnknownKey)?
+        };
+        let mut v = Validation::new(Algorithm::ES256);
+        v.leeway = LEEWAY.as_secs();
+        v.validate_nbf = true;
+        v.set_issuer(&[&self.issuer]);
+        v.set_audience(&[&self.audience]);
+        v.set_required_spec_claims(&["exp", "iat", "nbf", "iss", "aud", "sub"]);
+        use jsonwebtoken::errors::ErrorKind;
+        jsonwebtoken::decode::<Claims>(token, &key.decoding, &v)
+            .map(|d| d.claims)
+            .map_err(|e| match e.kind() {
+                ErrorKind::ExpiredSignature => TokenError::Expired,
+                ErrorKind::ImmatureSignature => TokenError::NotYetValid,
+                ErrorKind::InvalidIssuer => TokenError::WrongIssuer,
+                ErrorKind::InvalidAudience => TokenError::WrongAudience,
+                ErrorKind::InvalidSignature => TokenError::BadSignature,
+                _ => TokenError::Malformed(e.to_string()),
+            })
+    }
+}
+
+impl TokenValidator for KeyRing {
+    fn validate(&self, token: &str) -> Result<Principal, TokenError> {
+        let c = self.claims(token)?;
+        if self.revoked.contains_key(&c.jti) {
+            return Err(TokenError::Revoked);
+        }
+        Ok(Principal {
+            subject: c.sub,
+            client_id: c.client_id,
+            scopes: c.scope.split_whitespace().map(str::to_owned).collect(),
+        })
+    }
+}
+
+/// A new P-256 key, stored.
+async fn generate(store: &dyn AuthStore) -> Result<SigningKey, AuthStoreError> {
+    let secret = loop {
+        let bytes: [u8; 32] = rand::random();
+        if let Ok(k) = p256::SecretKey::from_slice(&bytes) {
+            break k;
+        }
+    };
+    use p256::pkcs8::EncodePrivateKey;
+    let der = secret
+        .to_pkcs8_der()
+        .map_err(|e| AuthStoreError::Corrupt(format!("cannot encode a new key: {e}")))?;
+    let stored = StoredKey {
+        kid: random_token()[..16].to_owned(),
+        private_der: URL_SAFE_NO_PAD.encode(der.as_bytes()),
+        created_at: now_secs(),
+        retired_at: None,
+    };
+    store.add_key(&stored).await?;
+    signing_key(&stored).map_err(AuthStoreError::Corrupt)
+}
+
+fn signing_key(k: &StoredKey) -> Result<SigningKey, String> {
+    use p256::elliptic_curve::sec1::ToEncodedPoint;
+    use p256::pkcs8::DecodePrivateKey;
+    let der = URL_SAFE_NO_PAD
+        .decode(&k.private_der)
+        .map_err(|e| e.to_string())?;
+    let secret = p256::SecretKey::from_pkcs8_der(&der).map_err(|e| e.to_string())?;
+    let point = secret.public_key().to_encoded_point(false);
+    let (x, y) = match (point.x(), point.y()) {
+        (Some(x), Some(y)) => (URL_SAFE_NO_PAD.encode(x), URL_SAFE_NO_PAD.encode(y)),
+        _ => return Err("the key has no affine coordinates".into()),
+    };
+    Ok(SigningKey {
+        kid: k.kid.clone(),
+        encoding: EncodingKey::from_ec_der(&der),
+        decoding: DecodingKey::from_ec_components(&x, &y).map_err(|e| e.to_string())?,
+        jwk: serde_json::json!({"kty": "EC", "crv": "P-256", "x": x, "y": y, "kid": k.kid, "alg": "ES256", "use": "sig"}),
+        retired_at: k.retired_at,
+    })
+}

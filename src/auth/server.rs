@@ -1,0 +1,1128 @@
+//! The built-in authorization server (RFC 8414 metadata, OAuth 2.1 authorization code with
+//! PKCE, refresh token rotation, client credentials, RFC 7591 registration, client ID metadata
+//! documents, RFC 7009 revocation) and the resource metadata of RFC 9728, as axum routes on the
+//! public listener.
+//!
+//! A browser comes to `/authorize`: the request is checked (client, exact redirect URI, PKCE
+//! S256, resource, scope), kept in the database with a CSRF token, and the sign-in page shown;
+//! after sign-in the consent page (unless this user already allowed this client these scopes);
+//! then a redirect to the client with a single-use code bound to the PKCE challenge, the
+//! redirect URI and the resource. Errors go to the client's redirect URI only once that URI is
+//! verified; before that they are shown as a page.
+
+use std::collections::{BTreeSet, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::extract::{Form, Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use base64::Engine;
+use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::cimd::{self, Fetcher};
+use super::keys::KeyRing;
+use super::pages::{self, ClientView};
+use super::store::{AuthStore, AuthStoreError, Client, Code, Pending, Refresh, Taken};
+use super::{Auth, constant_time_eq, hash_secret, now_secs, random_token, same_resource};
+use crate::config::AuthConfig;
+
+/// How long a person has to sign in and decide.
+const PENDING_TTL: Duration = Duration::from_secs(600);
+
+/// The scopes a token may carry: the `/mcp` scopes and every plugin's, asked for when needed.
+pub type ScopeSource = Box<dyn Fn() -> Vec<String> + Send + Sync>;
+
+pub struct AuthServer {
+    config: AuthConfig,
+    issuer: String,
+    store: Arc<dyn AuthStore>,
+    pub keys: Arc<KeyRing>,
+    plugin_scopes: Mutex<Option<ScopeSource>>,
+    fetcher: Fetcher,
+    registrations: Mutex<VecDeque<Instant>>,
+    secure_cookies: bool,
+}
+
+/// A validated authorization request, kept while the person decides.
+#[derive(Debug, Clone, serde::Serialize, Deserialize)]
+struct Request {
+    client_id: String,
+    redirect_uri: String,
+    state: Option<String>,
+    scopes: Vec<String>,
+    challenge: String,
+    resource: String,
+}
+
+impl AuthServer {
+    pub fn new(
+        config: AuthConfig,
+        issuer: String,
+        store: Arc<dyn AuthStore>,
+        keys: Arc<KeyRing>,
+        plugin_scopes: Vec<String>,
+    ) -> AuthServer {
+        let fixed: ScopeSource = Box::new(move || plugin_scopes.clone());
+        AuthServer {
+            fetcher: Fetcher::new(config.cimd_allow_private),
+            secure_cookies: issuer.starts_with("https://"),
+            config,
+            issuer,
+            store,
+            keys,
+            plugin_scopes: Mutex::new(Some(fixed)),
+            registrations: Mutex::new(VecDeque::new()),
+        }
+    }
+
+    /// Where plugin scopes come from from now on (the registry, which changes at run time).
+    pub fn set_scope_source(&self, source: ScopeSource) {
+        *self.plugin_scopes.lock().expect("scopes lock") = Some(source);
+    }
+
+    pub fn scopes_supported(&self) -> Vec<String> {
+        let mut all: BTreeSet<String> = self.config.scopes.iter().cloned().collect();
+        if let Some(f) = &*self.plugin_scopes.lock().expect("scopes lock") {
+            all.extend(f());
+        }
+        all.into_iter().collect()
+    }
+
+    fn metadata(&self) -> Value {
+        let i = &self.issuer;
+        json!({
+            "issuer": i,
+            "authorization_endpoint": format!("{i}/authorize"),
+            "token_endpoint": format!("{i}/token"),
+            "registration_endpoint": format!("{i}/register"),
+            "revocation_endpoint": format!("{i}/revoke"),
+            "jwks_uri": format!("{i}/jwks.json"),
+            "scopes_supported": self.scopes_supported(),
+            "response_types_supported": ["code"],
+            "response_modes_supported": ["query"],
+            "grant_types_supported": ["authorization_code", "refresh_token", "client_credentials"],
+            "token_endpoint_auth_methods_supported": ["none", "client_secret_basic", "client_secret_post"],
+            "revocation_endpoint_auth_methods_supported": ["none", "client_secret_basic", "client_secret_post"],
+            "code_challenge_methods_supported": ["S256"],
+            "client_id_metadata_document_supported": true,
+            "authorization_response_iss_parameter_supported": true,
+            "subject_types_supported": ["public"],
+            "id_token_signing_alg_values_supported": ["ES256"],
+        })
+    }
+
+    async fn client(&self, client_id: &str) -> Result<Option<Client>, String> {
+        if cimd::is_document_url(client_id) {
+            return self
+                .fetcher
+                .client(client_id)
+                .await
+                .map(Some)
+                .map_err(|e| e.to_string());
+        }
+        self.store
+            .client(client_id)
+            .await
+            .map_err(|e| e.to_string())
+    }
+
+    fn csrf_cookie(&self) -> &'static str {
+        if self.secure_cookies {
+            "__Host-mcpgw-csrf"
+        } else {
+            "mcpgw-csrf"
+        }
+    }
+
+    fn set_csrf(&self, response: &mut Response, csrf: &str) {
+        let secure = if self.secure_cookies { "; Secure" } else { "" };
+        let cookie = format!(
+            "{}={csrf}; Path=/; HttpOnly; SameSite=Lax; Max-Age={}{secure}",
+            self.csrf_cookie(),
+            PENDING_TTL.as_secs()
+        );
+        if let Ok(v) = HeaderValue::from_str(&cookie) {
+            response.headers_mut().append(header::SET_COOKIE, v);
+        }
+    }
+
+    fn cookie<'h>(&self, headers: &'h HeaderMap) -> Option<&'h str> {
+        let name = self.csrf_cookie();
+        headers
+            .get_all(header::COOKIE)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(';'))
+            .filter_map(|kv| kv.trim().split_once('='))
+            .find(|(k, _)| *k == name)
+            .map(|(_, v)| v)
+    }
+
+    /// A registration slot in the current minute, if any is left.
+    fn may_register(&self) -> bool {
+        let mut q = self.registrations.lock().expect("registrations lock");
+        let now = Instant::now();
+        while q
+            .front()
+            .is_some_and(|t| now.duration_since(*t) > Duration::from_secs(60))
+        {
+            q.pop_front();
+        }
+        if q.len() >= self.config.registrations_per_minute as usize {
+            return false;
+        }
+        q.push_back(now);
+        true
+    }
+}
+
+/// Redirect URIs the server accepts: https, or http on a loopback host (native apps), no
+/// fragment.
+pub fn valid_redirect_uri(uri: &str) -> Result<(), String> {
+    let u = url::Url::parse(uri).map_err(|e| format!("redirect URI `{uri}`: {e}"))?;
+    if u.fragment().is_some() {
+        return Err(format!("redirect URI `{uri}` has a fragment"));
+    }
+    match u.scheme() {
+        "https" if u.host().is_some() => Ok(()),
+        "http" if is_loopback_host(&u) => Ok(()),
+        _ => Err(format!(
+            "redirect URI `{uri}` must be https, or http on a loopback address"
+        )),
+    }
+}
+
+fn is_loopback_host(u: &url::Url) -> bool {
+    match u.host() {
+        Some(url::Host::Domain(d)) => d.eq_ignore_ascii_case("localhost"),
+        Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+        Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+        None => false,
+    }
+}
+
+/// The routes: resource metadata, authorization server metadata and endpoints.
+pub fn router<S>(auth: Arc<Auth>) -> Router<S> {
+    let mut r = Router::new()
+        .route(
+            "/.well-known/oauth-protected-resource",
+            get(resource_metadata),
+        )
+        .route(
+            "/.well-known/oauth-protected-resource/{*path}",
+            get(resource_metadata_at),
+        );
+    if auth.server.is_some() {
+        r = r
+            .route("/.well-known/oauth-authorization-server", get(as_metadata))
+            .route("/.well-known/openid-configuration", get(as_metadata))
+            .route("/jwks.json", get(jwks))
+            .route("/register", post(register))
+            .route("/authorize", get(authorize))
+            .route("/authorize/login", post(login))
+            .route("/authorize/consent", post(consent))
+            .route("/token", post(token))
+            .route("/revoke", post(revoke))
+            .route("/oauth/style.css", get(style));
+    }
+    r.with_state(auth)
+}
+
+type St = State<Arc<Auth>>;
+
+fn server(auth: &Auth) -> &AuthServer {
+    auth.server
+        .as_deref()
+        .expect("routes exist only with a server")
+}
+
+fn no_store(mut r: Response) -> Response {
+    let h = r.headers_mut();
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    h.insert(header::PRAGMA, HeaderValue::from_static("no-cache"));
+    r
+}
+
+fn json_response(status: StatusCode, v: Value) -> Response {
+    no_store((status, axum::Json(v)).into_response())
+}
+
+/// An OAuth error body (RFC 6749 §5.2).
+fn oauth_error(status: StatusCode, error: &str, description: impl Into<String>) -> Response {
+    let description = description.into();
+    tracing::debug!(status = status.as_u16(), error, "{description}");
+    json_response(
+        status,
+        json!({"error": error, "error_description": description}),
+    )
+}
+
+fn store_failed(e: AuthStoreError) -> Response {
+    tracing::error!("authorization store: {e}");
+    oauth_error(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "temporarily_unavailable",
+        "the authorization server's database failed",
+    )
+}
+
+async fn resource_metadata(State(auth): St) -> Response {
+    json_response(StatusCode::OK, auth.resource_metadata())
+}
+
+async fn resource_metadata_at(
+    State(auth): St,
+    axum::extract::Path(path): axum::extract::Path<String>,
+) -> Response {
+    let ours = url::Url::parse(&auth.resource)
+        .map(|u| u.path().trim_matches('/').to_owned())
+        .unwrap_or_default();
+    if path.trim_matches('/') == ours {
+        json_response(StatusCode::OK, auth.resource_metadata())
+    } else {
+        StatusCode::NOT_FOUND.into_response()
+    }
+}
+
+async fn as_metadata(State(auth): St) -> Response {
+    json_response(StatusCode::OK, server(&auth).metadata())
+}
+
+async fn jwks(State(auth): St) -> Response {
+    json_response(StatusCode::OK, server(&auth).keys.jwks())
+}
+
+async fn style() -> Response {
+    let mut r = pages::STYLE.into_response();
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/css; charset=utf-8"),
+    );
+    r
+}
+
+/// Dynamic client registration (RFC 7591).
+async fn register(State(auth): St, body: axum::body::Bytes) -> Response {
+    let s = server(&auth);
+    let bad = |msg: String| oauth_error(StatusCode::BAD_REQUEST, "invalid_client_metadata", msg);
+    let Ok(meta) = serde_json::from_slice::<Value>(&body) else {
+        return bad("the body must be a JSON object of client metadata".into());
+    };
+    let Some(meta) = meta.as_object() else {
+        return bad("the body must be a JSON object of client metadata".into());
+    };
+    let strings = |key: &str| -> Result<Option<Vec<String>>, String> {
+        match meta.get(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::Array(a)) => a
+                .iter()
+                .map(|v| {
+                    v.as_str()
+                        .map(str::to_owned)
+                        .ok_or(format!("{key} must be strings"))
+                })
+                .collect::<Result<Vec<_>, _>>()
+                .map(Some),
+            Some(_) => Err(format!("{key} must be an array of strings")),
+        }
+    };
+    let text = |key: &str| meta.get(key).and_then(Value::as_str).map(str::to_owned);
+    let redirect_uris = match strings("redirect_uris") {
+        Ok(r) => r.unwrap_or_default(),
+        Err(e) => return bad(e),
+    };
+    let auth_method =
+        text("token_endpoint_auth_method").unwrap_or_else(|| "client_secret_basic".into());
+    if !["none", "client_secret_basic", "client_secret_post"].contains(&auth_method.as_str()) {
+        return bad(format!(
+            "token_endpoint_auth_method `{auth_method}` is not supported (none, client_secret_basic, client_secret_post)"
+        ));
+    }
+    let grant_types = match strings("grant_types") {
+        Ok(g) => g.unwrap_or_else(|| vec!["authorization_code".into(), "refresh_token".into()]),
+        Err(e) => return bad(e),
+    };
+    for g in &grant_types {
+        if !["authorization_code", "refresh_token", "client_credentials"].contains(&g.as_str()) {
+            return bad(format!("grant type `{g}` is not supported"));
+        }
+    }
+    if grant_types.iter().any(|g| g == "client_credentials") && auth_method == "none" {
+        return bad("client_credentials needs a confidential client (a client secret)".into());
+    }
+    if grant_types.iter().any(|g| g == "authorization_code") && redirect_uris.is_empty() {
+        return oauth_error(
+            StatusCode::BAD_REQUEST,
+            "invalid_redirect_uri",
+            "redirect_uris is required for the authorization_code grant",
+        );
+    }
+    for r in &redirect_uris {
+        if let Err(e) = valid_redirect_uri(r) {
+            return oauth_error(StatusCode::BAD_REQUEST, "invalid_redirect_uri", e);
+        }
+    }
+    if let Ok(Some(types)) = strings("response_types")
+        && types.iter().any(|t| t != "code")
+    {
+        return bad("only the `code` response type is supported".into());
+    }
+    let application_type = text("application_type").unwrap_or_else(|| "web".into());
+    if !["web", "native"].contains(&application_type.as_str()) {
+        return bad(format!(
+            "application_type `{application_type}` is not web or native"
+        ));
+    }
+    let scope = text("scope");
+    if let Some(sc) = &scope {
+        let supported = s.scopes_supported();
+        if let Some(bad_scope) = sc
+            .split_whitespace()
+            .find(|x| !supported.iter().any(|y| y == x))
+        {
+            return oauth_error(
+                StatusCode::BAD_REQUEST,
+                "invalid_client_metadata",
+                format!("scope `{bad_scope}` is not offered here"),
+            );
+        }
+    }
+    if !s.may_register() {
+        return oauth_error(
+            StatusCode::TOO_MANY_REQUESTS,
+            "temporarily_unavailable",
+            "too many registrations; try again in a minute",
+        );
+    }
+    let secret = (auth_method != "none").then(random_token);
+    let client = Client {
+        client_id: random_token(),
+        secret_hash: secret.as_deref().map(hash_secret),
+        name: text("client_name"),
+        redirect_uris,
+        auth_method,
+        grant_types,
+        application_type,
+        scope,
+    };
+    if let Err(e) = s.store.add_client(&client).await {
+        return store_failed(e);
+    }
+    tracing::info!(client_id = %client.client_id, name = ?client.name, "client registered");
+    let mut out = json!({
+        "client_id": client.client_id,
+        "client_id_issued_at": now_secs(),
+        "redirect_uris": client.redirect_uris,
+        "token_endpoint_auth_method": client.auth_method,
+        "grant_types": client.grant_types,
+        "response_types": ["code"],
+        "application_type": client.application_type,
+    });
+    if let Some(name) = &client.name {
+        out["client_name"] = json!(name);
+    }
+    if let Some(sc) = &client.scope {
+        out["scope"] = json!(sc);
+    }
+    if let Some(secret) = secret {
+        out["client_secret"] = json!(secret);
+        out["client_secret_expires_at"] = json!(0);
+    }
+    json_response(StatusCode::CREATED, out)
+}
+
+#[derive(Deserialize)]
+struct AuthorizeQuery {
+    response_type: Option<String>,
+    client_id: Option<String>,
+    redirect_uri: Option<String>,
+    state: Option<String>,
+    scope: Option<String>,
+    code_challenge: Option<String>,
+    code_challenge_method: Option<String>,
+    resource: Option<String>,
+}
+
+/// Sends the browser back to the client with `params` (and `state` and `iss`).
+fn back_to_client(
+    redirect_uri: &str,
+    state: Option<&str>,
+    iss: &str,
+    params: &[(&str, &str)],
+) -> Response {
+    let mut url = match url::Url::parse(redirect_uri) {
+        Ok(u) => u,
+        Err(_) => return pages::error(StatusCode::BAD_REQUEST, "the redirect URI is invalid"),
+    };
+    {
+        let mut q = url.query_pairs_mut();
+        for (k, v) in params {
+            q.append_pair(k, v);
+        }
+        if let Some(s) = state {
+            q.append_pair("state", s);
+        }
+        q.append_pair("iss", iss);
+    }
+    let mut r = StatusCode::SEE_OTHER.into_response();
+    if let Ok(v) = HeaderValue::from_str(url.as_str()) {
+        r.headers_mut().insert(header::LOCATION, v);
+    }
+    no_store(r)
+}
+
+fn client_view<'a>(client: &'a Client, redirect_uri: &str) -> ClientView<'a> {
+    let url = url::Url::parse(redirect_uri).ok();
+    ClientView {
+        name: client.name.as_deref().unwrap_or(&client.client_id),
+        client_id: &client.client_id,
+        redirect_host: url
+            .as_ref()
+            .and_then(|u| u.host_str().map(str::to_owned))
+            .unwrap_or_default(),
+        loopback_redirect: url.as_ref().is_some_and(is_loopback_host),
+    }
+}
+
+async fn authorize(State(auth): St, Query(q): Query<AuthorizeQuery>) -> Response {
+    let s = server(&auth);
+    // Until the client and its redirect URI are verified, errors are shown here.
+    let Some(client_id) = q.client_id.as_deref().filter(|c| !c.is_empty()) else {
+        return pages::error(
+            StatusCode::BAD_REQUEST,
+            "the request names no client (client_id)",
+        );
+    };
+    let client = match s.client(client_id).await {
+        Ok(Some(c)) => c,
+        Ok(None) => {
+            return pages::error(
+                StatusCode::BAD_REQUEST,
+                "this client is not registered here",
+            );
+        }
+        Err(e) => return pages::error(StatusCode::BAD_REQUEST, &e),
+    };
+    let redirect_uri = match q.redirect_uri.as_deref() {
+        Some(r) if client.redirect_uris.iter().any(|x| x == r) => r.to_owned(),
+        Some(_) => {
+            return pages::error(
+                StatusCode::BAD_REQUEST,
+                "the redirect URI is not one registered for this client",
+            );
+        }
+        None if client.redirect_uris.len() == 1 => client.redirect_uris[0].clone(),
+        None => {
+            return pages::error(
+                StatusCode::BAD_REQUEST,
+                "the request needs a redirect_uri (this client registered several)",
+            );
+        }
+    };
+    let state = q.state.as_deref();
+    let fail = |error: &str, description: &str| {
+        back_to_client(
+            &redirect_uri,
+            state,
+            &s.issuer,
+            &[("error", error), ("error_description", description)],
+        )
+    };
+    if q.response_type.as_deref() != Some("code") {
+        return fail(
+            "unsupported_response_type",
+            "only response_type=code is supported",
+        );
+    }
+    if !client.grant_types.iter().any(|g| g == "authorization_code") {
+        return fail(
+            "unauthorized_client",
+            "this client may not use the authorization code grant",
+        );
+    }
+    let challenge = match (
+        q.code_challenge.as_deref(),
+        q.code_challenge_method.as_deref(),
+    ) {
+        (Some(c), Some("S256")) if (43..=128).contains(&c.len()) => c.to_owned(),
+        (Some(_), Some("S256")) => {
+            return fail("invalid_request", "code_challenge has the wrong length");
+        }
+        (Some(_), _) => return fail("invalid_request", "PKCE needs code_challenge_method=S256"),
+        (None, _) => {
+            return fail(
+                "invalid_request",
+                "PKCE is required: send code_challenge with S256",
+            );
+        }
+    };
+    let resource = match q.resource.as_deref() {
+        None => auth.resource.clone(),
+        Some(r) if same_resource(&auth.resource, r) => auth.resource.clone(),
+        Some(_) => return fail("invalid_target", "the resource is not this gateway's /mcp"),
+    };
+    let supported = s.scopes_supported();
+    let scopes: Vec<String> = match q.scope.as_deref().map(str::split_whitespace) {
+        None => s.config.scopes.clone(),
+        Some(words) => {
+            let mut v: BTreeSet<String> = BTreeSet::new();
+            for w in words {
+                if !supported.iter().any(|x| x == w) {
+                    return fail("invalid_scope", &format!("scope `{w}` is not offered here"));
+                }
+                v.insert(w.to_owned());
+            }
+            if v.is_empty() {
+                s.config.scopes.clone()
+            } else {
+                v.into_iter().collect()
+            }
+        }
+    };
+    let request = Request {
+        client_id: client.client_id.clone(),
+        redirect_uri: redirect_uri.clone(),
+        state: q.state.clone(),
+        scopes,
+        challenge,
+        resource,
+    };
+    let csrf = random_token();
+    let pending = Pending {
+        id: random_token(),
+        csrf_hash: hash_secret(&csrf),
+        request: serde_json::to_string(&request).expect("serializable"),
+        subject: None,
+        expires_at: now_secs() + PENDING_TTL.as_secs() as i64,
+    };
+    if let Err(e) = s.store.put_pending(&pending).await {
+        return store_failed(e);
+    }
+    let view = client_view(&client, &redirect_uri);
+    let mut r = pages::login(&pending.id, &csrf, &view, None);
+    s.set_csrf(&mut r, &csrf);
+    r
+}
+
+#[derive(Deserialize)]
+struct LoginForm {
+    request: String,
+    csrf: String,
+    username: String,
+    password: String,
+}
+
+#[derive(Deserialize)]
+struct ConsentForm {
+    request: String,
+    csrf: String,
+    decision: String,
+}
+
+/// The pending request a form names, its CSRF token checked against the cookie and the
+/// stored hash.
+async fn pending_for(
+    s: &AuthServer,
+    headers: &HeaderMap,
+    id: &str,
+    csrf: &str,
+) -> Result<(Pending, Request, Client), Response> {
+    let expired = || {
+        pages::error(
+            StatusCode::BAD_REQUEST,
+            "this sign-in expired or was already used",
+        )
+    };
+    let p = match s.store.pending(id).await {
+        Ok(Some(p)) if p.expires_at >= now_secs() => p,
+        Ok(_) => return Err(expired()),
+        Err(e) => return Err(store_failed(e)),
+    };
+    let cookie_ok = s.cookie(headers).is_some_and(|c| constant_time_eq(c, csrf));
+    if !cookie_ok || !constant_time_eq(&hash_secret(csrf), &p.csrf_hash) {
+        return Err(pages::error(
+            StatusCode::FORBIDDEN,
+            "the form's security token did not match (cross-site request refused)",
+        ));
+    }
+    let request: Request = serde_json::from_str(&p.request).map_err(|_| expired())?;
+    let client = match s.client(&request.client_id).await {
+        Ok(Some(c)) => c,
+        _ => {
+            return Err(pages::error(
+                StatusCode::BAD_REQUEST,
+                "the client is no longer known",
+            ));
+        }
+    };
+    Ok((p, request, client))
+}
+
+/// An argon2id PHC string for a password (`mcp-gateway hash-password`).
+pub fn hash_password(password: &str) -> String {
+    use argon2::PasswordHasher;
+    use argon2::password_hash::SaltString;
+    let bytes: [u8; 16] = rand::random();
+    let salt = SaltString::encode_b64(&bytes).expect("16 bytes make a salt");
+    argon2::Argon2::default()
+        .hash_password(password.as_bytes(), &salt)
+        .expect("argon2 hashes any password")
+        .to_string()
+}
+
+/// Checks a password against the configured users (argon2, off the async threads). An unknown
+/// user costs the same as a known one.
+async fn check_password(config: &AuthConfig, username: &str, password: &str) -> bool {
+    let user = config.users.iter().find(|u| u.name == username);
+    let hash = user.map(|u| u.password_hash.clone());
+    let password = password.to_owned();
+    let ok = tokio::task::spawn_blocking(move || match hash {
+        Some(hash) => {
+            use argon2::PasswordVerifier;
+            argon2::PasswordHash::new(&hash).is_ok_and(|h| {
+                argon2::Argon2::default()
+                    .verify_password(password.as_bytes(), &h)
+                    .is_ok()
+            })
+        }
+        None => {
+            // The same work as a verification, so timing does not tell who exists.
+            let _ = hash_password(&password);
+            false
+        }
+    })
+    .await
+    .unwrap_or(false);
+    ok && user.is_some()
+}
+
+async fn login(State(auth): St, headers: HeaderMap, Form(f): Form<LoginForm>) -> Response {
+    let s = server(&auth);
+    let (mut p, request, client) = match pending_for(s, &headers, &f.request, &f.csrf).await {
+        Ok(x) => x,
+        Err(r) => return r,
+    };
+    let view = client_view(&client, &request.redirect_uri);
+    if !check_password(&s.config, &f.username, &f.password).await {
+        tracing::info!(user = %f.username, client_id = %client.client_id, "sign-in refused");
+        return pages::login(&p.id, &f.csrf, &view, Some("Wrong user name or password."));
+    }
+    let scope = request.scopes.join(" ");
+    match s
+        .store
+        .has_consent(&f.username, &client.client_id, &scope)
+        .await
+    {
+        Ok(true) => {
+            let _ = s.store.delete_pending(&p.id).await;
+            return issue_code(s, &request, &f.username).await;
+        }
+        Ok(false) => {}
+        Err(e) => return store_failed(e),
+    }
+    p.subject = Some(f.username.clone());
+    if let Err(e) = s.store.put_pending(&p).await {
+        return store_failed(e);
+    }
+    pages::consent(&p.id, &f.csrf, &view, &f.username, &request.scopes)
+}
+
+async fn consent(State(auth): St, headers: HeaderMap, Form(f): Form<ConsentForm>) -> Response {
+    let s = server(&auth);
+    let (p, request, client) = match pending_for(s, &headers, &f.request, &f.csrf).await {
+        Ok(x) => x,
+        Err(r) => return r,
+    };
+    let Some(subject) = p.subject.clone() else {
+        return pages::error(StatusCode::BAD_REQUEST, "sign in first");
+    };
+    // Single use: a second submission finds nothing.
+    if let Err(e) = s.store.delete_pending(&p.id).await {
+        return store_failed(e);
+    }
+    if f.decision != "approve" {
+        tracing::info!(user = %subject, client_id = %client.client_id, "access denied by the user");
+        return back_to_client(
+            &request.redirect_uri,
+            request.state.as_deref(),
+            &s.issuer,
+            &[
+                ("error", "access_denied"),
+                ("error_description", "the user denied access"),
+            ],
+        );
+    }
+    let scope = request.scopes.join(" ");
+    if let Err(e) = s
+        .store
+        .add_consent(&subject, &client.client_id, &scope)
+        .await
+    {
+        return store_failed(e);
+    }
+    issue_code(s, &request, &subject).await
+}
+
+async fn issue_code(s: &AuthServer, request: &Request, subject: &str) -> Response {
+    let code = random_token();
+    let row = Code {
+        code_hash: hash_secret(&code),
+        client_id: request.client_id.clone(),
+        subject: subject.to_owned(),
+        redirect_uri: request.redirect_uri.clone(),
+        resource: request.resource.clone(),
+        scope: request.scopes.join(" "),
+        challenge: request.challenge.clone(),
+        expires_at: now_secs() + s.config.code_ttl.as_secs() as i64,
+    };
+    if let Err(e) = s.store.add_code(&row).await {
+        return store_failed(e);
+    }
+    tracing::info!(user = %subject, client_id = %request.client_id, "authorization code issued");
+    back_to_client(
+        &request.redirect_uri,
+        request.state.as_deref(),
+        &s.issuer,
+        &[("code", &code)],
+    )
+}
+
+#[derive(Deserialize, Default)]
+struct TokenForm {
+    grant_type: Option<String>,
+    code: Option<String>,
+    redirect_uri: Option<String>,
+    code_verifier: Option<String>,
+    refresh_token: Option<String>,
+    scope: Option<String>,
+    resource: Option<String>,
+    client_id: Option<String>,
+    client_secret: Option<String>,
+    token: Option<String>,
+}
+
+/// Authenticates the client of a token or revocation request: HTTP Basic, form credentials,
+/// or (a public client) its id alone.
+async fn authenticate_client(
+    s: &AuthServer,
+    headers: &HeaderMap,
+    f: &TokenForm,
+) -> Result<Client, Response> {
+    let basic = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| {
+            v.strip_prefix("Basic ")
+                .or_else(|| v.strip_prefix("basic "))
+        })
+        .and_then(|b| STANDARD.decode(b.trim()).ok())
+        .and_then(|b| String::from_utf8(b).ok())
+        .and_then(|s| {
+            let (id, secret) = s.split_once(':')?;
+            let dec = |x: &str| {
+                url::form_urlencoded::parse(format!("x={x}").as_bytes())
+                    .next()
+                    .map(|(_, v)| v.into_owned())
+            };
+            Some((dec(id)?, dec(secret)?))
+        });
+    let invalid = |why: &str| {
+        let mut r = oauth_error(StatusCode::UNAUTHORIZED, "invalid_client", why);
+        if basic.is_some() {
+            r.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("Basic realm=\"mcp-gateway\""),
+            );
+        }
+        r
+    };
+    let (client_id, secret, method) = match (&basic, &f.client_id, &f.client_secret) {
+        (Some((id, secret)), _, None) => (id.clone(), Some(secret.clone()), "client_secret_basic"),
+        (Some(_), _, Some(_)) => return Err(invalid("use one way of client authentication")),
+        (None, Some(id), Some(secret)) => (id.clone(), Some(secret.clone()), "client_secret_post"),
+        (None, Some(id), None) => (id.clone(), None, "none"),
+        (None, None, _) => return Err(invalid("the request names no client")),
+    };
+    let client = match s.client(&client_id).await {
+        Ok(Some(c)) => c,
+        Ok(None) => return Err(invalid("unknown client")),
+        Err(e) => return Err(invalid(&e)),
+    };
+    if client.auth_method != method {
+        return Err(invalid(&format!(
+            "this client authenticates with {}, not {method}",
+            client.auth_method
+        )));
+    }
+    if let Some(secret) = secret {
+        let ok = client
+            .secret_hash
+            .as_deref()
+            .is_some_and(|h| constant_time_eq(h, &hash_secret(&secret)));
+        if !ok {
+            return Err(invalid("wrong client secret"));
+        }
+    }
+    Ok(client)
+}
+
+fn token_response(
+    s: &AuthServer,
+    subject: &str,
+    client: &Client,
+    scope: &str,
+    refresh: Option<String>,
+) -> Response {
+    let scopes: BTreeSet<String> = scope.split_whitespace().map(str::to_owned).collect();
+    let (access, expires_in) = s.keys.issue(subject, &client.client_id, &scopes);
+    let mut out = json!({
+        "access_token": access,
+        "token_type": "Bearer",
+        "expires_in": expires_in,
+        "scope": scope,
+    });
+    if let Some(r) = refresh {
+        out["refresh_token"] = json!(r);
+    }
+    json_response(StatusCode::OK, out)
+}
+
+async fn new_refresh(
+    s: &AuthServer,
+    family: &str,
+    client: &Client,
+    subject: &str,
+    resource: &str,
+    scope: &str,
+) -> Result<Option<String>, Response> {
+    if !client.grant_types.iter().any(|g| g == "refresh_token") {
+        return Ok(None);
+    }
+    let token = random_token();
+    let row = Refresh {
+        token_hash: hash_secret(&token),
+        family: family.to_owned(),
+        client_id: client.client_id.clone(),
+        subject: subject.to_owned(),
+        resource: resource.to_owned(),
+        scope: scope.to_owned(),
+        expires_at: now_secs() + s.config.refresh_ttl.as_secs() as i64,
+    };
+    s.store.add_refresh(&row).await.map_err(store_failed)?;
+    Ok(Some(token))
+}
+
+async fn token(State(auth): St, headers: HeaderMap, Form(f): Form<TokenForm>) -> Response {
+    let s = server(&auth);
+    let client = match authenticate_client(s, &headers, &f).await {
+        Ok(c) => c,
+        Err(r) => return r,
+    };
+    let grant = f.grant_type.as_deref().unwrap_or_default();
+    if !client.grant_types.iter().any(|g| g == grant) {
+        return oauth_error(
+            StatusCode::BAD_REQUEST,
+            if ["authorization_code", "refresh_token", "client_credentials"].contains(&grant) {
+                "unauthorized_client"
+            } else {
+                "unsupported_grant_type"
+            },
+            format!("grant type `{grant}` is not available to this client"),
+        );
+    }
+    let bad_grant = |why: &str| oauth_error(StatusCode::BAD_REQUEST, "invalid_grant", why);
+    if let Some(r) = &f.resource
+        && !same_resource(&auth.resource, r)
+    {
+        return oauth_error(
+            StatusCode::BAD_REQUEST,
+            "invalid_target",
+            "the resource is not this gateway's /mcp",
+        );
+    }
+    match grant {
+        "authorization_code" => {
+            let (Some(code), Some(verifier)) = (&f.code, &f.code_verifier) else {
+                return oauth_error(
+                    StatusCode::BAD_REQUEST,
+                    "invalid_request",
+                    "code and code_verifier are required",
+                );
+            };
+            let c = match s.store.take_code(&hash_secret(code)).await {
+                Ok(Taken::Fresh(c)) => c,
+                Ok(Taken::Reused(c)) => {
+                    tracing::warn!(client_id = %c.client_id, "an authorization code was used twice");
+                    return bad_grant("the code was already used");
+                }
+                Ok(Taken::Unknown) => return bad_grant("unknown code"),
+                Err(e) => return store_failed(e),
+            };
+            if c.expires_at < now_secs() {
+                return bad_grant("the code has expired");
+            }
+            if c.client_id != client.client_id {
+                return bad_grant("the code was issued to another client");
+            }
+            if f.redirect_uri.as_deref() != Some(c.redirect_uri.as_str()) {
+                return bad_grant("redirect_uri does not match the authorization request");
+            }
+            if f.resource
+                .as_deref()
+                .is_some_and(|r| !same_resource(&c.resource, r))
+            {
+                return bad_grant("the resource does not match the authorization request");
+            }
+            let valid_verifier = (43..=128).contains(&verifier.len())
+                && verifier
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"-._~".contains(&b));
+            let computed = {
+                use sha2::Digest;
+                URL_SAFE_NO_PAD.encode(sha2::Sha256::digest(verifier.as_bytes()))
+            };
+            if !valid_verifier || !constant_time_eq(&computed, &c.challenge) {
+                return bad_grant("the PKCE code_verifier does not match the code_challenge");
+            }
+            let refresh = match new_refresh(
+                s,
+                &random_token(),
+                &client,
+                &c.subject,
+                &c.resource,
+                &c.scope,
+            )
+            .await
+            {
+                Ok(r) => r,
+                Err(r) => return r,
+            };
+            tracing::info!(user = %c.subject, client_id = %client.client_id, "tokens issued (authorization code)");
+            token_response(s, &c.subject, &client, &c.scope, refresh)
+        }
+        "refresh_token" => {
+            let Some(token) = &f.refresh_token else {
+                return oauth_error(
+                    StatusCode::BAD_REQUEST,
+                    "invalid_request",
+                    "refresh_token is required",
+                );
+            };
+            let r = match s.store.take_refresh(&hash_secret(token)).await {
+                Ok(Taken::Fresh(r)) => r,
+                Ok(Taken::Reused(r)) => {
+                    // A rotated-out token came back: someone holds a copy. The whole family goes.
+                    tracing::warn!(client_id = %r.client_id, user = %r.subject, "a refresh token was reused; its family is revoked");
+                    if let Err(e) = s.store.revoke_family(&r.family).await {
+                        return store_failed(e);
+                    }
+                    return bad_grant("the refresh token was already used; its grant is revoked");
+                }
+                Ok(Taken::Unknown) => return bad_grant("unknown or revoked refresh token"),
+                Err(e) => return store_failed(e),
+            };
+            if r.client_id != client.client_id {
+                return bad_grant("the refresh token was issued to another client");
+            }
+            if r.expires_at < now_secs() {
+                return bad_grant("the refresh token has expired");
+            }
+            let scope = match &f.scope {
+                None => r.scope.clone(),
+                Some(asked) => {
+                    let granted: BTreeSet<&str> = r.scope.split_whitespace().collect();
+                    if let Some(extra) = asked.split_whitespace().find(|x| !granted.contains(x)) {
+                        return oauth_error(
+                            StatusCode::BAD_REQUEST,
+                            "invalid_scope",
+                            format!("scope `{extra}` was not granted"),
+                        );
+                    }
+                    asked.split_whitespace().collect::<Vec<_>>().join(" ")
+                }
+            };
+            let refresh =
+                match new_refresh(s, &r.family, &client, &r.subject, &r.resource, &r.scope).await {
+                    Ok(t) => t,
+                    Err(resp) => return resp,
+                };
+            token_response(s, &r.subject, &client, &scope, refresh)
+        }
+        "client_credentials" => {
+            if client.auth_method == "none" {
+                return oauth_error(
+                    StatusCode::BAD_REQUEST,
+                    "unauthorized_client",
+                    "client_credentials needs a confidential client",
+                );
+            }
+            let supported = s.scopes_supported();
+            let scope = match &f.scope {
+                None => client
+                    .scope
+                    .clone()
+                    .unwrap_or_else(|| s.config.scopes.join(" ")),
+                Some(asked) => {
+                    if let Some(x) = asked
+                        .split_whitespace()
+                        .find(|x| !supported.iter().any(|y| y == x))
+                    {
+                        return oauth_error(
+                            StatusCode::BAD_REQUEST,
+                            "invalid_scope",
+                            format!("scope `{x}` is not offered here"),
+                        );
+                    }
+                    asked.split_whitespace().collect::<Vec<_>>().join(" ")
+                }
+            };
+            tracing::info!(client_id = %client.client_id, "token issued (client credentials)");
+            token_response(s, &client.client_id.clone(), &client, &scope, None)
+        }
+        _ => oauth_error(
+            StatusCode::BAD_REQUEST,
+            "unsupported_grant_type",
+            format!("grant type `{grant}` is not supported"),
+        ),
+    }
+}
+
+/// Token revocation (RFC 7009): a refresh token revokes its whole grant; an access token is
+/// refused from now on. Unknown tokens get 200 too.
+async fn revoke(State(auth): St, headers: HeaderMap, Form(f): Form<TokenForm>) -> Response {
+    let s = server(&auth);
+    let client = match authenticate_client(s, &headers, &f).await {
+        Ok(c) => c,
+        Err(r) => return r,
+    };
+    let Some(token) = f.token.as_deref().filter(|t| !t.is_empty()) else {
+        return oauth_error(
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+            "token is required",
+        );
+    };
+    match s.store.refresh(&hash_secret(token)).await {
+        Ok(Some(r)) if r.client_id == client.client_id => {
+            if let Err(e) = s.store.revoke_family(&r.family).await {
+                return store_failed(e);
+            }
+            tracing::info!(client_id = %client.client_id, "refresh token revoked");
+        }
+        Ok(_) => {
+            if let Ok(p) = auth.validate(token)
+                && p.client_id == client.client_id
+                && s.keys.revoke_access(token)
+            {
+                tracing::info!(client_id = %client.client_id, "access token revoked");
+            }
+        }
+        Err(e) => return store_failed(e),
+    }
+    no_store(StatusCode::OK.into_response())
+}

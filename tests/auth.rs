@@ -1,0 +1,890 @@
+//! OAuth 2.1 in `builtin` mode, over real HTTP against the real binary: the resource server's
+//! challenges and token checks on `/mcp`, and every endpoint of the built-in authorization
+//! server with its success and failure cases, on SQLite and on PostgreSQL.
+
+mod common;
+
+use std::collections::HashMap;
+
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use common::{FIXTURE, Gateway};
+use serde_json::{Value, json};
+
+const REDIRECT: &str = "http://127.0.0.1:9/callback";
+
+/// A gateway in `builtin` mode on a port chosen first (the public URL names it), with users
+/// alice and bob, the fixture as plugin `fix`, and the fixture again as `vault`, whose tools
+/// need the `vault` scope.
+struct AuthGateway {
+    gw: Gateway,
+    base: String,
+    _dir: tempfile::TempDir,
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+impl AuthGateway {
+    fn start(extra_auth: &str, database_url: Option<&str>) -> AuthGateway {
+        let dir = tempfile::tempdir().unwrap();
+        let port = free_port();
+        let base = format!("http://127.0.0.1:{port}");
+        let alice = mcp_gateway::auth::server::hash_password("alice-pw");
+        let bob = mcp_gateway::auth::server::hash_password("bob-pw");
+        let config = format!(
+            "[auth]\nmode = \"builtin\"\npublic_url = \"{base}/mcp\"\n{extra_auth}\n\
+             [[auth.users]]\nname = \"alice\"\npassword_hash = \"{alice}\"\n\
+             [[auth.users]]\nname = \"bob\"\npassword_hash = \"{bob}\"\n\
+             [plugins.fix]\ncommand = \"{FIXTURE}\"\n\
+             [plugins.vault]\ncommand = \"{FIXTURE}\"\nscope = \"vault\"\n"
+        );
+        let path = common::write_config(&dir, &config);
+        let listen = format!("127.0.0.1:{port}");
+        let db = database_url
+            .map(str::to_owned)
+            .unwrap_or_else(|| format!("sqlite://{}/auth.db?mode=rwc", dir.path().display()));
+        let gw = Gateway::start(&[
+            "--listen",
+            &listen,
+            "--config",
+            &path,
+            "--database-url",
+            &db,
+        ]);
+        AuthGateway {
+            gw,
+            base,
+            _dir: dir,
+        }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+}
+
+fn http() -> reqwest::Client {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap()
+}
+
+async fn register(a: &AuthGateway, meta: Value) -> (u16, Value) {
+    let r = http()
+        .post(a.url("/register"))
+        .json(&meta)
+        .send()
+        .await
+        .unwrap();
+    (r.status().as_u16(), r.json().await.unwrap())
+}
+
+async fn public_client(a: &AuthGateway) -> String {
+    let (status, c) = register(
+        a,
+        json!({"client_name": "Test App", "redirect_uris": [REDIRECT], "token_endpoint_auth_method": "none", "application_type": "native"}),
+    )
+    .await;
+    assert_eq!(status, 201, "{c}");
+    assert!(
+        c.get("client_secret").is_none(),
+        "a public client has no secret"
+    );
+    c["client_id"].as_str().unwrap().to_owned()
+}
+
+async fn token(a: &AuthGateway, form: &[(&str, &str)]) -> (u16, Value) {
+    let r = http()
+        .post(a.url("/token"))
+        .form(form)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.headers()["cache-control"], "no-store");
+    (r.status().as_u16(), r.json().await.unwrap())
+}
+
+fn pkce() -> (String, String) {
+    use sha2::Digest;
+    let verifier = URL_SAFE_NO_PAD.encode(rand::random::<[u8; 32]>());
+    let challenge = URL_SAFE_NO_PAD.encode(sha2::Sha256::digest(verifier.as_bytes()));
+    (verifier, challenge)
+}
+
+fn hidden(html: &str, name: &str) -> String {
+    let at = html
+        .find(&format!("name=\"{name}\" value=\""))
+        .unwrap_or_else(|| panic!("no field {name} in {html}"));
+    let rest = &html[at + name.len() + 15..];
+    rest[..rest.find('"').unwrap()].to_owned()
+}
+
+/// What a browser holds between the pages: the CSRF cookie and the form's fields.
+struct Browser {
+    cookie: String,
+    request: String,
+    csrf: String,
+}
+
+async fn open_authorize(a: &AuthGateway, query: &[(&str, &str)]) -> reqwest::Response {
+    http()
+        .get(a.url("/authorize"))
+        .query(query)
+        .send()
+        .await
+        .unwrap()
+}
+
+async fn login_page(
+    a: &AuthGateway,
+    client_id: &str,
+    challenge: &str,
+    state: &str,
+    scope: &str,
+) -> Browser {
+    let r = open_authorize(
+        a,
+        &[
+            ("response_type", "code"),
+            ("client_id", client_id),
+            ("redirect_uri", REDIRECT),
+            ("code_challenge", challenge),
+            ("code_challenge_method", "S256"),
+            ("state", state),
+            ("scope", scope),
+            ("resource", &a.url("/mcp")),
+        ],
+    )
+    .await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["x-frame-options"], "DENY");
+    let cookie = r.headers()["set-cookie"].to_str().unwrap();
+    assert!(
+        cookie.contains("HttpOnly") && cookie.contains("SameSite=Lax"),
+        "{cookie}"
+    );
+    let cookie = cookie.split(';').next().unwrap().to_owned();
+    let html = r.text().await.unwrap();
+    assert!(
+        html.contains("Test App") && html.contains("127.0.0.1"),
+        "names the client and its redirect host"
+    );
+    Browser {
+        cookie,
+        request: hidden(&html, "request"),
+        csrf: hidden(&html, "csrf"),
+    }
+}
+
+async fn post_form(
+    a: &AuthGateway,
+    b: &Browser,
+    path: &str,
+    fields: &[(&str, &str)],
+) -> reqwest::Response {
+    let mut form = vec![("request", b.request.as_str()), ("csrf", b.csrf.as_str())];
+    form.extend_from_slice(fields);
+    http()
+        .post(a.url(path))
+        .header("cookie", &b.cookie)
+        .form(&form)
+        .send()
+        .await
+        .unwrap()
+}
+
+fn redirect_params(r: &reqwest::Response) -> HashMap<String, String> {
+    assert_eq!(r.status(), 303, "a redirect to the client");
+    let location = r.headers()["location"].to_str().unwrap();
+    assert!(location.starts_with(REDIRECT), "{location}");
+    url::Url::parse(location)
+        .unwrap()
+        .query_pairs()
+        .map(|(k, v)| (k.into_owned(), v.into_owned()))
+        .collect()
+}
+
+/// Signs in as `user` and approves (or finds consent remembered): the code.
+async fn authorize(
+    a: &AuthGateway,
+    client_id: &str,
+    challenge: &str,
+    user: &str,
+    scope: &str,
+) -> String {
+    let b = login_page(a, client_id, challenge, "st-1", scope).await;
+    let r = post_form(
+        a,
+        &b,
+        "/authorize/login",
+        &[("username", user), ("password", &format!("{user}-pw"))],
+    )
+    .await;
+    let r = if r.status() == 200 {
+        let html = r.text().await.unwrap();
+        assert!(html.contains("Allow access") && html.contains(scope.split(' ').next().unwrap()));
+        post_form(a, &b, "/authorize/consent", &[("decision", "approve")]).await
+    } else {
+        r
+    };
+    let p = redirect_params(&r);
+    assert_eq!(p["state"], "st-1");
+    assert_eq!(p["iss"], a.base, "RFC 9207 iss");
+    p["code"].clone()
+}
+
+async fn exchange(a: &AuthGateway, client_id: &str, code: &str, verifier: &str) -> (u16, Value) {
+    token(
+        a,
+        &[
+            ("grant_type", "authorization_code"),
+            ("client_id", client_id),
+            ("code", code),
+            ("code_verifier", verifier),
+            ("redirect_uri", REDIRECT),
+            ("resource", &a.url("/mcp")),
+        ],
+    )
+    .await
+}
+
+async fn mcp_status(a: &AuthGateway, token: Option<&str>) -> (u16, String) {
+    let mut r = http()
+        .post(a.url("/mcp"))
+        .header("content-type", "application/json")
+        .header("accept", common::ACCEPT_BOTH)
+        .body(json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}).to_string());
+    if let Some(t) = token {
+        r = r.bearer_auth(t);
+    }
+    let r = r.send().await.unwrap();
+    let challenge = r
+        .headers()
+        .get("www-authenticate")
+        .map(|v| v.to_str().unwrap().to_owned())
+        .unwrap_or_default();
+    (r.status().as_u16(), challenge)
+}
+
+#[tokio::test]
+async fn metadata_and_challenges_send_a_client_to_the_authorization_server() {
+    let a = AuthGateway::start("", None);
+    for path in [
+        "/.well-known/oauth-protected-resource/mcp",
+        "/.well-known/oauth-protected-resource",
+    ] {
+        let m: Value = http()
+            .get(a.url(path))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(m["resource"], a.url("/mcp"));
+        assert_eq!(m["authorization_servers"], json!([a.base]));
+        assert_eq!(m["scopes_supported"], json!(["mcp"]));
+        assert_eq!(m["bearer_methods_supported"], json!(["header"]));
+    }
+    for path in [
+        "/.well-known/oauth-authorization-server",
+        "/.well-known/openid-configuration",
+    ] {
+        let m: Value = http()
+            .get(a.url(path))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(m["issuer"], a.base);
+        assert_eq!(m["code_challenge_methods_supported"], json!(["S256"]));
+        assert_eq!(m["client_id_metadata_document_supported"], true);
+        assert_eq!(m["registration_endpoint"], a.url("/register"));
+        assert_eq!(m["scopes_supported"], json!(["mcp", "vault"]));
+        assert!(
+            m["grant_types_supported"]
+                .as_array()
+                .unwrap()
+                .contains(&json!("client_credentials"))
+        );
+    }
+    let jwks: Value = http()
+        .get(a.url("/jwks.json"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(jwks["keys"][0]["alg"], "ES256");
+    assert!(jwks["keys"][0].get("d").is_none(), "no private part");
+
+    let (status, challenge) = mcp_status(&a, None).await;
+    assert_eq!(status, 401);
+    assert_eq!(
+        challenge,
+        format!(
+            "Bearer resource_metadata=\"{}\", scope=\"mcp\"",
+            a.url("/.well-known/oauth-protected-resource/mcp")
+        )
+    );
+    let (status, challenge) = mcp_status(&a, Some("not.a.token")).await;
+    assert_eq!(status, 401);
+    assert!(challenge.contains("error=\"invalid_token\""), "{challenge}");
+    let r = http()
+        .post(a.url("/mcp?access_token=abc"))
+        .header("content-type", "application/json")
+        .header("accept", common::ACCEPT_BOTH)
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400, "a token in the query string is refused");
+    let body: Value = r.json().await.unwrap();
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("Authorization header")
+    );
+}
+
+#[tokio::test]
+async fn the_authorization_code_flow_with_its_failures_on_sqlite() {
+    code_flow(AuthGateway::start("", None)).await;
+}
+
+#[tokio::test]
+async fn the_authorization_code_flow_with_its_failures_on_postgres() {
+    let server = std::env::var("MCP_GATEWAY_TEST_POSTGRES")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432".into());
+    let name = format!("mcpgw_auth_{}", std::process::id());
+    let psql = |sql: &str| {
+        let out = std::process::Command::new("psql")
+            .args([
+                &format!("{server}/postgres"),
+                "-v",
+                "ON_ERROR_STOP=1",
+                "-c",
+                sql,
+            ])
+            .output()
+            .expect("psql (PostgreSQL client) on PATH");
+        assert!(
+            out.status.success(),
+            "psql {sql}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    psql(&format!("DROP DATABASE IF EXISTS {name}"));
+    psql(&format!("CREATE DATABASE {name}"));
+    code_flow(AuthGateway::start("", Some(&format!("{server}/{name}")))).await;
+    psql(&format!("DROP DATABASE {name} WITH (FORCE)"));
+}
+
+async fn code_flow(a: AuthGateway) {
+    let client = public_client(&a).await;
+    let (verifier, challenge) = pkce();
+
+    // Refusals before the redirect URI is verified are pages, never redirects.
+    let r = open_authorize(
+        &a,
+        &[
+            ("response_type", "code"),
+            ("client_id", &client),
+            ("redirect_uri", "http://127.0.0.1:9/other"),
+            ("code_challenge", &challenge),
+            ("code_challenge_method", "S256"),
+        ],
+    )
+    .await;
+    assert_eq!(r.status(), 400);
+    assert!(r.headers().get("location").is_none(), "no open redirect");
+    assert!(r.text().await.unwrap().contains("not one registered"));
+    let r = open_authorize(
+        &a,
+        &[
+            ("response_type", "code"),
+            ("client_id", "nobody"),
+            ("redirect_uri", REDIRECT),
+        ],
+    )
+    .await;
+    assert_eq!(r.status(), 400);
+    assert!(r.headers().get("location").is_none());
+    // After it, errors go back to the client.
+    for (query, error) in [
+        (
+            vec![
+                ("code_challenge", challenge.as_str()),
+                ("code_challenge_method", "plain"),
+            ],
+            "invalid_request",
+        ),
+        (vec![], "invalid_request"),
+        (
+            vec![
+                ("code_challenge", challenge.as_str()),
+                ("code_challenge_method", "S256"),
+                ("resource", "https://elsewhere.example/mcp"),
+            ],
+            "invalid_target",
+        ),
+        (
+            vec![
+                ("code_challenge", challenge.as_str()),
+                ("code_challenge_method", "S256"),
+                ("scope", "admin"),
+            ],
+            "invalid_scope",
+        ),
+    ] {
+        let mut q = vec![
+            ("response_type", "code"),
+            ("client_id", client.as_str()),
+            ("redirect_uri", REDIRECT),
+            ("state", "s"),
+        ];
+        q.extend(query);
+        let r = open_authorize(&a, &q).await;
+        let p = redirect_params(&r);
+        assert_eq!(p["error"], error, "{q:?}");
+        assert_eq!(p["state"], "s");
+    }
+
+    // Wrong password, then a forged form (no cookie), then the real thing.
+    let b = login_page(&a, &client, &challenge, "st-1", "mcp").await;
+    let r = post_form(
+        &a,
+        &b,
+        "/authorize/login",
+        &[("username", "alice"), ("password", "wrong")],
+    )
+    .await;
+    assert_eq!(r.status(), 401);
+    assert!(
+        r.text()
+            .await
+            .unwrap()
+            .contains("Wrong user name or password")
+    );
+    let forged = Browser {
+        cookie: "mcpgw-csrf=other".into(),
+        request: b.request.clone(),
+        csrf: b.csrf.clone(),
+    };
+    let r = post_form(
+        &a,
+        &forged,
+        "/authorize/login",
+        &[("username", "alice"), ("password", "alice-pw")],
+    )
+    .await;
+    assert_eq!(r.status(), 403, "CSRF: the cookie must match the form");
+    let r = post_form(
+        &a,
+        &b,
+        "/authorize/login",
+        &[("username", "alice"), ("password", "alice-pw")],
+    )
+    .await;
+    assert_eq!(r.status(), 200);
+    let r = post_form(&a, &b, "/authorize/consent", &[("decision", "deny")]).await;
+    assert_eq!(redirect_params(&r)["error"], "access_denied");
+
+    // Approved: a code. A wrong verifier spends it.
+    let code = authorize(&a, &client, &challenge, "alice", "mcp").await;
+    let (status, e) = exchange(&a, &client, &code, &pkce().0).await;
+    assert_eq!((status, e["error"].as_str()), (400, Some("invalid_grant")));
+    let (status, _) = exchange(&a, &client, &code, &verifier).await;
+    assert_eq!(status, 400, "the code was single-use");
+
+    // Consent is remembered: sign-in goes straight back to the client.
+    let code = authorize(&a, &client, &challenge, "alice", "mcp").await;
+    let (status, e) = token(
+        &a,
+        &[
+            ("grant_type", "authorization_code"),
+            ("client_id", &client),
+            ("code", &code),
+            ("code_verifier", &verifier),
+            ("redirect_uri", "http://127.0.0.1:9/elsewhere"),
+        ],
+    )
+    .await;
+    assert_eq!(
+        (status, e["error"].as_str()),
+        (400, Some("invalid_grant")),
+        "redirect_uri must match"
+    );
+    let code = authorize(&a, &client, &challenge, "alice", "mcp").await;
+    let (status, t) = exchange(&a, &client, &code, &verifier).await;
+    assert_eq!(status, 200, "{t}");
+    assert_eq!(t["token_type"], "Bearer");
+    assert_eq!(t["scope"], "mcp");
+    let (status, again) = exchange(&a, &client, &code, &verifier).await;
+    assert_eq!(
+        (status, again["error"].as_str()),
+        (400, Some("invalid_grant")),
+        "reused code"
+    );
+    let access = t["access_token"].as_str().unwrap().to_owned();
+    let refresh = t["refresh_token"].as_str().unwrap().to_owned();
+
+    // The access token opens /mcp.
+    let mut c = a.gw.client().with_token(&access);
+    c.initialize().await;
+    assert_eq!(
+        c.tool_text(2, "fix__echo", json!({"text": "hi"})).await,
+        "hi"
+    );
+
+    // Refresh rotates; the old refresh token coming back revokes the family.
+    let (status, t2) = token(
+        &a,
+        &[
+            ("grant_type", "refresh_token"),
+            ("client_id", &client),
+            ("refresh_token", &refresh),
+        ],
+    )
+    .await;
+    assert_eq!(status, 200, "{t2}");
+    let refresh2 = t2["refresh_token"].as_str().unwrap().to_owned();
+    assert_ne!(refresh2, refresh);
+    let (status, e) = token(
+        &a,
+        &[
+            ("grant_type", "refresh_token"),
+            ("client_id", &client),
+            ("refresh_token", &refresh),
+        ],
+    )
+    .await;
+    assert_eq!(
+        (status, e["error"].as_str()),
+        (400, Some("invalid_grant")),
+        "reused refresh token"
+    );
+    let (status, _) = token(
+        &a,
+        &[
+            ("grant_type", "refresh_token"),
+            ("client_id", &client),
+            ("refresh_token", &refresh2),
+        ],
+    )
+    .await;
+    assert_eq!(status, 400, "the whole family was revoked");
+
+    // Revocation of an access token.
+    let r = http()
+        .post(a.url("/revoke"))
+        .form(&[("client_id", client.as_str()), ("token", access.as_str())])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(mcp_status(&a, Some(&access)).await.0, 401);
+}
+
+#[tokio::test]
+async fn registration_and_client_credentials() {
+    let a = AuthGateway::start("registrations_per_minute = 3", None);
+    let (status, e) = register(
+        &a,
+        json!({"redirect_uris": ["http://evil.example/cb"], "token_endpoint_auth_method": "none"}),
+    )
+    .await;
+    assert_eq!(
+        (status, e["error"].as_str()),
+        (400, Some("invalid_redirect_uri")),
+        "http only on loopback"
+    );
+    let (status, e) = register(
+        &a,
+        json!({"redirect_uris": [REDIRECT], "token_endpoint_auth_method": "private_key_jwt"}),
+    )
+    .await;
+    assert_eq!(
+        (status, e["error"].as_str()),
+        (400, Some("invalid_client_metadata"))
+    );
+    let (status, c) = register(&a, json!({"client_name": "robot", "grant_types": ["client_credentials"], "token_endpoint_auth_method": "client_secret_basic"})).await;
+    assert_eq!(status, 201, "{c}");
+    let (id, secret) = (
+        c["client_id"].as_str().unwrap(),
+        c["client_secret"].as_str().unwrap(),
+    );
+
+    // Basic authentication; a wrong secret is invalid_client with a Basic challenge.
+    let r = http()
+        .post(a.url("/token"))
+        .basic_auth(id, Some("wrong"))
+        .form(&[("grant_type", "client_credentials")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401);
+    assert!(
+        r.headers()["www-authenticate"]
+            .to_str()
+            .unwrap()
+            .starts_with("Basic")
+    );
+    let r = http()
+        .post(a.url("/token"))
+        .basic_auth(id, Some(secret))
+        .form(&[("grant_type", "client_credentials"), ("scope", "mcp")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let t: Value = r.json().await.unwrap();
+    assert!(t.get("refresh_token").is_none());
+    let mut c =
+        a.gw.client()
+            .with_token(t["access_token"].as_str().unwrap());
+    c.initialize().await;
+    assert_eq!(
+        c.tool_text(2, "fix__echo", json!({"text": "robot"})).await,
+        "robot"
+    );
+
+    // A client may not use a grant it did not register.
+    let r = http()
+        .post(a.url("/token"))
+        .basic_auth(id, Some(secret))
+        .form(&[
+            ("grant_type", "authorization_code"),
+            ("code", "x"),
+            ("code_verifier", "y"),
+        ])
+        .send()
+        .await
+        .unwrap();
+    let e: Value = r.json().await.unwrap();
+    assert_eq!(e["error"], "unauthorized_client");
+
+    // The rate limit (3 a minute; two refused above before the count, one counted).
+    let mut statuses = Vec::new();
+    for _ in 0..4 {
+        statuses.push(
+            register(
+                &a,
+                json!({"redirect_uris": [REDIRECT], "token_endpoint_auth_method": "none"}),
+            )
+            .await
+            .0,
+        );
+    }
+    assert_eq!(statuses, [201, 201, 429, 429]);
+}
+
+/// A token signed with the gateway's own key but with claims of the test's choosing: the
+/// key is read from the gateway's database (once the gateway serves: it logs its address
+/// before it opens the database).
+async fn forge(db: &str, claims: Value) -> String {
+    sqlx::any::install_default_drivers();
+    let pool = sqlx::AnyPool::connect(db)
+        .await
+        .unwrap_or_else(|e| panic!("{db}: {e}"));
+    let row: (String, String) = sqlx::query_as("SELECT kid, private_der FROM auth_keys")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    let der = URL_SAFE_NO_PAD.decode(row.1).unwrap();
+    let mut header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::ES256);
+    header.kid = Some(row.0);
+    jsonwebtoken::encode(
+        &header,
+        &claims,
+        &jsonwebtoken::EncodingKey::from_ec_der(&der),
+    )
+    .unwrap()
+}
+
+#[tokio::test]
+async fn tokens_for_another_audience_expired_or_unsigned_are_refused() {
+    let a = AuthGateway::start("", None);
+    let db = format!("sqlite://{}/auth.db?mode=ro", a._dir.path().display());
+    let jwks = http().get(a.url("/jwks.json")).send().await.unwrap();
+    assert_eq!(jwks.status(), 200, "serving, with a key");
+    let now = mcp_gateway::auth::now_secs();
+    let claims = |aud: &str, exp: i64, iss: &str| json!({"iss": iss, "sub": "alice", "aud": aud, "scope": "mcp", "client_id": "c", "exp": exp, "iat": now - 600, "nbf": now - 600, "jti": "j"});
+    let good = forge(&db, claims(&a.url("/mcp"), now + 300, &a.base)).await;
+    assert_eq!(
+        mcp_status(&a, Some(&good)).await.0,
+        200,
+        "the forge signs like the gateway"
+    );
+    for (why, t) in [
+        (
+            "wrong audience",
+            forge(&db, claims("https://other.example/mcp", now + 300, &a.base)).await,
+        ),
+        (
+            "expired",
+            forge(&db, claims(&a.url("/mcp"), now - 120, &a.base)).await,
+        ),
+        (
+            "wrong issuer",
+            forge(
+                &db,
+                claims(&a.url("/mcp"), now + 300, "https://other.example"),
+            )
+            .await,
+        ),
+    ] {
+        let (status, challenge) = mcp_status(&a, Some(&t)).await;
+        assert_eq!(status, 401, "{why}");
+        assert!(challenge.contains("invalid_token"), "{why}: {challenge}");
+    }
+    // Unsigned (alg none) and tampered tokens.
+    let parts: Vec<&str> = good.split('.').collect();
+    let none = format!(
+        "{}.{}.",
+        URL_SAFE_NO_PAD.encode(r#"{"alg":"none","typ":"JWT"}"#),
+        parts[1]
+    );
+    assert_eq!(mcp_status(&a, Some(&none)).await.0, 401);
+    let tampered = format!(
+        "{}.{}.{}",
+        parts[0],
+        URL_SAFE_NO_PAD.encode(
+            claims(&a.url("/mcp"), now + 300, &a.base)
+                .to_string()
+                .replace("alice", "bob")
+        ),
+        parts[2]
+    );
+    assert_eq!(mcp_status(&a, Some(&tampered)).await.0, 401);
+}
+
+#[tokio::test]
+async fn sessions_belong_to_their_subject_and_plugin_scopes_step_up() {
+    let a = AuthGateway::start("", None);
+    let db = format!("sqlite://{}/auth.db?mode=ro", a._dir.path().display());
+    let jwks = http().get(a.url("/jwks.json")).send().await.unwrap();
+    assert_eq!(jwks.status(), 200, "serving, with a key");
+    let now = mcp_gateway::auth::now_secs();
+    let token_for = |sub: &str, scope: &str| json!({"iss": a.base, "sub": sub, "aud": a.url("/mcp"), "scope": scope, "client_id": "c", "exp": now + 300, "iat": now, "nbf": now, "jti": format!("{sub}{scope}")});
+    let alice = forge(&db, token_for("alice", "mcp")).await;
+    let bob = forge(&db, token_for("bob", "mcp")).await;
+    let mut c = a.gw.client().with_token(&alice);
+    c.initialize().await;
+    let mut stolen = a.gw.client().with_token(&bob);
+    stolen.session = c.session.clone();
+    stolen.version = c.version.clone();
+    let r = stolen.call(5, "tools/list", json!({})).await;
+    assert_eq!(r.status, 404, "another subject's session is unknown to bob");
+    let r = stolen
+        .request(reqwest::Method::GET)
+        .header("accept", "text/event-stream")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
+
+    // Without the vault scope, vault's tools are hidden and calling one asks for the scope.
+    let tools = c.result(2, "tools/list", json!({})).await;
+    let names: Vec<&str> = tools["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert!(
+        names.contains(&"fix__echo") && !names.iter().any(|n| n.starts_with("vault__")),
+        "{names:?}"
+    );
+    let r = c
+        .call(
+            3,
+            "tools/call",
+            json!({"name": "vault__echo", "arguments": {"text": "x"}}),
+        )
+        .await;
+    assert_eq!(r.status, 403);
+    let challenge = r.headers["www-authenticate"].to_str().unwrap();
+    assert!(
+        challenge.contains("error=\"insufficient_scope\"")
+            && challenge.contains("scope=\"mcp vault\""),
+        "{challenge}"
+    );
+    // With it (same user, a new token), the same session sees and calls them.
+    let mut c2 =
+        a.gw.client()
+            .with_token(&forge(&db, token_for("alice", "mcp vault")).await);
+    c2.session = c.session.clone();
+    c2.version = c.version.clone();
+    assert_eq!(
+        c2.tool_text(4, "vault__echo", json!({"text": "open"}))
+            .await,
+        "open"
+    );
+    // A token without the /mcp scope at all is a 403 too.
+    let bare = forge(&db, token_for("alice", "vault")).await;
+    let (status, challenge) = mcp_status(&a, Some(&bare)).await;
+    assert_eq!(status, 403);
+    assert!(challenge.contains("insufficient_scope"));
+}
+
+#[tokio::test]
+async fn the_official_python_sdk_oauth_client_completes_the_flow() {
+    let a = AuthGateway::start("", None);
+    let python = common::tool("venv/bin/python");
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/clients/python_oauth_client.py"
+    );
+    let url = a.url("/mcp");
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(python)
+            .args([script, &url, "alice", "alice-pw"])
+            .output()
+            .expect("run the Python client")
+    })
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "python OAuth client failed ({}):\nstdout: {stdout}\nstderr: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out: Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(out["echo"], "hello with a token");
+    assert_eq!(out["pages"], json!(["sign-in", "consent"]));
+    assert_eq!(
+        out["registered_client"], true,
+        "registered itself (RFC 7591)"
+    );
+    assert_eq!(out["has_refresh_token"], true);
+    let authorization_url = out["authorization_url"].as_str().unwrap();
+    assert!(
+        authorization_url.contains("code_challenge_method=S256")
+            && authorization_url.contains("resource="),
+        "{authorization_url}"
+    );
+    assert!(
+        !out["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t.as_str().unwrap().starts_with("vault__")),
+        "no vault scope, no vault tools"
+    );
+    a.gw.wait_log("client registered").await;
+    a.gw.wait_log("tokens issued (authorization code)").await;
+}
