@@ -145,6 +145,9 @@ pub async fn run(
     let gateway = Gateway::new(config, reloader).await?;
     tokio::spawn(gateway.sessions.clone().reap_idle(gateway.shutdown.clone()));
     spawn_reload_on_hangup(gateway.clone());
+    if let Some(server) = &gateway.auth.server {
+        tokio::spawn(server.clone().purge_expired(gateway.shutdown.clone()));
+    }
     if gateway.config.admin.token.is_some() {
         let addr = gateway.config.admin.listen;
         let admin = TcpListener::bind(addr)

@@ -32,8 +32,11 @@ fn free_port() -> u16 {
 
 impl AuthGateway {
     fn start(extra_auth: &str, database_url: Option<&str>) -> AuthGateway {
+        AuthGateway::start_on(free_port(), extra_auth, database_url)
+    }
+
+    fn start_on(port: u16, extra_auth: &str, database_url: Option<&str>) -> AuthGateway {
         let dir = tempfile::tempdir().unwrap();
-        let port = free_port();
         let base = format!("http://127.0.0.1:{port}");
         let alice = mcp_gateway::auth::server::hash_password("alice-pw");
         let bob = mcp_gateway::auth::server::hash_password("bob-pw");
@@ -56,6 +59,8 @@ impl AuthGateway {
             &path,
             "--database-url",
             &db,
+            "--admin-token",
+            "admin-secret",
         ]);
         AuthGateway {
             gw,
@@ -887,4 +892,203 @@ async fn the_official_python_sdk_oauth_client_completes_the_flow() {
     );
     a.gw.wait_log("client registered").await;
     a.gw.wait_log("tokens issued (authorization code)").await;
+}
+
+/// Serves a client ID metadata document at `/client.json` on loopback; its URL. `id` may
+/// differ from the URL, to test that it must not.
+async fn serve_document(id: Option<&str>) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/client.json", listener.local_addr().unwrap());
+    let doc = json!({
+        "client_id": id.unwrap_or(&url),
+        "client_name": "Document Client",
+        "redirect_uris": [REDIRECT],
+        "token_endpoint_auth_method": "none",
+    });
+    let app = axum::Router::new().route(
+        "/client.json",
+        axum::routing::get(move || {
+            let doc = doc.clone();
+            async move { axum::Json(doc) }
+        }),
+    );
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    url
+}
+
+#[tokio::test]
+async fn client_id_metadata_documents_are_fetched_with_ssrf_guards() {
+    // By default: only https, only public addresses; nothing private is fetched.
+    let a = AuthGateway::start("", None);
+    let (_, challenge) = pkce();
+    let doc = serve_document(None).await;
+    let https_private = doc.replace("http://", "https://");
+    for (client_id, says) in [
+        ("https://10.0.0.1/client.json", "non-public address"),
+        (
+            "https://169.254.169.254/latest/meta-data",
+            "non-public address",
+        ),
+        (https_private.as_str(), "non-public address"),
+        (doc.as_str(), "must be https"),
+        ("https://example.com/", "needs a path"),
+    ] {
+        let r = open_authorize(
+            &a,
+            &[
+                ("response_type", "code"),
+                ("client_id", client_id),
+                ("redirect_uri", REDIRECT),
+                ("code_challenge", &challenge),
+                ("code_challenge_method", "S256"),
+            ],
+        )
+        .await;
+        assert_eq!(r.status(), 400, "{client_id}");
+        assert!(r.headers().get("location").is_none());
+        let page = r.text().await.unwrap();
+        assert!(page.contains(says), "{client_id}: {page}");
+    }
+
+    // Allowed for development: the document is fetched, its client signs in.
+    let a = AuthGateway::start("cimd_allow_private = true", None);
+    let (verifier, challenge) = pkce();
+    let r = open_authorize(
+        &a,
+        &[
+            ("response_type", "code"),
+            ("client_id", &doc),
+            ("redirect_uri", REDIRECT),
+            ("code_challenge", &challenge),
+            ("code_challenge_method", "S256"),
+            ("state", "s"),
+        ],
+    )
+    .await;
+    assert_eq!(r.status(), 200);
+    let cookie = r.headers()["set-cookie"]
+        .to_str()
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_owned();
+    let html = r.text().await.unwrap();
+    assert!(
+        html.contains("Document Client"),
+        "the document's name is shown"
+    );
+    let b = Browser {
+        cookie,
+        request: hidden(&html, "request"),
+        csrf: hidden(&html, "csrf"),
+    };
+    let r = post_form(
+        &a,
+        &b,
+        "/authorize/login",
+        &[("username", "bob"), ("password", "bob-pw")],
+    )
+    .await;
+    assert_eq!(r.status(), 200);
+    let r = post_form(&a, &b, "/authorize/consent", &[("decision", "approve")]).await;
+    let code = redirect_params(&r)["code"].clone();
+    let (status, t) = exchange(&a, &doc, &code, &verifier).await;
+    assert_eq!(status, 200, "{t}");
+
+    // A document whose client_id is not its own URL is refused.
+    let liar = serve_document(Some("https://trusted.example/client.json")).await;
+    let r = open_authorize(
+        &a,
+        &[
+            ("response_type", "code"),
+            ("client_id", &liar),
+            ("redirect_uri", REDIRECT),
+            ("code_challenge", &challenge),
+            ("code_challenge_method", "S256"),
+        ],
+    )
+    .await;
+    assert_eq!(r.status(), 400);
+    assert!(
+        r.text()
+            .await
+            .unwrap()
+            .contains("is not the URL it was fetched from")
+    );
+}
+
+#[tokio::test]
+async fn rotated_keys_keep_validating_their_tokens() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}/auth.db?mode=rwc", dir.path().display());
+    let kid = |t: &str| jsonwebtoken::decode_header(t).unwrap().kid.unwrap();
+    let port = free_port();
+    let a = AuthGateway::start_on(port, "", Some(&db));
+    let old = robot_token(&a).await;
+    drop(a);
+    // The same public URL and database: the keys were kept.
+    let a = AuthGateway::start_on(port, "", Some(&db));
+    assert_eq!(
+        mcp_status(&a, Some(&old)).await.0,
+        200,
+        "keys survive a restart"
+    );
+    let rotated = rotate(&a).await;
+    assert_ne!(rotated, kid(&old));
+    let jwks: Value = http()
+        .get(a.url("/jwks.json"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let kids: Vec<&str> = jwks["keys"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| k["kid"].as_str().unwrap())
+        .collect();
+    assert!(
+        kids.contains(&kid(&old).as_str()) && kids.contains(&rotated.as_str()),
+        "{kids:?}"
+    );
+    assert_eq!(
+        mcp_status(&a, Some(&old)).await.0,
+        200,
+        "the old key still validates"
+    );
+    let new = robot_token(&a).await;
+    assert_eq!(kid(&new), rotated, "new tokens are signed with the new key");
+    assert_eq!(mcp_status(&a, Some(&new)).await.0, 200);
+}
+
+async fn rotate(a: &AuthGateway) -> String {
+    let admin = a.gw.admin.as_ref().expect("admin API on");
+    let r = reqwest::Client::new()
+        .post(format!("http://{admin}/admin/auth/rotate-keys"))
+        .bearer_auth("admin-secret")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let v: Value = r.json().await.unwrap();
+    v["current_kid"].as_str().unwrap().to_owned()
+}
+
+/// A token for a new confidential client, by client credentials (client_secret_post).
+async fn robot_token(a: &AuthGateway) -> String {
+    let (_, c) = register(a, json!({"grant_types": ["client_credentials"], "token_endpoint_auth_method": "client_secret_post"})).await;
+    let (status, t) = token(
+        a,
+        &[
+            ("grant_type", "client_credentials"),
+            ("client_id", c["client_id"].as_str().unwrap()),
+            ("client_secret", c["client_secret"].as_str().unwrap()),
+        ],
+    )
+    .await;
+    assert_eq!(status, 200, "{t}");
+    t["access_token"].as_str().unwrap().to_owned()
 }

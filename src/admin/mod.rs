@@ -34,6 +34,7 @@ pub fn router(gateway: Arc<Gateway>) -> Router {
         .route("/admin/plugins/{name}/enable", post(enable))
         .route("/admin/plugins/{name}/disable", post(disable))
         .route("/admin/reload", post(reload))
+        .route("/admin/auth/rotate-keys", post(rotate_keys))
         .layer(middleware::from_fn_with_state(gateway.clone(), authorize))
         .with_state(gateway)
 }
@@ -49,6 +50,10 @@ enum AdminError {
     Registry(#[from] RegistryError),
     #[error(transparent)]
     Reload(#[from] ReloadError),
+    #[error("{0}")]
+    Conflict(String),
+    #[error("{0}")]
+    Unavailable(String),
 }
 
 impl IntoResponse for AdminError {
@@ -62,7 +67,10 @@ impl IntoResponse for AdminError {
             AdminError::Registry(RegistryError::NotFound(_)) => StatusCode::NOT_FOUND,
             AdminError::Registry(RegistryError::Store(_)) => StatusCode::SERVICE_UNAVAILABLE,
             AdminError::Reload(ReloadError::Invalid(_)) => StatusCode::UNPROCESSABLE_ENTITY,
-            AdminError::Reload(ReloadError::Unavailable) => StatusCode::CONFLICT,
+            AdminError::Reload(ReloadError::Unavailable) | AdminError::Conflict(_) => {
+                StatusCode::CONFLICT
+            }
+            AdminError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             AdminError::Reload(ReloadError::Registry(RegistryError::Invalid(_))) => {
                 StatusCode::UNPROCESSABLE_ENTITY
             }
@@ -195,6 +203,20 @@ async fn set_enabled(gw: &Gateway, name: String, enabled: bool) -> Result<Respon
         .get(&name)
         .ok_or(RegistryError::NotFound(name))?;
     Ok(axum::Json(describe(&entry)).into_response())
+}
+
+/// Makes a new signing key current (built-in authorization server); the previous one keeps
+/// validating the tokens it signed until they expire.
+async fn rotate_keys(State(gw): State<Arc<Gateway>>) -> Result<Response, AdminError> {
+    let server = gw.auth.server.as_ref().ok_or_else(|| {
+        AdminError::Conflict("the built-in authorization server is off (auth.mode)".into())
+    })?;
+    let kid = server
+        .keys
+        .rotate()
+        .await
+        .map_err(|e| AdminError::Unavailable(e.to_string()))?;
+    Ok(axum::Json(json!({ "current_kid": kid })).into_response())
 }
 
 async fn reload(State(gw): State<Arc<Gateway>>) -> Result<Response, AdminError> {

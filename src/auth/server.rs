@@ -85,6 +85,20 @@ impl AuthServer {
         *self.plugin_scopes.lock().expect("scopes lock") = Some(source);
     }
 
+    /// Forgets expired sign-ins, codes and refresh tokens, every few minutes until `stop`.
+    pub async fn purge_expired(self: Arc<Self>, stop: tokio_util::sync::CancellationToken) {
+        let mut tick = tokio::time::interval(Duration::from_secs(300));
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                () = stop.cancelled() => return,
+            }
+            if let Err(e) = self.store.purge(now_secs()).await {
+                tracing::warn!("purging expired authorization data: {e}");
+            }
+        }
+    }
+
     pub fn scopes_supported(&self) -> Vec<String> {
         let mut all: BTreeSet<String> = self.config.scopes.iter().cloned().collect();
         if let Some(f) = &*self.plugin_scopes.lock().expect("scopes lock") {
