@@ -1092,3 +1092,193 @@ async fn robot_token(a: &AuthGateway) -> String {
     assert_eq!(status, 200, "{t}");
     t["access_token"].as_str().unwrap().to_owned()
 }
+
+/// A WebDriver session on Debian's chromium, through chromedriver's HTTP API.
+struct Browserdriver {
+    driver: std::process::Child,
+    base: String,
+    session: String,
+    http: reqwest::Client,
+    _profile: tempfile::TempDir,
+}
+
+impl Browserdriver {
+    async fn start() -> Browserdriver {
+        let port = free_port();
+        let driver = std::process::Command::new("/usr/bin/chromedriver")
+            .arg(format!("--port={port}"))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect(
+                "chromedriver (Debian's chromium-driver, installed by scripts/install-test-deps)",
+            );
+        let base = format!("http://127.0.0.1:{port}");
+        let http = reqwest::Client::new();
+        let ready = || async {
+            let r = http.get(format!("{base}/status")).send().await.ok()?;
+            let v: Value = r.json().await.ok()?;
+            v["value"]["ready"].as_bool()
+        };
+        for _ in 0..500 {
+            if ready().await == Some(true) {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        let profile = tempfile::tempdir().unwrap();
+        let caps = json!({"capabilities": {"alwaysMatch": {"browserName": "chrome", "goog:chromeOptions": {
+            "binary": "/usr/bin/chromium",
+            "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                     "--disable-quic", "--no-first-run", "--disable-background-networking",
+                     "--disable-component-update", "--disable-sync",
+                     format!("--user-data-dir={}", profile.path().display())]}}}});
+        let r: Value = http
+            .post(format!("{base}/session"))
+            .json(&caps)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let session = r["value"]["sessionId"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no WebDriver session: {r}"))
+            .to_owned();
+        Browserdriver {
+            driver,
+            base,
+            session,
+            http,
+            _profile: profile,
+        }
+    }
+
+    async fn cmd(&self, path: &str, body: Value) -> Value {
+        let r: Value = self
+            .http
+            .post(format!("{}/session/{}{path}", self.base, self.session))
+            .json(&body)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        r["value"].clone()
+    }
+
+    async fn goto(&self, url: &str) {
+        self.cmd("/url", json!({"url": url})).await;
+    }
+
+    /// The element matching `css`, waiting for the page that has it.
+    async fn find(&self, css: &str) -> String {
+        for _ in 0..500 {
+            let v = self
+                .cmd("/element", json!({"using": "css selector", "value": css}))
+                .await;
+            if let Some(id) = v["element-6066-11e4-a52e-4f735466cecf"].as_str() {
+                return id.to_owned();
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        let source = self
+            .http
+            .get(format!("{}/session/{}/source", self.base, self.session))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        panic!("no element {css} on the page: {source}");
+    }
+
+    async fn type_into(&self, css: &str, text: &str) {
+        let e = self.find(css).await;
+        self.cmd(&format!("/element/{e}/value"), json!({"text": text}))
+            .await;
+    }
+
+    async fn click(&self, css: &str) {
+        let e = self.find(css).await;
+        self.cmd(&format!("/element/{e}/click"), json!({})).await;
+    }
+}
+
+impl Drop for Browserdriver {
+    fn drop(&mut self) {
+        let _ = self.driver.kill();
+        let _ = self.driver.wait();
+    }
+}
+
+#[tokio::test]
+async fn a_person_signs_in_and_consents_in_a_real_browser() {
+    let a = AuthGateway::start("", None);
+    // The client's redirect URI: a page that hands the code to the test.
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<HashMap<String, String>>();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let callback = format!("http://{}/callback", listener.local_addr().unwrap());
+    let app = axum::Router::new().route(
+        "/callback",
+        axum::routing::get(
+            move |axum::extract::Query(q): axum::extract::Query<HashMap<String, String>>| {
+                let _ = tx.send(q);
+                async { "signed in; you can close this window" }
+            },
+        ),
+    );
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let (status, c) = register(&a, json!({"client_name": "Browser App", "redirect_uris": [callback], "token_endpoint_auth_method": "none"})).await;
+    assert_eq!(status, 201);
+    let client = c["client_id"].as_str().unwrap().to_owned();
+    let (verifier, challenge) = pkce();
+    let mut authorize = url::Url::parse(&a.url("/authorize")).unwrap();
+    authorize
+        .query_pairs_mut()
+        .append_pair("response_type", "code")
+        .append_pair("client_id", &client)
+        .append_pair("redirect_uri", &callback)
+        .append_pair("code_challenge", &challenge)
+        .append_pair("code_challenge_method", "S256")
+        .append_pair("state", "browser-state")
+        .append_pair("scope", "mcp")
+        .append_pair("resource", &a.url("/mcp"));
+
+    let b = Browserdriver::start().await;
+    b.goto(authorize.as_str()).await;
+    b.type_into("#username", "alice").await;
+    b.type_into("#password", "alice-pw").await;
+    b.click("#sign-in").await;
+    b.click("#approve").await;
+    let q = tokio::time::timeout(std::time::Duration::from_secs(60), rx.recv())
+        .await
+        .expect("the browser reached the client's redirect URI")
+        .unwrap();
+    assert_eq!(q["state"], "browser-state");
+    assert_eq!(q["iss"], a.base);
+    let (status, t) = token(
+        &a,
+        &[
+            ("grant_type", "authorization_code"),
+            ("client_id", &client),
+            ("code", &q["code"]),
+            ("code_verifier", &verifier),
+            ("redirect_uri", &callback),
+        ],
+    )
+    .await;
+    assert_eq!(status, 200, "{t}");
+    let mut mcp =
+        a.gw.client()
+            .with_token(t["access_token"].as_str().unwrap());
+    mcp.initialize().await;
+    assert_eq!(
+        mcp.tool_text(2, "fix__echo", json!({"text": "from the browser"}))
+            .await,
+        "from the browser"
+    );
+}

@@ -69,9 +69,11 @@ fn page(status: StatusCode, title: &str, body: &str) -> Response {
     );
     h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    // Not `no-referrer`: with it the browser sends `Origin: null` with the form, which the
+    // Origin check refuses. `same-origin` sends nothing to other sites.
     h.insert(
         header::REFERRER_POLICY,
-        HeaderValue::from_static("no-referrer"),
+        HeaderValue::from_static("same-origin"),
     );
     h.insert(
         "x-content-type-options",
