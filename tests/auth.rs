@@ -370,10 +370,19 @@ async fn the_authorization_code_flow_with_its_failures_on_sqlite() {
 
 #[tokio::test]
 async fn the_authorization_code_flow_with_its_failures_on_postgres() {
-    let server = std::env::var("MCP_GATEWAY_TEST_POSTGRES")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432".into());
-    let name = format!("mcpgw_auth_{}", std::process::id());
-    let psql = |sql: &str| {
+    let db = Postgres::create("code");
+    code_flow(AuthGateway::start("", Some(&db.url))).await;
+}
+
+/// A database of its own on the PostgreSQL server CI runs on 127.0.0.1:5432, dropped after.
+struct Postgres {
+    server: String,
+    name: String,
+    url: String,
+}
+
+impl Postgres {
+    fn psql(server: &str, sql: &str) {
         let out = std::process::Command::new("psql")
             .args([
                 &format!("{server}/postgres"),
@@ -389,11 +398,29 @@ async fn the_authorization_code_flow_with_its_failures_on_postgres() {
             "psql {sql}: {}",
             String::from_utf8_lossy(&out.stderr)
         );
-    };
-    psql(&format!("DROP DATABASE IF EXISTS {name}"));
-    psql(&format!("CREATE DATABASE {name}"));
-    code_flow(AuthGateway::start("", Some(&format!("{server}/{name}")))).await;
-    psql(&format!("DROP DATABASE {name} WITH (FORCE)"));
+    }
+
+    fn create(what: &str) -> Postgres {
+        let server = std::env::var("MCP_GATEWAY_TEST_POSTGRES")
+            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432".into());
+        let name = format!("mcpgw_auth_{what}_{}", std::process::id());
+        Postgres::psql(&server, &format!("DROP DATABASE IF EXISTS {name}"));
+        Postgres::psql(&server, &format!("CREATE DATABASE {name}"));
+        Postgres {
+            url: format!("{server}/{name}"),
+            server,
+            name,
+        }
+    }
+}
+
+impl Drop for Postgres {
+    fn drop(&mut self) {
+        Postgres::psql(
+            &self.server,
+            &format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name),
+        );
+    }
 }
 
 async fn code_flow(a: AuthGateway) {
@@ -603,8 +630,22 @@ async fn code_flow(a: AuthGateway) {
 }
 
 #[tokio::test]
-async fn registration_and_client_credentials() {
-    let a = AuthGateway::start("registrations_per_minute = 3", None);
+async fn registration_and_client_credentials_on_sqlite() {
+    registration_and_client_credentials(AuthGateway::start("registrations_per_minute = 3", None))
+        .await;
+}
+
+#[tokio::test]
+async fn registration_and_client_credentials_on_postgres() {
+    let db = Postgres::create("reg");
+    registration_and_client_credentials(AuthGateway::start(
+        "registrations_per_minute = 3",
+        Some(&db.url),
+    ))
+    .await;
+}
+
+async fn registration_and_client_credentials(a: AuthGateway) {
     let (status, e) = register(
         &a,
         json!({"redirect_uris": ["http://evil.example/cb"], "token_endpoint_auth_method": "none"}),
