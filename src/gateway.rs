@@ -76,7 +76,7 @@ impl Gateway {
         let pool = sql.pool();
         let plugin_store: Arc<dyn PluginStore> = Arc::new(sql);
         let registry = Registry::load(&config, plugin_store.clone()).await?;
-        let auth = Arc::new(Auth::new(config.auth.clone(), pool, Vec::new()).await?);
+        let auth = Arc::new(Auth::new(config.auth.clone(), pool).await?);
         if let Some(server) = &auth.server {
             let r = registry.clone();
             server.set_scope_source(Box::new(move || {

@@ -322,31 +322,8 @@ async fn registry_changes_survive_a_restart_on_sqlite() {
 
 #[tokio::test]
 async fn registry_changes_survive_a_restart_on_postgres() {
-    // A database of its own on the PostgreSQL server CI runs on 127.0.0.1:5432.
-    let server = std::env::var("MCP_GATEWAY_TEST_POSTGRES")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432".into());
-    let name = format!("mcpgw_test_{}", std::process::id());
-    let psql = |sql: &str| {
-        let out = std::process::Command::new("psql")
-            .args([
-                &format!("{server}/postgres"),
-                "-v",
-                "ON_ERROR_STOP=1",
-                "-c",
-                sql,
-            ])
-            .output()
-            .expect("psql (PostgreSQL client) on PATH");
-        assert!(
-            out.status.success(),
-            "psql {sql}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    };
-    psql(&format!("DROP DATABASE IF EXISTS {name}"));
-    psql(&format!("CREATE DATABASE {name}"));
-    changes_survive_a_restart(&format!("{server}/{name}")).await;
-    psql(&format!("DROP DATABASE {name} WITH (FORCE)"));
+    let db = common::Postgres::create("registry");
+    changes_survive_a_restart(&db.url).await;
 }
 
 #[tokio::test]

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use common::{FIXTURE, Gateway};
+use common::{FIXTURE, Gateway, Postgres};
 use serde_json::{Value, json};
 
 const REDIRECT: &str = "http://127.0.0.1:9/callback";
@@ -72,6 +72,12 @@ impl AuthGateway {
     fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base)
     }
+}
+
+async fn get_json(a: &AuthGateway, path: &str) -> Value {
+    let r = http().get(a.url(path)).send().await.unwrap();
+    assert_eq!(r.status(), 200, "{path}");
+    r.json().await.unwrap()
 }
 
 fn http() -> reqwest::Client {
@@ -285,14 +291,7 @@ async fn metadata_and_challenges_send_a_client_to_the_authorization_server() {
         "/.well-known/oauth-protected-resource/mcp",
         "/.well-known/oauth-protected-resource",
     ] {
-        let m: Value = http()
-            .get(a.url(path))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let m: Value = get_json(&a, path).await;
         assert_eq!(m["resource"], a.url("/mcp"));
         assert_eq!(m["authorization_servers"], json!([a.base]));
         assert_eq!(m["scopes_supported"], json!(["mcp"]));
@@ -302,14 +301,7 @@ async fn metadata_and_challenges_send_a_client_to_the_authorization_server() {
         "/.well-known/oauth-authorization-server",
         "/.well-known/openid-configuration",
     ] {
-        let m: Value = http()
-            .get(a.url(path))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let m: Value = get_json(&a, path).await;
         assert_eq!(m["issuer"], a.base);
         assert_eq!(m["code_challenge_methods_supported"], json!(["S256"]));
         assert_eq!(m["client_id_metadata_document_supported"], true);
@@ -322,14 +314,7 @@ async fn metadata_and_challenges_send_a_client_to_the_authorization_server() {
                 .contains(&json!("client_credentials"))
         );
     }
-    let jwks: Value = http()
-        .get(a.url("/jwks.json"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let jwks: Value = get_json(&a, "/jwks.json").await;
     assert_eq!(jwks["keys"][0]["alg"], "ES256");
     assert!(jwks["keys"][0].get("d").is_none(), "no private part");
 
@@ -372,55 +357,6 @@ async fn the_authorization_code_flow_with_its_failures_on_sqlite() {
 async fn the_authorization_code_flow_with_its_failures_on_postgres() {
     let db = Postgres::create("code");
     code_flow(AuthGateway::start("", Some(&db.url))).await;
-}
-
-/// A database of its own on the PostgreSQL server CI runs on 127.0.0.1:5432, dropped after.
-struct Postgres {
-    server: String,
-    name: String,
-    url: String,
-}
-
-impl Postgres {
-    fn psql(server: &str, sql: &str) {
-        let out = std::process::Command::new("psql")
-            .args([
-                &format!("{server}/postgres"),
-                "-v",
-                "ON_ERROR_STOP=1",
-                "-c",
-                sql,
-            ])
-            .output()
-            .expect("psql (PostgreSQL client) on PATH");
-        assert!(
-            out.status.success(),
-            "psql {sql}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-
-    fn create(what: &str) -> Postgres {
-        let server = std::env::var("MCP_GATEWAY_TEST_POSTGRES")
-            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432".into());
-        let name = format!("mcpgw_auth_{what}_{}", std::process::id());
-        Postgres::psql(&server, &format!("DROP DATABASE IF EXISTS {name}"));
-        Postgres::psql(&server, &format!("CREATE DATABASE {name}"));
-        Postgres {
-            url: format!("{server}/{name}"),
-            server,
-            name,
-        }
-    }
-}
-
-impl Drop for Postgres {
-    fn drop(&mut self) {
-        Postgres::psql(
-            &self.server,
-            &format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name),
-        );
-    }
 }
 
 async fn code_flow(a: AuthGateway) {
@@ -1077,14 +1013,7 @@ async fn rotated_keys_keep_validating_their_tokens() {
     );
     let rotated = rotate(&a).await;
     assert_ne!(rotated, kid(&old));
-    let jwks: Value = http()
-        .get(a.url("/jwks.json"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let jwks: Value = get_json(&a, "/jwks.json").await;
     let kids: Vec<&str> = jwks["keys"]
         .as_array()
         .unwrap()

@@ -104,7 +104,6 @@ impl Auth {
     pub async fn new(
         config: AuthConfig,
         pool: sqlx::AnyPool,
-        plugin_scopes: Vec<String>,
     ) -> Result<Auth, store::AuthStoreError> {
         if config.mode == AuthMode::None {
             return Ok(Auth::off(config));
@@ -134,7 +133,6 @@ impl Auth {
             issuer.clone(),
             store,
             keys.clone(),
-            plugin_scopes,
         ));
         Ok(Auth {
             config,
@@ -203,7 +201,7 @@ pub fn hash_secret(secret: &str) -> String {
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(sha2::Sha256::digest(secret))
 }
 
-/// Compares two strings in time independent of where they differ.
+/// Compares two strings without an early exit on the first differing byte (tokens, secrets).
 pub fn constant_time_eq(a: &str, b: &str) -> bool {
     let (a, b) = (a.as_bytes(), b.as_bytes());
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0

@@ -65,9 +65,7 @@ impl AuthServer {
         issuer: String,
         store: Arc<dyn AuthStore>,
         keys: Arc<KeyRing>,
-        plugin_scopes: Vec<String>,
     ) -> AuthServer {
-        let fixed: ScopeSource = Box::new(move || plugin_scopes.clone());
         AuthServer {
             fetcher: Fetcher::new(config.cimd_allow_private),
             secure_cookies: issuer.starts_with("https://"),
@@ -75,7 +73,7 @@ impl AuthServer {
             issuer,
             store,
             keys,
-            plugin_scopes: Mutex::new(Some(fixed)),
+            plugin_scopes: Mutex::new(None),
             registrations: Mutex::new(VecDeque::new()),
         }
     }
