@@ -266,6 +266,18 @@ async fn exchange(a: &AuthGateway, client_id: &str, code: &str, verifier: &str) 
     .await
 }
 
+async fn refresh_with(a: &AuthGateway, client: &str, refresh: &str) -> (u16, Value) {
+    token(
+        a,
+        &[
+            ("grant_type", "refresh_token"),
+            ("client_id", client),
+            ("refresh_token", refresh),
+        ],
+    )
+    .await
+}
+
 async fn mcp_status(a: &AuthGateway, token: Option<&str>) -> (u16, String) {
     let mut r = http()
         .post(a.url("/mcp"))
@@ -517,41 +529,17 @@ async fn code_flow(a: AuthGateway) {
     );
 
     // Refresh rotates; the old refresh token coming back revokes the family.
-    let (status, t2) = token(
-        &a,
-        &[
-            ("grant_type", "refresh_token"),
-            ("client_id", &client),
-            ("refresh_token", &refresh),
-        ],
-    )
-    .await;
+    let (status, t2) = refresh_with(&a, &client, &refresh).await;
     assert_eq!(status, 200, "{t2}");
     let refresh2 = t2["refresh_token"].as_str().unwrap().to_owned();
     assert_ne!(refresh2, refresh);
-    let (status, e) = token(
-        &a,
-        &[
-            ("grant_type", "refresh_token"),
-            ("client_id", &client),
-            ("refresh_token", &refresh),
-        ],
-    )
-    .await;
+    let (status, e) = refresh_with(&a, &client, &refresh).await;
     assert_eq!(
         (status, e["error"].as_str()),
         (400, Some("invalid_grant")),
         "reused refresh token"
     );
-    let (status, _) = token(
-        &a,
-        &[
-            ("grant_type", "refresh_token"),
-            ("client_id", &client),
-            ("refresh_token", &refresh2),
-        ],
-    )
-    .await;
+    let (status, _) = refresh_with(&a, &client, &refresh2).await;
     assert_eq!(status, 400, "the whole family was revoked");
 
     // Revocation of an access token.

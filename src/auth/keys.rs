@@ -67,7 +67,7 @@ impl KeyRing {
         access_ttl: Duration,
     ) -> Result<KeyRing, AuthStoreError> {
         let now = now_secs();
-        let keep_after = now - access_ttl.as_secs() as i64 - LEEWAY.as_secs() as i64;
+        let keep_after = retired_before(now, access_ttl);
         let mut all = Vec::new();
         for k in store.keys().await? {
             if k.retired_at.is_some_and(|r| r < keep_after) {
@@ -104,7 +104,7 @@ impl KeyRing {
         let now = now_secs();
         self.store.retire_key(&old, now).await?;
         let mut keys = self.keys.write().expect("keys lock");
-        let keep_after = now - self.access_ttl.as_secs() as i64 - LEEWAY.as_secs() as i64;
+        let keep_after = retired_before(now, self.access_ttl);
         keys.all = keys
             .all
             .iter()
@@ -226,6 +226,11 @@ impl TokenValidator for KeyRing {
             scopes: c.scope.split_whitespace().map(str::to_owned).collect(),
         })
     }
+}
+
+/// A key retired before this time signed no token that is still valid: it can go.
+fn retired_before(now: i64, access_ttl: Duration) -> i64 {
+    now - access_ttl.as_secs() as i64 - LEEWAY.as_secs() as i64
 }
 
 /// A new P-256 key, stored.
