@@ -1,10 +1,13 @@
 //! The gateway's shared state, and its lifetime: open the database and the registry, start
-//! the idle reaper and the admin API, serve until told to stop, then end every session and wait
-//! for every plugin to be gone.
+//! the idle reaper and the admin listener, serve until told to stop, drain within a grace
+//! period, then end every session and wait for every plugin to be gone.
 
 use std::future::Future;
+use std::future::IntoFuture;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use axum::serve::ListenerExt;
 use tokio::net::TcpListener;
@@ -17,7 +20,7 @@ use crate::http;
 use crate::registry::store::{PluginStore, SqlPluginStore, StoreError};
 use crate::registry::{Registry, RegistryError};
 use crate::session::SessionManager;
-use crate::stream::{EventStore, MemoryEventStore, ResumeCounters};
+use crate::stream::{EventStore, MemoryEventStore};
 
 /// Re-reads the configuration (a reload: SIGHUP or `POST /admin/reload`).
 pub type Reloader = Box<dyn Fn() -> Result<Config, ConfigError> + Send + Sync>;
@@ -30,10 +33,13 @@ pub struct Gateway {
     pub plugin_store: Arc<dyn PluginStore>,
     pub sessions: Arc<SessionManager>,
     pub guard: http::checks::Guard,
-    /// How resumptions went, for metrics.
-    pub resume: ResumeCounters,
     /// Cancelled when the gateway stops: sessions' streams close.
     pub shutdown: CancellationToken,
+    /// Cancelled when a stop begins: readiness fails, the public listener stops accepting,
+    /// GET streams are told to reconnect elsewhere; requests in flight go on.
+    pub draining: CancellationToken,
+    /// Set once the public listener serves.
+    serving: AtomicBool,
     reloader: Option<Reloader>,
 }
 
@@ -46,7 +52,7 @@ pub enum StartError {
     Auth(#[from] AuthStoreError),
     #[error(transparent)]
     Registry(#[from] RegistryError),
-    #[error("cannot listen for the admin API on {addr}: {source}")]
+    #[error("the admin listener cannot listen on {addr}: {source}")]
     AdminListen {
         addr: SocketAddr,
         source: std::io::Error,
@@ -108,11 +114,22 @@ impl Gateway {
             plugin_store,
             sessions,
             guard: http::checks::Guard::new(&config),
-            resume: ResumeCounters::default(),
             shutdown: CancellationToken::new(),
+            draining: CancellationToken::new(),
+            serving: AtomicBool::new(false),
             reloader,
             config,
         }))
+    }
+
+    /// Whether the public listener is serving.
+    pub fn is_serving(&self) -> bool {
+        self.serving.load(Ordering::Acquire)
+    }
+
+    /// Whether a stop has begun.
+    pub fn is_draining(&self) -> bool {
+        self.draining.is_cancelled()
     }
 
     /// How long a client's `initialize` waits for plugin probes still running.
@@ -135,53 +152,97 @@ impl Gateway {
     }
 }
 
-/// Serves on `listener` until `shutdown` resolves, then stops every plugin.
+/// Serves on `listener` until `shutdown` resolves, then stops in order: readiness fails and
+/// no new connection is accepted; GET streams are told to reconnect (`retry:`) and closed;
+/// requests in flight get up to `shutdown_grace` to finish; whatever is left is closed; then
+/// every plugin is stopped (stdin close, SIGTERM, SIGKILL) and waited for.
 pub async fn run(
     listener: TcpListener,
     config: Config,
     reloader: Option<Reloader>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), StartError> {
+    // Both ports are taken before the database opens and plugins are probed: a port in use
+    // fails the start at once.
+    let addr = config.admin.listen;
+    let admin = TcpListener::bind(addr)
+        .await
+        .map_err(|source| StartError::AdminListen { addr, source })?;
     let gateway = Gateway::new(config, reloader).await?;
+    let admin_addr = admin.local_addr()?;
+    let public_addr = listener.local_addr()?;
+
     tokio::spawn(gateway.sessions.clone().reap_idle(gateway.shutdown.clone()));
     spawn_reload_on_hangup(gateway.clone());
     if let Some(server) = &gateway.auth.server {
         tokio::spawn(server.clone().purge_expired(gateway.shutdown.clone()));
     }
-    if gateway.config.admin.token.is_some() {
-        let addr = gateway.config.admin.listen;
-        let admin = TcpListener::bind(addr)
-            .await
-            .map_err(|source| StartError::AdminListen { addr, source })?;
-        tracing::info!("admin API listening on http://{}", admin.local_addr()?);
-        let app = crate::admin::router(gateway.clone());
-        let admin = admin.tap_io(no_delay);
-        let stop = gateway.shutdown.clone();
-        tokio::spawn(async move {
-            let _ = axum::serve(admin, app)
-                .with_graceful_shutdown(async move { stop.cancelled().await })
-                .await;
-        });
-    } else {
-        tracing::info!("admin API off (no admin token configured)");
-    }
+    // The admin listener outlives the drain: probes see "not ready" and Prometheus can scrape
+    // until the gateway has stopped.
+    let app = crate::admin::router(gateway.clone());
+    let stop = gateway.shutdown.clone();
+    let admin_server = tokio::spawn(
+        axum::serve(admin.tap_io(no_delay), app)
+            .with_graceful_shutdown(async move { stop.cancelled().await })
+            .into_future(),
+    );
+    tracing::info!(
+        "admin listener on http://{admin_addr} (/healthz, /readyz, /metrics{})",
+        if gateway.config.admin.token.is_some() {
+            ", /admin"
+        } else {
+            "; admin API off: no token"
+        }
+    );
 
-    let token = gateway.shutdown.clone();
     let app = http::router(gateway.clone());
     // SSE goes out in several small writes: without TCP_NODELAY, Nagle's algorithm and the
     // client's delayed ACK hold each answer back by tens of milliseconds.
-    let listener = listener.tap_io(no_delay);
-    let served = axum::serve(listener, app)
-        .with_graceful_shutdown(async move {
-            shutdown.await;
-            tracing::info!("shutting down: closing streams and stopping plugins");
-            token.cancel();
-        })
-        .await;
+    let draining = gateway.draining.clone();
+    let mut server = tokio::spawn(
+        axum::serve(listener.tap_io(no_delay), app)
+            .with_graceful_shutdown(async move { draining.cancelled().await })
+            .into_future(),
+    );
+    gateway.serving.store(true, Ordering::Release);
+    tracing::info!("listening on http://{public_addr}/mcp");
+
+    let mut finished = tokio::select! {
+        () = shutdown => None,
+        served = &mut server => Some(served),
+    };
+    let grace = gateway.config.shutdown_grace;
+    if finished.is_none() {
+        tracing::info!(
+            "shutting down: no new connections, streams told to reconnect, up to {} s for requests in flight",
+            grace.as_secs()
+        );
+        gateway.draining.cancel();
+        match tokio::time::timeout(grace, &mut server).await {
+            Ok(served) => finished = Some(served),
+            Err(_) => {
+                tracing::warn!("the grace period ended with requests still in flight: closing them")
+            }
+        }
+    }
+    gateway.draining.cancel();
     gateway.shutdown.cancel();
+    if finished.is_none() {
+        // Streams end once the shutdown token fires; connections close right after.
+        finished = tokio::time::timeout(Duration::from_secs(2), &mut server)
+            .await
+            .ok();
+        server.abort();
+    }
+    tracing::info!("stopping plugins");
     gateway.sessions.shutdown().await;
+    let _ = admin_server.await;
     tracing::info!("stopped");
-    Ok(served?)
+    match finished {
+        Some(Ok(served)) => Ok(served?),
+        Some(Err(join)) => Err(StartError::Io(std::io::Error::other(join))),
+        None => Ok(()),
+    }
 }
 
 fn no_delay(tcp: &mut tokio::net::TcpStream) {

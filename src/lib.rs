@@ -15,7 +15,9 @@
 //! - [`backend`]: plugins: the stdio child process and JSON-RPC multiplexing.
 //! - [`registry`]: which plugins exist (config file and admin API, persisted) and what each
 //!   said of itself when probed.
-//! - [`admin`]: the admin API on its own listener.
+//! - [`admin`]: the admin listener: health and readiness probes, Prometheus metrics, and the
+//!   admin API.
+//! - [`metrics`]: what the gateway counts and measures, in Prometheus's format.
 //!
 //! [`config`] turns flags, environment and files into a validated [`config::Config`];
 //! [`gateway::run`] serves it until told to stop.
@@ -27,6 +29,7 @@ pub mod config;
 pub mod gateway;
 pub mod http;
 pub mod jsonrpc;
+pub mod metrics;
 pub mod protocol;
 pub mod registry;
 pub mod router;

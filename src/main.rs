@@ -29,6 +29,9 @@ async fn main() -> ExitCode {
         );
         return ExitCode::SUCCESS;
     }
+    if let Some(Command::Healthcheck) = &cli.command {
+        return healthcheck(&cli).await;
+    }
     let config = match Config::load(&cli) {
         Ok(c) => c,
         Err(e) => {
@@ -57,15 +60,46 @@ async fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    let addr = listener
-        .local_addr()
-        .expect("a bound listener has an address");
-    tracing::info!("listening on http://{addr}/mcp");
     let reloader: mcp_gateway::gateway::Reloader = Box::new(move || Config::load(&cli));
     match mcp_gateway::run(listener, config, Some(reloader), shutdown_signal()).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("mcp-gateway: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// `GET /healthz` on the admin listener of a gateway configured like this one.
+async fn healthcheck(cli: &Cli) -> ExitCode {
+    let configured = cli
+        .admin_listen
+        .or_else(|| Config::load(cli).ok().map(|c| c.admin.listen))
+        .unwrap_or_else(|| {
+            mcp_gateway::config::DEFAULT_ADMIN_LISTEN
+                .parse()
+                .expect("valid default")
+        });
+    let mut addr = configured;
+    if addr.ip().is_unspecified() {
+        addr.set_ip(match addr.ip() {
+            std::net::IpAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
+            std::net::IpAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
+        });
+    }
+    let url = format!("http://{addr}/healthz");
+    let client = reqwest::Client::builder()
+        .timeout(std::time::Duration::from_secs(3))
+        .build()
+        .expect("an HTTP client");
+    match client.get(&url).send().await {
+        Ok(r) if r.status().is_success() => ExitCode::SUCCESS,
+        Ok(r) => {
+            eprintln!("mcp-gateway: {url} answered {}", r.status());
+            ExitCode::from(1)
+        }
+        Err(e) => {
+            eprintln!("mcp-gateway: {url}: {e}");
             ExitCode::from(1)
         }
     }

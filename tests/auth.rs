@@ -658,6 +658,33 @@ async fn registration_and_client_credentials(a: AuthGateway) {
         );
     }
     assert_eq!(statuses, [201, 201, 429, 429]);
+
+    // Every outcome above is counted, by grant type and by reason.
+    assert_eq!(mcp_status(&a, None).await.0, 401);
+    assert_eq!(mcp_status(&a, Some("not-a-jwt")).await.0, 401);
+    let (_, text) = a.gw.admin_get("/metrics").await;
+    let m = |s: &str| common::metric_in(&text, s);
+    assert_eq!(
+        m(r#"mcp_gateway_auth_tokens_issued_total{grant_type="client_credentials"}"#),
+        Some(1.0),
+        "{text}"
+    );
+    for (reason, n) in [
+        ("invalid_redirect_uri", 1.0),
+        ("invalid_client_metadata", 1.0),
+        ("invalid_client", 1.0),
+        ("unauthorized_client", 1.0),
+        ("missing_token", 1.0),
+        ("invalid_token", 1.0),
+    ] {
+        assert_eq!(
+            m(&format!(
+                "mcp_gateway_auth_refusals_total{{reason=\"{reason}\"}}"
+            )),
+            Some(n),
+            "{reason}: {text}"
+        );
+    }
 }
 
 /// A token signed with the gateway's own key but with claims of the test's choosing: the

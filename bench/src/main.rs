@@ -186,11 +186,13 @@ impl Target {
     async fn gateway(name: &str, extra: &[&str], config: Option<&str>) -> Target {
         let dir = tempfile::tempdir().expect("temp dir");
         let mut cmd = Command::new(sibling("mcp-gateway"));
-        cmd.args(["--listen", "127.0.0.1:0", "--max-sessions", "20000"])
+        cmd.args(["--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"])
+            .args(["--max-sessions", "20000"])
             .arg("--database-url")
             .arg(format!("sqlite://{}/gw.db?mode=rwc", dir.path().display()))
             .args(extra)
-            .env("RUST_LOG", "warn,mcp_gateway=info");
+            // The access log (a line per request) is off: the benchmark measures forwarding.
+            .env("RUST_LOG", "warn,mcp_gateway=info,mcp_gateway::access=off");
         match config {
             Some(text) => {
                 let path = dir.path().join("gw.toml");

@@ -1,11 +1,15 @@
-//! The admin API: the plugin registry over HTTP, on its own listener (never the public port),
-//! behind a bearer token.
+//! The admin listener, on its own address (never the public port).
 //!
-//! `GET /admin/plugins` lists every plugin with its state; `POST /admin/plugins` adds one
-//! (409 if the name exists); `GET|PUT|DELETE /admin/plugins/{name}` reads, replaces or removes
-//! one; `POST /admin/plugins/{name}/enable|disable`; `POST /admin/reload` re-reads the config
-//! file. JSON in and out; every refusal says what was wrong. Secret values never leave:
-//! environment values are shown only as the `${VAR}` references they are made of.
+//! Without a token: `GET /healthz`, `GET /readyz` and `GET /metrics` ([`probes`]), for
+//! orchestrators and Prometheus. Behind a bearer token, the admin API: `GET /admin/plugins`
+//! lists every plugin with its state; `POST /admin/plugins` adds one (409 if the name exists);
+//! `GET|PUT|DELETE /admin/plugins/{name}` reads, replaces or removes one;
+//! `POST /admin/plugins/{name}/enable|disable`; `POST /admin/reload` re-reads the config file;
+//! `POST /admin/auth/rotate-keys`. Without a configured token the admin API answers 404. JSON
+//! in and out; every refusal says what was wrong. Secret values never leave: environment
+//! values are shown only as the `${VAR}` references they are made of.
+
+mod probes;
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -25,6 +29,32 @@ use crate::registry::{PluginEntry, ProbeState, RegistryError};
 
 /// The admin router.
 pub fn router(gateway: Arc<Gateway>) -> Router {
+    let probes = Router::new()
+        .route("/healthz", get(probes::healthz))
+        .route("/readyz", get(probes::readyz))
+        .route("/metrics", get(probes::metrics));
+    let api = if gateway.config.admin.token.is_some() {
+        api_router(gateway.clone())
+    } else {
+        Router::new().route("/admin/{*rest}", axum::routing::any(api_off))
+    };
+    probes
+        .merge(api)
+        .layer(middleware::from_fn(crate::metrics::track_http))
+        .with_state(gateway)
+}
+
+async fn api_off() -> Response {
+    (
+        StatusCode::NOT_FOUND,
+        axum::Json(json!({
+            "error": "the admin API is off: set admin.token (--admin-token) to turn it on"
+        })),
+    )
+        .into_response()
+}
+
+fn api_router(gateway: Arc<Gateway>) -> Router<Arc<Gateway>> {
     Router::new()
         .route("/admin/plugins", get(list).post(add))
         .route(
@@ -35,8 +65,7 @@ pub fn router(gateway: Arc<Gateway>) -> Router {
         .route("/admin/plugins/{name}/disable", post(disable))
         .route("/admin/reload", post(reload))
         .route("/admin/auth/rotate-keys", post(rotate_keys))
-        .layer(middleware::from_fn_with_state(gateway.clone(), authorize))
-        .with_state(gateway)
+        .layer(middleware::from_fn_with_state(gateway, authorize))
 }
 
 /// Every refusal of the admin API.

@@ -20,6 +20,18 @@ pub enum AuthError {
     InsufficientScope(Vec<String>),
 }
 
+impl AuthError {
+    /// The refusal as a metrics label.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            AuthError::Missing => "missing_token",
+            AuthError::TokenInQuery | AuthError::MalformedHeader => "invalid_request",
+            AuthError::Invalid(_) => "invalid_token",
+            AuthError::InsufficientScope(_) => "insufficient_scope",
+        }
+    }
+}
+
 /// A refusal's HTTP form: status and `WWW-Authenticate`.
 #[derive(Debug, Clone)]
 pub struct Challenge {
@@ -70,6 +82,10 @@ impl Auth {
 
     /// The status and `WWW-Authenticate` for a refusal (RFC 6750 §3, RFC 9728 §5.1).
     pub fn challenge(&self, e: &AuthError) -> Challenge {
+        crate::metrics::get()
+            .auth_refused
+            .with_label_values(&[e.reason()])
+            .inc();
         let scope = self.required_scopes().join(" ");
         let (status, parts) = match e {
             AuthError::Missing => (StatusCode::UNAUTHORIZED, vec![("scope", scope)]),

@@ -264,9 +264,22 @@ fn json_response(status: StatusCode, v: Value) -> Response {
     no_store((status, axum::Json(v)).into_response())
 }
 
+/// Counts a refusal by the authorization server (an OAuth error code, or `bad_credentials`).
+fn refused(reason: &'static str) {
+    crate::metrics::get()
+        .auth_refused
+        .with_label_values(&[reason])
+        .inc();
+}
+
 /// An OAuth error body (RFC 6749 §5.2).
-fn oauth_error(status: StatusCode, error: &str, description: impl Into<String>) -> Response {
+fn oauth_error(
+    status: StatusCode,
+    error: &'static str,
+    description: impl Into<String>,
+) -> Response {
     let description = description.into();
+    refused(error);
     tracing::debug!(status = status.as_u16(), error, "{description}");
     json_response(
         status,
@@ -537,7 +550,8 @@ async fn authorize(State(auth): St, Query(q): Query<AuthorizeQuery>) -> Response
         }
     };
     let state = q.state.as_deref();
-    let fail = |error: &str, description: &str| {
+    let fail = |error: &'static str, description: &str| {
+        refused(error);
         back_to_client(
             &redirect_uri,
             state,
@@ -721,6 +735,7 @@ async fn login(State(auth): St, headers: HeaderMap, Form(f): Form<LoginForm>) ->
     };
     let view = client_view(&client, &request.redirect_uri);
     if !check_password(&s.config, &f.username, &f.password).await {
+        refused("bad_credentials");
         tracing::info!(user = %f.username, client_id = %client.client_id, "sign-in refused");
         return pages::login(&p.id, &f.csrf, &view, Some("Wrong user name or password."));
     }
@@ -758,6 +773,7 @@ async fn consent(State(auth): St, headers: HeaderMap, Form(f): Form<ConsentForm>
         return store_failed(e);
     }
     if f.decision != "approve" {
+        refused("access_denied");
         tracing::info!(user = %subject, client_id = %client.client_id, "access denied by the user");
         return back_to_client(
             &request.redirect_uri,
@@ -889,7 +905,12 @@ fn token_response(
     client: &Client,
     scope: &str,
     refresh: Option<String>,
+    grant_type: &'static str,
 ) -> Response {
+    crate::metrics::get()
+        .auth_issued
+        .with_label_values(&[grant_type])
+        .inc();
     let scopes: BTreeSet<String> = scope.split_whitespace().map(str::to_owned).collect();
     let (access, expires_in) = s.keys.issue(subject, &client.client_id, &scopes);
     let mut out = json!({
@@ -1015,7 +1036,14 @@ async fn token(State(auth): St, headers: HeaderMap, Form(f): Form<TokenForm>) ->
                 Err(r) => return r,
             };
             tracing::info!(user = %c.subject, client_id = %client.client_id, "tokens issued (authorization code)");
-            token_response(s, &c.subject, &client, &c.scope, refresh)
+            token_response(
+                s,
+                &c.subject,
+                &client,
+                &c.scope,
+                refresh,
+                "authorization_code",
+            )
         }
         "refresh_token" => {
             let Some(token) = &f.refresh_token else {
@@ -1063,7 +1091,7 @@ async fn token(State(auth): St, headers: HeaderMap, Form(f): Form<TokenForm>) ->
                     Ok(t) => t,
                     Err(resp) => return resp,
                 };
-            token_response(s, &r.subject, &client, &scope, refresh)
+            token_response(s, &r.subject, &client, &scope, refresh, "refresh_token")
         }
         "client_credentials" => {
             if client.auth_method == "none" {
@@ -1094,7 +1122,14 @@ async fn token(State(auth): St, headers: HeaderMap, Form(f): Form<TokenForm>) ->
                 }
             };
             tracing::info!(client_id = %client.client_id, "token issued (client credentials)");
-            token_response(s, &client.client_id.clone(), &client, &scope, None)
+            token_response(
+                s,
+                &client.client_id.clone(),
+                &client,
+                &scope,
+                None,
+                "client_credentials",
+            )
         }
         _ => oauth_error(
             StatusCode::BAD_REQUEST,

@@ -24,6 +24,7 @@ use tokio::sync::oneshot;
 use super::BackendError;
 use super::transport::{Inbound, PluginTransport};
 use crate::jsonrpc::{self, Id, Message, Outcome, code};
+use crate::metrics::{self, InFlight};
 use crate::stream::Sink;
 
 /// Listens to what a plugin sends on its own initiative.
@@ -79,6 +80,8 @@ enum Pending {
         progress_token: Option<Box<RawValue>>,
         /// When the request times out.
         deadline: std::time::Instant,
+        /// Counts the request in flight until it ends; times its answer.
+        timer: InFlight,
     },
     /// To a gateway task.
     Internal(oneshot::Sender<Result<Box<RawValue>, CallError>>),
@@ -129,6 +132,9 @@ pub struct PluginConnection {
     last_active: Mutex<std::time::Instant>,
     /// Set when the gateway stops the plugin on purpose.
     stopping: AtomicBool,
+    /// This plugin's in-flight gauge and timeout counter, looked up once.
+    in_flight: prometheus::IntGauge,
+    timeouts: prometheus::IntCounter,
 }
 
 impl PluginConnection {
@@ -143,7 +149,6 @@ impl PluginConnection {
         request_timeout: Duration,
     ) -> Arc<PluginConnection> {
         let conn = Arc::new(PluginConnection {
-            name,
             session,
             transport,
             pending: Mutex::new(HashMap::new()),
@@ -154,6 +159,9 @@ impl PluginConnection {
             request_timeout,
             last_active: Mutex::new(std::time::Instant::now()),
             stopping: AtomicBool::new(false),
+            in_flight: metrics::get().plugin_in_flight.with_label_values(&[&*name]),
+            timeouts: metrics::get().plugin_timeouts.with_label_values(&[&*name]),
+            name,
         });
         tokio::spawn(read_loop(Arc::downgrade(&conn), inbound));
         tokio::spawn(expire_requests(Arc::downgrade(&conn), request_timeout));
@@ -264,6 +272,7 @@ impl PluginConnection {
             sink: sink.clone(),
             progress_token,
             deadline: std::time::Instant::now() + self.request_timeout,
+            timer: InFlight::start(&self.in_flight, method),
         };
         let sent = self.insert(id, pending).and_then(|()| {
             self.write(
@@ -503,6 +512,7 @@ async fn expire_requests(conn: Weak<PluginConnection>, timeout: Duration) {
             else {
                 continue;
             };
+            conn.timeouts.inc();
             tracing::warn!(plugin = %conn.name, session = %conn.session, "request {client_id} timed out after {} s", timeout.as_secs());
             sink.respond(jsonrpc::error_bytes(
                 Some(&client_id),
@@ -605,8 +615,12 @@ impl PluginConnection {
         };
         match pending {
             Pending::Client {
-                client_id, sink, ..
+                client_id,
+                sink,
+                timer,
+                ..
             } => {
+                timer.observe(&self.name);
                 let bytes = match &outcome {
                     Outcome::Result(r) => jsonrpc::result_bytes(client_id.raw(), r),
                     Outcome::Error(e) => jsonrpc::error_object_bytes(client_id.raw(), e),

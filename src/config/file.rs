@@ -24,6 +24,7 @@ pub struct FileConfig {
     pub admin: AdminSection,
     pub auth: AuthSection,
     pub max_children: Option<usize>,
+    pub shutdown_grace_secs: Option<u64>,
     pub plugins: Vec<PluginConfig>,
 }
 
@@ -64,6 +65,7 @@ struct TomlFile {
     stream: StreamSection,
     database_url: Option<String>,
     max_children: Option<usize>,
+    shutdown_grace_secs: Option<u64>,
     #[serde(default)]
     admin: AdminSection,
     #[serde(default)]
@@ -169,6 +171,7 @@ fn parse_toml(text: &str) -> Result<FileConfig, String> {
         admin: file.admin,
         auth: file.auth,
         max_children: file.max_children,
+        shutdown_grace_secs: file.shutdown_grace_secs,
         plugins,
     })
 }

@@ -65,6 +65,11 @@ pub struct Cli {
     #[arg(long, env = "MCP_GATEWAY_MAX_CHILDREN")]
     pub max_children: Option<usize>,
 
+    /// Seconds a stop (SIGTERM, Ctrl-C) waits for requests in flight before closing what is
+    /// left; plugins are stopped after it. [default: 20]
+    #[arg(long, env = "MCP_GATEWAY_SHUTDOWN_GRACE_SECS")]
+    pub shutdown_grace_secs: Option<u64>,
+
     /// Most sessions at once; an `initialize` beyond it gets 503 with Retry-After.
     /// [default: 10000]
     #[arg(long, env = "MCP_GATEWAY_MAX_SESSIONS")]
@@ -140,12 +145,13 @@ pub struct Cli {
     #[arg(long, env = "MCP_GATEWAY_DATABASE_URL")]
     pub database_url: Option<String>,
 
-    /// Address of the admin API (plugin registry), never the public port.
-    /// [default: 127.0.0.1:9090]
-    #[arg(long, env = "MCP_GATEWAY_ADMIN_LISTEN")]
+    /// Address of the admin listener: /healthz, /readyz, /metrics and the admin API; never
+    /// the public port. [default: 127.0.0.1:9090]
+    #[arg(long, env = "MCP_GATEWAY_ADMIN_LISTEN", global = true)]
     pub admin_listen: Option<SocketAddr>,
 
-    /// Bearer token the admin API requires; without one the admin API is off.
+    /// Bearer token the admin API requires; without one the admin API is off (health,
+    /// readiness and metrics are served on the admin address either way).
     #[arg(long, env = "MCP_GATEWAY_ADMIN_TOKEN", hide_env_values = true)]
     pub admin_token: Option<String>,
 
@@ -179,6 +185,10 @@ pub enum Command {
     Check,
     /// Read a password on standard input and print its argon2 hash, for `[[auth.users]]`.
     HashPassword,
+    /// Ask a running gateway's admin listener for `/healthz` (the address from
+    /// --admin-listen, its environment variable, or the config file): exit 0 when healthy, 1
+    /// when not. For container health checks, where no HTTP client is installed.
+    Healthcheck,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize, Serialize)]
@@ -216,6 +226,8 @@ pub struct Config {
     pub max_children: Option<usize>,
     /// The config file, re-read on reload.
     pub config_path: Option<PathBuf>,
+    /// How long a stop waits for requests in flight.
+    pub shutdown_grace: Duration,
 }
 
 /// How `/mcp` is authorized.
@@ -538,6 +550,7 @@ pub const DEFAULT_ADMIN_LISTEN: &str = "127.0.0.1:9090";
 pub const DEFAULT_DATABASE_URL: &str = "sqlite://mcp-gateway.db?mode=rwc";
 pub const DEFAULT_MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
 pub const DEFAULT_SEPARATOR: &str = "__";
+pub const DEFAULT_SHUTDOWN_GRACE_SECS: u64 = 20;
 
 /// The `[auth]` settings over the flags, validated against the listen address.
 fn auth_config(
@@ -804,16 +817,21 @@ impl Config {
                 .or(file.admin.token)
                 .filter(|t| !t.is_empty()),
         };
-        if admin.token.is_some() && admin.listen == listen && listen.port() != 0 {
+        if admin.listen == listen && listen.port() != 0 {
             return Err(invalid(
                 "admin.listen",
-                "the admin API needs its own address, not the public one",
+                "the admin listener needs its own address, not the public one",
             ));
         }
         let auth = auth_config(cli, file.auth, listen)?;
         Ok(Config {
             auth,
             max_children: cli.max_children.or(file.max_children),
+            shutdown_grace: Duration::from_secs(
+                cli.shutdown_grace_secs
+                    .or(file.shutdown_grace_secs)
+                    .unwrap_or(DEFAULT_SHUTDOWN_GRACE_SECS),
+            ),
             database_url: cli
                 .database_url
                 .clone()
@@ -860,8 +878,9 @@ impl Config {
             plugins,
             database_url: "sqlite::memory:".into(),
             max_children: None,
+            shutdown_grace: Duration::from_secs(DEFAULT_SHUTDOWN_GRACE_SECS),
             admin: AdminConfig {
-                listen: DEFAULT_ADMIN_LISTEN.parse().expect("valid"),
+                listen: "127.0.0.1:0".parse().expect("valid"),
                 token: None,
             },
             auth: AuthConfig::default(),

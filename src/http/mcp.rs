@@ -6,9 +6,9 @@
 //! session. Which era a POST belongs to is decided by [`crate::protocol::era`] alone.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use axum::Extension;
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
@@ -17,9 +17,11 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use serde::Deserialize;
 use serde_json::value::RawValue;
+use tracing::Instrument;
 
 use super::checks;
 use super::error::HttpError;
+use super::trace::{self, TraceContext};
 use crate::auth::{AuthError, Principal};
 use crate::config::ResponseMode;
 use crate::gateway::Gateway;
@@ -40,11 +42,12 @@ const LAST_EVENT_ID: &str = "last-event-id";
 
 pub async fn post(
     State(gw): State<Arc<Gateway>>,
+    trace: Option<Extension<TraceContext>>,
     uri: Uri,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    handle_post(&gw, &uri, &headers, body)
+    handle_post(&gw, &uri, &headers, body, trace.map(|t| t.0))
         .await
         .unwrap_or_else(IntoResponse::into_response)
 }
@@ -64,6 +67,7 @@ async fn handle_post(
     uri: &Uri,
     headers: &HeaderMap,
     body: Body,
+    trace: Option<TraceContext>,
 ) -> Result<Response, HttpError> {
     gw.guard.check(headers, uri)?;
     let principal = authorize(gw, headers, uri)?;
@@ -78,7 +82,7 @@ async fn handle_post(
         Era::Session(id) => {
             let session = owned_session(gw, id, principal.as_ref())?;
             check_version(headers, &session)?;
-            in_session(gw, session, parsed, principal.as_ref()).await
+            in_session(gw, session, parsed, principal.as_ref(), trace.as_ref()).await
         }
     }
 }
@@ -99,6 +103,7 @@ fn owned_session(
     principal: Option<&Principal>,
 ) -> Result<Arc<Session>, HttpError> {
     let session = gw.sessions.get(id).ok_or(HttpError::SessionNotFound)?;
+    trace::record_session(&session.id);
     if session.owner.as_deref() != principal.map(|p| p.subject.as_str()) {
         tracing::warn!(session = %session.id, "a session was used with another subject's token");
         return Err(HttpError::SessionNotFound);
@@ -121,23 +126,20 @@ async fn handle_get(
     session.touch();
     let (stream, cursor) = match headers.get(LAST_EVENT_ID) {
         None => (session.get.clone(), Cursor::Undelivered),
-        Some(v) => resume_point(&session, v).map_err(|e| cursor_miss(gw, &session, e))?,
+        Some(v) => resume_point(&session, v).map_err(|e| cursor_miss(&session, e))?,
     };
     let resumed = matches!(cursor, Cursor::After(_));
     let attached = stream.attach(cursor).await.map_err(|e| match e {
         AttachError::Busy => HttpError::Conflict("a GET stream is already open for this session"),
         AttachError::Released => cursor_miss(
-            gw,
             &session,
             HttpError::Gone("that stream has ended and its events were released".into()),
         ),
         AttachError::BeyondEnd(seq) => cursor_miss(
-            gw,
             &session,
             HttpError::BadLastEventId(format!("no event {seq} was sent on that stream")),
         ),
         AttachError::Replay(ReplayError::Evicted { oldest_kept }) => cursor_miss(
-            gw,
             &session,
             HttpError::Gone(format!(
                 "the events after it are no longer kept (the oldest kept is event {oldest_kept})"
@@ -146,18 +148,14 @@ async fn handle_get(
         AttachError::Replay(ReplayError::Backend(e)) => HttpError::EventStore(e),
     })?;
     if resumed {
-        gw.resume.replays_served.fetch_add(1, Ordering::Relaxed);
+        crate::metrics::get().replays_served.inc();
         tracing::debug!(session = %session.id, "resuming stream {} after {:?}", stream.number(), headers.get(LAST_EVENT_ID));
     }
     let priming = (!resumed).then(|| attached.cursor_id());
     let guard = StreamGuard::new(session.connections.clone());
-    Ok(stream::sse_response(
-        attached,
-        opening(&session, priming, false),
-        session.closed.clone(),
-        guard,
-    )
-    .await)
+    let mut opening = opening(&session, priming, false);
+    opening.drain = Some(gw.draining.clone());
+    Ok(stream::sse_response(attached, opening, session.closed.clone(), guard).await)
 }
 
 /// The stream and cursor a `Last-Event-ID` names in this session.
@@ -191,8 +189,8 @@ fn resume_point(
 }
 
 /// Counts and logs a `Last-Event-ID` that cannot be resumed.
-fn cursor_miss(gw: &Gateway, session: &Session, e: HttpError) -> HttpError {
-    gw.resume.cursors_not_found.fetch_add(1, Ordering::Relaxed);
+fn cursor_miss(session: &Session, e: HttpError) -> HttpError {
+    crate::metrics::get().cursors_not_found.inc();
     tracing::warn!(session = %session.id, "{e}");
     e
 }
@@ -211,6 +209,7 @@ fn opening(session: &Session, priming: Option<EventId>, hold: bool) -> Opening {
             .filter(|_| current && settings.resumable),
         keep_alive: settings.keep_alive,
         hold: if hold { settings.hold } else { Duration::ZERO },
+        drain: None,
     }
 }
 
@@ -370,6 +369,7 @@ async fn initialize(
         .sessions
         .create(init, gw.registry.clone(), &gw.shutdown)
         .map_err(|_| HttpError::TooManySessions)?;
+    trace::record_session(&session.id);
     let body = jsonrpc::result_bytes(
         id.raw(),
         &RawValue::from_string(result.to_string()).expect("valid JSON"),
@@ -387,6 +387,7 @@ async fn in_session(
     session: Arc<Session>,
     parsed: RpcBody,
     principal: Option<&Principal>,
+    trace: Option<&TraceContext>,
 ) -> Result<Response, HttpError> {
     session.touch();
     let (messages, batch) = match parsed {
@@ -431,7 +432,13 @@ async fn in_session(
             Message::Notification { method, params } => {
                 notification(&session, &method, params.as_deref())
             }
-            Message::Request { id, method, params } => requests.push((id, method, params)),
+            Message::Request { id, method, params } => {
+                let params = match trace {
+                    Some(t) => t.inject(params),
+                    None => params,
+                };
+                requests.push((id, method, params))
+            }
         }
     }
     if requests.is_empty() {
@@ -449,6 +456,12 @@ async fn in_session(
     let sse = planned
         .iter()
         .any(|(.., plan)| plan.response_mode() == ResponseMode::Sse);
+    let mut plugins: Vec<&str> = planned.iter().filter_map(|(.., p)| p.plugin()).collect();
+    plugins.sort_unstable();
+    plugins.dedup();
+    if !plugins.is_empty() {
+        trace::record_plugin(&plugins.join(","));
+    }
     let n = planned.len();
     let stream = session.new_post_stream(n, sse);
     // Attached before any request runs, so no answer can come before the connection.
@@ -464,15 +477,19 @@ async fn in_session(
         planned.iter().map(|(id, ..)| id.clone()).collect()
     };
     for (id, method, params, plan) in planned {
-        // Its own task: a client that disconnects does not cancel the work.
-        tokio::spawn(router::dispatch(
-            session.clone(),
-            id,
-            method,
-            params,
-            plan,
-            Sink::new(stream.clone()),
-        ));
+        // Its own task: a client that disconnects does not cancel the work. It logs in the
+        // request's span.
+        tokio::spawn(
+            router::dispatch(
+                session.clone(),
+                id,
+                method,
+                params,
+                plan,
+                Sink::new(stream.clone()),
+            )
+            .instrument(tracing::Span::current()),
+        );
     }
     if sse {
         let priming = Some(attached.cursor_id());

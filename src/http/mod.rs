@@ -3,11 +3,13 @@
 //! `POST`, `GET` and `DELETE` on `/mcp` are the Streamable HTTP transport ([`mcp`]); every
 //! request first passes the Host/Origin guard and the media-type checks ([`checks`]); every
 //! refusal is an [`error::HttpError`]. Handlers decide status codes and stream shapes, and
-//! hand JSON-RPC to the session and router layers.
+//! hand JSON-RPC to the session and router layers. Every request is counted and timed
+//! ([`crate::metrics`]) and runs in a span that its log lines carry ([`trace`]).
 
 pub mod checks;
 pub mod error;
 mod mcp;
+pub mod trace;
 
 use std::sync::Arc;
 
@@ -30,7 +32,32 @@ pub fn router(gateway: Arc<Gateway>) -> Router {
     } else {
         mcp
     };
-    app.layer(tower_http::trace::TraceLayer::new_for_http())
+    app.layer(tower_http::catch_panic::CatchPanicLayer::custom(panicked))
+        .layer(axum::middleware::from_fn(trace::request_span))
+        .layer(axum::middleware::from_fn(crate::metrics::track_http))
+}
+
+/// A handler that panicked (a bug) answers 500 with a JSON-RPC error instead of dropping the
+/// connection; the panic is logged in the request's span.
+fn panicked(cause: Box<dyn std::any::Any + Send + 'static>) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let what = cause
+        .downcast_ref::<String>()
+        .map(String::as_str)
+        .or_else(|| cause.downcast_ref::<&str>().copied())
+        .unwrap_or("a panic");
+    tracing::error!("request handler panicked: {what}");
+    let body = crate::jsonrpc::error_bytes(
+        None,
+        crate::jsonrpc::code::INTERNAL_ERROR,
+        "Internal error: the gateway failed on this request",
+    );
+    (
+        axum::http::StatusCode::INTERNAL_SERVER_ERROR,
+        [(axum::http::header::CONTENT_TYPE, "application/json")],
+        body,
+    )
+        .into_response()
 }
 
 /// The Host and Origin checks (DNS rebinding) for the OAuth endpoints.

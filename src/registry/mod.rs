@@ -150,6 +150,24 @@ impl PluginEntry {
     pub fn state(&self) -> ProbeState {
         self.state.borrow().clone()
     }
+
+    /// Counts a process started for a session or a pool.
+    pub fn record_start(&self) {
+        self.stats.starts.fetch_add(1, Ordering::Relaxed);
+        crate::metrics::get()
+            .plugin_starts
+            .with_label_values(&[self.name()])
+            .inc();
+    }
+
+    /// Counts a crash (or a failed start); true when it trips the breaker.
+    pub fn record_crash(&self) -> bool {
+        crate::metrics::get()
+            .plugin_crashes
+            .with_label_values(&[self.name()])
+            .inc();
+        self.stats.crashed()
+    }
 }
 
 /// A usable plugin, as a view shows it.

@@ -62,6 +62,9 @@ pub trait PluginStore: Send + Sync + 'static {
     fn ping(&self) -> StoreFuture<'_, ()>;
 }
 
+/// How long opening the database may take.
+const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// The SQL store (SQLite or PostgreSQL).
 pub struct SqlPluginStore {
     pool: AnyPool,
@@ -71,11 +74,34 @@ impl SqlPluginStore {
     /// Connects and runs the migrations.
     pub async fn connect(url: &str) -> Result<SqlPluginStore, StoreError> {
         sqlx::any::install_default_drivers();
+        let cannot_open =
+            |e: String| StoreError::Database(format!("cannot open {}: {e}", redact(url)));
+        // One connection first, so a failure says why (the pool only says it timed out).
+        match tokio::time::timeout(
+            CONNECT_TIMEOUT,
+            <sqlx::AnyConnection as sqlx::Connection>::connect(url),
+        )
+        .await
+        {
+            Err(_) => {
+                return Err(cannot_open(format!(
+                    "no answer within {} s",
+                    CONNECT_TIMEOUT.as_secs()
+                )));
+            }
+            Ok(Err(e)) => return Err(cannot_open(e.to_string())),
+            Ok(Ok(conn)) => {
+                let _ = sqlx::Connection::close(conn).await;
+            }
+        }
         let pool = AnyPoolOptions::new()
             .max_connections(if url.starts_with("sqlite") { 1 } else { 5 })
+            // A database that does not answer fails the start (or a request) in seconds, not
+            // after sqlx's default half minute.
+            .acquire_timeout(CONNECT_TIMEOUT)
             .connect(url)
             .await
-            .map_err(|e| StoreError::Database(format!("cannot open {}: {e}", redact(url))))?;
+            .map_err(|e| cannot_open(e.to_string()))?;
         sqlx::migrate!("./migrations")
             .run(&pool)
             .await

@@ -83,6 +83,14 @@ impl Plan {
             _ => ResponseMode::Json,
         }
     }
+
+    /// The plugin that answers, when one does (for logs).
+    pub fn plugin(&self) -> Option<&str> {
+        match &self.target {
+            Ok(Target::Plugin { slot, .. }) => Some(self.view.plugins[*slot].name()),
+            _ => None,
+        }
+    }
 }
 
 /// Answers one planned request on `sink`.

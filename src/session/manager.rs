@@ -77,6 +77,7 @@ impl SessionManager {
             self.stream_settings.clone(),
         );
         self.sessions.insert(session.id.clone(), session.clone());
+        crate::metrics::get().sessions_opened.inc();
         tracing::info!(session = %session.id, version = session.version, "session created");
         Ok(session)
     }

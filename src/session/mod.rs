@@ -115,11 +115,11 @@ pub(crate) async fn start_running(
     let reservation = registry.reserve(entry).map_err(unavailable)?;
     let conn = start_plugin(&entry.config, label, params, events).await.inspect_err(|e| {
         *entry.stats.last_error.lock().expect("stats lock") = Some(e.to_string());
-        if entry.stats.crashed() {
+        if entry.record_crash() {
             tracing::error!(plugin = %entry.name(), "plugin keeps failing: the circuit breaker is open");
         }
     })?;
-    entry.stats.starts.fetch_add(1, Ordering::Relaxed);
+    entry.record_start();
     Ok(Running {
         conn,
         _reservation: reservation,
@@ -813,7 +813,7 @@ impl PluginEvents for Session {
             if !self.closed.is_cancelled() && !conn.is_stopping() {
                 tracing::warn!(plugin = %conn.name(), session = %self.id, "plugin exited; it restarts on the next request");
                 slot.count_crash();
-                if slot.entry.stats.crashed() {
+                if slot.entry.record_crash() {
                     tracing::error!(plugin = %conn.name(), "plugin keeps crashing: the circuit breaker is open");
                 }
             }

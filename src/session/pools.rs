@@ -398,7 +398,7 @@ impl PluginEvents for SharedEvents {
         }
         tracing::warn!(plugin = %conn.name(), "a shared plugin process exited; it restarts on the next request");
         if let Some(entry) = self.registry.upgrade().and_then(|r| r.get(conn.name()))
-            && entry.stats.crashed()
+            && entry.record_crash()
         {
             tracing::error!(plugin = %conn.name(), "plugin keeps crashing: the circuit breaker is open");
         }

@@ -17,7 +17,7 @@ pub mod store;
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -50,13 +50,6 @@ pub struct StreamSettings {
     /// quick answer then leaves in the same write as the headers (one body with a length)
     /// instead of a write for the headers and another for the events.
     pub hold: Duration,
-}
-
-/// Counts of resumption outcomes, for metrics.
-#[derive(Debug, Default)]
-pub struct ResumeCounters {
-    pub replays_served: AtomicU64,
-    pub cursors_not_found: AtomicU64,
 }
 
 /// What a stream hands its connection.
@@ -561,6 +554,10 @@ pub struct Opening {
     /// Wait this long for live events before the response starts (see
     /// [`StreamSettings::hold`]); zero for a connection that must open at once.
     pub hold: Duration,
+    /// When this fires (the gateway begins to stop), the connection sends `retry:` and ends,
+    /// the stream going on, so the client reconnects (to another replica behind a load
+    /// balancer). `None` for a POST's stream, which ends with its answers.
+    pub drain: Option<CancellationToken>,
 }
 
 /// Turns an attached connection into an SSE response: priming, replay, then live events,
@@ -633,12 +630,14 @@ pub async fn sse_response(
         ids: opening.ids,
         retry: opening.retry,
         poll_at: opening.poll_after.map(|d| now + d),
+        drain: opening.drain,
         keep_alive: opening.keep_alive,
         quiet_since: now,
         closing: false,
         finished: false,
         closed,
         _guard: guard,
+        _open: crate::metrics::SseOpen::new(),
     };
     let body = futures_util::stream::unfold(state, |mut st| async move {
         let chunk = st.next().await?;
@@ -689,6 +688,7 @@ struct Body {
     ids: bool,
     retry: Option<Duration>,
     poll_at: Option<tokio::time::Instant>,
+    drain: Option<CancellationToken>,
     keep_alive: Duration,
     /// When the connection last carried anything: a keep-alive comment follows a quiet spell.
     quiet_since: tokio::time::Instant,
@@ -697,6 +697,8 @@ struct Body {
     finished: bool,
     closed: CancellationToken,
     _guard: StreamGuard,
+    /// Counted in the open-streams gauge while the response streams.
+    _open: crate::metrics::SseOpen,
 }
 
 impl Body {
@@ -716,6 +718,12 @@ impl Body {
                 None => std::future::pending().await,
             }
         };
+        let drain = async {
+            match &self.drain {
+                Some(token) => token.cancelled().await,
+                None => std::future::pending().await,
+            }
+        };
         let chunk = tokio::select! {
             biased;
             frame = self.rx.recv() => match frame {
@@ -732,6 +740,12 @@ impl Body {
                 None => return None,
             },
             () = self.closed.cancelled() => return None,
+            () = drain => {
+                // The gateway is stopping: the client is to come back (elsewhere) with
+                // Last-Event-ID after `retry`.
+                self.closing = true;
+                encode(None, Some(self.retry.unwrap_or(Duration::from_secs(1))), None)
+            }
             () = poll => {
                 // Polling: the connection ends, the stream goes on; the client reconnects
                 // with Last-Event-ID after `retry`.

@@ -55,7 +55,8 @@ pub struct Gateway {
     pub child: Child,
     pub url: String,
     pub addr: String,
-    /// The admin API's address, when it was turned on (`--admin-token`).
+    /// The admin listener's address (health, readiness, metrics; the admin API with
+    /// `--admin-token`).
     pub admin: Option<String>,
     log: Arc<Mutex<Vec<String>>>,
     /// Holds the gateway's database unless the test gave its own.
@@ -101,7 +102,7 @@ impl Gateway {
         std::thread::spawn(move || {
             let mut tx = Some(tx);
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if let Some(rest) = line.split("admin API listening on http://").nth(1) {
+                if let Some(rest) = line.split("admin listener on http://").nth(1) {
                     let addr: String = rest
                         .chars()
                         .take_while(|c| *c != '"' && !c.is_whitespace())
@@ -132,18 +133,7 @@ impl Gateway {
                     log.lock().unwrap().join("\n")
                 )
             });
-        // The admin API starts after the public listener: wait for it when it is on.
-        if args.contains(&"--admin-token") {
-            let deadline = Instant::now() + Duration::from_secs(30);
-            while admin.lock().unwrap().is_none() {
-                assert!(
-                    Instant::now() < deadline,
-                    "the admin API did not start; log:\n{}",
-                    log.lock().unwrap().join("\n")
-                );
-                std::thread::sleep(Duration::from_millis(10));
-            }
-        }
+        // The admin listener is announced before the public one, on the same reader thread.
         let admin = admin.lock().unwrap().clone();
         Gateway {
             child,
@@ -198,6 +188,21 @@ impl Gateway {
             },
         )
         .await;
+    }
+
+    /// GET on the admin listener: status and body.
+    pub async fn admin_get(&self, path: &str) -> (u16, String) {
+        let admin = self.admin.as_deref().expect("admin listener announced");
+        let r = reqwest::get(format!("http://{admin}{path}")).await.unwrap();
+        (r.status().as_u16(), r.text().await.unwrap())
+    }
+
+    /// The value of one sample in the admin listener's `/metrics` (`name{labels}` exactly as
+    /// the text format writes it, labels in name order), or `None` when absent.
+    pub async fn metric(&self, sample: &str) -> Option<f64> {
+        let (status, text) = self.admin_get("/metrics").await;
+        assert_eq!(status, 200);
+        metric_in(&text, sample)
     }
 
     pub fn client(&self) -> Client {
@@ -629,6 +634,17 @@ impl Events {
     }
 }
 
+/// The value of the sample `name{labels}` in a Prometheus text exposition.
+pub fn metric_in(text: &str, sample: &str) -> Option<f64> {
+    text.lines().filter(|l| !l.starts_with('#')).find_map(|l| {
+        l.strip_prefix(sample)?
+            .strip_prefix(' ')?
+            .trim()
+            .parse()
+            .ok()
+    })
+}
+
 /// Whether a process exists and is not a zombie.
 pub fn alive(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
@@ -708,6 +724,16 @@ impl Postgres {
             server,
             name,
         }
+    }
+}
+
+impl Postgres {
+    /// Drops the database now, cutting off whoever is connected (a database gone mid-run).
+    pub fn destroy(&self) {
+        Postgres::psql(
+            &self.server,
+            &format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name),
+        );
     }
 }
 

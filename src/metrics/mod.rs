@@ -1,0 +1,390 @@
+//! Prometheus metrics, served as text on the admin listener's `/metrics` (never on the public
+//! port).
+//!
+//! Counters and histograms are bumped where things happen: the HTTP edge ([`track_http`]),
+//! plugin connections, the plugin registry, resumption and authorization. Gauges that describe
+//! the state of the gateway (sessions, replay buffers, plugin processes) are read from that
+//! state when scraped ([`render`]), so they can never drift from it. Every label takes values
+//! from a bounded set: routes are matched paths, never raw URIs; JSON-RPC methods outside the
+//! spec's own are counted as `other`; plugin names come from the operator's configuration.
+
+use std::sync::LazyLock;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use axum::extract::{MatchedPath, Request};
+use axum::middleware::Next;
+use axum::response::Response;
+use prometheus::{
+    Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+    Registry, TextEncoder,
+};
+
+use crate::gateway::Gateway;
+use crate::registry::ProbeState;
+
+/// Latency buckets, in seconds: from a fast in-memory answer (half a millisecond) to a slow
+/// tool call (a minute).
+const BUCKETS: &[f64] = &[
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+    60.0,
+];
+
+/// Every metric the gateway exports.
+pub struct Metrics {
+    registry: Registry,
+    pub http_requests: IntCounterVec,
+    pub http_duration: HistogramVec,
+    pub sessions_active: IntGauge,
+    pub sessions_opened: IntCounter,
+    pub sse_streams: IntGauge,
+    pub replay_events: IntGauge,
+    pub replay_bytes: IntGauge,
+    pub replays_served: IntCounter,
+    pub cursors_not_found: IntCounter,
+    pub plugin_processes: IntGaugeVec,
+    pub plugin_up: IntGaugeVec,
+    pub plugin_breaker_open: IntGaugeVec,
+    pub plugin_starts: IntCounterVec,
+    pub plugin_crashes: IntCounterVec,
+    pub plugin_in_flight: IntGaugeVec,
+    pub plugin_duration: HistogramVec,
+    pub plugin_timeouts: IntCounterVec,
+    pub auth_issued: IntCounterVec,
+    pub auth_refused: IntCounterVec,
+}
+
+/// The process's metrics.
+pub fn get() -> &'static Metrics {
+    static METRICS: LazyLock<Metrics> = LazyLock::new(Metrics::new);
+    &METRICS
+}
+
+fn counter(name: &str, help: &str) -> IntCounter {
+    IntCounter::new(name, help).expect("valid metric")
+}
+
+fn gauge(name: &str, help: &str) -> IntGauge {
+    IntGauge::new(name, help).expect("valid metric")
+}
+
+fn counter_vec(name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
+    IntCounterVec::new(Opts::new(name, help), labels).expect("valid metric")
+}
+
+fn gauge_vec(name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
+    IntGaugeVec::new(Opts::new(name, help), labels).expect("valid metric")
+}
+
+fn histogram_vec(name: &str, help: &str, labels: &[&str]) -> HistogramVec {
+    HistogramVec::new(
+        HistogramOpts::new(name, help).buckets(BUCKETS.to_vec()),
+        labels,
+    )
+    .expect("valid metric")
+}
+
+impl Metrics {
+    fn new() -> Metrics {
+        let m = Metrics {
+            registry: Registry::new(),
+            http_requests: counter_vec(
+                "mcp_gateway_http_requests_total",
+                "HTTP requests answered, by method, matched route and status code.",
+                &["method", "route", "status"],
+            ),
+            http_duration: histogram_vec(
+                "mcp_gateway_http_request_duration_seconds",
+                "Time from a request's arrival to its response head (an SSE response goes on \
+                 after that), by method and matched route.",
+                &["method", "route"],
+            ),
+            sessions_active: gauge("mcp_gateway_sessions_active", "Sessions open now."),
+            sessions_opened: counter(
+                "mcp_gateway_sessions_opened_total",
+                "Sessions opened by initialize.",
+            ),
+            sse_streams: gauge(
+                "mcp_gateway_sse_streams_open",
+                "SSE responses streaming to clients now (GET streams and POST answers).",
+            ),
+            replay_events: gauge(
+                "mcp_gateway_replay_buffer_events",
+                "Events kept for resumption, across all sessions.",
+            ),
+            replay_bytes: gauge(
+                "mcp_gateway_replay_buffer_bytes",
+                "Bytes of events kept for resumption, across all sessions.",
+            ),
+            replays_served: counter(
+                "mcp_gateway_replays_served_total",
+                "Streams resumed from a Last-Event-ID.",
+            ),
+            cursors_not_found: counter(
+                "mcp_gateway_replay_cursors_not_found_total",
+                "Last-Event-IDs that could not be resumed (unknown, released or evicted).",
+            ),
+            plugin_processes: gauge_vec(
+                "mcp_gateway_plugin_processes",
+                "Plugin child processes running now.",
+                &["plugin"],
+            ),
+            plugin_up: gauge_vec(
+                "mcp_gateway_plugin_up",
+                "1 when the plugin's last start-up probe succeeded, 0 when it failed or is \
+                 still running.",
+                &["plugin"],
+            ),
+            plugin_breaker_open: gauge_vec(
+                "mcp_gateway_plugin_breaker_open",
+                "1 while the plugin's circuit breaker refuses new starts after repeated crashes.",
+                &["plugin"],
+            ),
+            plugin_starts: counter_vec(
+                "mcp_gateway_plugin_starts_total",
+                "Plugin processes started for sessions or pools (probes excluded).",
+                &["plugin"],
+            ),
+            plugin_crashes: counter_vec(
+                "mcp_gateway_plugin_crashes_total",
+                "Plugin processes that exited on their own or failed to start; each is \
+                 restarted on the next request that needs it.",
+                &["plugin"],
+            ),
+            plugin_in_flight: gauge_vec(
+                "mcp_gateway_plugin_requests_in_flight",
+                "Client requests a plugin is working on now.",
+                &["plugin"],
+            ),
+            plugin_duration: histogram_vec(
+                "mcp_gateway_plugin_request_duration_seconds",
+                "Time a plugin took to answer a client request, by JSON-RPC method.",
+                &["plugin", "method"],
+            ),
+            plugin_timeouts: counter_vec(
+                "mcp_gateway_plugin_request_timeouts_total",
+                "Client requests a plugin did not answer within its request timeout.",
+                &["plugin"],
+            ),
+            auth_issued: counter_vec(
+                "mcp_gateway_auth_tokens_issued_total",
+                "Access tokens issued by the built-in authorization server, by grant type.",
+                &["grant_type"],
+            ),
+            auth_refused: counter_vec(
+                "mcp_gateway_auth_refusals_total",
+                "Refused authorizations: at /mcp (missing_token, invalid_token, \
+                 insufficient_scope, invalid_request) and at the authorization server (its \
+                 OAuth error code, or bad_credentials at sign-in).",
+                &["reason"],
+            ),
+        };
+        let r = &m.registry;
+        let register = |c: Box<dyn prometheus::core::Collector>| {
+            r.register(c).expect("metric names are unique");
+        };
+        register(Box::new(m.http_requests.clone()));
+        register(Box::new(m.http_duration.clone()));
+        register(Box::new(m.sessions_active.clone()));
+        register(Box::new(m.sessions_opened.clone()));
+        register(Box::new(m.sse_streams.clone()));
+        register(Box::new(m.replay_events.clone()));
+        register(Box::new(m.replay_bytes.clone()));
+        register(Box::new(m.replays_served.clone()));
+        register(Box::new(m.cursors_not_found.clone()));
+        register(Box::new(m.plugin_processes.clone()));
+        register(Box::new(m.plugin_up.clone()));
+        register(Box::new(m.plugin_breaker_open.clone()));
+        register(Box::new(m.plugin_starts.clone()));
+        register(Box::new(m.plugin_crashes.clone()));
+        register(Box::new(m.plugin_in_flight.clone()));
+        register(Box::new(m.plugin_duration.clone()));
+        register(Box::new(m.plugin_timeouts.clone()));
+        register(Box::new(m.auth_issued.clone()));
+        register(Box::new(m.auth_refused.clone()));
+        let info = gauge_vec(
+            "mcp_gateway_build_info",
+            "Always 1; the gateway's version as a label.",
+            &["version"],
+        );
+        info.with_label_values(&[env!("CARGO_PKG_VERSION")]).set(1);
+        register(Box::new(info));
+        register(Box::new(
+            prometheus::process_collector::ProcessCollector::for_self(),
+        ));
+        m
+    }
+}
+
+/// The metrics in Prometheus's text format, the state gauges read from `gw` first.
+pub fn render(gw: &Gateway) -> String {
+    let m = get();
+    m.sessions_active.set(gw.sessions.len() as i64);
+    let (events, bytes) = gw.sessions.store.usage();
+    m.replay_events.set(events as i64);
+    m.replay_bytes.set(bytes as i64);
+    // Plugins removed from the registry drop out of the state gauges.
+    m.plugin_processes.reset();
+    m.plugin_up.reset();
+    m.plugin_breaker_open.reset();
+    for entry in gw.registry.entries() {
+        let name = [entry.name()];
+        m.plugin_processes
+            .with_label_values(&name)
+            .set(entry.stats.running.load(Ordering::Relaxed) as i64);
+        let up = matches!(entry.state(), ProbeState::Ready(_));
+        m.plugin_up.with_label_values(&name).set(i64::from(up));
+        m.plugin_breaker_open
+            .with_label_values(&name)
+            .set(i64::from(entry.stats.breaker_open().is_some()));
+    }
+    let mut out = Vec::new();
+    TextEncoder::new()
+        .encode(&m.registry.gather(), &mut out)
+        .expect("text encoding into memory");
+    String::from_utf8(out).expect("the text format is UTF-8")
+}
+
+/// Counts and times every HTTP request by method, matched route and status.
+pub async fn track_http(request: Request, next: Next) -> Response {
+    let started = Instant::now();
+    let method = method_label(request.method());
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or("unmatched", MatchedPath::as_str)
+        .to_owned();
+    let response = next.run(request).await;
+    let m = get();
+    m.http_duration
+        .with_label_values(&[method, &route])
+        .observe(started.elapsed().as_secs_f64());
+    m.http_requests
+        .with_label_values(&[method, &route, response.status().as_str()])
+        .inc();
+    response
+}
+
+fn method_label(method: &axum::http::Method) -> &'static str {
+    use axum::http::Method;
+    match *method {
+        Method::GET => "GET",
+        Method::POST => "POST",
+        Method::DELETE => "DELETE",
+        Method::PUT => "PUT",
+        Method::HEAD => "HEAD",
+        Method::OPTIONS => "OPTIONS",
+        Method::PATCH => "PATCH",
+        _ => "other",
+    }
+}
+
+/// A JSON-RPC method as a label: the spec's client-to-server requests by name, anything else
+/// `other` (a client can send any method name; a label must not grow with them).
+pub fn rpc_method_label(method: &str) -> &'static str {
+    const KNOWN: &[&str] = &[
+        "tools/call",
+        "tools/list",
+        "resources/read",
+        "resources/list",
+        "resources/templates/list",
+        "resources/subscribe",
+        "resources/unsubscribe",
+        "prompts/get",
+        "prompts/list",
+        "completion/complete",
+        "logging/setLevel",
+        "ping",
+        "initialize",
+        "tasks/get",
+        "tasks/result",
+        "tasks/list",
+        "tasks/cancel",
+    ];
+    KNOWN
+        .iter()
+        .find(|k| **k == method)
+        .copied()
+        .unwrap_or("other")
+}
+
+/// A client request in flight on a plugin: counted in its plugin's in-flight gauge until
+/// dropped, however it ends; [`observe`](Self::observe) records how long the answer took.
+pub struct InFlight {
+    gauge: IntGauge,
+    method: &'static str,
+    started: Instant,
+}
+
+impl InFlight {
+    pub fn start(gauge: &IntGauge, method: &str) -> InFlight {
+        gauge.inc();
+        InFlight {
+            gauge: gauge.clone(),
+            method: rpc_method_label(method),
+            started: Instant::now(),
+        }
+    }
+
+    /// The plugin answered.
+    pub fn observe(&self, plugin: &str) {
+        get()
+            .plugin_duration
+            .with_label_values(&[plugin, self.method])
+            .observe(self.started.elapsed().as_secs_f64());
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.gauge.dec();
+    }
+}
+
+/// An open SSE response, counted in `mcp_gateway_sse_streams_open` while it lives.
+pub struct SseOpen(());
+
+impl SseOpen {
+    pub fn new() -> SseOpen {
+        get().sse_streams.inc();
+        SseOpen(())
+    }
+}
+
+impl Default for SseOpen {
+    fn default() -> Self {
+        SseOpen::new()
+    }
+}
+
+impl Drop for SseOpen {
+    fn drop(&mut self) {
+        get().sse_streams.dec();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn method_labels_are_bounded() {
+        assert_eq!(rpc_method_label("tools/call"), "tools/call");
+        assert_eq!(rpc_method_label("x/ATTACKER-CHOSEN-1234"), "other");
+        assert_eq!(method_label(&axum::http::Method::GET), "GET");
+        let odd = axum::http::Method::from_bytes(b"PROPFIND").unwrap();
+        assert_eq!(method_label(&odd), "other");
+    }
+
+    #[test]
+    fn in_flight_counts_until_dropped() {
+        let g = IntGauge::new("t_in_flight", "test").unwrap();
+        let a = InFlight::start(&g, "tools/call");
+        let b = InFlight::start(&g, "nonsense");
+        assert_eq!(g.get(), 2);
+        assert_eq!(b.method, "other");
+        drop(a);
+        drop(b);
+        assert_eq!(g.get(), 0);
+    }
+}
