@@ -180,7 +180,7 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Validate the config (given with --config and flags) and exit: 0 when valid, 1 with a
+    /// Validate the config (given with --config and flags) and exit: 0 when valid, 2 with a
     /// message naming the bad key when not.
     Check,
     /// Read a password on standard input and print its argon2 hash, for `[[auth.users]]`.
