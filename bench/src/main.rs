@@ -191,8 +191,7 @@ impl Target {
             .arg("--database-url")
             .arg(format!("sqlite://{}/gw.db?mode=rwc", dir.path().display()))
             .args(extra)
-            // The access log (a line per request) is off: the benchmark measures forwarding.
-            .env("RUST_LOG", "warn,mcp_gateway=info,mcp_gateway::access=off");
+            .env("RUST_LOG", "warn,mcp_gateway=info");
         match config {
             Some(text) => {
                 let path = dir.path().join("gw.toml");

@@ -40,7 +40,7 @@ pub fn router(gateway: Arc<Gateway>) -> Router {
     };
     probes
         .merge(api)
-        .layer(middleware::from_fn(crate::metrics::track_http))
+        .layer(crate::http::trace::ObserveLayer)
         .with_state(gateway)
 }
 

@@ -24,7 +24,7 @@ use tokio::sync::oneshot;
 use super::BackendError;
 use super::transport::{Inbound, PluginTransport};
 use crate::jsonrpc::{self, Id, Message, Outcome, code};
-use crate::metrics::{self, InFlight};
+use crate::metrics::{InFlight, PluginMetrics};
 use crate::stream::Sink;
 
 /// Listens to what a plugin sends on its own initiative.
@@ -132,9 +132,8 @@ pub struct PluginConnection {
     last_active: Mutex<std::time::Instant>,
     /// Set when the gateway stops the plugin on purpose.
     stopping: AtomicBool,
-    /// This plugin's in-flight gauge and timeout counter, looked up once.
-    in_flight: prometheus::IntGauge,
-    timeouts: prometheus::IntCounter,
+    /// This plugin's metrics, looked up once.
+    metrics: PluginMetrics,
 }
 
 impl PluginConnection {
@@ -159,8 +158,7 @@ impl PluginConnection {
             request_timeout,
             last_active: Mutex::new(std::time::Instant::now()),
             stopping: AtomicBool::new(false),
-            in_flight: metrics::get().plugin_in_flight.with_label_values(&[&*name]),
-            timeouts: metrics::get().plugin_timeouts.with_label_values(&[&*name]),
+            metrics: PluginMetrics::new(name.clone()),
             name,
         });
         tokio::spawn(read_loop(Arc::downgrade(&conn), inbound));
@@ -272,7 +270,7 @@ impl PluginConnection {
             sink: sink.clone(),
             progress_token,
             deadline: std::time::Instant::now() + self.request_timeout,
-            timer: InFlight::start(&self.in_flight, method),
+            timer: InFlight::start(&self.metrics, method),
         };
         let sent = self.insert(id, pending).and_then(|()| {
             self.write(
@@ -512,7 +510,7 @@ async fn expire_requests(conn: Weak<PluginConnection>, timeout: Duration) {
             else {
                 continue;
             };
-            conn.timeouts.inc();
+            conn.metrics.timeouts.inc();
             tracing::warn!(plugin = %conn.name, session = %conn.session, "request {client_id} timed out after {} s", timeout.as_secs());
             sink.respond(jsonrpc::error_bytes(
                 Some(&client_id),
@@ -620,7 +618,7 @@ impl PluginConnection {
                 timer,
                 ..
             } => {
-                timer.observe(&self.name);
+                timer.observe();
                 let bytes = match &outcome {
                     Outcome::Result(r) => jsonrpc::result_bytes(client_id.raw(), r),
                     Outcome::Error(e) => jsonrpc::error_object_bytes(client_id.raw(), e),

@@ -8,7 +8,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::Extension;
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
@@ -42,12 +41,12 @@ const LAST_EVENT_ID: &str = "last-event-id";
 
 pub async fn post(
     State(gw): State<Arc<Gateway>>,
-    trace: Option<Extension<TraceContext>>,
     uri: Uri,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    handle_post(&gw, &uri, &headers, body, trace.map(|t| t.0))
+    let trace = TraceContext::from_headers(&headers);
+    handle_post(&gw, &uri, &headers, body, trace)
         .await
         .unwrap_or_else(IntoResponse::into_response)
 }

@@ -33,8 +33,7 @@ pub fn router(gateway: Arc<Gateway>) -> Router {
         mcp
     };
     app.layer(tower_http::catch_panic::CatchPanicLayer::custom(panicked))
-        .layer(axum::middleware::from_fn(trace::request_span))
-        .layer(axum::middleware::from_fn(crate::metrics::track_http))
+        .layer(trace::ObserveLayer)
 }
 
 /// A handler that panicked (a bug) answers 500 with a JSON-RPC error instead of dropping the

@@ -1,23 +1,21 @@
 //! Prometheus metrics, served as text on the admin listener's `/metrics` (never on the public
 //! port).
 //!
-//! Counters and histograms are bumped where things happen: the HTTP edge ([`track_http`]),
+//! Counters and histograms are bumped where things happen: the HTTP edge ([`record_http`], called by
+//! [`crate::http::trace::ObserveLayer`]),
 //! plugin connections, the plugin registry, resumption and authorization. Gauges that describe
 //! the state of the gateway (sessions, replay buffers, plugin processes) are read from that
 //! state when scraped ([`render`]), so they can never drift from it. Every label takes values
 //! from a bounded set: routes are matched paths, never raw URIs; JSON-RPC methods outside the
 //! spec's own are counted as `other`; plugin names come from the operator's configuration.
 
-use std::sync::LazyLock;
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, LazyLock, OnceLock};
 use std::time::Instant;
 
-use axum::extract::{MatchedPath, Request};
-use axum::middleware::Next;
-use axum::response::Response;
 use prometheus::{
-    Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
-    Registry, TextEncoder,
+    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
 use crate::gateway::Gateway;
@@ -245,27 +243,24 @@ pub fn render(gw: &Gateway) -> String {
     String::from_utf8(out).expect("the text format is UTF-8")
 }
 
-/// Counts and times every HTTP request by method, matched route and status.
-pub async fn track_http(request: Request, next: Next) -> Response {
-    let started = Instant::now();
-    let method = method_label(request.method());
-    let route = request
-        .extensions()
-        .get::<MatchedPath>()
-        .map_or("unmatched", MatchedPath::as_str)
-        .to_owned();
-    let response = next.run(request).await;
+/// Counts and times one HTTP request by method, matched route and status.
+pub fn record_http(
+    method: &'static str,
+    route: &str,
+    status: axum::http::StatusCode,
+    elapsed: std::time::Duration,
+) {
     let m = get();
     m.http_duration
-        .with_label_values(&[method, &route])
-        .observe(started.elapsed().as_secs_f64());
+        .with_label_values(&[method, route])
+        .observe(elapsed.as_secs_f64());
     m.http_requests
-        .with_label_values(&[method, &route, response.status().as_str()])
+        .with_label_values(&[method, route, status.as_str()])
         .inc();
-    response
 }
 
-fn method_label(method: &axum::http::Method) -> &'static str {
+/// An HTTP method as a label: the standard ones by name, anything else `other`.
+pub fn method_label(method: &axum::http::Method) -> &'static str {
     use axum::http::Method;
     match *method {
         Method::GET => "GET",
@@ -279,59 +274,97 @@ fn method_label(method: &axum::http::Method) -> &'static str {
     }
 }
 
-/// A JSON-RPC method as a label: the spec's client-to-server requests by name, anything else
-/// `other` (a client can send any method name; a label must not grow with them).
-pub fn rpc_method_label(method: &str) -> &'static str {
-    const KNOWN: &[&str] = &[
-        "tools/call",
-        "tools/list",
-        "resources/read",
-        "resources/list",
-        "resources/templates/list",
-        "resources/subscribe",
-        "resources/unsubscribe",
-        "prompts/get",
-        "prompts/list",
-        "completion/complete",
-        "logging/setLevel",
-        "ping",
-        "initialize",
-        "tasks/get",
-        "tasks/result",
-        "tasks/list",
-        "tasks/cancel",
-    ];
-    KNOWN
+/// The spec's client-to-server requests, the values of the `method` label (and `other`).
+const RPC_METHODS: [&str; 17] = [
+    "tools/call",
+    "tools/list",
+    "resources/read",
+    "resources/list",
+    "resources/templates/list",
+    "resources/subscribe",
+    "resources/unsubscribe",
+    "prompts/get",
+    "prompts/list",
+    "completion/complete",
+    "logging/setLevel",
+    "ping",
+    "initialize",
+    "tasks/get",
+    "tasks/result",
+    "tasks/list",
+    "tasks/cancel",
+];
+
+/// Where a JSON-RPC method's label sits: its index in [`RPC_METHODS`], or one past the end
+/// for `other` (a client can send any method name; a label must not grow with them).
+fn rpc_method_index(method: &str) -> usize {
+    RPC_METHODS
         .iter()
-        .find(|k| **k == method)
+        .position(|k| *k == method)
+        .unwrap_or(RPC_METHODS.len())
+}
+
+/// A JSON-RPC method as a label.
+pub fn rpc_method_label(method: &str) -> &'static str {
+    RPC_METHODS
+        .get(rpc_method_index(method))
         .copied()
         .unwrap_or("other")
+}
+
+/// One plugin's metrics, looked up once per plugin connection instead of per request.
+pub struct PluginMetrics {
+    plugin: Arc<str>,
+    in_flight: IntGauge,
+    pub timeouts: IntCounter,
+    durations: [OnceLock<Histogram>; RPC_METHODS.len() + 1],
+}
+
+impl PluginMetrics {
+    pub fn new(plugin: Arc<str>) -> PluginMetrics {
+        let m = get();
+        PluginMetrics {
+            in_flight: m.plugin_in_flight.with_label_values(&[&*plugin]),
+            timeouts: m.plugin_timeouts.with_label_values(&[&*plugin]),
+            durations: std::array::from_fn(|_| OnceLock::new()),
+            plugin,
+        }
+    }
+
+    fn duration(&self, method: &str) -> Histogram {
+        let i = rpc_method_index(method);
+        self.durations[i]
+            .get_or_init(|| {
+                let label = RPC_METHODS.get(i).copied().unwrap_or("other");
+                get()
+                    .plugin_duration
+                    .with_label_values(&[&*self.plugin, label])
+            })
+            .clone()
+    }
 }
 
 /// A client request in flight on a plugin: counted in its plugin's in-flight gauge until
 /// dropped, however it ends; [`observe`](Self::observe) records how long the answer took.
 pub struct InFlight {
     gauge: IntGauge,
-    method: &'static str,
+    duration: Histogram,
     started: Instant,
 }
 
 impl InFlight {
-    pub fn start(gauge: &IntGauge, method: &str) -> InFlight {
-        gauge.inc();
+    pub fn start(metrics: &PluginMetrics, method: &str) -> InFlight {
+        metrics.in_flight.inc();
         InFlight {
-            gauge: gauge.clone(),
-            method: rpc_method_label(method),
+            gauge: metrics.in_flight.clone(),
+            duration: metrics.duration(method),
             started: Instant::now(),
         }
     }
 
     /// The plugin answered.
-    pub fn observe(&self, plugin: &str) {
-        get()
-            .plugin_duration
-            .with_label_values(&[plugin, self.method])
-            .observe(self.started.elapsed().as_secs_f64());
+    pub fn observe(&self) {
+        self.duration.observe(self.started.elapsed().as_secs_f64());
     }
 }
 
@@ -377,14 +410,24 @@ mod tests {
     }
 
     #[test]
-    fn in_flight_counts_until_dropped() {
-        let g = IntGauge::new("t_in_flight", "test").unwrap();
-        let a = InFlight::start(&g, "tools/call");
-        let b = InFlight::start(&g, "nonsense");
-        assert_eq!(g.get(), 2);
-        assert_eq!(b.method, "other");
-        drop(a);
-        drop(b);
-        assert_eq!(g.get(), 0);
+    fn in_flight_counts_until_dropped_and_times_by_bounded_method() {
+        let pm = PluginMetrics::new(Arc::from("unit-test-plugin"));
+        let a = InFlight::start(&pm, "tools/call");
+        let b = InFlight::start(&pm, "nonsense/1");
+        let c = InFlight::start(&pm, "nonsense/2");
+        assert_eq!(pm.in_flight.get(), 3);
+        a.observe();
+        b.observe();
+        c.observe();
+        drop((a, b, c));
+        assert_eq!(pm.in_flight.get(), 0);
+        let count = |method: &str| {
+            get()
+                .plugin_duration
+                .with_label_values(&["unit-test-plugin", method])
+                .get_sample_count()
+        };
+        assert_eq!(count("tools/call"), 1);
+        assert_eq!(count("other"), 2);
     }
 }
