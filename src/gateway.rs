@@ -236,7 +236,8 @@ pub async fn run(
     }
     tracing::info!("stopping plugins");
     gateway.sessions.shutdown().await;
-    let _ = admin_server.await;
+    // An admin connection that will not close (a hung scraper) does not hold the exit.
+    let _ = tokio::time::timeout(Duration::from_secs(2), admin_server).await;
     tracing::info!("stopped");
     match finished {
         Some(Ok(served)) => Ok(served?),

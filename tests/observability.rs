@@ -302,66 +302,25 @@ async fn logs_carry_session_plugin_and_trace_context_but_no_token() {
     let mut c = gw.client().with_token("sekrit-bearer-value");
     c.initialize().await;
     let session = c.session.clone().unwrap();
-    let reply = c
-        .request(reqwest::Method::POST)
-        .header("content-type", "application/json")
-        .header("traceparent", TRACEPARENT)
-        .header("tracestate", "vendor=abc")
-        .body(
-            json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-                   "params": {"name": "meta", "arguments": {}}})
-            .to_string(),
-        )
-        .send()
-        .await
-        .unwrap();
-    let body = reply.text().await.unwrap();
-    let event = common::parse_sse(&body)
-        .into_iter()
-        .find(|e| e.data.contains("\"result\""))
-        .unwrap_or_else(|| panic!("{body}"));
-    let result: Value = serde_json::from_str(&event.data).unwrap();
-    let meta: Value =
-        serde_json::from_str(result["result"]["content"][0]["text"].as_str().unwrap()).unwrap();
+    let meta = meta_seen(
+        &c,
+        1,
+        json!({}),
+        &[("traceparent", TRACEPARENT), ("tracestate", "vendor=abc")],
+    )
+    .await;
     assert_eq!(meta["traceparent"], TRACEPARENT, "{meta}");
     assert_eq!(meta["tracestate"], "vendor=abc");
 
     // A client's own _meta.traceparent wins over the header; an invalid header is dropped.
     let own = "00-11111111111111111111111111111111-2222222222222222-01";
-    let r = c
-        .request(reqwest::Method::POST)
-        .header("content-type", "application/json")
-        .header("traceparent", "00-zzzz-bad")
-        .body(
-            json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
-                   "params": {"name": "meta", "arguments": {}, "_meta": {"traceparent": own}}})
-            .to_string(),
-        )
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    assert!(r.contains(own), "{r}");
-    let r = c
-        .request(reqwest::Method::POST)
-        .header("content-type", "application/json")
-        .header("traceparent", "00-zzzz-bad")
-        .body(
-            json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
-                   "params": {"name": "meta", "arguments": {}}})
-            .to_string(),
-        )
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let bad = [("traceparent", "00-zzzz-bad")];
+    let meta = meta_seen(&c, 2, json!({"traceparent": own}), &bad).await;
+    assert_eq!(meta["traceparent"], own, "{meta}");
+    let meta = meta_seen(&c, 3, json!({}), &bad).await;
     assert!(
-        !r.contains("traceparent"),
-        "an invalid header reached the plugin: {r}"
+        meta.get("traceparent").is_none(),
+        "an invalid header reached the plugin: {meta}"
     );
 
     // The plugin's stderr, logged while it serves this session's request.
@@ -396,4 +355,37 @@ async fn logs_carry_session_plugin_and_trace_context_but_no_token() {
         !gw.log().contains("sekrit-bearer-value"),
         "a bearer token reached the logs"
     );
+}
+
+/// Calls the fixture's `meta` tool with `meta` as the request's `_meta` and `headers` on the
+/// POST; the `_meta` the plugin saw.
+async fn meta_seen(c: &common::Client, id: i64, meta: Value, headers: &[(&str, &str)]) -> Value {
+    let mut params = json!({"name": "meta", "arguments": {}});
+    if meta.as_object().is_some_and(|m| !m.is_empty()) {
+        params["_meta"] = meta;
+    }
+    let mut request = c
+        .request(reqwest::Method::POST)
+        .header("content-type", "application/json");
+    for (k, v) in headers {
+        request = request.header(*k, *v);
+    }
+    let body = request
+        .body(
+            json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params})
+                .to_string(),
+        )
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let event = common::parse_sse(&body)
+        .into_iter()
+        .find(|e| e.data.contains("\"result\""))
+        .unwrap_or_else(|| panic!("{body}"));
+    let result: Value = serde_json::from_str(&event.data).unwrap();
+    let text = result["result"]["content"][0]["text"].as_str().unwrap();
+    serde_json::from_str(text).unwrap_or_else(|e| panic!("{e}: {text}"))
 }

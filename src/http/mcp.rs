@@ -455,12 +455,7 @@ async fn in_session(
     let sse = planned
         .iter()
         .any(|(.., plan)| plan.response_mode() == ResponseMode::Sse);
-    let mut plugins: Vec<&str> = planned.iter().filter_map(|(.., p)| p.plugin()).collect();
-    plugins.sort_unstable();
-    plugins.dedup();
-    if !plugins.is_empty() {
-        trace::record_plugin(&plugins.join(","));
-    }
+    trace::record_plugins(planned.iter().filter_map(|(.., p)| p.plugin()));
     let n = planned.len();
     let stream = session.new_post_stream(n, sse);
     // Attached before any request runs, so no answer can come before the connection.

@@ -211,9 +211,25 @@ pub fn record_session(id: &str) {
     tracing::Span::current().record("session", id);
 }
 
-/// Names the plugin(s) serving the request in its span.
-pub fn record_plugin(name: &str) {
-    tracing::Span::current().record("plugin", name);
+/// Names the plugin(s) serving the request in its span: nothing is collected when the span
+/// is off, nothing joined for the usual one.
+pub fn record_plugins<'a>(names: impl Iterator<Item = &'a str>) {
+    let span = Span::current();
+    if span.is_disabled() {
+        return;
+    }
+    let mut names: Vec<&str> = names.collect();
+    match names.as_slice() {
+        [] => {}
+        [one] => {
+            span.record("plugin", *one);
+        }
+        _ => {
+            names.sort_unstable();
+            names.dedup();
+            span.record("plugin", names.join(",").as_str());
+        }
+    }
 }
 
 #[cfg(test)]
