@@ -294,3 +294,44 @@ async fn regression_stopping_or_losing_a_shared_process_is_not_held_against_it()
     }
     assert!(ok, "the dead shared process still held the only place");
 }
+
+/// The kernel scheduling policy of a process (`/proc/PID/stat` field 41): 0 normal, 3 batch.
+fn policy(pid: u32) -> u32 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let (_, rest) = stat.rsplit_once(')').unwrap();
+    // Fields after the command start at field 3.
+    rest.split_whitespace()
+        .nth(41 - 3)
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn plugin_processes_run_under_sched_batch_unless_configured_normal() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(
+        &dir,
+        &format!(
+            "[plugins.b]\ncommand = \"{FIXTURE}\"\n\n[plugins.s]\ncommand = \"{FIXTURE}\"\nprocess_model = \"shared\"\n\n[plugins.n]\ncommand = \"{FIXTURE}\"\nscheduling = \"normal\"\n"
+        ),
+    );
+    let gw = Gateway::start(&["--config", &cfg]);
+    assert_eq!(policy(gw.pid()), 0, "the gateway itself keeps the default");
+    let mut c = gw.client();
+    c.initialize().await;
+    let mut seen = Vec::new();
+    for (i, (tool, want)) in [("b__pid", 3), ("s__pid", 3), ("n__pid", 0)]
+        .into_iter()
+        .enumerate()
+    {
+        let pid: u32 = c
+            .tool_text(i as i64, tool, json!({}))
+            .await
+            .parse()
+            .unwrap();
+        assert_eq!(policy(pid), want, "{tool}");
+        seen.push(pid);
+    }
+    assert!(seen.iter().all(|p| descendants(gw.pid()).contains(p)));
+}

@@ -25,7 +25,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::BackendError;
 use super::transport::{Inbound, PluginTransport};
-use crate::config::PluginConfig;
+use crate::config::{PluginConfig, Scheduling};
 
 /// Largest line accepted from a plugin; a longer one is dropped whole (and logged).
 const MAX_LINE: usize = 64 * 1024 * 1024;
@@ -79,6 +79,11 @@ impl StdioTransport {
             reason: e.to_string(),
         })?;
         let pid = Pid::from_raw(child.id().expect("a just-spawned child has a pid") as i32);
+        if config.scheduling == Scheduling::Batch
+            && let Err(e) = set_batch_policy(pid)
+        {
+            tracing::debug!(plugin = %config.name, session, "plugin keeps the normal scheduling policy: {e}");
+        }
         let stdin = child.stdin.take().expect("stdin is piped");
         let stdout = child.stdout.take().expect("stdout is piped");
         let stderr = child.stderr.take().expect("stderr is piped");
@@ -218,6 +223,29 @@ impl StdioTransport {
         }
         tracing::info!(plugin = %self.plugin, session = %self.session, pid = self.pid.as_raw(), "plugin stopped");
     }
+}
+
+/// Puts the child under `SCHED_BATCH` (see [`Scheduling::Batch`]). What it forks from then on
+/// inherits the policy; set from here rather than between fork and exec, so that spawning
+/// keeps the cheap `posix_spawn` path (a `pre_exec` hook forces a full fork of the gateway).
+/// The gateway's one `unsafe` block (the crate denies them elsewhere): neither `nix` nor
+/// `rustix` wraps `sched_setscheduler`.
+#[cfg(target_os = "linux")]
+#[allow(unsafe_code)]
+fn set_batch_policy(pid: Pid) -> std::io::Result<()> {
+    use nix::libc;
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: a plain system call; `param` outlives it and priority 0 is what SCHED_BATCH takes.
+    if unsafe { libc::sched_setscheduler(pid.as_raw(), libc::SCHED_BATCH, &param) } == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn set_batch_policy(_pid: Pid) -> std::io::Result<()> {
+    Ok(())
 }
 
 impl PluginTransport for StdioTransport {

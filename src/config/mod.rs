@@ -359,6 +359,22 @@ pub struct PluginConfig {
     pub warm: usize,
     /// A scope a token needs to see and call this plugin's tools (with `auth.mode`).
     pub scope: Option<String>,
+    /// The kernel scheduling policy of the plugin's processes.
+    pub scheduling: Scheduling,
+}
+
+/// How the kernel schedules a plugin's processes (Linux; elsewhere it has no effect).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Scheduling {
+    /// `SCHED_BATCH`: the same share of the CPU, but a plugin woken by a request does not
+    /// preempt the thread that woke it. The gateway's threads finish what they are doing
+    /// (answering clients, writing to other plugins) before the plugin runs, instead of
+    /// switching to it at every message.
+    #[default]
+    Batch,
+    /// The kernel's default policy (`SCHED_OTHER`).
+    Normal,
 }
 
 /// How a plugin's processes serve sessions.
@@ -394,6 +410,7 @@ impl PluginConfig {
             pool_size: 1,
             warm: 0,
             scope: None,
+            scheduling: Scheduling::Batch,
         }
     }
 
@@ -458,6 +475,8 @@ pub struct PluginSpec {
     pub warm: Option<usize>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scope: Option<String>,
+    #[serde(default)]
+    pub scheduling: Scheduling,
     /// Only meaningful in a config file (the API has enable/disable).
     #[serde(default = "yes", skip_serializing)]
     pub enabled: bool,
@@ -493,6 +512,7 @@ impl PluginSpec {
         c.pool_size = self.pool_size.unwrap_or(1);
         c.warm = self.warm.unwrap_or(0);
         c.scope = self.scope;
+        c.scheduling = self.scheduling;
         c
     }
 
@@ -515,6 +535,7 @@ impl PluginSpec {
             pool_size: Some(c.pool_size),
             warm: Some(c.warm),
             scope: c.scope.clone(),
+            scheduling: c.scheduling,
             enabled: true,
         }
     }
