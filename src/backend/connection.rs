@@ -17,6 +17,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use bytes::Bytes;
+use futures_util::StreamExt;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use tokio::sync::oneshot;
@@ -531,7 +532,7 @@ async fn expire_requests(conn: Weak<PluginConnection>, timeout: Duration) {
 }
 
 async fn read_loop(conn: Weak<PluginConnection>, mut inbound: Inbound) {
-    while let Some(line) = inbound.recv().await {
+    while let Some(line) = inbound.next().await {
         let Some(conn) = conn.upgrade() else { return };
         conn.handle_line(line);
     }

@@ -10,6 +10,7 @@
 //! slow client.
 
 pub mod connection;
+mod pipe_writer;
 pub mod stdio;
 pub mod transport;
 

@@ -17,13 +17,15 @@ use bytes::{Buf, Bytes, BytesMut};
 use futures_util::StreamExt;
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, BufWriter};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::net::unix::pipe;
 use tokio::process::Command;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 use tokio_util::codec::{Decoder, FramedRead};
 use tokio_util::sync::CancellationToken;
 
 use super::BackendError;
+use super::pipe_writer::PipeWriter;
 use super::transport::{Inbound, PluginTransport};
 use crate::config::{PluginConfig, Scheduling};
 
@@ -36,7 +38,7 @@ pub struct StdioTransport {
     plugin: String,
     session: String,
     pid: Pid,
-    to_child: mpsc::UnboundedSender<Bytes>,
+    to_child: Arc<PipeWriter>,
     close_stdin: CancellationToken,
     exit: watch::Receiver<Option<String>>,
     stderr: Arc<Mutex<VecDeque<String>>>,
@@ -88,59 +90,41 @@ impl StdioTransport {
         let stdout = child.stdout.take().expect("stdout is piped");
         let stderr = child.stderr.take().expect("stderr is piped");
 
-        // Writer: one task owns stdin; closing stdin is cancelling it.
-        let (to_child, mut outbox) = mpsc::unbounded_channel::<Bytes>();
+        // Stdin: written from the sender's task; closing stdin is cancelling `close_stdin`.
         let close_stdin = CancellationToken::new();
-        let closing = close_stdin.clone();
-        let label = (config.name.clone(), session.to_owned());
-        tokio::spawn(async move {
-            let mut w = BufWriter::new(stdin);
-            loop {
-                let msg = tokio::select! {
-                    m = outbox.recv() => m,
-                    () = closing.cancelled() => None,
-                };
-                let Some(msg) = msg else { break };
-                if w.write_all(&msg).await.is_err() || w.write_all(b"\n").await.is_err() {
-                    break;
-                }
-                // Write whatever else is queued before flushing once.
-                while let Ok(more) = outbox.try_recv() {
-                    if w.write_all(&more).await.is_err() || w.write_all(b"\n").await.is_err() {
-                        return;
-                    }
-                }
-                if w.flush().await.is_err() {
-                    break;
-                }
-            }
-            tracing::debug!(plugin = %label.0, session = %label.1, "plugin stdin closed");
-        });
+        let stdin = stdin
+            .into_owned_fd()
+            .and_then(pipe::Sender::from_owned_fd)
+            .map_err(|e| BackendError::Spawn {
+                plugin: config.name.clone(),
+                command: config.command_line(),
+                reason: format!("stdin: {e}"),
+            })?;
+        let to_child = PipeWriter::start(stdin, close_stdin.clone());
 
-        // Reader: stdout lines into a channel; the channel closes at EOF.
-        let (lines_tx, lines_rx) = mpsc::unbounded_channel();
+        // Stdout: read by the connection's own task, line by line; it ends at EOF.
         let label = (config.name.clone(), session.to_owned());
-        tokio::spawn(async move {
-            let mut frames = FramedRead::new(stdout, LineCodec::default());
-            while let Some(frame) = frames.next().await {
-                match frame {
-                    Ok(Line::Data(line)) => {
-                        if !line.iter().all(u8::is_ascii_whitespace) && lines_tx.send(line).is_err()
-                        {
-                            break;
-                        }
-                    }
-                    Ok(Line::TooLong) => tracing::warn!(
-                        plugin = %label.0, session = %label.1,
-                        "dropped a line longer than {MAX_LINE} bytes from the plugin"
-                    ),
-                    Err(e) => {
-                        tracing::debug!(plugin = %label.0, session = %label.1, "plugin stdout: {e}");
-                        break;
-                    }
+        let failed = label.clone();
+        let lines = FramedRead::new(stdout, LineCodec::default())
+            .take_while(move |frame| {
+                if let Err(e) = frame {
+                    tracing::debug!(plugin = %failed.0, session = %failed.1, "plugin stdout: {e}");
                 }
-            }
-        });
+                std::future::ready(frame.is_ok())
+            })
+            .filter_map(move |frame| {
+                std::future::ready(match frame {
+                    Ok(Line::Data(line)) if !line.iter().all(u8::is_ascii_whitespace) => Some(line),
+                    Ok(Line::TooLong) => {
+                        tracing::warn!(
+                            plugin = %label.0, session = %label.1,
+                            "dropped a line longer than {MAX_LINE} bytes from the plugin"
+                        );
+                        None
+                    }
+                    _ => None,
+                })
+            });
 
         // Stderr: logged line by line, the tail kept.
         let tail = Arc::new(Mutex::new(VecDeque::with_capacity(STDERR_TAIL)));
@@ -181,7 +165,7 @@ impl StdioTransport {
                 grace: config.shutdown_grace,
                 stopped: tokio::sync::OnceCell::new(),
             },
-            lines_rx,
+            Box::pin(lines),
         ))
     }
 
@@ -250,7 +234,7 @@ fn set_batch_policy(_pid: Pid) -> std::io::Result<()> {
 
 impl PluginTransport for StdioTransport {
     fn send(&self, message: Bytes) -> bool {
-        !self.exited() && self.to_child.send(message).is_ok()
+        !self.exited() && self.to_child.send(&message)
     }
 
     fn shutdown(&self) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {

@@ -1,7 +1,7 @@
 //! The seam between a plugin connection and however the plugin's bytes travel.
 //!
 //! A transport carries newline-delimited JSON-RPC: [`PluginTransport::send`] takes one message
-//! (without its newline) and the inbound side is a channel of lines that closes when the plugin
+//! (without its newline) and the inbound side is a stream of lines that ends when the plugin
 //! is gone. Stdio child processes implement it today; another process model or a remote
 //! plugin implements the same two halves.
 
@@ -9,10 +9,10 @@ use std::future::Future;
 use std::pin::Pin;
 
 use bytes::Bytes;
-use tokio::sync::mpsc;
 
-/// The receiving half of a transport: one item per line the plugin wrote.
-pub type Inbound = mpsc::UnboundedReceiver<Bytes>;
+/// The receiving half of a transport: one item per line the plugin wrote; it ends when the
+/// plugin is gone. The connection's task polls it directly, with no task in between.
+pub type Inbound = Pin<Box<dyn futures_util::Stream<Item = Bytes> + Send>>;
 
 pub trait PluginTransport: Send + Sync + 'static {
     /// Queues one message for the plugin; false when the plugin can no longer take input.
