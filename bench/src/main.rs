@@ -73,6 +73,9 @@ enum Cmd {
         pid: u32,
         #[arg(long, default_value_t = 1000)]
         sessions: usize,
+        /// Keep the streams open this long after measuring (to inspect the target meanwhile).
+        #[arg(long, default_value_t = 0)]
+        hold_secs: u64,
     },
 }
 
@@ -139,9 +142,15 @@ fn main() {
                 serde_json::to_string_pretty(&t).expect("serializable")
             );
         }
-        Some(Cmd::Idle { url, pid, sessions }) => {
+        Some(Cmd::Idle {
+            url,
+            pid,
+            sessions,
+            hold_secs,
+        }) => {
             raise_fd_limit();
-            match rt.block_on(idle_sessions(&url, pid, sessions)) {
+            let hold = Duration::from_secs(hold_secs);
+            match rt.block_on(idle_sessions(&url, pid, sessions, hold)) {
                 Ok(r) => println!(
                     "{}",
                     serde_json::to_string_pretty(&r).expect("serializable")
@@ -364,7 +373,7 @@ async fn run(cli: Cli) {
         // Memory is measured on a fresh process: freed memory from the runs above would count.
         for n in &cli.idle_sessions {
             let fresh = start().await;
-            match idle_sessions(&fresh.url, fresh.pid(), *n).await {
+            match idle_sessions(&fresh.url, fresh.pid(), *n, Duration::ZERO).await {
                 Ok(report) => r.c_idle_sessions.push(report),
                 Err(e) => r.notes.push(format!("{n} idle sessions: {e}")),
             }
@@ -461,7 +470,7 @@ async fn run(cli: Cli) {
                 r = http_target(&target, duration).await;
                 drop(target);
                 if let Ok(fresh) = Target::peer(name, &program, &args, &env, path).await {
-                    match idle_sessions(&fresh.url, fresh.pid(), 1000).await {
+                    match idle_sessions(&fresh.url, fresh.pid(), 1000, Duration::ZERO).await {
                         Ok(report) => r.c_idle_sessions.push(report),
                         Err(e) => r.notes.push(format!("1000 idle sessions: {e}")),
                     }
@@ -796,7 +805,12 @@ async fn first_call_latency(url: &str, rounds: usize) -> (f64, f64) {
 
 /// Opens `n` sessions, each holding a GET stream; setup rate and the memory of the target's
 /// process tree while they are open.
-async fn idle_sessions(url: &str, pid: u32, n: usize) -> Result<IdleReport, String> {
+async fn idle_sessions(
+    url: &str,
+    pid: u32,
+    n: usize,
+    hold: Duration,
+) -> Result<IdleReport, String> {
     let http = client();
     let started = Instant::now();
     let mut streams = Vec::with_capacity(n);
@@ -818,6 +832,13 @@ async fn idle_sessions(url: &str, pid: u32, n: usize) -> Result<IdleReport, Stri
     }
     let setup = started.elapsed();
     let (memory_mb, processes) = tree_memory(pid);
+    if !hold.is_zero() {
+        eprintln!(
+            "{n} streams open: {memory_mb:.1} MB; holding them {} s",
+            hold.as_secs()
+        );
+        tokio::time::sleep(hold).await;
+    }
     drop(streams);
     Ok(IdleReport {
         sessions: n,
