@@ -196,14 +196,12 @@ pub async fn run(
     );
 
     let app = http::router(gateway.clone());
-    // SSE goes out in several small writes: without TCP_NODELAY, Nagle's algorithm and the
-    // client's delayed ACK hold each answer back by tens of milliseconds.
-    let draining = gateway.draining.clone();
-    let mut server = tokio::spawn(
-        axum::serve(listener.tap_io(no_delay), app)
-            .with_graceful_shutdown(async move { draining.cancelled().await })
-            .into_future(),
-    );
+    let mut server = tokio::spawn(http::serve::serve(
+        listener,
+        app,
+        gateway.config.max_header_bytes,
+        gateway.draining.clone(),
+    ));
     gateway.serving.store(true, Ordering::Release);
     tracing::info!("listening on http://{public_addr}/mcp");
 

@@ -122,6 +122,39 @@ async fn media_types_and_body_limits() {
 }
 
 #[tokio::test]
+async fn request_heads_past_max_header_bytes_get_431_and_bodies_past_it_still_flow() {
+    let gw = Gateway::fixture(&[], &[]);
+    let mut c = gw.client();
+    c.initialize().await;
+    // A body far larger than the 8 KiB connection buffer is read through it in pieces.
+    let text = "y".repeat(1 << 20);
+    assert_eq!(c.tool_text(2, "echo", json!({"text": text})).await, text);
+    // A head over 8 KiB is refused before it reaches a handler; the session is unharmed.
+    let big_header = "h".repeat(10_000);
+    let (s, _, _) = raw_post(&gw, &[JSON_BOTH, &[("x-big", &big_header)]].concat(), INIT).await;
+    assert_eq!(s, 431);
+    assert_eq!(
+        c.tool_text(3, "echo", json!({"text": "still"})).await,
+        "still"
+    );
+    // The limit is a setting, with hyper's 8 KiB as its floor.
+    let roomy = Gateway::fixture(&["--max-header-bytes", "32768"], &[]);
+    let (s, _, _) = raw_post(
+        &roomy,
+        &[JSON_BOTH, &[("x-big", &big_header)]].concat(),
+        INIT,
+    )
+    .await;
+    assert_eq!(s, 200);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_mcp-gateway"))
+        .args(["--max-header-bytes", "4096", "check"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("max_header_bytes"));
+}
+
+#[tokio::test]
 async fn malformed_and_invalid_messages() {
     let gw = Gateway::fixture(&[], &[]);
     let (s, body, _) = raw_post(&gw, JSON_BOTH, "{not json").await;

@@ -17,6 +17,7 @@ pub struct FileConfig {
     pub allowed_origins: Option<Vec<String>>,
     pub allowed_hosts: Option<Vec<String>>,
     pub max_body_bytes: Option<usize>,
+    pub max_header_bytes: Option<usize>,
     pub separator: Option<String>,
     pub session: SessionSection,
     pub stream: StreamSection,
@@ -58,6 +59,7 @@ struct TomlFile {
     allowed_origins: Option<Vec<String>>,
     allowed_hosts: Option<Vec<String>>,
     max_body_bytes: Option<usize>,
+    max_header_bytes: Option<usize>,
     separator: Option<String>,
     #[serde(default)]
     session: SessionSection,
@@ -164,6 +166,7 @@ fn parse_toml(text: &str) -> Result<FileConfig, String> {
         allowed_origins: file.allowed_origins,
         allowed_hosts: file.allowed_hosts,
         max_body_bytes: file.max_body_bytes,
+        max_header_bytes: file.max_header_bytes,
         separator: file.separator,
         session: file.session,
         stream: file.stream,

@@ -55,6 +55,12 @@ pub struct Cli {
     #[arg(long, env = "MCP_GATEWAY_MAX_BODY_BYTES")]
     pub max_body_bytes: Option<usize>,
 
+    /// Largest HTTP/1 request head (request line and headers) in bytes; larger gets 431. It is
+    /// also the most an HTTP/1 connection buffers from its socket: at the 8 KiB floor, an
+    /// idle connection holding a GET stream keeps one 8 KiB read buffer. [default: 8192]
+    #[arg(long, env = "MCP_GATEWAY_MAX_HEADER_BYTES")]
+    pub max_header_bytes: Option<usize>,
+
     /// Seconds a session may stay idle (no request, no open stream) before it is ended.
     /// [default: 1800]
     #[arg(long, env = "MCP_GATEWAY_SESSION_IDLE_TIMEOUT_SECS")]
@@ -214,6 +220,8 @@ pub struct Config {
     pub allowed_origins: AllowList,
     pub allowed_hosts: AllowList,
     pub max_body_bytes: usize,
+    /// See [`Cli::max_header_bytes`].
+    pub max_header_bytes: usize,
     pub session: SessionConfig,
     pub stream: StreamSettings,
     pub replay: ReplayLimits,
@@ -570,6 +578,8 @@ pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
 pub const DEFAULT_ADMIN_LISTEN: &str = "127.0.0.1:9090";
 pub const DEFAULT_DATABASE_URL: &str = "sqlite://mcp-gateway.db?mode=rwc";
 pub const DEFAULT_MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
+/// The smallest, and default, `max_header_bytes`: hyper's floor for an HTTP/1 buffer.
+pub const MIN_HEADER_BYTES: usize = 8192;
 pub const DEFAULT_SEPARATOR: &str = "__";
 pub const DEFAULT_SHUTDOWN_GRACE_SECS: u64 = 20;
 
@@ -715,6 +725,16 @@ impl Config {
             .unwrap_or(DEFAULT_MAX_BODY_BYTES);
         if max_body_bytes < 1024 {
             return Err(invalid("max_body_bytes", "must be at least 1024"));
+        }
+        let max_header_bytes = cli
+            .max_header_bytes
+            .or(file.max_header_bytes)
+            .unwrap_or(MIN_HEADER_BYTES);
+        if max_header_bytes < MIN_HEADER_BYTES {
+            return Err(invalid(
+                "max_header_bytes",
+                format!("must be at least {MIN_HEADER_BYTES} (the HTTP library's floor)"),
+            ));
         }
         let idle = cli
             .session_idle_timeout_secs
@@ -864,6 +884,7 @@ impl Config {
             allowed_origins,
             allowed_hosts,
             max_body_bytes,
+            max_header_bytes,
             session: SessionConfig {
                 idle_timeout: Duration::from_secs(idle),
                 max_sessions,
@@ -882,6 +903,7 @@ impl Config {
             allowed_origins: AllowList::Default,
             allowed_hosts: AllowList::Default,
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            max_header_bytes: MIN_HEADER_BYTES,
             session: SessionConfig {
                 idle_timeout: Duration::from_secs(1800),
                 max_sessions: 10_000,

@@ -9,6 +9,7 @@
 pub mod checks;
 pub mod error;
 mod mcp;
+pub mod serve;
 pub mod trace;
 
 use std::sync::Arc;
