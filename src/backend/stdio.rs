@@ -95,10 +95,14 @@ impl StdioTransport {
         let stdin = stdin
             .into_owned_fd()
             .and_then(pipe::Sender::from_owned_fd)
-            .map_err(|e| BackendError::Spawn {
-                plugin: config.name.clone(),
-                command: config.command_line(),
-                reason: format!("stdin: {e}"),
+            .map_err(|e| {
+                // Started but unusable: take it down rather than leave it orphaned.
+                let _ = killpg(pid, Signal::SIGKILL);
+                BackendError::Spawn {
+                    plugin: config.name.clone(),
+                    command: config.command_line(),
+                    reason: format!("stdin: {e}"),
+                }
             })?;
         let to_child = PipeWriter::start(stdin, close_stdin.clone());
 
