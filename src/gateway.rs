@@ -3,13 +3,11 @@
 //! period, then end every session and wait for every plugin to be gone.
 
 use std::future::Future;
-use std::future::IntoFuture;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use axum::serve::ListenerExt;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
@@ -180,12 +178,12 @@ pub async fn run(
     // The admin listener outlives the drain: probes see "not ready" and Prometheus can scrape
     // until the gateway has stopped.
     let app = crate::admin::router(gateway.clone());
-    let stop = gateway.shutdown.clone();
-    let admin_server = tokio::spawn(
-        axum::serve(admin.tap_io(no_delay), app)
-            .with_graceful_shutdown(async move { stop.cancelled().await })
-            .into_future(),
-    );
+    let admin_server = tokio::spawn(http::serve::serve(
+        admin,
+        app,
+        gateway.config.max_header_bytes,
+        gateway.shutdown.clone(),
+    ));
     tracing::info!(
         "admin listener on http://{admin_addr} (/healthz, /readyz, /metrics{})",
         if gateway.config.admin.token.is_some() {
@@ -241,12 +239,6 @@ pub async fn run(
         Some(Ok(served)) => Ok(served?),
         Some(Err(join)) => Err(StartError::Io(std::io::Error::other(join))),
         None => Ok(()),
-    }
-}
-
-fn no_delay(tcp: &mut tokio::net::TcpStream) {
-    if let Err(e) = tcp.set_nodelay(true) {
-        tracing::debug!("TCP_NODELAY: {e}");
     }
 }
 

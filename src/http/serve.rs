@@ -1,5 +1,5 @@
-//! The public listener's accept loop: the router on hyper's HTTP/1 and HTTP/2 connection
-//! builder, as `axum::serve` does, with two things it does not offer.
+//! The accept loop of both listeners (public and admin): a router on hyper's HTTP/1 and
+//! HTTP/2 connection builder, as `axum::serve` does, with two things it does not offer.
 //!
 //! - HTTP/1 buffers are capped at `max_header_bytes`. hyper starts a connection's read buffer
 //!   at 8 KiB but, past the first request, reserves another 8 KiB on top of what is left and
