@@ -7,7 +7,7 @@
 //! per stream (count, bytes), per session (bytes) and by age; what falls out is evicted, and a
 //! replay that would need it reports [`ReplayError::Evicted`] rather than silently skipping.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -114,7 +114,10 @@ struct StreamBuf {
 
 #[derive(Default)]
 struct SessionBufs {
-    streams: HashMap<u64, StreamBuf>,
+    /// By number. Numbers rise, and streams mostly come and go in that order (a POST's stream
+    /// lingers a fixed time after its answer), so an ordered map works at its two ends, which
+    /// stay in cache, where a hash map would touch a random slot of a table of thousands.
+    streams: BTreeMap<u64, StreamBuf>,
     events: usize,
     bytes: usize,
     /// Every append, oldest first, as (stream, sequence, time): where the session's oldest
@@ -124,12 +127,11 @@ struct SessionBufs {
 }
 
 /// The in-process store. Each session's buffers sit behind their own lock, so sessions never
-/// wait on each other.
+/// wait on each other; totals are summed when asked for (a metrics scrape), not kept in
+/// counters every append would contend on.
 pub struct MemoryEventStore {
     limits: ReplayLimits,
     sessions: DashMap<Arc<str>, Arc<Mutex<SessionBufs>>>,
-    events: AtomicU64,
-    bytes: AtomicU64,
     evicted: AtomicU64,
 }
 
@@ -138,8 +140,6 @@ impl MemoryEventStore {
         MemoryEventStore {
             limits,
             sessions: DashMap::new(),
-            events: AtomicU64::new(0),
-            bytes: AtomicU64::new(0),
             evicted: AtomicU64::new(0),
         }
     }
@@ -163,8 +163,6 @@ impl MemoryEventStore {
             buf.first_kept = e.seq + 1;
             session.bytes -= e.data.len();
             session.events -= 1;
-            self.events.fetch_sub(1, Ordering::Relaxed);
-            self.bytes.fetch_sub(e.data.len() as u64, Ordering::Relaxed);
             if evicted {
                 self.evicted.fetch_add(1, Ordering::Relaxed);
             }
@@ -231,8 +229,6 @@ impl EventStore for MemoryEventStore {
         session.events += 1;
         let now = Instant::now();
         session.order.push_back((key.stream, seq, now));
-        self.events.fetch_add(1, Ordering::Relaxed);
-        self.bytes.fetch_add(len as u64, Ordering::Relaxed);
         if over_stream {
             while session.streams.get(&key.stream).is_some_and(&over) {
                 self.pop_front(&mut session, key.stream, true);
@@ -338,26 +334,19 @@ impl EventStore for MemoryEventStore {
         if let Some(buf) = session.streams.remove(&key.stream) {
             session.bytes -= buf.bytes;
             session.events -= buf.events.len();
-            self.events
-                .fetch_sub(buf.events.len() as u64, Ordering::Relaxed);
-            self.bytes.fetch_sub(buf.bytes as u64, Ordering::Relaxed);
         }
     }
 
     fn release_session(&self, session: &str) {
-        if let Some((_, bufs)) = self.sessions.remove(session) {
-            let bufs = bufs.lock().expect("session buffers lock");
-            let events: usize = bufs.streams.values().map(|b| b.events.len()).sum();
-            self.events.fetch_sub(events as u64, Ordering::Relaxed);
-            self.bytes.fetch_sub(bufs.bytes as u64, Ordering::Relaxed);
-        }
+        self.sessions.remove(session);
     }
 
     fn usage(&self) -> (usize, usize) {
-        (
-            self.events.load(Ordering::Relaxed) as usize,
-            self.bytes.load(Ordering::Relaxed) as usize,
-        )
+        let sessions: Vec<_> = self.sessions.iter().map(|s| s.value().clone()).collect();
+        sessions.iter().fold((0, 0), |(events, bytes), s| {
+            let s = s.lock().expect("session buffers lock");
+            (events + s.events, bytes + s.bytes)
+        })
     }
 }
 
