@@ -20,7 +20,7 @@
 //! - [`metrics`]: what the gateway counts and measures, in Prometheus's format.
 //!
 //! [`config`] turns flags, environment and files into a validated [`config::Config`];
-//! [`gateway::run`] serves it until told to stop.
+//! [`logs`] sets up the log lines; [`gateway::run`] serves the config until told to stop.
 
 pub mod admin;
 pub mod auth;
@@ -29,6 +29,7 @@ pub mod config;
 pub mod gateway;
 pub mod http;
 pub mod jsonrpc;
+pub mod logs;
 pub mod metrics;
 pub mod protocol;
 pub mod registry;

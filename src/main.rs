@@ -3,8 +3,7 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use mcp_gateway::config::{Cli, Command, Config, LogFormat};
-use tracing_subscriber::EnvFilter;
+use mcp_gateway::config::{Cli, Command, Config};
 
 // Request and event buffers are freed out of order (replay buffers linger): glibc's allocator
 // spent over a tenth of the gateway's time consolidating chunks under load. jemalloc does not,
@@ -15,7 +14,7 @@ static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_tracing(cli.log_format);
+    mcp_gateway::logs::init(cli.log_format);
 
     if let Some(Command::HashPassword) = &cli.command {
         let mut password = String::new();
@@ -102,18 +101,6 @@ async fn healthcheck(cli: &Cli) -> ExitCode {
             eprintln!("mcp-gateway: {url}: {e}");
             ExitCode::from(1)
         }
-    }
-}
-
-fn init_tracing(format: LogFormat) {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
-    match format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().init(),
     }
 }
 
