@@ -111,22 +111,28 @@ fn host_of(authority: &str) -> &str {
     }
 }
 
-/// Whether the Accept header admits `wanted` (`type/subtype`), counting wildcards.
+/// Whether the Accept headers admit `wanted` (`type/subtype`), counting wildcards. Bytes, not
+/// text: this runs twice on every POST.
 fn accepts(headers: &HeaderMap, wanted: &str) -> bool {
     let (kind, _) = wanted.split_once('/').expect("a media type");
+    let (wanted, kind) = (wanted.as_bytes(), kind.as_bytes());
     headers
         .get_all(header::ACCEPT)
         .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
+        .flat_map(|v| v.as_bytes().split(|b| *b == b','))
         .map(|item| {
-            item.split(';')
+            item.split(|b| *b == b';')
                 .next()
-                .unwrap_or("")
-                .trim()
-                .to_ascii_lowercase()
+                .unwrap_or_default()
+                .trim_ascii()
         })
-        .any(|m| m == wanted || m == "*/*" || m == format!("{kind}/*"))
+        .any(|range| {
+            range.eq_ignore_ascii_case(wanted)
+                || range == b"*/*"
+                || range
+                    .strip_suffix(b"/*")
+                    .is_some_and(|k| k.eq_ignore_ascii_case(kind))
+        })
 }
 
 /// A POST must accept both JSON and SSE answers.
@@ -267,6 +273,17 @@ mod tests {
         assert!(accepts_post(&headers(&[])).is_err());
         assert!(accepts_sse(&headers(&[("accept", "text/event-stream;q=1")])).is_ok());
         assert!(accepts_sse(&headers(&[("accept", "application/json")])).is_err());
+        // Type wildcards, any case, spread over several Accept headers.
+        assert!(
+            accepts_post(&headers(&[
+                ("accept", "Application/*; q=0.9"),
+                ("accept", "TEXT/Event-Stream")
+            ]))
+            .is_ok()
+        );
+        assert!(accepts_sse(&headers(&[("accept", "text/*")])).is_ok());
+        assert!(accepts_sse(&headers(&[("accept", "text/plain, */event-stream")])).is_err());
+        assert!(accepts_sse(&headers(&[("accept", "textual/*")])).is_err());
         assert!(
             json_content(&headers(&[(
                 "content-type",

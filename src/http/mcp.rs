@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::State;
-use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
@@ -35,9 +35,10 @@ use crate::stream::{
     self, AttachError, Cursor, EventId, Opening, ReplayError, Sink, Stream, StreamGuard,
 };
 
-const SESSION_HEADER: &str = "mcp-session-id";
-const VERSION_HEADER: &str = "mcp-protocol-version";
-const LAST_EVENT_ID: &str = "last-event-id";
+// Names, not strings: a lookup by `&str` parses and lowercases the name on every request.
+const SESSION_HEADER: HeaderName = HeaderName::from_static("mcp-session-id");
+const VERSION_HEADER: HeaderName = HeaderName::from_static("mcp-protocol-version");
+const LAST_EVENT_ID: HeaderName = HeaderName::from_static("last-event-id");
 
 pub async fn post(
     State(gw): State<Arc<Gateway>>,
@@ -123,7 +124,7 @@ async fn handle_get(
     let session = require_session(gw, headers, principal.as_ref())?;
     check_version(headers, &session)?;
     session.touch();
-    let (stream, cursor) = match headers.get(LAST_EVENT_ID) {
+    let (stream, cursor) = match headers.get(&LAST_EVENT_ID) {
         None => (session.get.clone(), Cursor::Undelivered),
         Some(v) => resume_point(&session, v).map_err(|e| cursor_miss(&session, e))?,
     };
@@ -148,7 +149,7 @@ async fn handle_get(
     })?;
     if resumed {
         crate::metrics::get().replays_served.inc();
-        tracing::debug!(session = %session.id, "resuming stream {} after {:?}", stream.number(), headers.get(LAST_EVENT_ID));
+        tracing::debug!(session = %session.id, "resuming stream {} after {:?}", stream.number(), headers.get(&LAST_EVENT_ID));
     }
     let priming = (!resumed).then(|| attached.cursor_id());
     let guard = StreamGuard::new(session.connections.clone());
@@ -224,7 +225,7 @@ fn handle_delete(gw: &Arc<Gateway>, uri: &Uri, headers: &HeaderMap) -> Result<Re
 }
 
 fn session_header(headers: &HeaderMap) -> Result<Option<&str>, HttpError> {
-    match headers.get(SESSION_HEADER) {
+    match headers.get(&SESSION_HEADER) {
         None => Ok(None),
         // A value with bytes outside visible ASCII cannot name any session.
         Some(v) => v.to_str().map(Some).map_err(|_| HttpError::SessionNotFound),
@@ -246,7 +247,7 @@ fn require_session(
 /// header) is accepted on any session: the official conformance suite sends it on sessions it
 /// negotiated at 2025-11-25.
 fn check_version(headers: &HeaderMap, session: &Session) -> Result<(), HttpError> {
-    let Some(v) = headers.get(VERSION_HEADER) else {
+    let Some(v) = headers.get(&VERSION_HEADER) else {
         return Ok(());
     };
     let v = v.to_str().map_err(|_| {

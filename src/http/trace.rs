@@ -14,7 +14,7 @@ use std::task::{Context, Poll};
 use std::time::Instant;
 
 use axum::extract::MatchedPath;
-use axum::http::{HeaderMap, Request};
+use axum::http::{HeaderMap, HeaderName, Request};
 use axum::response::Response;
 use serde_json::value::RawValue;
 use tower::{Layer, Service};
@@ -28,6 +28,9 @@ pub struct TraceContext {
     pub tracestate: Option<String>,
 }
 
+const TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
+const TRACESTATE: HeaderName = HeaderName::from_static("tracestate");
+
 /// Longest `tracestate` passed on (W3C: at most 32 members; 512 characters is the size every
 /// vendor must accept).
 const MAX_TRACESTATE: usize = 512;
@@ -35,12 +38,12 @@ const MAX_TRACESTATE: usize = 512;
 impl TraceContext {
     /// The context in `headers`, when `traceparent` is valid.
     pub fn from_headers(headers: &HeaderMap) -> Option<TraceContext> {
-        let traceparent = headers.get("traceparent")?.to_str().ok()?.trim();
+        let traceparent = headers.get(&TRACEPARENT)?.to_str().ok()?.trim();
         if !valid_traceparent(traceparent) {
             return None;
         }
         let tracestate = headers
-            .get("tracestate")
+            .get(&TRACESTATE)
             .and_then(|v| v.to_str().ok())
             .map(str::trim)
             .filter(|v| !v.is_empty() && v.len() <= MAX_TRACESTATE)

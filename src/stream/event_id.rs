@@ -29,15 +29,33 @@ pub enum EventIdError {
 
 impl fmt::Display for EventId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:08x}-{}-{}", self.tag, self.stream, self.seq)?;
-        match self.prime {
-            Some(n) => write!(f, "-p{n}"),
-            None => Ok(()),
-        }
+        let mut text = Vec::with_capacity(48);
+        self.write_to(&mut text);
+        f.write_str(std::str::from_utf8(&text).expect("ASCII"))
     }
 }
 
 impl EventId {
+    /// Appends the id's text, what `Display` writes, without the formatting machinery: every
+    /// event of a resumable stream carries one.
+    pub fn write_to(&self, out: &mut Vec<u8>) {
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        out.extend(
+            (0..8)
+                .rev()
+                .map(|i| HEX[(self.tag >> (4 * i)) as usize & 0xf]),
+        );
+        let mut digits = itoa::Buffer::new();
+        out.push(b'-');
+        out.extend_from_slice(digits.format(self.stream).as_bytes());
+        out.push(b'-');
+        out.extend_from_slice(digits.format(self.seq).as_bytes());
+        if let Some(n) = self.prime {
+            out.extend_from_slice(b"-p");
+            out.extend_from_slice(digits.format(n).as_bytes());
+        }
+    }
+
     pub fn parse(text: &str) -> Result<EventId, EventIdError> {
         let bad = || EventIdError::Malformed(text.chars().take(64).collect());
         let mut parts = text.split('-');

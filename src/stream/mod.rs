@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use axum::http::{HeaderValue, header};
+use axum::http::{HeaderName, HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use tokio::sync::mpsc;
@@ -653,25 +653,37 @@ fn sse_headers(mut response: Response) -> Response {
         HeaderValue::from_static("text/event-stream"),
     );
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    headers.insert(
+        HeaderName::from_static("x-accel-buffering"),
+        HeaderValue::from_static("no"),
+    );
     response
 }
 
-/// One SSE event. Data lines split at any line break, so no payload can end the event early.
+/// One SSE event. Data lines split at any line break, so no payload can end the event early
+/// (a JSON-RPC message from a plugin is one line, and is copied as it is).
 fn encode(id: Option<EventId>, retry: Option<Duration>, data: Option<&[u8]>) -> Bytes {
-    use std::io::Write;
-    let mut out = Vec::with_capacity(data.map_or(0, <[u8]>::len) + 48);
+    let mut out = Vec::with_capacity(data.map_or(0, <[u8]>::len) + 64);
     if let Some(id) = id {
-        let _ = writeln!(out, "id: {id}");
+        out.extend_from_slice(b"id: ");
+        id.write_to(&mut out);
+        out.push(b'\n');
     }
     if let Some(r) = retry {
-        let _ = writeln!(out, "retry: {}", r.as_millis());
+        out.extend_from_slice(b"retry: ");
+        out.extend_from_slice(itoa::Buffer::new().format(r.as_millis()).as_bytes());
+        out.push(b'\n');
     }
-    if let Some(data) = data {
-        for line in data.split(|b| *b == b'\n' || *b == b'\r') {
+    if let Some(mut data) = data {
+        loop {
+            let end = memchr::memchr2(b'\n', b'\r', data);
             out.extend_from_slice(b"data: ");
-            out.extend_from_slice(line);
+            out.extend_from_slice(&data[..end.unwrap_or(data.len())]);
             out.push(b'\n');
+            match end {
+                Some(end) => data = &data[end + 1..],
+                None => break,
+            }
         }
     }
     out.push(b'\n');
@@ -814,6 +826,17 @@ mod tests {
             &encode(None, None, Some(b"{\"a\":\r1}\nx"))[..],
             b"data: {\"a\":\ndata: 1}\ndata: x\n\n"
         );
+        let primed = EventId {
+            tag: 0x9f3a_12c0,
+            stream: 3,
+            seq: u64::MAX,
+            prime: Some(20),
+        };
+        assert_eq!(
+            &encode(Some(primed), None, Some(b"x\r\n"))[..],
+            format!("id: {primed}\ndata: x\ndata: \ndata: \n\n").as_bytes()
+        );
+        assert_eq!(primed.to_string(), "9f3a12c0-3-18446744073709551615-p20");
         assert_eq!(
             &encode(None, Some(Duration::from_secs(1)), None)[..],
             b"retry: 1000\n\n"
