@@ -354,7 +354,7 @@ pub fn request_bytes(id: Option<&RawValue>, method: &str, params: Option<&RawVal
         out.push_str(params.get());
     }
     out.push('}');
-    if out.contains(['\n', '\r']) {
+    if memchr::memchr2(b'\n', b'\r', out.as_bytes()).is_some() {
         out = out.replace(['\n', '\r'], " ");
     }
     Bytes::from(out)

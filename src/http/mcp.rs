@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
-use axum::extract::State;
+use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
@@ -40,26 +40,28 @@ const SESSION_HEADER: HeaderName = HeaderName::from_static("mcp-session-id");
 const VERSION_HEADER: HeaderName = HeaderName::from_static("mcp-protocol-version");
 const LAST_EVENT_ID: HeaderName = HeaderName::from_static("last-event-id");
 
-pub async fn post(
-    State(gw): State<Arc<Gateway>>,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    let trace = TraceContext::from_headers(&headers);
-    handle_post(&gw, &uri, &headers, body, trace)
+// The handlers take the whole request: axum's `HeaderMap` and `Uri` extractors clone them.
+
+pub async fn post(State(gw): State<Arc<Gateway>>, request: Request) -> Response {
+    let (parts, body) = request.into_parts();
+    let trace = TraceContext::from_headers(&parts.headers);
+    // Boxed: the handler's future is moved several times on its way through axum and hyper,
+    // and this one, holding every state of a POST, is kilobytes.
+    Box::pin(handle_post(&gw, &parts.uri, &parts.headers, body, trace))
         .await
         .unwrap_or_else(IntoResponse::into_response)
 }
 
-pub async fn get(State(gw): State<Arc<Gateway>>, uri: Uri, headers: HeaderMap) -> Response {
-    handle_get(&gw, &uri, &headers)
+pub async fn get(State(gw): State<Arc<Gateway>>, request: Request) -> Response {
+    let (parts, _) = request.into_parts();
+    handle_get(&gw, &parts.uri, &parts.headers)
         .await
         .unwrap_or_else(IntoResponse::into_response)
 }
 
-pub async fn delete(State(gw): State<Arc<Gateway>>, uri: Uri, headers: HeaderMap) -> Response {
-    handle_delete(&gw, &uri, &headers).unwrap_or_else(IntoResponse::into_response)
+pub async fn delete(State(gw): State<Arc<Gateway>>, request: Request) -> Response {
+    let (parts, _) = request.into_parts();
+    handle_delete(&gw, &parts.uri, &parts.headers).unwrap_or_else(IntoResponse::into_response)
 }
 
 async fn handle_post(
