@@ -9,7 +9,7 @@
 //! output as `tracing-subscriber`'s default, without its general path for values that need
 //! no escaping.
 
-use std::fmt;
+use std::fmt::{self, Write as _};
 
 use tracing::field::{Field, Visit};
 use tracing_subscriber::field::{RecordFields, VisitOutput};
@@ -61,10 +61,13 @@ fn filter(directives: &str) -> Box<dyn Layer<Registry> + Send + Sync> {
     }
 }
 
-/// Text fields as `name="value" other=value`, byte for byte what [`DefaultFields`](tracing_subscriber::fmt::format::DefaultFields) writes
-/// without colours. A string of printable ASCII needing no escape is written as it is, in
-/// quotes; everything else (messages, values needing escapes, colours on a terminal) goes
-/// through [`DefaultFields`](tracing_subscriber::fmt::format::DefaultFields)'s visitor, which also neutralises escape sequences in messages.
+/// Text fields as `name="value" other=value`, byte for byte what
+/// [`DefaultFields`](tracing_subscriber::fmt::format::DefaultFields) writes without colours.
+/// A string of printable ASCII needing no escape is written as it is, in quotes; everything
+/// else (messages, values needing escapes, colours on a terminal) goes through the default
+/// visitor, which also neutralises escape sequences in messages. What one call formats goes
+/// to the writer in one piece where it can: a span keeps its fields in a `String` that would
+/// otherwise grow, and reallocate, at each of a dozen small writes.
 #[derive(Debug, Default)]
 pub struct TextFields;
 
@@ -74,19 +77,50 @@ impl<'w> FormatFields<'w> for TextFields {
             writer,
             empty: true,
             result: Ok(()),
+            staged: [0; STAGED],
+            staged_len: 0,
         };
         fields.record(&mut visitor);
-        visitor.result
+        visitor.result.and_then(|()| visitor.flush())
     }
 }
+
+/// Bytes of text gathered before they go to the writer.
+const STAGED: usize = 256;
 
 struct TextVisitor<'w> {
     writer: Writer<'w>,
     empty: bool,
     result: fmt::Result,
+    staged: [u8; STAGED],
+    staged_len: usize,
+}
+
+impl fmt::Write for TextVisitor<'_> {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        if self.staged_len + s.len() > STAGED {
+            self.flush()?;
+            if s.len() > STAGED {
+                return self.writer.write_str(s);
+            }
+        }
+        self.staged[self.staged_len..self.staged_len + s.len()].copy_from_slice(s.as_bytes());
+        self.staged_len += s.len();
+        Ok(())
+    }
 }
 
 impl TextVisitor<'_> {
+    fn flush(&mut self) -> fmt::Result {
+        let len = std::mem::take(&mut self.staged_len);
+        if len == 0 {
+            return Ok(());
+        }
+        // Only whole `str`s are staged.
+        let text = std::str::from_utf8(&self.staged[..len]).expect("staged text is UTF-8");
+        self.writer.write_str(text)
+    }
+
     /// A field the plain path may write: not the message, not log metadata, not a raw
     /// identifier, and no colours to apply.
     fn plain_field(&self, name: &str) -> bool {
@@ -98,14 +132,18 @@ impl TextVisitor<'_> {
 
     fn write_name(&mut self, name: &str) -> fmt::Result {
         if !std::mem::take(&mut self.empty) {
-            self.writer.write_char(' ')?;
+            self.write_str(" ")?;
         }
-        self.writer.write_str(name)?;
-        self.writer.write_char('=')
+        self.write_str(name)?;
+        self.write_str("=")
     }
 
     /// The default visitor, for one field, on this visitor's writer.
     fn fallback(&mut self, name: &str, record: impl FnOnce(&mut dyn Visit)) {
+        if let Err(e) = self.flush() {
+            self.result = Err(e);
+            return;
+        }
         let mut visitor = DefaultVisitor::new(self.writer.by_ref(), self.empty);
         record(&mut visitor);
         self.result = visitor.finish();
@@ -131,9 +169,9 @@ impl Visit for TextVisitor<'_> {
         let name = field.name();
         if self.plain_field(name) && needs_no_escape(value) {
             self.result = self.write_name(name).and_then(|()| {
-                self.writer.write_char('"')?;
-                self.writer.write_str(value)?;
-                self.writer.write_char('"')
+                self.write_str("\"")?;
+                self.write_str(value)?;
+                self.write_str("\"")
             });
         } else {
             self.fallback(name, |v| v.record_str(field, value));
@@ -148,7 +186,7 @@ impl Visit for TextVisitor<'_> {
         if self.plain_field(name) {
             self.result = self
                 .write_name(name)
-                .and_then(|()| write!(self.writer, "{value:?}"));
+                .and_then(|()| write!(self, "{value:?}"));
         } else {
             self.fallback(name, |v| v.record_debug(field, value));
         }
@@ -201,6 +239,9 @@ mod tests {
         let _entered = span.enter();
         span.record("session", "1b4e28ba-2fa1-11d2-883f-0016d3cca427");
         span.record("plugin", "echo");
+        // Past the staging buffer, alone and after others.
+        let (long, longer) = ("x".repeat(200), "y".repeat(300));
+        tracing::info!(a = long.as_str(), b = long.as_str(), c = longer.as_str(), d = ?longer);
         let err = std::io::Error::other("pipe closed");
         tracing::info!(
             plain = "abc-1.2_3:4/5",
