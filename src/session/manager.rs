@@ -22,7 +22,9 @@ use crate::stream::{EventStore, StreamSettings};
 pub struct TooManySessions;
 
 pub struct SessionManager {
-    sessions: DashMap<Arc<str>, Arc<Session>>,
+    /// Hashed with foldhash: SipHash over a 36-byte id was a visible part of every request.
+    /// Keys are ids this gateway made; a client's id is only ever looked up.
+    sessions: DashMap<Arc<str>, Arc<Session>, foldhash::fast::RandomState>,
     /// Sessions held or being created: reserved before creating, so the cap holds under
     /// concurrent `initialize`s.
     count: AtomicUsize,
@@ -46,7 +48,7 @@ impl SessionManager {
         registry: Arc<Registry>,
     ) -> Arc<SessionManager> {
         Arc::new_cyclic(|me| SessionManager {
-            sessions: DashMap::new(),
+            sessions: DashMap::default(),
             count: AtomicUsize::new(0),
             config,
             store,

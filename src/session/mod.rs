@@ -13,7 +13,7 @@
 mod manager;
 mod pools;
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
@@ -203,8 +203,8 @@ pub struct Session {
     /// life; what it holds while no GET connection is open waits for the next one.
     pub get: Arc<Stream>,
     /// Buffered POST streams not yet finished or released, by number. A finished one lingers
-    /// only as its events in the store.
-    streams: Mutex<HashMap<u64, Arc<Stream>>>,
+    /// only as its events in the store. Ordered by number: a few at a time, no hashing.
+    streams: Mutex<BTreeMap<u64, Arc<Stream>>>,
     /// Finished streams waiting out their linger time, oldest first.
     lingering: Mutex<VecDeque<(Instant, u64)>>,
     next_stream: AtomicU64,
@@ -275,7 +275,7 @@ impl Session {
             store,
             stream_settings,
             get,
-            streams: Mutex::new(HashMap::new()),
+            streams: Mutex::new(BTreeMap::new()),
             lingering: Mutex::new(VecDeque::new()),
             next_stream: AtomicU64::new(1),
             server_requests: Mutex::new(HashMap::new()),

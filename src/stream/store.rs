@@ -131,7 +131,8 @@ struct SessionBufs {
 /// counters every append would contend on.
 pub struct MemoryEventStore {
     limits: ReplayLimits,
-    sessions: DashMap<Arc<str>, Arc<Mutex<SessionBufs>>>,
+    /// Hashed with foldhash, as the session table is (the key is a session id).
+    sessions: DashMap<Arc<str>, Arc<Mutex<SessionBufs>>, foldhash::fast::RandomState>,
     evicted: AtomicU64,
 }
 
@@ -139,7 +140,7 @@ impl MemoryEventStore {
     pub fn new(limits: ReplayLimits) -> MemoryEventStore {
         MemoryEventStore {
             limits,
-            sessions: DashMap::new(),
+            sessions: DashMap::default(),
             evicted: AtomicU64::new(0),
         }
     }
