@@ -531,6 +531,8 @@ async fn run(cli: Cli) {
         ..Default::default()
     };
     r.a_one_session_16 = Some(http_load(&off.url, 1, 16, duration).await);
+    // With a stream per POST in 64 sessions, (b) keeps the most finished streams lingering.
+    r.b_64_sessions_64 = Some(http_load(&off.url, 64, 64, duration).await);
     report.targets.push(r);
     drop(off);
 
