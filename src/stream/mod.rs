@@ -646,6 +646,10 @@ pub async fn sse_response(
     sse_headers(axum::body::Body::from_stream(body).into_response())
 }
 
+/// Tells a proxy in front (nginx) not to buffer the stream. A constant, so the name is
+/// checked at compile time, not on every response.
+const ACCEL_BUFFERING: HeaderName = HeaderName::from_static("x-accel-buffering");
+
 fn sse_headers(mut response: Response) -> Response {
     let headers = response.headers_mut();
     headers.insert(
@@ -653,10 +657,7 @@ fn sse_headers(mut response: Response) -> Response {
         HeaderValue::from_static("text/event-stream"),
     );
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    headers.insert(
-        HeaderName::from_static("x-accel-buffering"),
-        HeaderValue::from_static("no"),
-    );
+    headers.insert(ACCEL_BUFFERING, HeaderValue::from_static("no"));
     response
 }
 
