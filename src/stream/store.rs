@@ -100,39 +100,214 @@ impl Default for ReplayLimits {
     }
 }
 
-struct Entry {
+/// No position: a stream with no event kept, or the last event of its stream.
+const NONE: u64 = u64::MAX;
+
+/// One appended event, in its session's log.
+struct Logged {
+    stream: u64,
     seq: u64,
-    data: Bytes,
+    at: Instant,
+    /// `None` once the event left (delivered and trimmed, released, evicted). The entry stays
+    /// until it reaches the front of the log or the log is compacted.
+    data: Option<Bytes>,
+    /// Where the same stream's next event is in the log, or [`NONE`].
+    next: u64,
 }
 
-struct StreamBuf {
-    events: VecDeque<Entry>,
+/// What the store knows of one stream: where its kept events are in the log and how many.
+struct StreamRec {
+    /// Position of the oldest event kept, or [`NONE`].
+    head: u64,
+    /// Position of the newest event kept, or [`NONE`].
+    tail: u64,
+    events: usize,
     bytes: usize,
-    /// The lowest sequence still replayable: everything below was evicted.
+    /// The lowest sequence still replayable: everything below was evicted or trimmed.
     first_kept: u64,
 }
 
+/// A session's events in one log, in append order, each linked to its stream's next one.
+///
+/// A POST's stream holds one or a few events and lingers a while after its answer, so a busy
+/// session keeps thousands of small streams. One log for them all costs no allocation per
+/// stream, and the log's order is the order for age and budget eviction: the oldest event of
+/// the session is at the front, and events that already left are dropped from there as they
+/// come up (streams are mostly released in the order they were made).
 #[derive(Default)]
-struct SessionBufs {
-    /// By number. Numbers rise, and streams mostly come and go in that order (a POST's stream
-    /// lingers a fixed time after its answer), so an ordered map works at its two ends, which
-    /// stay in cache, where a hash map would touch a random slot of a table of thousands.
-    streams: BTreeMap<u64, StreamBuf>,
+struct SessionLog {
+    log: VecDeque<Logged>,
+    /// The position of `log[0]`. Positions only grow, so they stay valid as the front goes.
+    base: u64,
+    /// By number. Numbers rise and streams mostly come and go in that order, so an ordered
+    /// map works at its two ends, which stay in cache.
+    streams: BTreeMap<u64, StreamRec>,
     events: usize,
     bytes: usize,
-    /// Every append, oldest first, as (stream, sequence, time): where the session's oldest
-    /// event is, and when it came, without scanning its streams. Entries whose event already
-    /// went are skipped when met, and compacted away when they pile up.
-    order: VecDeque<(u64, u64, Instant)>,
 }
 
-/// The in-process store. Each session's buffers sit behind their own lock, so sessions never
+impl SessionLog {
+    fn at(&mut self, pos: u64) -> &mut Logged {
+        let base = self.base;
+        &mut self.log[(pos - base) as usize]
+    }
+
+    /// Appends an event; returns the stream's kept events and bytes.
+    fn push(&mut self, stream: u64, seq: u64, data: Bytes, at: Instant) -> (usize, usize) {
+        let pos = self.base + self.log.len() as u64;
+        let len = data.len();
+        self.log.push_back(Logged {
+            stream,
+            seq,
+            at,
+            data: Some(data),
+            next: NONE,
+        });
+        let rec = self.streams.entry(stream).or_insert(StreamRec {
+            head: NONE,
+            tail: NONE,
+            events: 0,
+            bytes: 0,
+            first_kept: seq,
+        });
+        let tail = std::mem::replace(&mut rec.tail, pos);
+        if tail == NONE {
+            rec.head = pos;
+        }
+        rec.events += 1;
+        rec.bytes += len;
+        let kept = (rec.events, rec.bytes);
+        self.events += 1;
+        self.bytes += len;
+        if tail != NONE {
+            self.at(tail).next = pos;
+        }
+        kept
+    }
+
+    /// Drops a stream's oldest kept event; returns whether there was one.
+    fn pop_stream(&mut self, stream: u64) -> bool {
+        let Some(head) = self.streams.get(&stream).map(|r| r.head) else {
+            return false;
+        };
+        if head == NONE {
+            return false;
+        }
+        let e = self.at(head);
+        let (seq, next, len) = (e.seq, e.next, e.data.take().map_or(0, |d| d.len()));
+        let rec = self.streams.get_mut(&stream).expect("checked above");
+        rec.head = next;
+        rec.first_kept = seq + 1;
+        rec.events -= 1;
+        rec.bytes -= len;
+        if rec.events == 0 {
+            rec.tail = NONE;
+        }
+        self.events -= 1;
+        self.bytes -= len;
+        true
+    }
+
+    /// Drops entries at the front whose events already left. An emptied log gives its room
+    /// back: a session that had a burst of calls does not keep the burst's log while idle.
+    fn drop_gone_front(&mut self) {
+        while self.log.front().is_some_and(|e| e.data.is_none()) {
+            self.log.pop_front();
+            self.base += 1;
+        }
+        if self.log.is_empty() && self.log.capacity() > 64 {
+            self.log = VecDeque::new();
+        }
+    }
+
+    /// Evicts the session's oldest kept event, if it matches `pick`; `false` when none did.
+    fn evict_oldest(&mut self, pick: impl Fn(&Logged) -> bool) -> bool {
+        self.drop_gone_front();
+        let Some(stream) = self.log.front().filter(|e| pick(e)).map(|e| e.stream) else {
+            return false;
+        };
+        // The front is the oldest event anywhere in the session, so its stream's oldest too.
+        self.pop_stream(stream);
+        self.drop_gone_front();
+        true
+    }
+
+    /// Forgets a stream and its kept events.
+    fn release(&mut self, stream: u64) {
+        let Some(rec) = self.streams.remove(&stream) else {
+            return;
+        };
+        let mut pos = rec.head;
+        while pos != NONE {
+            let e = self.at(pos);
+            e.data = None;
+            pos = e.next;
+        }
+        self.events -= rec.events;
+        self.bytes -= rec.bytes;
+        self.drop_gone_front();
+    }
+
+    /// Rewrites the log without the entries whose events left, once they are the greater
+    /// part of it (a long-kept event at the front holds back everything after it).
+    fn compact_if_sparse(&mut self) {
+        if self.log.len() <= 2 * self.events + 64 {
+            return;
+        }
+        for rec in self.streams.values_mut() {
+            rec.head = NONE;
+            rec.tail = NONE;
+        }
+        let old = std::mem::take(&mut self.log);
+        self.log.reserve(self.events);
+        for e in old.into_iter().filter(|e| e.data.is_some()) {
+            self.push_linked(e);
+        }
+    }
+
+    /// Appends a kept entry during compaction, linking it after its stream's last one.
+    fn push_linked(&mut self, mut e: Logged) {
+        let pos = self.base + self.log.len() as u64;
+        e.next = NONE;
+        let rec = self
+            .streams
+            .get_mut(&e.stream)
+            .expect("a kept event's stream");
+        let tail = std::mem::replace(&mut rec.tail, pos);
+        if tail == NONE {
+            rec.head = pos;
+        }
+        self.log.push_back(e);
+        if tail != NONE {
+            self.at(tail).next = pos;
+        }
+    }
+
+    /// A stream's kept events with `after < seq < before`.
+    fn range(&self, stream: &StreamRec, after: u64, before: u64) -> Vec<(u64, Bytes)> {
+        let mut out = Vec::new();
+        let mut pos = stream.head;
+        while pos != NONE {
+            let e = &self.log[(pos - self.base) as usize];
+            if e.seq >= before {
+                break;
+            }
+            if let (true, Some(data)) = (e.seq > after, &e.data) {
+                out.push((e.seq, data.clone()));
+            }
+            pos = e.next;
+        }
+        out
+    }
+}
+
+/// The in-process store. Each session's log sits behind its own lock, so sessions never
 /// wait on each other; totals are summed when asked for (a metrics scrape), not kept in
 /// counters every append would contend on.
 pub struct MemoryEventStore {
     limits: ReplayLimits,
     /// Hashed with foldhash, as the session table is (the key is a session id).
-    sessions: DashMap<Arc<str>, Arc<Mutex<SessionBufs>>, foldhash::fast::RandomState>,
+    sessions: DashMap<Arc<str>, Arc<Mutex<SessionLog>>, foldhash::fast::RandomState>,
     evicted: AtomicU64,
 }
 
@@ -150,58 +325,30 @@ impl MemoryEventStore {
         self.evicted.load(Ordering::Relaxed)
     }
 
-    fn session(&self, id: &Arc<str>) -> Option<Arc<Mutex<SessionBufs>>> {
+    fn session(&self, id: &Arc<str>) -> Option<Arc<Mutex<SessionLog>>> {
         self.sessions.get(id).map(|s| s.clone())
     }
 
-    /// Drops a stream's oldest event; `evicted` when it goes for lack of room or age.
-    fn pop_front(&self, session: &mut SessionBufs, stream: u64, evicted: bool) {
-        let Some(buf) = session.streams.get_mut(&stream) else {
-            return;
-        };
-        if let Some(e) = buf.events.pop_front() {
-            buf.bytes -= e.data.len();
-            buf.first_kept = e.seq + 1;
-            session.bytes -= e.data.len();
-            session.events -= 1;
-            if evicted {
-                self.evicted.fetch_add(1, Ordering::Relaxed);
-            }
+    fn count_evicted(&self, n: u64) {
+        if n > 0 {
+            self.evicted.fetch_add(n, Ordering::Relaxed);
         }
     }
 
-    /// Drops the session's oldest event if it is still kept; `false` when no entry is left.
-    fn evict_oldest(&self, session: &mut SessionBufs) -> bool {
-        let Some((stream, seq, _)) = session.order.pop_front() else {
-            return false;
-        };
-        let is_front = session
-            .streams
-            .get(&stream)
-            .and_then(|b| b.events.front())
-            .is_some_and(|e| e.seq == seq);
-        if is_front {
-            self.pop_front(session, stream, true);
+    /// Evicts the session's events past their age: oldest first, from the front of the log,
+    /// so the cost is the number evicted, not the number kept.
+    fn expire_session(&self, session: &mut SessionLog, now: Instant) {
+        let max_age = self.limits.max_age;
+        let mut n = 0;
+        while session.evict_oldest(|e| now.saturating_duration_since(e.at) > max_age) {
+            n += 1;
         }
-        true
-    }
-
-    /// Evicts the session's events past their age: oldest first, from the front of the
-    /// append order, so the cost is the number evicted, not the number kept.
-    fn expire_session(&self, session: &mut SessionBufs, now: Instant) {
-        while session
-            .order
-            .front()
-            .is_some_and(|(.., at)| now.saturating_duration_since(*at) > self.limits.max_age)
-        {
-            self.evict_oldest(session);
-        }
+        self.count_evicted(n);
     }
 }
 
 impl EventStore for MemoryEventStore {
     fn append(&self, key: &StreamKey, seq: u64, data: Bytes) {
-        let len = data.len();
         let session = match self.session(&key.session) {
             Some(s) => s,
             None => self
@@ -210,47 +357,32 @@ impl EventStore for MemoryEventStore {
                 .or_default()
                 .clone(),
         };
-        let mut session = session.lock().expect("session buffers lock");
-        let buf = session
-            .streams
-            .entry(key.stream)
-            .or_insert_with(|| StreamBuf {
-                events: VecDeque::new(),
-                bytes: 0,
-                first_kept: seq,
-            });
-        buf.events.push_back(Entry { seq, data });
-        buf.bytes += len;
-        let over = |b: &StreamBuf| {
-            b.events.len() > self.limits.max_events_per_stream
-                || b.bytes > self.limits.max_bytes_per_stream
-        };
-        let over_stream = over(buf);
-        session.bytes += len;
-        session.events += 1;
+        let mut session = session.lock().expect("session log lock");
         let now = Instant::now();
-        session.order.push_back((key.stream, seq, now));
-        if over_stream {
-            while session.streams.get(&key.stream).is_some_and(&over) {
-                self.pop_front(&mut session, key.stream, true);
+        let (events, bytes) = session.push(key.stream, seq, data, now);
+        if events > self.limits.max_events_per_stream || bytes > self.limits.max_bytes_per_stream {
+            let mut evicted = 0;
+            while session.streams.get(&key.stream).is_some_and(|r| {
+                r.events > self.limits.max_events_per_stream
+                    || r.bytes > self.limits.max_bytes_per_stream
+            }) && session.pop_stream(key.stream)
+            {
+                evicted += 1;
             }
+            self.count_evicted(evicted);
         }
         self.expire_session(&mut session, now);
         // Over the session's budget: the oldest events of the session go first.
+        let mut evicted = 0;
         while (session.bytes > self.limits.max_bytes_per_session
             || session.events > self.limits.max_events_per_session)
-            && self.evict_oldest(&mut session)
-        {}
-        // Entries for events that left by other ways (stream limits, age, release).
-        if session.order.len() > 2 * session.events + 64 {
-            let SessionBufs { streams, order, .. } = &mut *session;
-            order.retain(|(stream, seq, _)| {
-                streams
-                    .get(stream)
-                    .and_then(|b| b.events.front())
-                    .is_some_and(|front| *seq >= front.seq)
-            });
+            && session.evict_oldest(|_| true)
+        {
+            evicted += 1;
         }
+        self.count_evicted(evicted);
+        session.drop_gone_front();
+        session.compact_if_sparse();
     }
 
     fn replay(
@@ -270,60 +402,62 @@ impl EventStore for MemoryEventStore {
             let Some(session) = self.session(&key.session) else {
                 return if skip_evicted { Ok(Vec::new()) } else { gone };
             };
-            let mut session = session.lock().expect("session buffers lock");
+            let mut session = session.lock().expect("session log lock");
             self.expire_session(&mut session, Instant::now());
-            let Some(buf) = session.streams.get(&key.stream) else {
+            let Some(rec) = session.streams.get(&key.stream) else {
                 return if skip_evicted { Ok(Vec::new()) } else { gone };
             };
-            if after + 1 < buf.first_kept && !skip_evicted {
+            if after + 1 < rec.first_kept && !skip_evicted {
                 return Err(ReplayError::Evicted {
-                    oldest_kept: buf.first_kept,
+                    oldest_kept: rec.first_kept,
                 });
             }
-            Ok(buf
-                .events
-                .iter()
-                .filter(|e| e.seq > after && e.seq < before)
-                .map(|e| (e.seq, e.data.clone()))
-                .collect())
+            Ok(session.range(rec, after, before))
         })();
         Box::pin(std::future::ready(result))
     }
 
     fn oldest_kept(&self, key: &StreamKey) -> Option<u64> {
         let session = self.session(&key.session)?;
-        let mut session = session.lock().expect("session buffers lock");
+        let mut session = session.lock().expect("session log lock");
         self.expire_session(&mut session, Instant::now());
-        session.streams.get(&key.stream).map(|b| b.first_kept)
+        session.streams.get(&key.stream).map(|r| r.first_kept)
     }
 
     fn next_seq(&self, key: &StreamKey) -> Option<u64> {
         let session = self.session(&key.session)?;
-        let session = session.lock().expect("session buffers lock");
-        let buf = session.streams.get(&key.stream)?;
-        Some(buf.events.back().map_or(buf.first_kept, |e| e.seq + 1))
+        let session = session.lock().expect("session log lock");
+        let rec = session.streams.get(&key.stream)?;
+        Some(match rec.tail {
+            NONE => rec.first_kept,
+            tail => session.log[(tail - session.base) as usize].seq + 1,
+        })
     }
 
     fn trim(&self, key: &StreamKey, through: u64) {
         let Some(session) = self.session(&key.session) else {
             return;
         };
-        let mut session = session.lock().expect("session buffers lock");
-        while session
+        let mut session = session.lock().expect("session log lock");
+        while let Some(head) = session
             .streams
             .get(&key.stream)
-            .and_then(|b| b.events.front())
-            .is_some_and(|e| e.seq <= through)
+            .map(|r| r.head)
+            .filter(|h| *h != NONE)
+            && session.at(head).seq <= through
         {
-            self.pop_front(&mut session, key.stream, false);
+            session.pop_stream(key.stream);
         }
+        session.drop_gone_front();
     }
 
     fn expire(&self) {
         let sessions: Vec<_> = self.sessions.iter().map(|s| s.value().clone()).collect();
         let now = Instant::now();
         for session in sessions {
-            self.expire_session(&mut session.lock().expect("session buffers lock"), now);
+            let mut session = session.lock().expect("session log lock");
+            self.expire_session(&mut session, now);
+            session.compact_if_sparse();
         }
     }
 
@@ -331,11 +465,10 @@ impl EventStore for MemoryEventStore {
         let Some(session) = self.session(&key.session) else {
             return;
         };
-        let mut session = session.lock().expect("session buffers lock");
-        if let Some(buf) = session.streams.remove(&key.stream) {
-            session.bytes -= buf.bytes;
-            session.events -= buf.events.len();
-        }
+        session
+            .lock()
+            .expect("session log lock")
+            .release(key.stream);
     }
 
     fn release_session(&self, session: &str) {
@@ -345,7 +478,7 @@ impl EventStore for MemoryEventStore {
     fn usage(&self) -> (usize, usize) {
         let sessions: Vec<_> = self.sessions.iter().map(|s| s.value().clone()).collect();
         sessions.iter().fold((0, 0), |(events, bytes), s| {
-            let s = s.lock().expect("session buffers lock");
+            let s = s.lock().expect("session log lock");
             (events + s.events, bytes + s.bytes)
         })
     }
@@ -479,6 +612,178 @@ mod tests {
                 proptest::prop_assert_eq!(got, Ok(mine));
             }
         }
+    }
+
+    /// The store's behaviour written the plain way: every append in one list, a stream's
+    /// events found by scanning it.
+    #[derive(Default)]
+    struct Model {
+        log: Vec<(u64, u64, Bytes, bool)>,
+        first_kept: std::collections::HashMap<u64, u64>,
+    }
+
+    impl Model {
+        fn kill(&mut self, i: usize) {
+            let (stream, seq, _, alive) = &mut self.log[i];
+            *alive = false;
+            self.first_kept.insert(*stream, *seq + 1);
+        }
+
+        fn kept(&self, stream: Option<u64>) -> impl Iterator<Item = usize> + '_ {
+            (0..self.log.len())
+                .filter(move |i| self.log[*i].3 && stream.is_none_or(|s| self.log[*i].0 == s))
+        }
+
+        fn over(&self, stream: Option<u64>, events: usize, bytes: usize) -> bool {
+            self.kept(stream).count() > events
+                || self
+                    .kept(stream)
+                    .map(|i| self.log[i].2.len())
+                    .sum::<usize>()
+                    > bytes
+        }
+
+        fn append(&mut self, l: &ReplayLimits, stream: u64, seq: u64, data: Bytes) {
+            self.log.push((stream, seq, data, true));
+            self.first_kept.entry(stream).or_insert(seq);
+            while self.over(
+                Some(stream),
+                l.max_events_per_stream,
+                l.max_bytes_per_stream,
+            ) {
+                let i = self.kept(Some(stream)).next().unwrap();
+                self.kill(i);
+            }
+            while self.over(None, l.max_events_per_session, l.max_bytes_per_session) {
+                let i = self.kept(None).next().unwrap();
+                self.kill(i);
+            }
+        }
+
+        fn trim(&mut self, stream: u64, through: u64) {
+            let due: Vec<usize> = self
+                .kept(Some(stream))
+                .filter(|i| self.log[*i].1 <= through)
+                .collect();
+            for i in due {
+                self.kill(i);
+            }
+        }
+
+        fn release(&mut self, stream: u64) {
+            for i in self.kept(Some(stream)).collect::<Vec<_>>() {
+                self.log[i].3 = false;
+            }
+            self.first_kept.remove(&stream);
+        }
+
+        fn replay(&self, stream: u64, after: u64, before: u64) -> Result<Vec<u64>, ()> {
+            if after + 1 >= before {
+                return Ok(vec![]);
+            }
+            match self.first_kept.get(&stream) {
+                Some(first) if after + 1 >= *first => Ok(self
+                    .kept(Some(stream))
+                    .map(|i| self.log[i].1)
+                    .filter(|seq| *seq > after && *seq < before)
+                    .collect()),
+                _ => Err(()),
+            }
+        }
+
+        fn next_seq(&self, stream: u64) -> Option<u64> {
+            let first = *self.first_kept.get(&stream)?;
+            Some(
+                self.kept(Some(stream))
+                    .map(|i| self.log[i].1 + 1)
+                    .last()
+                    .unwrap_or(first),
+            )
+        }
+    }
+
+    proptest::proptest! {
+        /// Appends, trims, releases and evictions in any mix leave the store agreeing with
+        /// the model on every stream's replays and positions, and on the totals.
+        #[test]
+        fn agrees_with_the_plain_model(
+            ops in proptest::collection::vec((0u8..10, 0u64..5, 0usize..40), 0..400),
+            small_session in proptest::bool::ANY,
+        ) {
+            let limits = ReplayLimits {
+                max_events_per_stream: 6,
+                max_bytes_per_stream: 60,
+                max_events_per_session: if small_session { 20 } else { 10_000 },
+                max_bytes_per_session: if small_session { 150 } else { 1 << 20 },
+                max_age: Duration::from_secs(600),
+            };
+            let store = MemoryEventStore::new(limits.clone());
+            let mut model = Model::default();
+            let mut next = [0u64; 6];
+            // Stream 5's one event stays at the front of the log (unless the session's budget
+            // evicts it), so what leaves behind it piles up and the log is compacted.
+            let pinned = key("s", 5);
+            store.append(&pinned, 1, Bytes::from_static(b"p"));
+            model.append(&limits, 5, 1, Bytes::from_static(b"p"));
+            next[5] = 1;
+            for (op, stream, n) in ops {
+                let k = key("s", stream);
+                match op {
+                    0..=6 => {
+                        next[stream as usize] += 1;
+                        let seq = next[stream as usize];
+                        let data = Bytes::from(vec![b'x'; n]);
+                        store.append(&k, seq, data.clone());
+                        model.append(&limits, stream, seq, data);
+                    }
+                    7 | 8 => {
+                        let through = next[stream as usize].saturating_sub(n as u64 % 3);
+                        store.trim(&k, through);
+                        model.trim(stream, through);
+                    }
+                    _ => {
+                        store.release(&k);
+                        model.release(stream);
+                    }
+                }
+                let kept: Vec<usize> = model.kept(None).collect();
+                let bytes = kept.iter().map(|i| model.log[*i].2.len()).sum();
+                proptest::prop_assert_eq!(store.usage(), (kept.len(), bytes));
+            }
+            for stream in 0..6 {
+                let k = key("s", stream);
+                proptest::prop_assert_eq!(store.next_seq(&k), model.next_seq(stream));
+                for after in 0..next[stream as usize] {
+                    proptest::prop_assert_eq!(
+                        replay(&store, &k, after, u64::MAX).map_err(|_| ()),
+                        model.replay(stream, after, u64::MAX)
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn an_event_kept_long_does_not_hold_back_the_rest() {
+        let store = MemoryEventStore::new(ReplayLimits::default());
+        let get = key("s", 0);
+        store.append(&get, 1, Bytes::from_static(b"kept"));
+        for stream in 1..=1000 {
+            let k = key("s", stream);
+            store.append(&k, 1, Bytes::from_static(b"answer"));
+            store.release(&k);
+        }
+        let log = store.session(&Arc::from("s")).unwrap();
+        let log = log.lock().unwrap();
+        assert!(
+            log.log.len() <= 2 * log.events + 64,
+            "the log is compacted: {} entries for {} events",
+            log.log.len(),
+            log.events
+        );
+        drop(log);
+        assert_eq!(replay(&store, &get, 0, 2), Ok(vec![1]));
+        assert_eq!(store.usage(), (1, 4));
     }
 
     #[test]
