@@ -6,7 +6,7 @@
 //! serve-inproc`). Scenarios: (a) 1 session, 16 calls in flight; (b) 64 sessions, 64 in
 //! flight; (c) N sessions each holding a GET stream: setup rate and memory of the target's
 //! process tree; (d) initialize, and initialize + first call, cold and with a warm pool;
-//! (e) resumable streams off against on. Every reply is checked: a wrong or missing one is
+//! (e) resumable streams on against off, in alternating runs. Every reply is checked: a wrong or missing one is
 //! counted. Results go to `bench/results/latest.json` and `BENCHMARKS.md`.
 
 use std::path::{Path, PathBuf};
@@ -96,6 +96,21 @@ struct Report {
     cores: usize,
     duration_secs: u64,
     targets: Vec<TargetReport>,
+    e_resumable_cost: Vec<ResumableCost>,
+}
+
+/// (e) for one scenario: calls/s of each run with resumable streams on and off.
+#[derive(Debug, Default, Serialize)]
+struct ResumableCost {
+    scenario: String,
+    seconds_per_run: u64,
+    on_calls_per_sec: Vec<f64>,
+    off_calls_per_sec: Vec<f64>,
+    median_on: f64,
+    median_off: f64,
+    /// How much lower the median with resumable streams on is, in percent of the one off.
+    cost_percent: f64,
+    wrong: u64,
 }
 
 #[derive(Debug, Default, Serialize)]
@@ -347,6 +362,7 @@ async fn run(cli: Cli) {
         cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
         duration_secs: cli.duration,
         targets: Vec::new(),
+        e_resumable_cost: Vec::new(),
     };
 
     // The plugin over raw pipes: the stdio ceiling.
@@ -485,7 +501,7 @@ async fn run(cli: Cli) {
         report.targets.push(r);
     }
 
-    // (d) with a warm pool, (e) resumable streams off.
+    // (d) with a warm pool.
     let warm = Target::gateway(
         "mcp-gateway, warm pool",
         &[],
@@ -520,27 +536,74 @@ async fn run(cli: Cli) {
     report.targets.push(r);
     drop(shared);
 
-    let off = Target::gateway(
-        "mcp-gateway, resumable streams off",
-        &["--sse-resumable", "false"],
-        None,
-    )
-    .await;
-    let mut r = TargetReport {
-        name: off.name.clone(),
-        ..Default::default()
-    };
-    r.a_one_session_16 = Some(http_load(&off.url, 1, 16, duration).await);
     // With a stream per POST in 64 sessions, (b) keeps the most finished streams lingering.
-    r.b_64_sessions_64 = Some(http_load(&off.url, 64, 64, duration).await);
-    report.targets.push(r);
-    drop(off);
+    for (scenario, sessions, in_flight) in [
+        ("(a) 1 session ×16", 1, 16),
+        ("(b) 64 sessions ×64", 64, 64),
+    ] {
+        report
+            .e_resumable_cost
+            .push(resumable_cost(scenario, sessions, in_flight, duration).await);
+    }
 
     std::fs::create_dir_all(&cli.out).expect("results directory");
     let json = serde_json::to_string_pretty(&report).expect("serializable");
     std::fs::write(cli.out.join("latest.json"), &json).expect("write results");
     std::fs::write("BENCHMARKS.md", markdown(&report)).expect("write BENCHMARKS.md");
     println!("{json}");
+}
+
+/// (e): the gateway with resumable streams on and off, each run on a fresh gateway, in
+/// alternating pairs (on-off, off-on, ...), so that the machine's drift during the runs falls
+/// on both sides alike. The cost is the difference of the medians.
+async fn resumable_cost(
+    scenario: &str,
+    sessions: usize,
+    in_flight: usize,
+    duration: Duration,
+) -> ResumableCost {
+    const PAIRS: usize = 4;
+    let run = (duration / 2).max(Duration::from_secs(2));
+    let mut cost = ResumableCost {
+        scenario: scenario.into(),
+        seconds_per_run: run.as_secs(),
+        ..Default::default()
+    };
+    for pair in 0..PAIRS {
+        let order = if pair % 2 == 0 {
+            [true, false]
+        } else {
+            [false, true]
+        };
+        for on in order {
+            let flag = if on { "true" } else { "false" };
+            let g = Target::gateway("mcp-gateway", &["--sse-resumable", flag], None).await;
+            let t = http_load(&g.url, sessions, in_flight, run).await;
+            drop(g);
+            cost.wrong += t.wrong;
+            if on {
+                &mut cost.on_calls_per_sec
+            } else {
+                &mut cost.off_calls_per_sec
+            }
+            .push(t.calls_per_sec.round());
+        }
+    }
+    cost.median_on = median(&cost.on_calls_per_sec);
+    cost.median_off = median(&cost.off_calls_per_sec);
+    cost.cost_percent = (100.0 * (1.0 - cost.median_on / cost.median_off) * 10.0).round() / 10.0;
+    eprintln!("(e) {scenario}: {cost:?}");
+    cost
+}
+
+fn median(v: &[f64]) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
 }
 
 async fn http_target(target: &Target, duration: Duration) -> TargetReport {
@@ -969,6 +1032,33 @@ fn markdown(r: &Report) -> String {
     }
     for t in r.targets.iter().filter(|t| !t.notes.is_empty()) {
         out.push_str(&format!("\n{}: {}\n", t.name, t.notes.join("; ")));
+    }
+    if !r.e_resumable_cost.is_empty() {
+        out.push_str(
+            "\n(e) The cost of resumable streams: the gateway with `--sse-resumable` on and off, \
+             each run on a fresh gateway, in alternating pairs (on-off, off-on, ...); medians.\n\n\
+             | scenario | runs | resumable on, calls/s | off, calls/s | cost | wrong |\n|---|---|---|---|---|---|\n",
+        );
+        for e in &r.e_resumable_cost {
+            let runs = |v: &[f64]| {
+                v.iter()
+                    .map(|c| format!("{c:.0}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            out.push_str(&format!(
+                "| {} | {} × {} s | {:.0} ({}) | {:.0} ({}) | {:.1}% | {} |\n",
+                e.scenario,
+                e.on_calls_per_sec.len() + e.off_calls_per_sec.len(),
+                e.seconds_per_run,
+                e.median_on,
+                runs(&e.on_calls_per_sec),
+                e.median_off,
+                runs(&e.off_calls_per_sec),
+                e.cost_percent,
+                e.wrong,
+            ));
+        }
     }
     // The hand-kept record of what was changed and what it gained.
     if let Ok(notes) = std::fs::read_to_string("bench/NOTES.md") {
