@@ -770,6 +770,8 @@ impl Config {
             poll_after: poll_after_ms.map(Duration::from_millis),
             linger: Duration::from_millis(cli.sse_linger_ms.or(fs.linger_ms).unwrap_or(5000)),
             hold: Duration::from_millis(cli.sse_hold_ms.or(fs.hold_ms).unwrap_or(5)),
+            // The session's replay budget, set below.
+            max_lingering: 0,
         };
         let defaults = ReplayLimits::default();
         let replay = ReplayLimits {
@@ -793,6 +795,10 @@ impl Config {
                 .replay_max_age_secs
                 .or(fs.replay_max_age_secs)
                 .map_or(defaults.max_age, Duration::from_secs),
+        };
+        let stream = StreamSettings {
+            max_lingering: replay.max_events_per_session,
+            ..stream
         };
         if replay.max_events_per_stream == 0
             || replay.max_bytes_per_stream == 0
@@ -915,6 +921,7 @@ impl Config {
                 poll_after: None,
                 linger: Duration::from_secs(5),
                 hold: Duration::from_millis(5),
+                max_lingering: ReplayLimits::default().max_events_per_session,
             },
             replay: ReplayLimits::default(),
             separator: DEFAULT_SEPARATOR.into(),

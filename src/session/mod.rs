@@ -549,19 +549,24 @@ impl Session {
             due
         };
         for n in due {
-            let streams = self.streams.lock().expect("streams lock");
-            match streams.get(&n).cloned() {
-                // A stream someone resumed meanwhile is queued again when that connection ends.
-                Some(s) => {
-                    drop(streams);
-                    s.release_if_detached();
-                }
-                // Under the lock, so a client resuming it now either finds it or is refused.
-                None => self.store.release(&StreamKey {
-                    session: self.id.clone(),
-                    stream: n,
-                }),
+            self.release_lingering(n);
+        }
+    }
+
+    /// Releases a finished stream whose linger is over.
+    fn release_lingering(&self, n: u64) {
+        let streams = self.streams.lock().expect("streams lock");
+        match streams.get(&n).cloned() {
+            // A stream someone resumed meanwhile is queued again when that connection ends.
+            Some(s) => {
+                drop(streams);
+                s.release_if_detached();
             }
+            // Under the lock, so a client resuming it now either finds it or is refused.
+            None => self.store.release(&StreamKey {
+                session: self.id.clone(),
+                stream: n,
+            }),
         }
     }
 
@@ -708,10 +713,14 @@ impl StreamHooks for SessionHooks {
             // that resumes it gets it rebuilt), so finished streams cost no scans.
             s.streams.lock().expect("streams lock").remove(&stream);
             let at = Instant::now() + s.stream_settings.linger;
-            s.lingering
-                .lock()
-                .expect("linger lock")
-                .push_back((at, stream));
+            let over = {
+                let mut q = s.lingering.lock().expect("linger lock");
+                q.push_back((at, stream));
+                (q.len() > s.stream_settings.max_lingering).then(|| q.pop_front())
+            };
+            if let Some((_, n)) = over.flatten() {
+                s.release_lingering(n);
+            }
         }
     }
 
@@ -857,7 +866,7 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
-    use crate::stream::{MemoryEventStore, ReplayLimits};
+    use crate::stream::{Cursor, MemoryEventStore, ReplayLimits, collect_responses};
 
     fn session(store: Arc<MemoryEventStore>) -> Arc<Session> {
         let registry = Registry::with_overlay(
@@ -872,6 +881,7 @@ mod tests {
             poll_after: None,
             linger: Duration::from_secs(5),
             hold: Duration::ZERO,
+            max_lingering: 2,
         };
         Session::new(
             Arc::from("session-1"),
@@ -901,6 +911,36 @@ mod tests {
                 Err(e) => prop_assert_eq!(e, UnknownStream::NeverIssued),
             }
         }
+    }
+
+    #[tokio::test]
+    async fn past_the_cap_the_oldest_finished_stream_is_released_at_once() {
+        let store = Arc::new(MemoryEventStore::new(ReplayLimits::default()));
+        let s = session(store.clone());
+        let mut numbers = Vec::new();
+        for _ in 0..3 {
+            let stream = s.new_post_stream(1, true);
+            numbers.push(stream.number());
+            let attached = stream.attach(Cursor::Start).await.unwrap();
+            Sink::new(stream).respond(Bytes::from_static(b"answer"));
+            let got = collect_responses(attached, &CancellationToken::new()).await;
+            assert_eq!(got, vec![Bytes::from_static(b"answer")]);
+        }
+        let id = |stream| EventId {
+            tag: s.tag,
+            stream,
+            seq: 0,
+            prime: None,
+        };
+        assert_eq!(
+            s.stream_for(&id(numbers[0])).err(),
+            Some(UnknownStream::Released),
+            "the oldest of three went past the cap of two"
+        );
+        for n in &numbers[1..] {
+            assert!(s.stream_for(&id(*n)).is_ok(), "stream {n} still lingers");
+        }
+        assert_eq!(store.usage().0, 2);
     }
 
     #[tokio::test]

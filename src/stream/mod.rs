@@ -46,6 +46,11 @@ pub struct StreamSettings {
     /// connection does not prove the client read it: a connection can be dead before the
     /// gateway notices.
     pub linger: Duration,
+    /// At most this many finished streams linger in a session; past it the oldest is released
+    /// at once. Set to the session's replay budget in events: each lingering stream kept at
+    /// least one event, so past that many the oldest have lost theirs to the budget already,
+    /// and keeping them would only hold memory.
+    pub max_lingering: usize,
     /// How long a POST's SSE response waits for its answers before its headers go out. A
     /// quick answer then leaves in the same write as the headers (one body with a length)
     /// instead of a write for the headers and another for the events.
