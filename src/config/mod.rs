@@ -763,16 +763,6 @@ impl Config {
                 "must be at least 1 (leave it out to turn polling off)",
             ));
         }
-        let stream = StreamSettings {
-            keep_alive: Duration::from_secs(keep_alive),
-            resumable: cli.sse_resumable.or(fs.resumable).unwrap_or(true),
-            retry: Duration::from_millis(retry_ms),
-            poll_after: poll_after_ms.map(Duration::from_millis),
-            linger: Duration::from_millis(cli.sse_linger_ms.or(fs.linger_ms).unwrap_or(5000)),
-            hold: Duration::from_millis(cli.sse_hold_ms.or(fs.hold_ms).unwrap_or(5)),
-            // The session's replay budget, set below.
-            max_lingering: 0,
-        };
         let defaults = ReplayLimits::default();
         let replay = ReplayLimits {
             max_events_per_stream: cli
@@ -797,8 +787,13 @@ impl Config {
                 .map_or(defaults.max_age, Duration::from_secs),
         };
         let stream = StreamSettings {
+            keep_alive: Duration::from_secs(keep_alive),
+            resumable: cli.sse_resumable.or(fs.resumable).unwrap_or(true),
+            retry: Duration::from_millis(retry_ms),
+            poll_after: poll_after_ms.map(Duration::from_millis),
+            linger: Duration::from_millis(cli.sse_linger_ms.or(fs.linger_ms).unwrap_or(5000)),
+            hold: Duration::from_millis(cli.sse_hold_ms.or(fs.hold_ms).unwrap_or(5)),
             max_lingering: replay.max_events_per_session,
-            ..stream
         };
         if replay.max_events_per_stream == 0
             || replay.max_bytes_per_stream == 0
