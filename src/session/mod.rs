@@ -13,7 +13,7 @@
 mod manager;
 mod pools;
 
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
@@ -30,7 +30,8 @@ use crate::config::ProcessModel;
 use crate::jsonrpc::{self, Id, Outcome};
 use crate::registry::{PluginEntry, PluginInfo, Registry, Reservation, View, ViewPlugin};
 use crate::stream::{
-    Buffering, EventId, EventStore, Sink, Stream, StreamHooks, StreamKey, StreamSettings,
+    Buffering, ByNumber, EventId, EventStore, SessionEvents, Sink, Stream, StreamHooks, StreamKey,
+    StreamSettings,
 };
 
 /// Notifications about a plugin's lists and resources, not about any request: they go to
@@ -198,13 +199,17 @@ pub struct Session {
     /// The token subject that opened the session, if authorization is on.
     pub owner: Option<String>,
     store: Arc<dyn EventStore>,
+    /// This session's events in the store, shared by its streams.
+    events: Arc<dyn SessionEvents>,
+    /// What its buffered streams tell it, shared by them.
+    hooks: Arc<dyn StreamHooks>,
     pub stream_settings: StreamSettings,
     /// Stream 0: server-initiated messages unrelated to a request. Kept for the session's
     /// life; what it holds while no GET connection is open waits for the next one.
     pub get: Arc<Stream>,
     /// Buffered POST streams not yet finished or released, by number. A finished one lingers
-    /// only as its events in the store. Ordered by number: a few at a time, no hashing.
-    streams: Mutex<BTreeMap<u64, Arc<Stream>>>,
+    /// only as its events in the store.
+    streams: Mutex<ByNumber<Arc<Stream>>>,
     /// Finished streams waiting out their linger time, oldest first.
     lingering: Mutex<VecDeque<(Instant, u64)>>,
     next_stream: AtomicU64,
@@ -244,6 +249,7 @@ impl Session {
                         .map(|c| c.keys().cloned().collect())
                 })
                 .unwrap_or_default();
+        let events = store.session(&id);
         let get = Stream::new(
             StreamKey {
                 session: id.clone(),
@@ -256,7 +262,7 @@ impl Session {
             } else {
                 Buffering::UntilDelivered
             },
-            store.clone(),
+            events.clone(),
             None,
             None,
         );
@@ -273,9 +279,11 @@ impl Session {
             client_capabilities,
             tag,
             store,
+            events,
+            hooks: Arc::new(SessionHooks(me.clone())),
             stream_settings,
             get,
-            streams: Mutex::new(BTreeMap::new()),
+            streams: Mutex::default(),
             lingering: Mutex::new(VecDeque::new()),
             next_stream: AtomicU64::new(1),
             server_requests: Mutex::new(HashMap::new()),
@@ -506,8 +514,7 @@ impl Session {
         let buffered = sse && self.stream_settings.resumable;
         self.sweep_finished();
         // Only a buffered stream is kept in `streams`, lingers and is released from there.
-        let hooks =
-            buffered.then(|| Box::new(SessionHooks(self.me.clone())) as Box<dyn StreamHooks>);
+        let hooks = buffered.then(|| self.hooks.clone());
         let buffering = if buffered {
             Buffering::Replay
         } else {
@@ -518,7 +525,7 @@ impl Session {
             self.tag,
             sse,
             buffering,
-            self.store.clone(),
+            self.events.clone(),
             Some(owed),
             hooks,
         );
@@ -530,7 +537,7 @@ impl Session {
                 drop(streams);
                 stream.release();
             } else {
-                streams.insert(number, stream.clone());
+                streams.get_or_insert(number, stream.clone());
             }
         }
         stream
@@ -556,17 +563,14 @@ impl Session {
     /// Releases a finished stream whose linger is over.
     fn release_lingering(&self, n: u64) {
         let streams = self.streams.lock().expect("streams lock");
-        match streams.get(&n).cloned() {
+        match streams.get(n).cloned() {
             // A stream someone resumed meanwhile is queued again when that connection ends.
             Some(s) => {
                 drop(streams);
                 s.release_if_detached();
             }
             // Under the lock, so a client resuming it now either finds it or is refused.
-            None => self.store.release(&StreamKey {
-                session: self.id.clone(),
-                stream: n,
-            }),
+            None => self.events.release(n),
         }
     }
 
@@ -580,7 +584,7 @@ impl Session {
             return Ok(self.get.clone());
         }
         let mut streams = self.streams.lock().expect("streams lock");
-        if let Some(s) = streams.get(&id.stream) {
+        if let Some(s) = streams.get(id.stream) {
             return Ok(s.clone());
         }
         if id.stream >= self.next_stream.load(Ordering::Relaxed) {
@@ -592,11 +596,11 @@ impl Session {
             session: self.id.clone(),
             stream: id.stream,
         };
-        match self.store.next_seq(&key) {
+        match self.events.next_seq(id.stream) {
             Some(next) if !self.closed.is_cancelled() => {
-                let hooks = Box::new(SessionHooks(self.me.clone()));
-                let s = Stream::finished(key, self.tag, self.store.clone(), next, Some(hooks));
-                streams.insert(id.stream, s.clone());
+                let hooks = Some(self.hooks.clone());
+                let s = Stream::finished(key, self.tag, self.events.clone(), next, hooks);
+                streams.get_or_insert(id.stream, s.clone());
                 Ok(s)
             }
             _ => Err(UnknownStream::Released),
@@ -711,7 +715,7 @@ impl StreamHooks for SessionHooks {
         if let Some(s) = self.0.upgrade() {
             // Its events linger in the store; the stream itself leaves memory now (a client
             // that resumes it gets it rebuilt), so finished streams cost no scans.
-            s.streams.lock().expect("streams lock").remove(&stream);
+            s.streams.lock().expect("streams lock").remove(stream);
             let at = Instant::now() + s.stream_settings.linger;
             let over = {
                 let mut q = s.lingering.lock().expect("linger lock");
@@ -726,7 +730,7 @@ impl StreamHooks for SessionHooks {
 
     fn released(&self, stream: u64) {
         if let Some(s) = self.0.upgrade() {
-            s.streams.lock().expect("streams lock").remove(&stream);
+            s.streams.lock().expect("streams lock").remove(stream);
         }
     }
 }

@@ -12,6 +12,7 @@
 //! The producer side ([`Sink`]) never blocks: it appends and sends on an unbounded channel
 //! under a short lock that is never held across an await.
 
+mod by_number;
 mod event_id;
 pub mod store;
 
@@ -27,8 +28,11 @@ use bytes::Bytes;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+pub use by_number::ByNumber;
 pub use event_id::{EventId, EventIdError};
-pub use store::{EventStore, MemoryEventStore, ReplayError, ReplayLimits, StreamKey};
+pub use store::{
+    EventStore, MemoryEventStore, ReplayError, ReplayLimits, SessionEvents, StreamKey,
+};
 
 /// How streams behave, from the config.
 #[derive(Debug, Clone)]
@@ -79,10 +83,12 @@ pub struct Stream {
     /// The GET stream (nothing owed): it remembers what reached a connection, for
     /// `Cursor::Undelivered`. A POST stream skips that bookkeeping.
     tracks_delivery: bool,
-    store: Arc<dyn EventStore>,
+    /// Its session's events in the store.
+    events: Arc<dyn SessionEvents>,
     inner: Mutex<Inner>,
-    /// What the stream tells its session (`None` for streams no session tracks).
-    hooks: Option<Box<dyn StreamHooks>>,
+    /// What the stream tells its session (`None` for streams no session tracks); one for all
+    /// of a session's streams.
+    hooks: Option<Arc<dyn StreamHooks>>,
 }
 
 /// What a stream keeps in the event store.
@@ -195,9 +201,9 @@ impl Stream {
         tag: u32,
         sse: bool,
         buffering: Buffering,
-        store: Arc<dyn EventStore>,
+        events: Arc<dyn SessionEvents>,
         owed: Option<usize>,
-        hooks: Option<Box<dyn StreamHooks>>,
+        hooks: Option<Arc<dyn StreamHooks>>,
     ) -> Arc<Stream> {
         Arc::new(Stream {
             key,
@@ -205,7 +211,7 @@ impl Stream {
             sse,
             buffering,
             tracks_delivery: owed.is_none(),
-            store,
+            events,
             inner: Mutex::new(Inner {
                 next_seq: 1,
                 conn: None,
@@ -224,11 +230,11 @@ impl Stream {
     pub fn finished(
         key: StreamKey,
         tag: u32,
-        store: Arc<dyn EventStore>,
+        events: Arc<dyn SessionEvents>,
         next_seq: u64,
-        hooks: Option<Box<dyn StreamHooks>>,
+        hooks: Option<Arc<dyn StreamHooks>>,
     ) -> Arc<Stream> {
-        let s = Stream::new(key, tag, true, Buffering::Replay, store, Some(0), hooks);
+        let s = Stream::new(key, tag, true, Buffering::Replay, events, Some(0), hooks);
         s.lock().next_seq = next_seq;
         s
     }
@@ -271,7 +277,7 @@ impl Stream {
         let seq = g.next_seq;
         g.next_seq += 1;
         if self.buffered() {
-            self.store.append(&self.key, seq, data.clone());
+            self.events.append(self.key.stream, seq, data.clone());
         }
         Self::send(&mut g, Frame::Event { seq, data });
         if response {
@@ -345,7 +351,7 @@ impl Stream {
                 Cursor::After(seq) if seq >= upto => return Err(AttachError::BeyondEnd(seq)),
                 Cursor::After(seq) => {
                     if self.buffered() {
-                        let oldest = self.store.oldest_kept(&self.key).unwrap_or(upto);
+                        let oldest = self.events.oldest_kept(self.key.stream).unwrap_or(upto);
                         if seq + 1 < oldest {
                             return Err(ReplayError::Evicted {
                                 oldest_kept: oldest,
@@ -369,8 +375,8 @@ impl Stream {
         // A new stream, or a cursor at its end: nothing to read back.
         let replay = if self.buffered() && after + 1 < upto {
             match self
-                .store
-                .replay(&self.key, after, upto, skip_evicted)
+                .events
+                .replay(self.key.stream, after, upto, skip_evicted)
                 .await
             {
                 Ok(events) => {
@@ -430,7 +436,7 @@ impl Stream {
             g.delivered = g.delivered.max(seq);
         }
         if self.buffering == Buffering::UntilDelivered {
-            self.store.trim(&self.key, seq);
+            self.events.trim(self.key.stream, seq);
         }
     }
 
@@ -465,7 +471,7 @@ impl Stream {
 
     fn release_buffer(&self) {
         if self.buffered() {
-            self.store.release(&self.key);
+            self.events.release(self.key.stream);
         }
         if let Some(h) = &self.hooks {
             h.released(self.key.stream);
@@ -861,7 +867,15 @@ mod tests {
             Buffering::None
         };
         (
-            Stream::new(key, 7, true, buffering, store.clone(), owed, None),
+            Stream::new(
+                key,
+                7,
+                true,
+                buffering,
+                store.session(&Arc::from("s")),
+                owed,
+                None,
+            ),
             store,
         )
     }
@@ -905,7 +919,7 @@ mod tests {
     #[derive(Default)]
     struct Calls(Mutex<Vec<String>>);
 
-    impl StreamHooks for Arc<Calls> {
+    impl StreamHooks for Calls {
         fn finished(&self, stream: u64) {
             self.0.lock().unwrap().push(format!("finished {stream}"));
         }
@@ -927,9 +941,9 @@ mod tests {
             7,
             true,
             Buffering::Replay,
-            store.clone(),
+            store.session(&Arc::from("s")),
             Some(1),
-            Some(Box::new(calls.clone())),
+            Some(calls.clone()),
         );
         let sink = Sink::new(s.clone());
         let mut first = s.attach(Cursor::Start).await.unwrap();
@@ -996,7 +1010,7 @@ mod tests {
             7,
             true,
             Buffering::UntilDelivered,
-            store.clone(),
+            store.session(&Arc::from("s")),
             None,
             None,
         );

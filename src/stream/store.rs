@@ -7,7 +7,7 @@
 //! per stream (count, bytes), per session (bytes) and by age; what falls out is evicted, and a
 //! replay that would need it reports [`ReplayError::Evicted`] rather than silently skipping.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -16,6 +16,8 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use dashmap::DashMap;
+
+use super::by_number::ByNumber;
 
 /// A stream of a session.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -39,43 +41,47 @@ pub type ReplayFuture<'a> =
     Pin<Box<dyn Future<Output = Result<Vec<(u64, Bytes)>, ReplayError>> + Send + 'a>>;
 
 pub trait EventStore: Send + Sync + 'static {
-    /// Keeps event `seq` of a stream. Sequences of one stream arrive in increasing order.
-    fn append(&self, key: &StreamKey, seq: u64, data: Bytes);
-
-    /// The events with `after < seq < before`, in order. `Evicted` when any of them is gone,
-    /// unless `skip_evicted`, which returns what is still kept.
-    fn replay(
-        &self,
-        key: &StreamKey,
-        after: u64,
-        before: u64,
-        skip_evicted: bool,
-    ) -> ReplayFuture<'_>;
-
-    /// The lowest sequence still kept for a stream that ever had events, when the store can
-    /// tell without waiting (checked before a connection is swapped for a resuming one).
-    fn oldest_kept(&self, key: &StreamKey) -> Option<u64>;
-
-    /// The sequence a stream's next event would have, when the store still knows the stream
-    /// (`None` once it is released or never had an event). A finished stream that is no longer
-    /// in memory is rebuilt from this when a client resumes it.
-    fn next_seq(&self, key: &StreamKey) -> Option<u64>;
-
-    /// Forgets a stream's events up to and including `through` (delivered, not kept for
-    /// replay when resumption is off).
-    fn trim(&self, key: &StreamKey, through: u64);
+    /// The events of one session: its streams keep this and use it without finding the
+    /// session again on every event. Made on first use; after [`release_session`] it still
+    /// works but holds nothing the store counts or replays.
+    ///
+    /// [`release_session`]: EventStore::release_session
+    fn session(&self, id: &Arc<str>) -> Arc<dyn SessionEvents>;
 
     /// Evicts events past their age everywhere (periodic maintenance).
     fn expire(&self);
-
-    /// Forgets a stream's events.
-    fn release(&self, key: &StreamKey);
 
     /// Forgets every stream of a session.
     fn release_session(&self, session: &str);
 
     /// Events and bytes held now, for metrics.
     fn usage(&self) -> (usize, usize);
+}
+
+/// One session's events, by stream number.
+pub trait SessionEvents: Send + Sync + 'static {
+    /// Keeps event `seq` of a stream. Sequences of one stream arrive in increasing order.
+    fn append(&self, stream: u64, seq: u64, data: Bytes);
+
+    /// The events with `after < seq < before`, in order. `Evicted` when any of them is gone,
+    /// unless `skip_evicted`, which returns what is still kept.
+    fn replay(&self, stream: u64, after: u64, before: u64, skip_evicted: bool) -> ReplayFuture<'_>;
+
+    /// The lowest sequence still kept for a stream that ever had events, when the store can
+    /// tell without waiting (checked before a connection is swapped for a resuming one).
+    fn oldest_kept(&self, stream: u64) -> Option<u64>;
+
+    /// The sequence a stream's next event would have, when the store still knows the stream
+    /// (`None` once it is released or never had an event). A finished stream that is no longer
+    /// in memory is rebuilt from this when a client resumes it.
+    fn next_seq(&self, stream: u64) -> Option<u64>;
+
+    /// Forgets a stream's events up to and including `through` (delivered, not kept for
+    /// replay when resumption is off).
+    fn trim(&self, stream: u64, through: u64);
+
+    /// Forgets a stream's events.
+    fn release(&self, stream: u64);
 }
 
 /// Bounds on what is kept for replay.
@@ -139,9 +145,7 @@ struct SessionLog {
     log: VecDeque<Logged>,
     /// The position of `log[0]`. Positions only grow, so they stay valid as the front goes.
     base: u64,
-    /// By number. Numbers rise and streams mostly come and go in that order, so an ordered
-    /// map works at its two ends, which stay in cache.
-    streams: BTreeMap<u64, StreamRec>,
+    streams: ByNumber<StreamRec>,
     events: usize,
     bytes: usize,
 }
@@ -163,13 +167,16 @@ impl SessionLog {
             data: Some(data),
             next: NONE,
         });
-        let rec = self.streams.entry(stream).or_insert(StreamRec {
-            head: NONE,
-            tail: NONE,
-            events: 0,
-            bytes: 0,
-            first_kept: seq,
-        });
+        let rec = self.streams.get_or_insert(
+            stream,
+            StreamRec {
+                head: NONE,
+                tail: NONE,
+                events: 0,
+                bytes: 0,
+                first_kept: seq,
+            },
+        );
         let tail = std::mem::replace(&mut rec.tail, pos);
         if tail == NONE {
             rec.head = pos;
@@ -187,7 +194,7 @@ impl SessionLog {
 
     /// Drops a stream's oldest kept event; returns whether there was one.
     fn pop_stream(&mut self, stream: u64) -> bool {
-        let Some(head) = self.streams.get(&stream).map(|r| r.head) else {
+        let Some(head) = self.streams.get(stream).map(|r| r.head) else {
             return false;
         };
         if head == NONE {
@@ -195,7 +202,7 @@ impl SessionLog {
         }
         let e = self.at(head);
         let (seq, next, len) = (e.seq, e.next, e.data.take().map_or(0, |d| d.len()));
-        let rec = self.streams.get_mut(&stream).expect("checked above");
+        let rec = self.streams.get_mut(stream).expect("checked above");
         rec.head = next;
         rec.first_kept = seq + 1;
         rec.events -= 1;
@@ -234,7 +241,7 @@ impl SessionLog {
 
     /// Forgets a stream and its kept events.
     fn release(&mut self, stream: u64) {
-        let Some(rec) = self.streams.remove(&stream) else {
+        let Some(rec) = self.streams.remove(stream) else {
             return;
         };
         let mut pos = rec.head;
@@ -271,7 +278,7 @@ impl SessionLog {
         e.next = NONE;
         let rec = self
             .streams
-            .get_mut(&e.stream)
+            .get_mut(e.stream)
             .expect("a kept event's stream");
         let tail = std::mem::replace(&mut rec.tail, pos);
         if tail == NONE {
@@ -305,182 +312,191 @@ impl SessionLog {
 /// wait on each other; totals are summed when asked for (a metrics scrape), not kept in
 /// counters every append would contend on.
 pub struct MemoryEventStore {
-    limits: ReplayLimits,
+    shared: Arc<Shared>,
     /// Hashed with foldhash, as the session table is (the key is a session id).
-    sessions: DashMap<Arc<str>, Arc<Mutex<SessionLog>>, foldhash::fast::RandomState>,
+    sessions: DashMap<Arc<str>, Arc<MemorySession>, foldhash::fast::RandomState>,
+}
+
+/// What every session of a store uses.
+struct Shared {
+    limits: ReplayLimits,
     evicted: AtomicU64,
 }
 
-impl MemoryEventStore {
-    pub fn new(limits: ReplayLimits) -> MemoryEventStore {
-        MemoryEventStore {
-            limits,
-            sessions: DashMap::default(),
-            evicted: AtomicU64::new(0),
-        }
-    }
-
-    /// Events evicted so far (limits or age).
-    pub fn evicted(&self) -> u64 {
-        self.evicted.load(Ordering::Relaxed)
-    }
-
-    fn session(&self, id: &Arc<str>) -> Option<Arc<Mutex<SessionLog>>> {
-        self.sessions.get(id).map(|s| s.clone())
-    }
-
+impl Shared {
     fn count_evicted(&self, n: u64) {
         if n > 0 {
             self.evicted.fetch_add(n, Ordering::Relaxed);
         }
     }
+}
+
+/// One session's log in [`MemoryEventStore`].
+struct MemorySession {
+    shared: Arc<Shared>,
+    log: Mutex<SessionLog>,
+}
+
+impl MemoryEventStore {
+    pub fn new(limits: ReplayLimits) -> MemoryEventStore {
+        MemoryEventStore {
+            shared: Arc::new(Shared {
+                limits,
+                evicted: AtomicU64::new(0),
+            }),
+            sessions: DashMap::default(),
+        }
+    }
+
+    /// Events evicted so far (limits or age).
+    pub fn evicted(&self) -> u64 {
+        self.shared.evicted.load(Ordering::Relaxed)
+    }
+}
+
+impl MemorySession {
+    fn lock(&self) -> std::sync::MutexGuard<'_, SessionLog> {
+        self.log.lock().expect("session log lock")
+    }
 
     /// Evicts the session's events past their age: oldest first, from the front of the log,
     /// so the cost is the number evicted, not the number kept.
-    fn expire_session(&self, session: &mut SessionLog, now: Instant) {
-        let max_age = self.limits.max_age;
+    fn expire(&self, log: &mut SessionLog, now: Instant) {
+        let max_age = self.shared.limits.max_age;
         let mut n = 0;
-        while session.evict_oldest(|e| now.saturating_duration_since(e.at) > max_age) {
+        while log.evict_oldest(|e| now.saturating_duration_since(e.at) > max_age) {
             n += 1;
         }
-        self.count_evicted(n);
+        self.shared.count_evicted(n);
     }
 }
 
 impl EventStore for MemoryEventStore {
-    fn append(&self, key: &StreamKey, seq: u64, data: Bytes) {
-        let session = match self.session(&key.session) {
-            Some(s) => s,
-            None => self
-                .sessions
-                .entry(key.session.clone())
-                .or_default()
-                .clone(),
-        };
-        let mut session = session.lock().expect("session log lock");
-        let now = Instant::now();
-        let (events, bytes) = session.push(key.stream, seq, data, now);
-        if events > self.limits.max_events_per_stream || bytes > self.limits.max_bytes_per_stream {
-            let mut evicted = 0;
-            while session.streams.get(&key.stream).is_some_and(|r| {
-                r.events > self.limits.max_events_per_stream
-                    || r.bytes > self.limits.max_bytes_per_stream
-            }) && session.pop_stream(key.stream)
-            {
-                evicted += 1;
-            }
-            self.count_evicted(evicted);
-        }
-        self.expire_session(&mut session, now);
-        // Over the session's budget: the oldest events of the session go first.
-        let mut evicted = 0;
-        while (session.bytes > self.limits.max_bytes_per_session
-            || session.events > self.limits.max_events_per_session)
-            && session.evict_oldest(|_| true)
-        {
-            evicted += 1;
-        }
-        self.count_evicted(evicted);
-        session.drop_gone_front();
-        session.compact_if_sparse();
-    }
-
-    fn replay(
-        &self,
-        key: &StreamKey,
-        after: u64,
-        before: u64,
-        skip_evicted: bool,
-    ) -> ReplayFuture<'_> {
-        let result = (|| {
-            if after + 1 >= before {
-                return Ok(Vec::new());
-            }
-            let gone = Err(ReplayError::Evicted {
-                oldest_kept: before,
-            });
-            let Some(session) = self.session(&key.session) else {
-                return if skip_evicted { Ok(Vec::new()) } else { gone };
-            };
-            let mut session = session.lock().expect("session log lock");
-            self.expire_session(&mut session, Instant::now());
-            let Some(rec) = session.streams.get(&key.stream) else {
-                return if skip_evicted { Ok(Vec::new()) } else { gone };
-            };
-            if after + 1 < rec.first_kept && !skip_evicted {
-                return Err(ReplayError::Evicted {
-                    oldest_kept: rec.first_kept,
-                });
-            }
-            Ok(session.range(rec, after, before))
-        })();
-        Box::pin(std::future::ready(result))
-    }
-
-    fn oldest_kept(&self, key: &StreamKey) -> Option<u64> {
-        let session = self.session(&key.session)?;
-        let mut session = session.lock().expect("session log lock");
-        self.expire_session(&mut session, Instant::now());
-        session.streams.get(&key.stream).map(|r| r.first_kept)
-    }
-
-    fn next_seq(&self, key: &StreamKey) -> Option<u64> {
-        let session = self.session(&key.session)?;
-        let session = session.lock().expect("session log lock");
-        let rec = session.streams.get(&key.stream)?;
-        Some(match rec.tail {
-            NONE => rec.first_kept,
-            tail => session.log[(tail - session.base) as usize].seq + 1,
-        })
-    }
-
-    fn trim(&self, key: &StreamKey, through: u64) {
-        let Some(session) = self.session(&key.session) else {
-            return;
-        };
-        let mut session = session.lock().expect("session log lock");
-        while let Some(head) = session
-            .streams
-            .get(&key.stream)
-            .map(|r| r.head)
-            .filter(|h| *h != NONE)
-            && session.at(head).seq <= through
-        {
-            session.pop_stream(key.stream);
-        }
-        session.drop_gone_front();
+    fn session(&self, id: &Arc<str>) -> Arc<dyn SessionEvents> {
+        self.sessions
+            .entry(id.clone())
+            .or_insert_with(|| {
+                Arc::new(MemorySession {
+                    shared: self.shared.clone(),
+                    log: Mutex::default(),
+                })
+            })
+            .clone()
     }
 
     fn expire(&self) {
         let sessions: Vec<_> = self.sessions.iter().map(|s| s.value().clone()).collect();
         let now = Instant::now();
         for session in sessions {
-            let mut session = session.lock().expect("session log lock");
-            self.expire_session(&mut session, now);
-            session.compact_if_sparse();
+            let mut log = session.lock();
+            session.expire(&mut log, now);
+            log.compact_if_sparse();
         }
     }
 
-    fn release(&self, key: &StreamKey) {
-        let Some(session) = self.session(&key.session) else {
-            return;
-        };
-        session
-            .lock()
-            .expect("session log lock")
-            .release(key.stream);
-    }
-
     fn release_session(&self, session: &str) {
-        self.sessions.remove(session);
+        // Emptied now, not when the last stream lets go of it.
+        if let Some((_, s)) = self.sessions.remove(session) {
+            *s.lock() = SessionLog::default();
+        }
     }
 
     fn usage(&self) -> (usize, usize) {
         let sessions: Vec<_> = self.sessions.iter().map(|s| s.value().clone()).collect();
         sessions.iter().fold((0, 0), |(events, bytes), s| {
-            let s = s.lock().expect("session log lock");
-            (events + s.events, bytes + s.bytes)
+            let log = s.lock();
+            (events + log.events, bytes + log.bytes)
         })
+    }
+}
+
+impl SessionEvents for MemorySession {
+    fn append(&self, stream: u64, seq: u64, data: Bytes) {
+        let limits = &self.shared.limits;
+        let mut log = self.lock();
+        let now = Instant::now();
+        let (events, bytes) = log.push(stream, seq, data, now);
+        if events > limits.max_events_per_stream || bytes > limits.max_bytes_per_stream {
+            let mut evicted = 0;
+            while log.streams.get(stream).is_some_and(|r| {
+                r.events > limits.max_events_per_stream || r.bytes > limits.max_bytes_per_stream
+            }) && log.pop_stream(stream)
+            {
+                evicted += 1;
+            }
+            self.shared.count_evicted(evicted);
+        }
+        self.expire(&mut log, now);
+        // Over the session's budget: the oldest events of the session go first.
+        let mut evicted = 0;
+        while (log.bytes > limits.max_bytes_per_session
+            || log.events > limits.max_events_per_session)
+            && log.evict_oldest(|_| true)
+        {
+            evicted += 1;
+        }
+        self.shared.count_evicted(evicted);
+        log.drop_gone_front();
+        log.compact_if_sparse();
+    }
+
+    fn replay(&self, stream: u64, after: u64, before: u64, skip_evicted: bool) -> ReplayFuture<'_> {
+        let result = (|| {
+            if after + 1 >= before {
+                return Ok(Vec::new());
+            }
+            let mut log = self.lock();
+            self.expire(&mut log, Instant::now());
+            let Some(rec) = log.streams.get(stream) else {
+                return if skip_evicted {
+                    Ok(Vec::new())
+                } else {
+                    Err(ReplayError::Evicted {
+                        oldest_kept: before,
+                    })
+                };
+            };
+            if after + 1 < rec.first_kept && !skip_evicted {
+                return Err(ReplayError::Evicted {
+                    oldest_kept: rec.first_kept,
+                });
+            }
+            Ok(log.range(rec, after, before))
+        })();
+        Box::pin(std::future::ready(result))
+    }
+
+    fn oldest_kept(&self, stream: u64) -> Option<u64> {
+        let mut log = self.lock();
+        self.expire(&mut log, Instant::now());
+        log.streams.get(stream).map(|r| r.first_kept)
+    }
+
+    fn next_seq(&self, stream: u64) -> Option<u64> {
+        let log = self.lock();
+        let rec = log.streams.get(stream)?;
+        Some(match rec.tail {
+            NONE => rec.first_kept,
+            tail => log.log[(tail - log.base) as usize].seq + 1,
+        })
+    }
+
+    fn trim(&self, stream: u64, through: u64) {
+        let mut log = self.lock();
+        while let Some(head) = log
+            .streams
+            .get(stream)
+            .map(|r| r.head)
+            .filter(|h| *h != NONE)
+            && log.at(head).seq <= through
+        {
+            log.pop_stream(stream);
+        }
+        log.drop_gone_front();
+    }
+
+    fn release(&self, stream: u64) {
+        self.lock().release(stream);
     }
 }
 
@@ -495,16 +511,47 @@ mod tests {
         }
     }
 
+    /// The store's calls by stream key, as the tests were first written.
+    trait ByKey {
+        fn append(&self, k: &StreamKey, seq: u64, data: Bytes);
+        fn trim(&self, k: &StreamKey, through: u64);
+        fn release(&self, k: &StreamKey);
+        fn next_seq(&self, k: &StreamKey) -> Option<u64>;
+    }
+
+    impl ByKey for MemoryEventStore {
+        fn append(&self, k: &StreamKey, seq: u64, data: Bytes) {
+            self.session(&k.session).append(k.stream, seq, data);
+        }
+        fn trim(&self, k: &StreamKey, through: u64) {
+            self.session(&k.session).trim(k.stream, through);
+        }
+        fn release(&self, k: &StreamKey) {
+            self.session(&k.session).release(k.stream);
+        }
+        fn next_seq(&self, k: &StreamKey) -> Option<u64> {
+            self.session(&k.session).next_seq(k.stream)
+        }
+    }
+
+    fn replay_all(
+        store: &MemoryEventStore,
+        k: &StreamKey,
+        after: u64,
+        before: u64,
+    ) -> Result<Vec<(u64, Bytes)>, ReplayError> {
+        let events = store.session(&k.session);
+        futures_util::FutureExt::now_or_never(events.replay(k.stream, after, before, false))
+            .expect("the memory store is ready at once")
+    }
+
     fn replay(
         store: &MemoryEventStore,
         k: &StreamKey,
         after: u64,
         before: u64,
     ) -> Result<Vec<u64>, ReplayError> {
-        let fut = store.replay(k, after, before, false);
-        futures_util::FutureExt::now_or_never(fut)
-            .expect("the memory store is ready at once")
-            .map(|v| v.into_iter().map(|(s, _)| s).collect())
+        replay_all(store, k, after, before).map(|v| v.into_iter().map(|(s, _)| s).collect())
     }
 
     fn limits(events: usize, bytes: usize, session: usize) -> ReplayLimits {
@@ -605,7 +652,7 @@ mod tests {
                 }
             }
             let k = key(sessions[session], stream);
-            let got = futures_util::FutureExt::now_or_never(store.replay(&k, 0, u64::MAX, false)).unwrap();
+            let got = replay_all(&store, &k, 0, u64::MAX);
             if mine.is_empty() {
                 proptest::prop_assert!(got.is_err() || got == Ok(vec![]));
             } else {
@@ -773,8 +820,8 @@ mod tests {
             store.append(&k, 1, Bytes::from_static(b"answer"));
             store.release(&k);
         }
-        let log = store.session(&Arc::from("s")).unwrap();
-        let log = log.lock().unwrap();
+        let session = store.sessions.get("s").unwrap().clone();
+        let log = session.lock();
         assert!(
             log.log.len() <= 2 * log.events + 64,
             "the log is compacted: {} entries for {} events",
