@@ -834,6 +834,22 @@ mod tests {
     }
 
     #[test]
+    fn a_released_session_holds_nothing_even_if_its_streams_go_on() {
+        let store = MemoryEventStore::new(ReplayLimits::default());
+        let events = store.session(&Arc::from("s"));
+        events.append(1, 1, Bytes::from_static(b"x"));
+        assert_eq!(store.usage(), (1, 1));
+        store.release_session("s");
+        assert_eq!(store.usage(), (0, 0));
+        // A stream that had not heard of the end yet appends once more: nothing the store
+        // keeps or counts, and the session is not brought back.
+        events.append(1, 2, Bytes::from_static(b"y"));
+        assert_eq!(store.usage(), (0, 0));
+        assert!(store.sessions.is_empty());
+        assert_eq!(store.session(&Arc::from("s")).next_seq(1), None);
+    }
+
+    #[test]
     fn knows_where_a_kept_stream_goes_on() {
         let store = MemoryEventStore::new(limits(2, 1000, 1000));
         let k = key("s", 3);
