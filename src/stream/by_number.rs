@@ -14,7 +14,7 @@ pub struct ByNumber<V> {
     /// The number of `window[0]`. Every number in `moved` is below it.
     base: u64,
     window: VecDeque<Option<V>>,
-    /// The records in `window`.
+    /// The values in `window`.
     in_window: usize,
     moved: BTreeMap<u64, V>,
 }
@@ -88,17 +88,14 @@ impl<V> ByNumber<V> {
         let Some(i) = self.slot(n) else {
             return self.moved.remove(&n);
         };
-        let rec = self.window[i].take()?;
+        let value = self.window[i].take()?;
         self.in_window -= 1;
-        while self.window.front().is_some_and(Option::is_none) {
-            self.window.pop_front();
-            self.base += 1;
-        }
+        self.drop_empty_front();
         self.keep_dense();
         if self.window.is_empty() && self.window.capacity() > 64 {
             self.window = VecDeque::new();
         }
-        Some(rec)
+        Some(value)
     }
 
     /// Keeps the window at most half empty slots (and 64 more): a few long-kept streams that
@@ -110,15 +107,19 @@ impl<V> ByNumber<V> {
         }
     }
 
-    /// Moves the first `n` slots' records to the map, then drops empty slots at the front.
+    /// Moves the first `n` slots' values to the map, then drops empty slots at the front.
     fn move_out(&mut self, n: usize) {
         for _ in 0..n {
-            if let Some(Some(rec)) = self.window.pop_front() {
-                self.moved.insert(self.base, rec);
+            if let Some(Some(value)) = self.window.pop_front() {
+                self.moved.insert(self.base, value);
                 self.in_window -= 1;
             }
             self.base += 1;
         }
+        self.drop_empty_front();
+    }
+
+    fn drop_empty_front(&mut self) {
         while self.window.front().is_some_and(Option::is_none) {
             self.window.pop_front();
             self.base += 1;
