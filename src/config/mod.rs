@@ -795,14 +795,21 @@ impl Config {
             hold: Duration::from_millis(cli.sse_hold_ms.or(fs.hold_ms).unwrap_or(5)),
             max_lingering: replay.max_events_per_session,
         };
-        if replay.max_events_per_stream == 0
-            || replay.max_bytes_per_stream == 0
-            || replay.max_bytes_per_session == 0
-        {
-            return Err(invalid(
-                "stream.replay_*",
-                "replay limits must be at least 1",
-            ));
+        for (key, limit) in [
+            ("stream.replay_max_events", replay.max_events_per_stream),
+            ("stream.replay_max_bytes", replay.max_bytes_per_stream),
+            (
+                "stream.replay_session_max_events",
+                replay.max_events_per_session,
+            ),
+            (
+                "stream.replay_session_max_bytes",
+                replay.max_bytes_per_session,
+            ),
+        ] {
+            if limit == 0 {
+                return Err(invalid(key, "must be at least 1"));
+            }
         }
         let separator = cli
             .separator
@@ -1073,6 +1080,22 @@ mod tests {
         assert_eq!(c.allowed_origins, AllowList::Any);
         let e = Config::load(&cli(&["--separator", "", "--", "x"])).unwrap_err();
         assert!(e.to_string().contains("separator"), "{e}");
+        for (flag, key) in [
+            ("--replay-max-events", "stream.replay_max_events"),
+            ("--replay-max-bytes", "stream.replay_max_bytes"),
+            (
+                "--replay-session-max-events",
+                "stream.replay_session_max_events",
+            ),
+            (
+                "--replay-session-max-bytes",
+                "stream.replay_session_max_bytes",
+            ),
+        ] {
+            let e = Config::load(&cli(&[flag, "0", "--", "x"])).unwrap_err();
+            assert!(e.to_string().contains(key), "{flag}: {e}");
+            Config::load(&cli(&[flag, "1", "--", "x"])).unwrap();
+        }
     }
 
     #[test]
