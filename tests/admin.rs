@@ -331,7 +331,10 @@ async fn connected_clients_hear_of_new_plugins_and_see_their_tools() {
     let gw = with_main_plugin();
     let admin = Admin::of(&gw);
     let mut c = gw.client();
-    c.initialize().await;
+    let init = c.initialize().await;
+    // One unprefixed plugin: its own server info and instructions.
+    assert_eq!(init["serverInfo"]["name"], "mcp-fixture-server");
+    assert!(!init["instructions"].as_str().unwrap().contains("extra"));
     let mut get = common::Events::new(c.get_stream().await);
     assert_eq!(
         c.tool_text(1, "echo", json!({"text": "alone"})).await,
@@ -368,6 +371,11 @@ async fn connected_clients_hear_of_new_plugins_and_see_their_tools() {
         c.tool_text(99, "extra__echo", json!({"text": "new"})).await,
         "new"
     );
+    // A new session is answered from the new set of plugins, not from the first answer.
+    let init = gw.client().initialize().await;
+    assert_eq!(init["serverInfo"]["name"], "mcp-gateway");
+    let instructions = init["instructions"].as_str().unwrap();
+    assert!(instructions.contains("## extra") && instructions.contains("## main"));
 }
 
 #[tokio::test]

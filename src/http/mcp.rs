@@ -330,41 +330,20 @@ async fn initialize(
     }
     let version = protocol::negotiate(&p.protocol_version);
     let view = gw.registry.ready(gw.probe_wait()).await;
-    let capabilities: Vec<serde_json::Value> = view
-        .plugins
-        .iter()
-        .map(|p| p.info.capabilities.clone())
-        .collect();
-    let instructions: Vec<(String, Option<String>)> = view
-        .plugins
-        .iter()
-        .map(|p| (p.name().to_owned(), p.info.instructions.clone()))
-        .collect();
-    // One unprefixed plugin: the gateway is transparent and shows the plugin's own info.
-    let server_info: serde_json::Value = match view.plugins.as_slice() {
-        [only] if only.prefix.is_none() => {
-            serde_json::from_str(only.info.server_info.get()).unwrap_or_default()
-        }
-        _ => serde_json::json!({ "name": "mcp-gateway", "version": env!("CARGO_PKG_VERSION") }),
-    };
-    let mut result = serde_json::json!({
-        "protocolVersion": version,
-        "capabilities": router::merged_capabilities(&capabilities),
-        "serverInfo": server_info,
-    });
-    if let Some(text) = router::merged_instructions(&instructions) {
-        result["instructions"] = text.into();
-    }
+    let result = router::initialize_result(&view, version);
 
-    let plugin_params = format!(
+    let mut plugin_params = format!(
         r#"{{"protocolVersion":"{version}","capabilities":{},"clientInfo":{}}}"#,
         p.capabilities.get(),
         p.client_info.get()
     );
+    // Plugins read one message per line: a client's pretty-printed params go on one line.
+    if memchr::memchr2(b'\n', b'\r', plugin_params.as_bytes()).is_some() {
+        plugin_params = plugin_params.replace(['\n', '\r'], " ");
+    }
     let init = ClientInit {
         version,
-        plugin_params: RawValue::from_string(plugin_params.replace(['\n', '\r'], " "))
-            .expect("valid JSON"),
+        plugin_params: RawValue::from_string(plugin_params).expect("valid JSON"),
         owner: principal.map(|p| p.subject.clone()),
     };
     let session = gw
@@ -372,10 +351,7 @@ async fn initialize(
         .create(init, gw.registry.clone(), &gw.shutdown)
         .map_err(|_| HttpError::TooManySessions)?;
     trace::record_session(&session.id);
-    let body = jsonrpc::result_bytes(
-        id.raw(),
-        &RawValue::from_string(result.to_string()).expect("valid JSON"),
-    );
+    let body = jsonrpc::result_bytes(id.raw(), &result);
     let mut response = json_response(StatusCode::OK, body);
     response.headers_mut().insert(
         SESSION_HEADER,

@@ -16,7 +16,7 @@ pub mod store;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::{Duration, Instant};
 
 use serde_json::value::RawValue;
@@ -197,6 +197,9 @@ impl ViewPlugin {
 pub struct View {
     pub plugins: Vec<ViewPlugin>,
     pub separator: Arc<str>,
+    /// What `initialize` answers with this view, all but the protocol version: the router
+    /// makes it on first use, and every later session of the view takes it as it is.
+    pub initialize: OnceLock<Box<str>>,
 }
 
 impl View {
@@ -209,6 +212,7 @@ impl View {
         View {
             plugins: self.plugins.iter().filter(|p| !hide(p)).cloned().collect(),
             separator: self.separator.clone(),
+            initialize: OnceLock::new(),
         }
     }
 }
@@ -273,6 +277,7 @@ impl Registry {
             view: RwLock::new(Arc::new(View {
                 plugins: Vec::new(),
                 separator: Arc::from(config.separator.as_str()),
+                initialize: OnceLock::new(),
             })),
             file_plugins: Mutex::new(config.plugins.clone()),
             store,
@@ -560,6 +565,7 @@ impl Registry {
         let view = Arc::new(View {
             plugins,
             separator: self.separator.clone(),
+            initialize: OnceLock::new(),
         });
         *self.view.write().expect("view lock") = view.clone();
         if let Some(f) = self.listener.lock().expect("listener lock").as_ref() {

@@ -436,6 +436,45 @@ fn empty() -> Box<RawValue> {
     RawValue::from_string("{}".into()).expect("valid JSON")
 }
 
+/// The `initialize` result with `view` in protocol `version`. All but the version depends on
+/// the view alone (merged capabilities, server info, instructions), so it is made once per
+/// view and kept in it.
+pub fn initialize_result(view: &View, version: &str) -> Box<RawValue> {
+    let rest = view.initialize.get_or_init(|| initialize_rest(view));
+    // `rest` is an object with at least `capabilities`; the version is one of ours (no
+    // escapes needed).
+    RawValue::from_string(format!(r#"{{"protocolVersion":"{version}",{}"#, &rest[1..]))
+        .expect("valid JSON")
+}
+
+fn initialize_rest(view: &View) -> Box<str> {
+    let capabilities: Vec<serde_json::Value> = view
+        .plugins
+        .iter()
+        .map(|p| p.info.capabilities.clone())
+        .collect();
+    let instructions: Vec<(String, Option<String>)> = view
+        .plugins
+        .iter()
+        .map(|p| (p.name().to_owned(), p.info.instructions.clone()))
+        .collect();
+    // One unprefixed plugin: the gateway is transparent and shows the plugin's own info.
+    let server_info: serde_json::Value = match view.plugins.as_slice() {
+        [only] if only.prefix.is_none() => {
+            serde_json::from_str(only.info.server_info.get()).unwrap_or_default()
+        }
+        _ => serde_json::json!({ "name": "mcp-gateway", "version": env!("CARGO_PKG_VERSION") }),
+    };
+    let mut rest = serde_json::json!({
+        "capabilities": merged_capabilities(&capabilities),
+        "serverInfo": server_info,
+    });
+    if let Some(text) = merged_instructions(&instructions) {
+        rest["instructions"] = text.into();
+    }
+    rest.to_string().into()
+}
+
 /// Capabilities for the client: the union of the plugins', plus `logging` (the gateway
 /// answers `logging/setLevel` itself), and list changes for tools, prompts and resources (the
 /// registry can change them at any time).

@@ -240,15 +240,14 @@ impl Session {
         stream_settings: StreamSettings,
     ) -> Arc<Session> {
         let tag = rand::random::<u32>();
-        let client_capabilities =
-            serde_json::from_str::<serde_json::Value>(init.plugin_params.get())
-                .ok()
-                .and_then(|v| {
-                    v.get("capabilities")?
-                        .as_object()
-                        .map(|c| c.keys().cloned().collect())
-                })
-                .unwrap_or_default();
+        /// Only the names of the client's capabilities, the rest skipped unread.
+        #[derive(serde::Deserialize)]
+        struct Params {
+            capabilities: HashMap<String, serde::de::IgnoredAny>,
+        }
+        let client_capabilities = serde_json::from_str::<Params>(init.plugin_params.get())
+            .map(|p| p.capabilities.into_keys().collect())
+            .unwrap_or_default();
         let events = store.session(&id);
         let get = Stream::new(
             StreamKey {
