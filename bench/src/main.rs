@@ -77,6 +77,13 @@ enum Cmd {
         #[arg(long, default_value_t = 0)]
         hold_secs: u64,
     },
+    /// Scenario (d) against a target started by hand: new sessions one after another.
+    Latency {
+        #[arg(long)]
+        url: String,
+        #[arg(long, default_value_t = 200)]
+        rounds: usize,
+    },
 }
 
 #[derive(Debug, Default, Serialize, Clone)]
@@ -119,9 +126,20 @@ struct TargetReport {
     a_one_session_16: Option<Throughput>,
     b_64_sessions_64: Option<Throughput>,
     c_idle_sessions: Vec<IdleReport>,
-    d_initialize_p50_ms: Option<f64>,
-    d_first_call_p50_ms: Option<f64>,
+    d: Option<Latency>,
     notes: Vec<String>,
+}
+
+/// (d): p50 latencies of a new session, each timed from the `initialize` request's start.
+#[derive(Debug, Default, Serialize)]
+struct Latency {
+    /// Until the `initialize` result is in: one round trip, what the targets call initialize.
+    initialize_p50_ms: f64,
+    /// Until `notifications/initialized` is acknowledged as well: the client's whole handshake.
+    handshake_p50_ms: f64,
+    /// Until the answer to the first `tools/call` is in.
+    first_call_p50_ms: f64,
+    rounds: usize,
 }
 
 #[derive(Debug, Default, Serialize)]
@@ -172,6 +190,13 @@ fn main() {
                 ),
                 Err(e) => eprintln!("idle sessions: {e}"),
             }
+        }
+        Some(Cmd::Latency { url, rounds }) => {
+            let d = rt.block_on(first_call_latency(&url, rounds));
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&d).expect("serializable")
+            );
         }
         None => rt.block_on(run(cli)),
     }
@@ -513,9 +538,7 @@ async fn run(cli: Cli) {
         name: warm.name.clone(),
         ..Default::default()
     };
-    let (init, first) = first_call_latency(&warm.url, 100).await;
-    r.d_initialize_p50_ms = Some(init);
-    r.d_first_call_p50_ms = Some(first);
+    r.d = Some(first_call_latency(&warm.url, 100).await);
     report.targets.push(r);
     drop(warm);
 
@@ -613,9 +636,7 @@ async fn http_target(target: &Target, duration: Duration) -> TargetReport {
     };
     r.a_one_session_16 = Some(http_load(&target.url, 1, 16, duration).await);
     r.b_64_sessions_64 = Some(http_load(&target.url, 64, 64, duration).await);
-    let (init, first) = first_call_latency(&target.url, 100).await;
-    r.d_initialize_p50_ms = Some(init);
-    r.d_first_call_p50_ms = Some(first);
+    r.d = Some(first_call_latency(&target.url, 100).await);
     r
 }
 
@@ -629,6 +650,16 @@ fn client() -> reqwest::Client {
 
 /// Opens a session: `initialize`, then `notifications/initialized`.
 async fn initialize(http: &reqwest::Client, url: &str) -> Result<(Option<String>, String), String> {
+    let (sid, version) = initialize_request(http, url).await?;
+    initialized(http, url, sid.as_deref(), &version).await?;
+    Ok((sid, version))
+}
+
+/// The `initialize` request alone: the session id, if any, and the negotiated version.
+async fn initialize_request(
+    http: &reqwest::Client,
+    url: &str,
+) -> Result<(Option<String>, String), String> {
     let r = post(http, url, None, None, &json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
         "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "mcp-bench", "version": "1"}}}))
     .await?;
@@ -638,15 +669,24 @@ async fn initialize(http: &reqwest::Client, url: &str) -> Result<(Option<String>
         r.1.iter()
             .find_map(|m| m["result"]["protocolVersion"].as_str().map(str::to_owned))
             .ok_or("no initialize result")?;
+    Ok((sid, version))
+}
+
+async fn initialized(
+    http: &reqwest::Client,
+    url: &str,
+    sid: Option<&str>,
+    version: &str,
+) -> Result<(), String> {
     post(
         http,
         url,
-        sid.as_deref(),
-        Some(&version),
+        sid,
+        Some(version),
         &json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
     )
-    .await?;
-    Ok((sid, version))
+    .await
+    .map(drop)
 }
 
 /// One POST; the session id from the response and every JSON-RPC message in it (JSON or SSE).
@@ -836,36 +876,59 @@ async fn pipes_load(in_flight: usize, duration: Duration) -> Throughput {
     throughput(&hist, wrong, elapsed)
 }
 
-/// p50 of `initialize` alone, and of `initialize` + the first `tools/call`, each on a new
-/// session.
-async fn first_call_latency(url: &str, rounds: usize) -> (f64, f64) {
+/// (d): new sessions one after another, each timed from its `initialize` request. First
+/// `rounds` sessions that only open and close, then `rounds` that also make a first call: a
+/// first call starts a plugin (or takes one from the warm pool, which then starts another),
+/// and the next session's `initialize` would otherwise be timed against that start and the
+/// previous session's plugin stopping.
+async fn first_call_latency(url: &str, rounds: usize) -> Latency {
     let http = client();
-    let mut init = Histogram::<u64>::new(3).expect("histogram");
-    let mut first = Histogram::<u64>::new(3).expect("histogram");
+    let new = || Histogram::<u64>::new(3).expect("histogram");
+    let (mut init, mut handshake, mut first) = (new(), new(), new());
+    let micros = |t: Instant| t.elapsed().as_micros() as u64;
+    let close = |sid: Option<String>| {
+        let http = http.clone();
+        async move {
+            if let Some(sid) = sid {
+                let _ = http.delete(url).header("mcp-session-id", sid).send().await;
+            }
+        }
+    };
+    for _ in 0..rounds {
+        let t = Instant::now();
+        let Ok((sid, version)) = initialize_request(&http, url).await else {
+            continue;
+        };
+        init.record(micros(t)).expect("in range");
+        if initialized(&http, url, sid.as_deref(), &version)
+            .await
+            .is_ok()
+        {
+            handshake.record(micros(t)).expect("in range");
+        }
+        close(sid).await;
+    }
     for i in 0..rounds {
         let t = Instant::now();
         let Ok((sid, version)) = initialize(&http, url).await else {
             continue;
         };
-        init.record(t.elapsed().as_micros() as u64)
-            .expect("in range");
         let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "echo", "arguments": {"text": format!("first-{i}")}}});
         if post(&http, url, sid.as_deref(), Some(&version), &body)
             .await
             .is_ok()
         {
-            first
-                .record(t.elapsed().as_micros() as u64)
-                .expect("in range");
+            first.record(micros(t)).expect("in range");
         }
-        if let Some(sid) = sid {
-            let _ = http.delete(url).header("mcp-session-id", sid).send().await;
-        }
+        close(sid).await;
     }
-    (
-        init.value_at_quantile(0.5) as f64 / 1000.0,
-        first.value_at_quantile(0.5) as f64 / 1000.0,
-    )
+    let p50 = |h: &Histogram<u64>| h.value_at_quantile(0.5) as f64 / 1000.0;
+    Latency {
+        initialize_p50_ms: p50(&init),
+        handshake_p50_ms: p50(&handshake),
+        first_call_p50_ms: p50(&first),
+        rounds,
+    }
 }
 
 /// Opens `n` sessions, each holding a GET stream; setup rate and the memory of the target's
@@ -1004,7 +1067,7 @@ fn markdown(r: &Report) -> String {
     let mut out = format!(
         "# Benchmarks\n\nMeasured by `mcp-bench` (bench/) on {} with {} cores, {} s per throughput scenario, echo plugin, 64-byte payloads. \
          Raw numbers: `bench/results/latest.json`. Reproduce: `scripts/bench`.\n\n\
-         | target | (a) calls/s, 1 session ×16 | (b) calls/s, 64 sessions ×64 | (c) idle sessions with GET streams | (d) initialize p50 | (d) initialize + first call p50 |\n|---|---|---|---|---|---|\n",
+         | target | (a) calls/s, 1 session ×16 | (b) calls/s, 64 sessions ×64 | (c) idle sessions with GET streams | (d) initialize p50 | (d) initialize + initialized p50 | (d) initialize + first call p50 |\n|---|---|---|---|---|---|---|\n",
         r.date, r.cores, r.duration_secs
     );
     for t in &r.targets {
@@ -1020,14 +1083,16 @@ fn markdown(r: &Report) -> String {
             .collect::<Vec<_>>()
             .join("; ");
         let ms = |v: Option<f64>| v.map_or("–".into(), |v| format!("{v:.2} ms"));
+        let d = t.d.as_ref();
         out.push_str(&format!(
-            "| {} | {} | {} | {} | {} | {} |\n",
+            "| {} | {} | {} | {} | {} | {} | {} |\n",
             t.name,
             f(&t.a_one_session_16),
             f(&t.b_64_sessions_64),
             if idle.is_empty() { "–".into() } else { idle },
-            ms(t.d_initialize_p50_ms),
-            ms(t.d_first_call_p50_ms),
+            ms(d.map(|d| d.initialize_p50_ms)),
+            ms(d.map(|d| d.handshake_p50_ms)),
+            ms(d.map(|d| d.first_call_p50_ms)),
         ));
     }
     for t in r.targets.iter().filter(|t| !t.notes.is_empty()) {
