@@ -117,8 +117,10 @@ async fn metrics_count_requests_sessions_streams_replays_and_plugins() {
         .await;
     assert!(crashed.body.contains("exited"), "{}", crashed.body);
 
-    // A cursor that names no stream of this session.
+    // A cursor that names no stream of this session. From another connection: a request on
+    // this one would show the last answer was read and release it from the replay buffer.
     let miss = c
+        .on_new_connection()
         .request(reqwest::Method::GET)
         .header("accept", "text/event-stream")
         .header("last-event-id", "00000001-77-3")
@@ -222,7 +224,10 @@ async fn metrics_count_requests_sessions_streams_replays_and_plugins() {
         .into_iter()
         .find_map(|e| e.id)
         .expect("an event id");
+    // Resumed as by a client whose connection broke (on the same connection, the request
+    // would show the answer was read, and find it released).
     let resumed = c
+        .on_new_connection()
         .request(reqwest::Method::GET)
         .header("accept", "text/event-stream")
         .header("last-event-id", first_id)

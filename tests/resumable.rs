@@ -187,8 +187,9 @@ async fn a_quick_answer_leaves_with_its_headers_and_stays_resumable() {
     assert!(events.next().await.is_none());
 
     // The finished stream left memory; its events linger in the store and a client that
-    // missed them still gets them.
-    let mut again = RawEvents::new(resume(&c, priming.id.as_deref().unwrap()).await);
+    // missed them (its connection broke) still gets them.
+    let mut again =
+        RawEvents::new(resume(&c.on_new_connection(), priming.id.as_deref().unwrap()).await);
     let retry = again.next().await.unwrap();
     assert!(
         retry.data.is_empty() && retry.retry.is_some(),
@@ -211,6 +212,36 @@ async fn a_quick_answer_leaves_with_its_headers_and_stays_resumable() {
     c.notify("notifications/cancelled", json!({"requestId": 2}))
         .await;
     slow.wait_log("cancelled").await;
+}
+
+#[tokio::test]
+async fn a_stream_read_to_its_end_is_released_at_the_next_request_on_its_connection() {
+    // Lingering an hour: only the proof of reading can release the streams here.
+    let gw = Gateway::fixture(&["--sse-linger-ms", "3600000"], &[]);
+    let mut c = gw.client();
+    c.initialize_at("2025-11-25", json!({})).await;
+    let read_whole = async |c: &Client, id: i64| {
+        let mut events = post_stream(c, &call(id, "echo", json!({"text": "x"}))).await;
+        let priming = events.next().await.unwrap().id.unwrap();
+        let answers = data_events(&mut events).await;
+        assert_eq!(answers.len(), 1);
+        priming
+    };
+    let first = read_whole(&c, 1).await;
+    // No later request on that connection yet: the stream lingers for a client that lost it.
+    let other = c.on_new_connection();
+    let mut again = RawEvents::new(resume(&other, &first).await);
+    assert_eq!(data_events(&mut again).await.len(), 1);
+    // The next request on the first connection shows the client read the stream: released.
+    c.tool_text(2, "echo", json!({"text": "next"})).await;
+    assert_eq!(resume(&other, &first).await.status(), 410);
+
+    // HTTP/2 multiplexes requests on one connection, so a later one proves nothing.
+    let h2 = c.over_http2();
+    let second = read_whole(&h2, 3).await;
+    h2.tool_text(4, "echo", json!({"text": "next"})).await;
+    let mut again = RawEvents::new(resume(&other, &second).await);
+    assert_eq!(data_events(&mut again).await.len(), 1);
 }
 
 #[tokio::test]

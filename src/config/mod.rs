@@ -107,7 +107,8 @@ pub struct Cli {
     pub sse_hold_ms: Option<u64>,
 
     /// Milliseconds a finished stream stays resumable (its last events may not have reached
-    /// the client yet). [default: 5000]
+    /// the client yet), at most: the client's next request on the same HTTP/1.1 connection
+    /// shows it read the stream, which is then released. [default: 5000]
     #[arg(long, env = "MCP_GATEWAY_SSE_LINGER_MS")]
     pub sse_linger_ms: Option<u64>,
 

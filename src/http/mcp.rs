@@ -32,7 +32,7 @@ use crate::router;
 use crate::session::UnknownStream;
 use crate::session::{ClientInit, Session};
 use crate::stream::{
-    self, AttachError, Cursor, EventId, Opening, ReplayError, Sink, Stream, StreamGuard,
+    self, AttachError, Cursor, EventId, Opening, ReadProof, ReplayError, Sink, Stream, StreamGuard,
 };
 
 // Names, not strings: a lookup by `&str` parses and lowercases the name on every request.
@@ -43,18 +43,27 @@ const LAST_EVENT_ID: HeaderName = HeaderName::from_static("last-event-id");
 // The handlers take the whole request: axum's `HeaderMap` and `Uri` extractors clone them.
 
 pub async fn post(State(gw): State<Arc<Gateway>>, request: Request) -> Response {
-    let (parts, body) = request.into_parts();
+    let (mut parts, body) = request.into_parts();
     let trace = TraceContext::from_headers(&parts.headers);
+    let proof = parts.extensions.remove::<Arc<ReadProof>>();
     // Boxed: the handler's future is moved several times on its way through axum and hyper,
     // and this one, holding every state of a POST, is kilobytes.
-    Box::pin(handle_post(&gw, &parts.uri, &parts.headers, body, trace))
-        .await
-        .unwrap_or_else(IntoResponse::into_response)
+    Box::pin(handle_post(
+        &gw,
+        &parts.uri,
+        &parts.headers,
+        body,
+        trace,
+        proof,
+    ))
+    .await
+    .unwrap_or_else(IntoResponse::into_response)
 }
 
 pub async fn get(State(gw): State<Arc<Gateway>>, request: Request) -> Response {
-    let (parts, _) = request.into_parts();
-    handle_get(&gw, &parts.uri, &parts.headers)
+    let (mut parts, _) = request.into_parts();
+    let proof = parts.extensions.remove::<Arc<ReadProof>>();
+    handle_get(&gw, &parts.uri, &parts.headers, proof)
         .await
         .unwrap_or_else(IntoResponse::into_response)
 }
@@ -70,6 +79,7 @@ async fn handle_post(
     headers: &HeaderMap,
     body: Body,
     trace: Option<TraceContext>,
+    proof: Option<Arc<ReadProof>>,
 ) -> Result<Response, HttpError> {
     gw.guard.check(headers, uri)?;
     let principal = authorize(gw, headers, uri)?;
@@ -84,7 +94,15 @@ async fn handle_post(
         Era::Session(id) => {
             let session = owned_session(gw, id, principal.as_ref())?;
             check_version(headers, &session)?;
-            in_session(gw, session, parsed, principal.as_ref(), trace.as_ref()).await
+            in_session(
+                gw,
+                session,
+                parsed,
+                principal.as_ref(),
+                trace.as_ref(),
+                proof,
+            )
+            .await
         }
     }
 }
@@ -119,6 +137,7 @@ async fn handle_get(
     gw: &Arc<Gateway>,
     uri: &Uri,
     headers: &HeaderMap,
+    proof: Option<Arc<ReadProof>>,
 ) -> Result<Response, HttpError> {
     gw.guard.check(headers, uri)?;
     let principal = authorize(gw, headers, uri)?;
@@ -157,6 +176,7 @@ async fn handle_get(
     let guard = StreamGuard::new(session.connections.clone());
     let mut opening = opening(&session, priming, false);
     opening.drain = Some(gw.draining.clone());
+    opening.proof = proof;
     Ok(stream::sse_response(attached, opening, session.closed.clone(), guard).await)
 }
 
@@ -212,6 +232,7 @@ fn opening(session: &Session, priming: Option<EventId>, hold: bool) -> Opening {
         keep_alive: settings.keep_alive,
         hold: if hold { settings.hold } else { Duration::ZERO },
         drain: None,
+        proof: None,
     }
 }
 
@@ -366,6 +387,7 @@ async fn in_session(
     parsed: RpcBody,
     principal: Option<&Principal>,
     trace: Option<&TraceContext>,
+    proof: Option<Arc<ReadProof>>,
 ) -> Result<Response, HttpError> {
     session.touch();
     let (messages, batch) = match parsed {
@@ -466,13 +488,9 @@ async fn in_session(
     }
     if sse {
         let priming = Some(attached.cursor_id());
-        return Ok(stream::sse_response(
-            attached,
-            opening(&session, priming, true),
-            session.closed.clone(),
-            guard,
-        )
-        .await);
+        let mut opening = opening(&session, priming, true);
+        opening.proof = proof;
+        return Ok(stream::sse_response(attached, opening, session.closed.clone(), guard).await);
     }
     let mut responses = stream::collect_responses(attached, &session.closed).await;
     drop(guard);

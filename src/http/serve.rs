@@ -8,20 +8,31 @@
 //! - Each connection is one task holding only what hyper needs, without axum's per-connection
 //!   wrapper.
 //!
+//! Each HTTP/1 request carries its connection's [`ReadProof`], and coming in proves the
+//! responses before it on the connection were read (see there).
+//!
 //! Every accepted socket gets `TCP_NODELAY` (SSE answers go out in several small writes).
 //! When `stop` fires, the listener closes and every connection is asked to finish: an
 //! HTTP/1 connection after the response it is writing, an HTTP/2 one after a GOAWAY. The
 //! returned future ends when the last connection has.
 
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::Router;
+use axum::http::{Request, Version};
+use axum::response::Response;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
+use tower::Service;
+
+use crate::stream::ReadProof;
 
 pub async fn serve(
     listener: TcpListener,
@@ -46,7 +57,10 @@ pub async fn serve(
         if let Err(e) = tcp.set_nodelay(true) {
             tracing::debug!("TCP_NODELAY: {e}");
         }
-        let service = TowerToHyperService::new(app.clone());
+        let service = TowerToHyperService::new(Connection {
+            app: app.clone(),
+            proof: Arc::default(),
+        });
         let connection = builder
             .serve_connection_with_upgrades(TokioIo::new(tcp), service)
             .into_owned();
@@ -60,6 +74,34 @@ pub async fn serve(
     drop(listener);
     graceful.shutdown().await;
     Ok(())
+}
+
+/// The service of one connection: the router, and the connection's proof of reading.
+#[derive(Clone)]
+struct Connection {
+    app: Router,
+    proof: Arc<ReadProof>,
+}
+
+impl<B> Service<Request<B>> for Connection
+where
+    Router: Service<Request<B>, Response = Response, Error = Infallible>,
+{
+    type Response = Response;
+    type Error = Infallible;
+    type Future = <Router as Service<Request<B>>>::Future;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Service::<Request<B>>::poll_ready(&mut self.app, cx)
+    }
+
+    fn call(&mut self, mut request: Request<B>) -> Self::Future {
+        if request.version() <= Version::HTTP_11 {
+            self.proof.next_request();
+            request.extensions_mut().insert(self.proof.clone());
+        }
+        self.app.call(request)
+    }
 }
 
 /// A failed `accept`: a connection that went away before it was taken is nothing; anything

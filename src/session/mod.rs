@@ -727,6 +727,21 @@ impl StreamHooks for SessionHooks {
         }
     }
 
+    fn read(&self, stream: u64) {
+        if let Some(s) = self.0.upgrade() {
+            // Its queue entry is among the last (streams finish about in the order they are
+            // read); one not found near the end is released again when it comes up, harmlessly.
+            {
+                let mut q = s.lingering.lock().expect("linger lock");
+                let len = q.len();
+                if let Some(back) = q.iter().rev().take(64).position(|(_, n)| *n == stream) {
+                    q.remove(len - 1 - back);
+                }
+            }
+            s.release_lingering(stream);
+        }
+    }
+
     fn released(&self, stream: u64) {
         if let Some(s) = self.0.upgrade() {
             s.streams.lock().expect("streams lock").remove(stream);

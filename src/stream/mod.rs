@@ -14,6 +14,7 @@
 
 mod by_number;
 mod event_id;
+mod read_proof;
 pub mod store;
 
 use std::collections::VecDeque;
@@ -30,6 +31,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use by_number::ByNumber;
 pub use event_id::{EventId, EventIdError};
+pub use read_proof::ReadProof;
 pub use store::{
     EventStore, MemoryEventStore, ReplayError, ReplayLimits, SessionEvents, StreamKey,
 };
@@ -110,6 +112,8 @@ const LIVE_QUEUE: usize = 1024;
 pub trait StreamHooks: Send + Sync {
     /// The stream went out to its end on a connection: release it after the linger time.
     fn finished(&self, stream: u64);
+    /// The client read the finished stream to its end ([`ReadProof`]): release it now.
+    fn read(&self, stream: u64);
     /// The stream is released: forget it.
     fn released(&self, stream: u64);
 }
@@ -409,7 +413,8 @@ impl Stream {
     /// A connection went away; `finished` when it carried the stream to its end. An
     /// unbuffered stream is released with its connection; a buffered one that finished
     /// lingers (its session releases it later), one that did not waits to be resumed.
-    fn detach(&self, conn: u64, finished: bool) {
+    /// Detaches connection `conn`; true when the stream ended on it and now lingers.
+    fn detach(&self, conn: u64, finished: bool) -> bool {
         let (release, linger) = {
             let mut g = self.lock();
             if g.conn.as_ref().is_some_and(|c| c.id == conn) {
@@ -427,6 +432,18 @@ impl Stream {
             self.release_buffer();
         } else if linger && let Some(h) = &self.hooks {
             h.finished(self.key.stream);
+            return true;
+        }
+        false
+    }
+
+    /// Detaches connection `conn`, which carried the stream to its end when `finished`; a
+    /// stream that lingers is then released when `proof` shows the client read it.
+    fn detach_with_proof(&self, conn: u64, finished: bool, proof: Option<&ReadProof>) {
+        if self.detach(conn, finished)
+            && let (Some(proof), Some(hooks)) = (proof, &self.hooks)
+        {
+            proof.ended(hooks.clone(), self.key.stream);
         }
     }
 
@@ -569,6 +586,9 @@ pub struct Opening {
     /// the stream going on, so the client reconnects (to another replica behind a load
     /// balancer). `None` for a POST's stream, which ends with its answers.
     pub drain: Option<CancellationToken>,
+    /// The HTTP/1 connection's proof of reading: a stream that ends on this connection is
+    /// released at the connection's next request.
+    pub proof: Option<Arc<ReadProof>>,
 }
 
 /// Turns an attached connection into an SSE response: priming, replay, then live events,
@@ -628,7 +648,7 @@ pub async fn sse_response(
             }
             body.extend_from_slice(chunk);
         }
-        stream.detach(conn, finished);
+        stream.detach_with_proof(conn, finished, opening.proof.as_deref());
         drop(guard);
         return sse_headers(axum::body::Body::from(body).into_response());
     }
@@ -646,6 +666,7 @@ pub async fn sse_response(
         quiet_since: now,
         closing: false,
         finished: false,
+        proof: opening.proof,
         closed,
         _guard: guard,
         _open: crate::metrics::SseOpen::new(),
@@ -719,6 +740,7 @@ struct Body {
     /// A polling close was announced: end at the next poll.
     closing: bool,
     finished: bool,
+    proof: Option<Arc<ReadProof>>,
     closed: CancellationToken,
     _guard: StreamGuard,
     /// Counted in the open-streams gauge while the response streams.
@@ -785,7 +807,8 @@ impl Body {
 
 impl Drop for Body {
     fn drop(&mut self) {
-        self.stream.detach(self.conn, self.finished);
+        self.stream
+            .detach_with_proof(self.conn, self.finished, self.proof.as_deref());
     }
 }
 
@@ -922,6 +945,9 @@ mod tests {
     impl StreamHooks for Calls {
         fn finished(&self, stream: u64) {
             self.0.lock().unwrap().push(format!("finished {stream}"));
+        }
+        fn read(&self, stream: u64) {
+            self.0.lock().unwrap().push(format!("read {stream}"));
         }
         fn released(&self, stream: u64) {
             self.0.lock().unwrap().push(format!("released {stream}"));

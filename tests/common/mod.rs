@@ -299,6 +299,28 @@ impl Client {
         }
     }
 
+    /// The same session from another HTTP client, so its requests go on another connection:
+    /// a client whose connection broke.
+    pub fn on_new_connection(&self) -> Client {
+        Client {
+            session: self.session.clone(),
+            version: self.version.clone(),
+            ..Client::new(&self.url)
+        }
+    }
+
+    /// The same session over HTTP/2 (cleartext, prior knowledge).
+    pub fn over_http2(&self) -> Client {
+        Client {
+            http: reqwest::Client::builder()
+                .timeout(Duration::from_secs(90))
+                .http2_prior_knowledge()
+                .build()
+                .expect("HTTP client"),
+            ..self.on_new_connection()
+        }
+    }
+
     /// The same client sending `Authorization: Bearer <token>` on every request.
     pub fn with_token(mut self, token: &str) -> Client {
         let mut headers = reqwest::header::HeaderMap::new();

@@ -1,0 +1,38 @@
+//! Proof that a client read a response to its end, from the order of HTTP/1.1.
+//!
+//! A finished POST stream lingers (its events kept for a resume) because the gateway cannot
+//! tell whether the last bytes it wrote reached the client before the connection broke. On an
+//! HTTP/1.1 connection, a client sends its next request only after it has read the response
+//! before it to its end, so that next request proves the streams the response ended were
+//! delivered: they are released at once instead of after the linger time. A connection that
+//! breaks sends no next request, and its last stream lingers as before. Under sustained load
+//! on one connection this keeps a session's replay buffer at the streams still in flight,
+//! where it would otherwise hold every stream of the last linger period.
+//!
+//! Pipelining (a client sending requests before reading the responses before them) would break
+//! this reasoning. No MCP client pipelines, and RFC 9112 tells clients not to pipeline after a
+//! POST. HTTP/2 multiplexes and proves nothing: its requests carry no proof.
+
+use std::sync::{Arc, Mutex};
+
+use super::StreamHooks;
+
+/// One per HTTP/1 connection: the streams its responses carried to their end since the
+/// connection's last request.
+#[derive(Default)]
+pub struct ReadProof(Mutex<Vec<(Arc<dyn StreamHooks>, u64)>>);
+
+impl ReadProof {
+    /// A response on this connection carried `stream` to its end.
+    pub(super) fn ended(&self, hooks: Arc<dyn StreamHooks>, stream: u64) {
+        self.0.lock().expect("proof lock").push((hooks, stream));
+    }
+
+    /// A new request came on this connection: every response before it was read.
+    pub fn next_request(&self) {
+        let read = std::mem::take(&mut *self.0.lock().expect("proof lock"));
+        for (hooks, stream) in read {
+            hooks.read(stream);
+        }
+    }
+}
