@@ -478,7 +478,7 @@ fn initialize_rest(view: &View) -> Box<str> {
 /// Capabilities for the client: the union of the plugins', plus `logging` (the gateway
 /// answers `logging/setLevel` itself), and list changes for tools, prompts and resources (the
 /// registry can change them at any time).
-pub fn merged_capabilities(plugins: &[serde_json::Value]) -> serde_json::Value {
+fn merged_capabilities(plugins: &[serde_json::Value]) -> serde_json::Value {
     let mut out = serde_json::Map::new();
     for caps in plugins {
         let Some(caps) = caps.as_object() else {
@@ -512,7 +512,7 @@ pub fn merged_capabilities(plugins: &[serde_json::Value]) -> serde_json::Value {
 
 /// The `instructions` for the client: the plugin's own with one plugin, each plugin's under
 /// its name with several.
-pub fn merged_instructions(plugins: &[(String, Option<String>)]) -> Option<String> {
+fn merged_instructions(plugins: &[(String, Option<String>)]) -> Option<String> {
     match plugins {
         [(_, only)] => only.clone(),
         many => {
