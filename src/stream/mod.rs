@@ -412,8 +412,8 @@ impl Stream {
 
     /// A connection went away; `finished` when it carried the stream to its end. An
     /// unbuffered stream is released with its connection; a buffered one that finished
-    /// lingers (its session releases it later), one that did not waits to be resumed.
-    /// Detaches connection `conn`; true when the stream ended on it and now lingers.
+    /// lingers (its session releases it later), one that did not waits to be resumed. True
+    /// when the stream ended on this connection and now lingers.
     fn detach(&self, conn: u64, finished: bool) -> bool {
         let (release, linger) = {
             let mut g = self.lock();
