@@ -64,6 +64,7 @@ async fn no_message_is_lost_when_connections_drop_at_random_points() {
     let mut seen: Vec<u64> = Vec::new();
     let mut results = 0;
     let mut cuts = 0;
+    let mut conn;
     loop {
         // Read up to a random number of bytes, then cut the connection (possibly mid-event).
         let budget = rng.random_range(150..2500);
@@ -93,8 +94,11 @@ async fn no_message_is_lost_when_connections_drop_at_random_points() {
         if results == 0 || !ended {
             cuts += 1;
         }
+        // A cut connection is a closed one: hyper would drain a dropped body whose rest had
+        // already arrived and reuse its connection, which proves the stream read.
         drop(events);
-        let r = resume(&c, &last_id).await;
+        conn = c.on_new_connection();
+        let r = resume(&conn, &last_id).await;
         assert_eq!(r.status(), 200, "resume from {last_id}");
         events = RawEvents::new(r);
     }
@@ -263,11 +267,26 @@ async fn cursors_that_cannot_be_resumed_get_clear_errors() {
     let mut b = gw.client();
     b.initialize().await;
 
-    // A burst of 50 while nobody listens: only the last 5 events are kept.
-    let mut events = post_stream(&a, &call(1, "burst", json!({"count": 50}))).await;
+    // A burst of 50 while nobody listens: only the last 5 events are kept. The burst waits
+    // until the gateway has seen its connection close: a stream that went out to its end on a
+    // live connection would be released after the 1 ms linger instead.
+    let gate = tempfile::tempdir().unwrap();
+    let gate = gate.path().join("go");
+    let lost = a.on_new_connection();
+    let args = json!({"count": 50, "gate": gate.to_str().unwrap()});
+    let mut events = post_stream(&lost, &call(1, "burst", args)).await;
     let priming = events.next().await.unwrap().id.unwrap();
     drop(events);
+    drop(lost);
+    gw.wait_metric("mcp_gateway_sse_streams_open", 0.0).await;
+    std::fs::write(&gate, "").unwrap();
+    // The plugin's answer comes after its 50 notifications, so all of them are in.
     gw.wait_log("burst of 50 sent").await;
+    gw.wait_metric(
+        r#"mcp_gateway_plugin_requests_in_flight{plugin="stdio"}"#,
+        0.0,
+    )
+    .await;
     let r = resume(&a, &priming).await;
     assert_eq!(r.status(), 410, "evicted");
     let body: Value = r.json().await.unwrap();

@@ -205,6 +205,18 @@ impl Gateway {
         metric_in(&text, sample)
     }
 
+    /// Waits until a `/metrics` sample has the value `want`.
+    pub async fn wait_metric(&self, sample: &str, want: f64) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while self.metric(sample).await != Some(want) {
+            assert!(
+                Instant::now() < deadline,
+                "timed out waiting for {sample} = {want}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     pub fn client(&self) -> Client {
         Client::new(&self.url)
     }
