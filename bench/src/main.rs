@@ -84,6 +84,25 @@ enum Cmd {
         #[arg(long, default_value_t = 200)]
         rounds: usize,
     },
+    /// The gateway against the in-process ceiling alone, in alternating pairs of runs, each
+    /// lasting half of `--duration`.
+    Ceiling {
+        #[arg(long, default_value_t = 1)]
+        sessions: usize,
+        #[arg(long, default_value_t = 16)]
+        in_flight: usize,
+        /// One plugin process for all sessions instead of one per session.
+        #[arg(long)]
+        shared: bool,
+    },
+    /// Scenario (e) alone: fresh gateways with resumable streams on and off, in alternating
+    /// pairs, each run lasting half of `--duration`.
+    Resumable {
+        #[arg(long, default_value_t = 1)]
+        sessions: usize,
+        #[arg(long, default_value_t = 16)]
+        in_flight: usize,
+    },
 }
 
 #[derive(Debug, Default, Serialize, Clone)]
@@ -103,10 +122,35 @@ struct Report {
     cores: usize,
     duration_secs: u64,
     targets: Vec<TargetReport>,
+    ceiling_share: Vec<CeilingShare>,
     e_resumable_cost: Vec<ResumableCost>,
 }
 
-/// (e) for one scenario: calls/s of each run with resumable streams on and off.
+/// (a) or (b): the gateway against the in-process ceiling in alternating pairs of runs, each
+/// on a fresh process. The targets' "≥ 60% of the ceiling" and "p99 ≤ 2× the ceiling's" are
+/// judged from these, since the main table's runs of the two are minutes apart.
+#[derive(Debug, Default, Serialize)]
+struct CeilingShare {
+    scenario: String,
+    seconds_per_run: u64,
+    gateway_calls_per_sec: Vec<f64>,
+    ceiling_calls_per_sec: Vec<f64>,
+    /// The gateway process's own CPU time per call, in µs (its plugin processes not counted).
+    gateway_cpu_us_per_call: Vec<f64>,
+    ceiling_cpu_us_per_call: Vec<f64>,
+    /// Per pair: the gateway's calls/s in percent of the ceiling's.
+    pair_share_percent: Vec<f64>,
+    /// The median of `pair_share_percent`.
+    share_percent: f64,
+    /// Per pair: the gateway's p99 latency over the ceiling's.
+    pair_p99_ratio: Vec<f64>,
+    /// The median of `pair_p99_ratio`.
+    p99_ratio: f64,
+    wrong: u64,
+}
+
+/// (e) for one scenario: calls/s of each run with resumable streams on and off, and the
+/// gateway's own CPU time per call in each.
 #[derive(Debug, Default, Serialize)]
 struct ResumableCost {
     scenario: String,
@@ -115,8 +159,19 @@ struct ResumableCost {
     off_calls_per_sec: Vec<f64>,
     median_on: f64,
     median_off: f64,
-    /// How much lower the median with resumable streams on is, in percent of the one off.
+    /// Per pair of adjacent runs: how much lower calls/s was with resumable streams on, in
+    /// percent of the run off.
+    pair_cost_percent: Vec<f64>,
+    /// The median of `pair_cost_percent`. Drift slower than a pair cancels out of each pair's
+    /// figure, which it does not out of the ratio of the two sides' medians.
     cost_percent: f64,
+    /// The gateway process's CPU time (user and system, from `/proc/PID/stat`) per call
+    /// answered, in µs. It swings with the machine as well, though not always with calls/s.
+    on_cpu_us_per_call: Vec<f64>,
+    off_cpu_us_per_call: Vec<f64>,
+    /// The median, over pairs, of how much more CPU time per call the run on took, in
+    /// percent of the run off.
+    cpu_cost_percent: f64,
     wrong: u64,
 }
 
@@ -196,6 +251,34 @@ fn main() {
             println!(
                 "{}",
                 serde_json::to_string_pretty(&d).expect("serializable")
+            );
+        }
+        Some(Cmd::Ceiling {
+            sessions,
+            in_flight,
+            shared,
+        }) => {
+            let scenario = format!("{sessions} session(s) ×{in_flight}");
+            let duration = Duration::from_secs(cli.duration);
+            let config = shared.then_some(SHARED_PLUGIN);
+            let c = rt.block_on(ceiling_share(
+                &scenario, sessions, in_flight, duration, config,
+            ));
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&c).expect("serializable")
+            );
+        }
+        Some(Cmd::Resumable {
+            sessions,
+            in_flight,
+        }) => {
+            let scenario = format!("{sessions} session(s) ×{in_flight}");
+            let duration = Duration::from_secs(cli.duration);
+            let e = rt.block_on(resumable_cost(&scenario, sessions, in_flight, duration));
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&e).expect("serializable")
             );
         }
         None => rt.block_on(run(cli)),
@@ -387,6 +470,7 @@ async fn run(cli: Cli) {
         cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
         duration_secs: cli.duration,
         targets: Vec::new(),
+        ceiling_share: Vec::new(),
         e_resumable_cost: Vec::new(),
     };
 
@@ -547,7 +631,7 @@ async fn run(cli: Cli) {
     let shared = Target::gateway(
         "mcp-gateway, shared plugin process",
         &[],
-        Some("[plugins.echo]\ncommand = \"ECHO\"\nprocess_model = \"shared\"\n"),
+        Some(SHARED_PLUGIN),
     )
     .await;
     let mut r = TargetReport {
@@ -558,6 +642,21 @@ async fn run(cli: Cli) {
     r.b_64_sessions_64 = Some(http_load(&shared.url, 64, 64, duration).await);
     report.targets.push(r);
     drop(shared);
+
+    for (scenario, sessions, in_flight, config) in [
+        ("(a) 1 session ×16", 1, 16, None),
+        ("(b) 64 sessions ×64", 64, 64, None),
+        (
+            "(b) 64 sessions ×64, one shared plugin process",
+            64,
+            64,
+            Some(SHARED_PLUGIN),
+        ),
+    ] {
+        report
+            .ceiling_share
+            .push(ceiling_share(scenario, sessions, in_flight, duration, config).await);
+    }
 
     // With a stream per POST in 64 sessions, (b) keeps the most finished streams lingering.
     for (scenario, sessions, in_flight) in [
@@ -576,47 +675,184 @@ async fn run(cli: Cli) {
     println!("{json}");
 }
 
-/// (e): the gateway with resumable streams on and off, each run on a fresh gateway, in
-/// alternating pairs (on-off, off-on, ...), so that the machine's drift during the runs falls
-/// on both sides alike. The cost is the difference of the medians.
+/// The gateway's configuration with one plugin process for every session.
+const SHARED_PLUGIN: &str = "[plugins.echo]\ncommand = \"ECHO\"\nprocess_model = \"shared\"\n";
+
+/// One run of [`alternate`]: its throughput and the target process's own CPU time per call.
+struct Run {
+    throughput: Throughput,
+    cpu_us_per_call: f64,
+}
+
+/// Two targets driven in turn for `pairs` pairs of runs of `run` each, every run on a fresh
+/// process, the order alternating (A-B, B-A, ...) so that the machine's drift during the runs
+/// falls on both alike. Returns each pair's runs as `[A, B]`.
+async fn alternate<A, B>(
+    pairs: usize,
+    sessions: usize,
+    in_flight: usize,
+    run: Duration,
+    start_a: impl Fn() -> A,
+    start_b: impl Fn() -> B,
+) -> Vec<[Run; 2]>
+where
+    A: Future<Output = Target>,
+    B: Future<Output = Target>,
+{
+    let mut out = Vec::with_capacity(pairs);
+    for pair in 0..pairs {
+        let mut runs: [Option<Run>; 2] = [None, None];
+        let order = if pair % 2 == 0 { [0, 1] } else { [1, 0] };
+        for side in order {
+            let target = if side == 0 {
+                start_a().await
+            } else {
+                start_b().await
+            };
+            let cpu_before = cpu_seconds(target.pid());
+            let throughput = http_load(&target.url, sessions, in_flight, run).await;
+            let cpu = cpu_seconds(target.pid()) - cpu_before;
+            drop(target);
+            let cpu_us_per_call = (1e7 * cpu / throughput.ok.max(1) as f64).round() / 10.0;
+            runs[side] = Some(Run {
+                throughput,
+                cpu_us_per_call,
+            });
+        }
+        let [Some(a), Some(b)] = runs else {
+            unreachable!("both sides ran")
+        };
+        out.push([a, b]);
+    }
+    out
+}
+
+/// How long each run of a pair lasts: half a scenario's duration, so that a comparison takes
+/// about as long per pair as a scenario does, and at least 2 s.
+fn pair_run(duration: Duration) -> Duration {
+    (duration / 2).max(Duration::from_secs(2))
+}
+
+/// The gateway against the in-process ceiling, in alternating pairs.
+async fn ceiling_share(
+    scenario: &str,
+    sessions: usize,
+    in_flight: usize,
+    duration: Duration,
+    config: Option<&str>,
+) -> CeilingShare {
+    const PAIRS: usize = 4;
+    let run = pair_run(duration);
+    let pairs = alternate(
+        PAIRS,
+        sessions,
+        in_flight,
+        run,
+        || Target::gateway("mcp-gateway", &[], config),
+        Target::inproc,
+    )
+    .await;
+    let mut share = CeilingShare {
+        scenario: scenario.into(),
+        seconds_per_run: run.as_secs(),
+        ..Default::default()
+    };
+    for [gateway, ceiling] in &pairs {
+        let (g, c) = (&gateway.throughput, &ceiling.throughput);
+        share.gateway_calls_per_sec.push(g.calls_per_sec.round());
+        share.ceiling_calls_per_sec.push(c.calls_per_sec.round());
+        share.gateway_cpu_us_per_call.push(gateway.cpu_us_per_call);
+        share.ceiling_cpu_us_per_call.push(ceiling.cpu_us_per_call);
+        share
+            .pair_share_percent
+            .push(percent(g.calls_per_sec / c.calls_per_sec));
+        share
+            .pair_p99_ratio
+            .push((100.0 * g.p99_ms / c.p99_ms).round() / 100.0);
+        share.wrong += g.wrong + c.wrong;
+    }
+    share.share_percent = round1(median(&share.pair_share_percent));
+    share.p99_ratio = (100.0 * median(&share.pair_p99_ratio)).round() / 100.0;
+    eprintln!("ceiling share {scenario}: {share:?}");
+    share
+}
+
+/// (e): the gateway with resumable streams on and off, in alternating pairs. The cost is the
+/// median of the pairs' costs.
 async fn resumable_cost(
     scenario: &str,
     sessions: usize,
     in_flight: usize,
     duration: Duration,
 ) -> ResumableCost {
-    const PAIRS: usize = 4;
-    let run = (duration / 2).max(Duration::from_secs(2));
+    const PAIRS: usize = 6;
+    let run = pair_run(duration);
+    let pairs = alternate(
+        PAIRS,
+        sessions,
+        in_flight,
+        run,
+        || Target::gateway("mcp-gateway", &["--sse-resumable", "true"], None),
+        || Target::gateway("mcp-gateway", &["--sse-resumable", "false"], None),
+    )
+    .await;
     let mut cost = ResumableCost {
         scenario: scenario.into(),
         seconds_per_run: run.as_secs(),
         ..Default::default()
     };
-    for pair in 0..PAIRS {
-        let order = if pair % 2 == 0 {
-            [true, false]
-        } else {
-            [false, true]
-        };
-        for on in order {
-            let flag = if on { "true" } else { "false" };
-            let g = Target::gateway("mcp-gateway", &["--sse-resumable", flag], None).await;
-            let t = http_load(&g.url, sessions, in_flight, run).await;
-            drop(g);
-            cost.wrong += t.wrong;
-            if on {
-                &mut cost.on_calls_per_sec
-            } else {
-                &mut cost.off_calls_per_sec
-            }
-            .push(t.calls_per_sec.round());
-        }
+    let mut pair_cpu = Vec::new();
+    for [on, off] in &pairs {
+        cost.on_calls_per_sec
+            .push(on.throughput.calls_per_sec.round());
+        cost.off_calls_per_sec
+            .push(off.throughput.calls_per_sec.round());
+        cost.on_cpu_us_per_call.push(on.cpu_us_per_call);
+        cost.off_cpu_us_per_call.push(off.cpu_us_per_call);
+        cost.pair_cost_percent.push(percent(
+            1.0 - on.throughput.calls_per_sec / off.throughput.calls_per_sec,
+        ));
+        pair_cpu.push(percent(on.cpu_us_per_call / off.cpu_us_per_call - 1.0));
+        cost.wrong += on.throughput.wrong + off.throughput.wrong;
     }
     cost.median_on = median(&cost.on_calls_per_sec);
     cost.median_off = median(&cost.off_calls_per_sec);
-    cost.cost_percent = (100.0 * (1.0 - cost.median_on / cost.median_off) * 10.0).round() / 10.0;
+    cost.cost_percent = round1(median(&cost.pair_cost_percent));
+    cost.cpu_cost_percent = round1(median(&pair_cpu));
     eprintln!("(e) {scenario}: {cost:?}");
     cost
+}
+
+/// To one decimal.
+fn round1(x: f64) -> f64 {
+    (x * 10.0).round() / 10.0
+}
+
+/// A fraction in percent, to one decimal.
+fn percent(fraction: f64) -> f64 {
+    round1(fraction * 100.0)
+}
+
+/// CPU time, user and system, that process `pid` has used so far, in seconds.
+fn cpu_seconds(pid: u32) -> f64 {
+    let ticks_per_sec = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+        .ok()
+        .flatten()
+        .unwrap_or(100) as f64;
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command's closing parenthesis: state is the first, utime the 12th,
+    // stime the 13th.
+    let ticks: u64 = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| {
+            rest.split_whitespace()
+                .skip(11)
+                .take(2)
+                .filter_map(|t| t.parse::<u64>().ok())
+                .sum()
+        })
+        .unwrap_or(0);
+    ticks as f64 / ticks_per_sec
 }
 
 fn median(v: &[f64]) -> f64 {
@@ -1098,29 +1334,64 @@ fn markdown(r: &Report) -> String {
     for t in r.targets.iter().filter(|t| !t.notes.is_empty()) {
         out.push_str(&format!("\n{}: {}\n", t.name, t.notes.join("; ")));
     }
+    let list = |v: &[f64], digits: usize| {
+        v.iter()
+            .map(|c| format!("{c:.digits$}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    if !r.ceiling_share.is_empty() {
+        out.push_str(
+            "\nThe gateway against the in-process ceiling in alternating pairs of runs (ceiling \
+             and gateway in turn, each on a fresh process), so that both meet the same machine: \
+             the medians of each pair's own ratios. The targets' shares of the ceiling are read \
+             from here; the table above runs the two minutes apart.\n\n\
+             | scenario | runs | gateway, calls/s | ceiling, calls/s | share per pair | share | \
+             p99 ratio per pair | p99 ratio | wrong |\n\
+             |---|---|---|---|---|---|---|---|---|\n",
+        );
+        for c in &r.ceiling_share {
+            out.push_str(&format!(
+                "| {} | {} × {} s | {} | {} | {} | **{:.1}%** | {} | **{:.2}×** | {} |\n",
+                c.scenario,
+                c.gateway_calls_per_sec.len() + c.ceiling_calls_per_sec.len(),
+                c.seconds_per_run,
+                list(&c.gateway_calls_per_sec, 0),
+                list(&c.ceiling_calls_per_sec, 0),
+                list(&c.pair_share_percent, 1),
+                c.share_percent,
+                list(&c.pair_p99_ratio, 2),
+                c.p99_ratio,
+                c.wrong,
+            ));
+        }
+    }
     if !r.e_resumable_cost.is_empty() {
         out.push_str(
             "\n(e) The cost of resumable streams: the gateway with `--sse-resumable` on and off, \
-             each run on a fresh gateway, in alternating pairs (on-off, off-on, ...); medians.\n\n\
-             | scenario | runs | resumable on, calls/s | off, calls/s | cost | wrong |\n|---|---|---|---|---|---|\n",
+             each run on a fresh gateway, in alternating pairs (on-off, off-on, ...). The cost \
+             is the median over pairs of each pair's own cost, so that drift slower than a pair \
+             cancels out. The gateway's CPU time per call (user and system, from \
+             `/proc/PID/stat`) is a second view; it swings with the machine too.\n\n\
+             | scenario | runs | resumable on, calls/s | off, calls/s | cost per pair | cost | \
+             CPU µs per call, on | off | CPU cost | wrong |\n\
+             |---|---|---|---|---|---|---|---|---|---|\n",
         );
         for e in &r.e_resumable_cost {
-            let runs = |v: &[f64]| {
-                v.iter()
-                    .map(|c| format!("{c:.0}"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            };
             out.push_str(&format!(
-                "| {} | {} × {} s | {:.0} ({}) | {:.0} ({}) | {:.1}% | {} |\n",
+                "| {} | {} × {} s | {:.0} ({}) | {:.0} ({}) | {} | **{:.1}%** | {} | {} | **{:.1}%** | {} |\n",
                 e.scenario,
                 e.on_calls_per_sec.len() + e.off_calls_per_sec.len(),
                 e.seconds_per_run,
                 e.median_on,
-                runs(&e.on_calls_per_sec),
+                list(&e.on_calls_per_sec, 0),
                 e.median_off,
-                runs(&e.off_calls_per_sec),
+                list(&e.off_calls_per_sec, 0),
+                list(&e.pair_cost_percent, 1),
                 e.cost_percent,
+                list(&e.on_cpu_us_per_call, 1),
+                list(&e.off_cpu_us_per_call, 1),
+                e.cpu_cost_percent,
                 e.wrong,
             ));
         }
