@@ -985,26 +985,42 @@ async fn http_load(url: &str, sessions: usize, in_flight: usize, duration: Durat
     }
     let opened = Arc::new(opened);
     let wrong = Arc::new(AtomicU64::new(0));
-    let deadline = Instant::now() + duration;
+    // The clock starts once every worker's first call is answered: by then each session's
+    // plugin process has started and each connection is open. Those one-time costs are what
+    // (d) measures; a throughput scenario measures the steady state.
+    let warmed = Arc::new(tokio::sync::Barrier::new(in_flight + 1));
+    let (start, deadline) = tokio::sync::watch::channel(None::<Instant>);
     let workers: Vec<_> = (0..in_flight)
         .map(|w| {
             let (http, url, opened, wrong) = (http.clone(), url.to_owned(), opened.clone(), wrong.clone());
+            let (warmed, mut deadline) = (warmed.clone(), deadline.clone());
             tokio::spawn(async move {
                 let mut hist = Histogram::<u64>::new(3).expect("histogram");
                 let (sid, version) = &opened[w % opened.len()];
                 let mut seq = 0u64;
-                while Instant::now() < deadline {
+                let mut call = async || {
                     seq += 1;
                     // Unique in the session: JSON-RPC forbids reusing an id there.
                     let id = (w as u64) << 40 | seq;
                     let text = format!("{w:04}-{seq:012}-{}", "x".repeat(64 - 18));
-                    let t = Instant::now();
                     let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": "echo", "arguments": {"text": text}}});
-                    let ok = match post(&http, &url, sid.as_deref(), Some(version), &body).await {
+                    match post(&http, &url, sid.as_deref(), Some(version), &body).await {
                         Ok((_, messages)) => messages.iter().any(|m| m["id"] == id && m["result"]["content"][0]["text"] == text.as_str()),
                         Err(_) => false,
-                    };
-                    if ok {
+                    }
+                };
+                if !call().await {
+                    wrong.fetch_add(1, Ordering::Relaxed);
+                }
+                warmed.wait().await;
+                let deadline = deadline
+                    .wait_for(Option::is_some)
+                    .await
+                    .map(|d| d.expect("waited for"))
+                    .expect("the sender outlives the workers");
+                while Instant::now() < deadline {
+                    let t = Instant::now();
+                    if call().await {
                         hist.record(t.elapsed().as_micros() as u64).expect("in range");
                     } else {
                         wrong.fetch_add(1, Ordering::Relaxed);
@@ -1014,6 +1030,8 @@ async fn http_load(url: &str, sessions: usize, in_flight: usize, duration: Durat
             })
         })
         .collect();
+    warmed.wait().await;
+    start.send_replace(Some(Instant::now() + duration));
     let mut all = Histogram::<u64>::new(3).expect("histogram");
     for w in workers {
         all.add(w.await.expect("worker")).expect("same bounds");
