@@ -741,7 +741,7 @@ async fn ceiling_share(
     duration: Duration,
     config: Option<&str>,
 ) -> CeilingShare {
-    const PAIRS: usize = 4;
+    const PAIRS: usize = 6;
     let run = pair_run(duration);
     let pairs = alternate(
         PAIRS,
