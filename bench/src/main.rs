@@ -684,11 +684,10 @@ struct Run {
     cpu_us_per_call: f64,
 }
 
-/// Two targets driven in turn for `pairs` pairs of runs of `run` each, every run on a fresh
+/// Two targets driven in turn for [`PAIRS`] pairs of runs of `run` each, every run on a fresh
 /// process, the order alternating (A-B, B-A, ...) so that the machine's drift during the runs
 /// falls on both alike. Returns each pair's runs as `[A, B]`.
 async fn alternate<A, B>(
-    pairs: usize,
     sessions: usize,
     in_flight: usize,
     run: Duration,
@@ -699,8 +698,8 @@ where
     A: Future<Output = Target>,
     B: Future<Output = Target>,
 {
-    let mut out = Vec::with_capacity(pairs);
-    for pair in 0..pairs {
+    let mut out = Vec::with_capacity(PAIRS);
+    for pair in 0..PAIRS {
         let mut runs: [Option<Run>; 2] = [None, None];
         let order = if pair % 2 == 0 { [0, 1] } else { [1, 0] };
         for side in order {
@@ -727,6 +726,9 @@ where
     out
 }
 
+/// Pairs of runs in a paired comparison: with fewer, one outlier pair moves the median.
+const PAIRS: usize = 6;
+
 /// How long each run of a pair lasts: half a scenario's duration, so that a comparison takes
 /// about as long per pair as a scenario does, and at least 2 s.
 fn pair_run(duration: Duration) -> Duration {
@@ -741,10 +743,8 @@ async fn ceiling_share(
     duration: Duration,
     config: Option<&str>,
 ) -> CeilingShare {
-    const PAIRS: usize = 6;
     let run = pair_run(duration);
     let pairs = alternate(
-        PAIRS,
         sessions,
         in_flight,
         run,
@@ -785,10 +785,8 @@ async fn resumable_cost(
     in_flight: usize,
     duration: Duration,
 ) -> ResumableCost {
-    const PAIRS: usize = 6;
     let run = pair_run(duration);
     let pairs = alternate(
-        PAIRS,
         sessions,
         in_flight,
         run,
