@@ -15,7 +15,7 @@ mod pools;
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -207,11 +207,9 @@ pub struct Session {
     /// Stream 0: server-initiated messages unrelated to a request. Kept for the session's
     /// life; what it holds while no GET connection is open waits for the next one.
     pub get: Arc<Stream>,
-    /// Buffered POST streams not yet finished or released, by number. A finished one lingers
-    /// only as its events in the store.
-    streams: Mutex<ByNumber<Arc<Stream>>>,
-    /// Finished streams waiting out their linger time, oldest first.
-    lingering: Mutex<VecDeque<(Instant, u64)>>,
+    /// Its buffered POST streams, live and lingering, under one lock: finishing a stream and
+    /// releasing it touch both.
+    streams: Mutex<StreamTable>,
     next_stream: AtomicU64,
     /// Requests plugins sent to the client, by the id the client sees: which plugin instance
     /// asked, and under which id.
@@ -283,7 +281,6 @@ impl Session {
             stream_settings,
             get,
             streams: Mutex::default(),
-            lingering: Mutex::new(VecDeque::new()),
             next_stream: AtomicU64::new(1),
             server_requests: Mutex::new(HashMap::new()),
             next_server_request: AtomicU64::new(1),
@@ -511,7 +508,6 @@ impl Session {
             stream: number,
         };
         let buffered = sse && self.stream_settings.resumable;
-        self.sweep_finished();
         // Only a buffered stream is kept in `streams`, lingers and is released from there.
         let hooks = buffered.then(|| self.hooks.clone());
         let buffering = if buffered {
@@ -536,21 +532,24 @@ impl Session {
                 drop(streams);
                 stream.release();
             } else {
-                streams.get_or_insert(number, stream.clone());
+                streams.live.get_or_insert(number, stream.clone());
             }
         }
         stream
     }
 
     /// Releases finished streams whose linger time is over. The linger is the same for all,
-    /// so deadlines come in order: a queue, no timers.
+    /// so deadlines come in order: a queue, no timers. The session reaper calls it a few times
+    /// a second, and a resume before it looks a stream up, so a client never resumes a stream
+    /// past its linger; a new stream does not, as that would take this lock once more per
+    /// request.
     pub fn sweep_finished(&self) {
         let now = Instant::now();
         let due: Vec<u64> = {
-            let mut q = self.lingering.lock().expect("linger lock");
+            let mut t = self.streams.lock().expect("streams lock");
             let mut due = Vec::new();
-            while q.front().is_some_and(|(at, _)| *at <= now) {
-                due.extend(q.pop_front().map(|(_, n)| n));
+            while t.lingering.front().is_some_and(|(at, _)| *at <= now) {
+                due.extend(t.lingering.pop_front().map(|(_, n)| n));
             }
             due
         };
@@ -562,7 +561,12 @@ impl Session {
     /// Releases a finished stream whose linger is over.
     fn release_lingering(&self, n: u64) {
         let streams = self.streams.lock().expect("streams lock");
-        match streams.get(n).cloned() {
+        self.release_lingering_locked(streams, n);
+    }
+
+    /// [`Session::release_lingering`] under a lock already taken.
+    fn release_lingering_locked(&self, streams: MutexGuard<'_, StreamTable>, n: u64) {
+        match streams.live.get(n).cloned() {
             // A stream someone resumed meanwhile is queued again when that connection ends.
             Some(s) => {
                 drop(streams);
@@ -583,7 +587,7 @@ impl Session {
             return Ok(self.get.clone());
         }
         let mut streams = self.streams.lock().expect("streams lock");
-        if let Some(s) = streams.get(id.stream) {
+        if let Some(s) = streams.live.get(id.stream) {
             return Ok(s.clone());
         }
         if id.stream >= self.next_stream.load(Ordering::Relaxed) {
@@ -599,7 +603,7 @@ impl Session {
             Some(next) if !self.closed.is_cancelled() => {
                 let hooks = Some(self.hooks.clone());
                 let s = Stream::finished(key, self.tag, self.events.clone(), next, hooks);
-                streams.get_or_insert(id.stream, s.clone());
+                streams.live.get_or_insert(id.stream, s.clone());
                 Ok(s)
             }
             _ => Err(UnknownStream::Released),
@@ -613,6 +617,7 @@ impl Session {
             .streams
             .lock()
             .expect("streams lock")
+            .live
             .values()
             .filter(|s| s.abandoned_for(max_age))
             .cloned()
@@ -688,7 +693,7 @@ impl Session {
     pub async fn end(&self) {
         self.closed.cancel();
         self.get.release();
-        let streams = std::mem::take(&mut *self.streams.lock().expect("streams lock"));
+        let streams = std::mem::take(&mut self.streams.lock().expect("streams lock").live);
         for s in streams.values() {
             s.release();
         }
@@ -706,23 +711,32 @@ impl Session {
     }
 }
 
+/// A session's buffered POST streams.
+#[derive(Default)]
+struct StreamTable {
+    /// Not yet finished or released, by number. A finished one lingers only as its events in
+    /// the store.
+    live: ByNumber<Arc<Stream>>,
+    /// Finished streams waiting out their linger time, oldest first.
+    lingering: VecDeque<(Instant, u64)>,
+}
+
 /// A stream's line back to its session, weak so a stream never keeps a session alive.
 struct SessionHooks(Weak<Session>);
 
 impl StreamHooks for SessionHooks {
-    fn finished(&self, stream: u64) {
+    fn finished(&self, stream: u64, at: Instant) {
         if let Some(s) = self.0.upgrade() {
             // Its events linger in the store; the stream itself leaves memory now (a client
             // that resumes it gets it rebuilt), so finished streams cost no scans.
-            s.streams.lock().expect("streams lock").remove(stream);
-            let at = Instant::now() + s.stream_settings.linger;
-            let over = {
-                let mut q = s.lingering.lock().expect("linger lock");
-                q.push_back((at, stream));
-                (q.len() > s.stream_settings.max_lingering).then(|| q.pop_front())
-            };
-            if let Some((_, n)) = over.flatten() {
-                s.release_lingering(n);
+            let mut t = s.streams.lock().expect("streams lock");
+            t.live.remove(stream);
+            t.lingering
+                .push_back((at + s.stream_settings.linger, stream));
+            if t.lingering.len() > s.stream_settings.max_lingering
+                && let Some((_, n)) = t.lingering.pop_front()
+            {
+                s.release_lingering_locked(t, n);
             }
         }
     }
@@ -731,20 +745,24 @@ impl StreamHooks for SessionHooks {
         if let Some(s) = self.0.upgrade() {
             // Its queue entry is among the last (streams finish about in the order they are
             // read); one not found near the end is released again when it comes up, harmlessly.
+            let mut t = s.streams.lock().expect("streams lock");
+            let len = t.lingering.len();
+            if let Some(back) = t
+                .lingering
+                .iter()
+                .rev()
+                .take(64)
+                .position(|(_, n)| *n == stream)
             {
-                let mut q = s.lingering.lock().expect("linger lock");
-                let len = q.len();
-                if let Some(back) = q.iter().rev().take(64).position(|(_, n)| *n == stream) {
-                    q.remove(len - 1 - back);
-                }
+                t.lingering.remove(len - 1 - back);
             }
-            s.release_lingering(stream);
+            s.release_lingering_locked(t, stream);
         }
     }
 
     fn released(&self, stream: u64) {
         if let Some(s) = self.0.upgrade() {
-            s.streams.lock().expect("streams lock").remove(stream);
+            s.streams.lock().expect("streams lock").live.remove(stream);
         }
     }
 }

@@ -21,7 +21,7 @@ use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::http::{HeaderName, HeaderValue, header};
 use axum::response::{IntoResponse, Response};
@@ -110,8 +110,9 @@ const LIVE_QUEUE: usize = 1024;
 
 /// How a stream tells its session about its end.
 pub trait StreamHooks: Send + Sync {
-    /// The stream went out to its end on a connection: release it after the linger time.
-    fn finished(&self, stream: u64);
+    /// The stream went out to its end on a connection at `at`: release it after the linger
+    /// time.
+    fn finished(&self, stream: u64, at: Instant);
     /// The client read the finished stream to its end ([`ReadProof`]): release it now.
     fn read(&self, stream: u64);
     /// The stream is released: forget it.
@@ -129,7 +130,7 @@ struct Inner {
     /// Released: nothing more is taken, and no connection attaches again.
     released: bool,
     /// When the last connection went away without finishing the stream.
-    detached_at: Option<std::time::Instant>,
+    detached_at: Option<Instant>,
 }
 
 struct Conn {
@@ -301,7 +302,7 @@ impl Stream {
                 );
             }
             g.conn = None;
-            g.detached_at = Some(std::time::Instant::now());
+            g.detached_at = Some(Instant::now());
         }
     }
 
@@ -415,23 +416,25 @@ impl Stream {
     /// lingers (its session releases it later), one that did not waits to be resumed. True
     /// when the stream ended on this connection and now lingers.
     fn detach(&self, conn: u64, finished: bool) -> bool {
-        let (release, linger) = {
+        let (release, linger, at) = {
             let mut g = self.lock();
+            let mut at = None;
             if g.conn.as_ref().is_some_and(|c| c.id == conn) {
                 g.conn = None;
-                g.detached_at = Some(std::time::Instant::now());
+                at = Some(Instant::now());
+                g.detached_at = at;
             }
             let ends = !g.released && g.owed.is_some() && (finished || !self.buffered());
             let release = ends && !self.buffered();
             if release {
                 g.released = true;
             }
-            (release, ends && self.buffered())
+            (release, ends && self.buffered(), at)
         };
         if release {
             self.release_buffer();
         } else if linger && let Some(h) = &self.hooks {
-            h.finished(self.key.stream);
+            h.finished(self.key.stream, at.unwrap_or_else(Instant::now));
             return true;
         }
         false
@@ -439,11 +442,18 @@ impl Stream {
 
     /// Detaches connection `conn`, which carried the stream to its end when `finished`; a
     /// stream that lingers is then released when `proof` shows the client read it.
-    fn detach_with_proof(&self, conn: u64, finished: bool, proof: Option<&ReadProof>) {
+    fn detach_with_proof(self: &Arc<Self>, conn: u64, finished: bool, proof: Option<&ReadProof>) {
         if self.detach(conn, finished)
-            && let (Some(proof), Some(hooks)) = (proof, &self.hooks)
+            && let Some(proof) = proof
         {
-            proof.ended(hooks.clone(), self.key.stream);
+            proof.ended(self.clone());
+        }
+    }
+
+    /// The client read this finished stream to its end ([`ReadProof`]).
+    fn read(&self) {
+        if let Some(hooks) = &self.hooks {
+            hooks.read(self.key.stream);
         }
     }
 
@@ -943,7 +953,7 @@ mod tests {
     struct Calls(Mutex<Vec<String>>);
 
     impl StreamHooks for Calls {
-        fn finished(&self, stream: u64) {
+        fn finished(&self, stream: u64, _: Instant) {
             self.0.lock().unwrap().push(format!("finished {stream}"));
         }
         fn read(&self, stream: u64) {

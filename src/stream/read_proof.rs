@@ -15,24 +15,26 @@
 
 use std::sync::{Arc, Mutex};
 
-use super::StreamHooks;
+use super::Stream;
 
 /// One per HTTP/1 connection: the streams its responses carried to their end since the
-/// connection's last request.
+/// connection's last request. It holds the streams themselves, not their session's hooks: a
+/// hooks object is shared by all of a session's streams, and its count is one more memory
+/// line for every request on every core to write.
 #[derive(Default)]
-pub struct ReadProof(Mutex<Vec<(Arc<dyn StreamHooks>, u64)>>);
+pub struct ReadProof(Mutex<Vec<Arc<Stream>>>);
 
 impl ReadProof {
     /// A response on this connection carried `stream` to its end.
-    pub(super) fn ended(&self, hooks: Arc<dyn StreamHooks>, stream: u64) {
-        self.0.lock().expect("proof lock").push((hooks, stream));
+    pub(super) fn ended(&self, stream: Arc<Stream>) {
+        self.0.lock().expect("proof lock").push(stream);
     }
 
     /// A new request came on this connection: every response before it was read.
     pub fn next_request(&self) {
         let read = std::mem::take(&mut *self.0.lock().expect("proof lock"));
-        for (hooks, stream) in read {
-            hooks.read(stream);
+        for stream in read {
+            stream.read();
         }
     }
 }
