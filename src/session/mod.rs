@@ -540,9 +540,9 @@ impl Session {
 
     /// Releases finished streams whose linger time is over. The linger is the same for all,
     /// so deadlines come in order: a queue, no timers. The session reaper calls it a few times
-    /// a second, and a resume before it looks a stream up, so a client never resumes a stream
-    /// past its linger; a new stream does not, as that would take this lock once more per
-    /// request.
+    /// a second, and a resume calls it before looking its stream up, so no client resumes a
+    /// stream past its linger. A new stream does not call it: that would take the lock once
+    /// more per request.
     pub fn sweep_finished(&self) {
         let now = Instant::now();
         let due: Vec<u64> = {
