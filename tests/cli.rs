@@ -210,3 +210,34 @@ fn binding_beyond_loopback_needs_allowed_hosts() {
         "{err}"
     );
 }
+
+/// Every config example in README.md (each fenced `toml` block, and each `json` block that
+/// holds `mcpServers` or `servers`) passes `mcp-gateway check` as written.
+#[test]
+fn regression_readme_config_examples_pass_check() {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut checked = 0;
+    let mut lines = readme.lines();
+    while let Some(line) = lines.next() {
+        let ext = match line.trim() {
+            "```toml" => "toml",
+            "```json" => "json",
+            _ => continue,
+        };
+        let block: Vec<&str> = lines.by_ref().take_while(|l| l.trim() != "```").collect();
+        let text = block.join("\n") + "\n";
+        if ext == "json" && !text.contains("\"mcpServers\"") && !text.contains("\"servers\"") {
+            continue;
+        }
+        checked += 1;
+        let path = write(&dir, &format!("example-{checked}.{ext}"), &text);
+        let (code, out, err) = gateway(&["check", "--config", &path], &[]);
+        assert_eq!(
+            code, 0,
+            "README example {checked} fails `check`:\n{text}\nstdout: {out}\nstderr: {err}"
+        );
+    }
+    assert!(checked >= 2, "README's config examples were not found");
+}
