@@ -241,3 +241,34 @@ fn regression_readme_config_examples_pass_check() {
     }
     assert!(checked >= 2, "README's config examples were not found");
 }
+
+/// Quick mode with no admin API and no built-in authorization server keeps nothing across
+/// restarts, so it writes no database file into its working directory; with the admin API on,
+/// the default SQLite file is there, where the README says.
+#[tokio::test]
+async fn regression_quick_mode_writes_no_database_file() {
+    let files = |d: &tempfile::TempDir| -> Vec<String> {
+        std::fs::read_dir(d.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect()
+    };
+    let bare = tempfile::tempdir().unwrap();
+    {
+        let gw = Gateway::start_in(bare.path(), &["--", FIXTURE]);
+        let mut c = gw.client();
+        c.initialize().await;
+        assert_eq!(c.tool_text(1, "echo", json!({"text": "a"})).await, "a");
+        assert!(files(&bare).is_empty(), "{:?}", files(&bare));
+    }
+    assert!(files(&bare).is_empty(), "{:?}", files(&bare));
+
+    let admin = tempfile::tempdir().unwrap();
+    let gw = Gateway::start_in(admin.path(), &["--admin-token", "t", "--", FIXTURE]);
+    gw.client().initialize().await;
+    assert!(
+        files(&admin).iter().any(|f| f == "mcp-gateway.db"),
+        "{:?}",
+        files(&admin)
+    );
+}

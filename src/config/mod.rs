@@ -148,7 +148,9 @@ pub struct Cli {
     pub response_mode: Option<ResponseMode>,
 
     /// Database for registry changes made through the admin API: a SQLite file, or
-    /// PostgreSQL (`postgres://user:pass@host/db`). [default: sqlite://mcp-gateway.db?mode=rwc]
+    /// PostgreSQL (`postgres://user:pass@host/db`). [default: sqlite://mcp-gateway.db?mode=rwc
+    /// in the working directory when the admin API or the built-in authorization server is on;
+    /// otherwise nothing is kept and no file is written]
     #[arg(long, env = "MCP_GATEWAY_DATABASE_URL")]
     pub database_url: Option<String>,
 
@@ -578,6 +580,9 @@ fn invalid(key: impl Into<String>, message: impl Into<String>) -> ConfigError {
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
 pub const DEFAULT_ADMIN_LISTEN: &str = "127.0.0.1:9090";
 pub const DEFAULT_DATABASE_URL: &str = "sqlite://mcp-gateway.db?mode=rwc";
+/// The database of a gateway that keeps nothing across restarts (no admin API, no built-in
+/// authorization server, no `database_url`): SQLite in memory, no file.
+pub const MEMORY_DATABASE_URL: &str = "sqlite::memory:";
 pub const DEFAULT_MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
 /// The smallest, and default, `max_header_bytes`: hyper's floor for an HTTP/1 buffer.
 pub const MIN_HEADER_BYTES: usize = 8192;
@@ -874,6 +879,19 @@ impl Config {
             ));
         }
         let auth = auth_config(cli, file.auth, listen)?;
+        let database_url = cli
+            .database_url
+            .clone()
+            .or(file.database_url)
+            .unwrap_or_else(|| {
+                // Only the admin API's changes and the built-in authorization server need to
+                // outlive the process; without either, nothing is written to disk.
+                if admin.token.is_some() || auth.mode == AuthMode::Builtin {
+                    DEFAULT_DATABASE_URL.into()
+                } else {
+                    MEMORY_DATABASE_URL.into()
+                }
+            });
         Ok(Config {
             auth,
             max_children: cli.max_children.or(file.max_children),
@@ -882,11 +900,7 @@ impl Config {
                     .or(file.shutdown_grace_secs)
                     .unwrap_or(DEFAULT_SHUTDOWN_GRACE_SECS),
             ),
-            database_url: cli
-                .database_url
-                .clone()
-                .or(file.database_url)
-                .unwrap_or_else(|| DEFAULT_DATABASE_URL.into()),
+            database_url,
             admin,
             config_path: cli.config.clone(),
             listen,

@@ -98,7 +98,16 @@ impl SqlPluginStore {
             .max_connections(if url.starts_with("sqlite") { 1 } else { 5 })
             // A database that does not answer fails the start (or a request) in seconds, not
             // after sqlx's default half minute.
-            .acquire_timeout(CONNECT_TIMEOUT)
+            .acquire_timeout(CONNECT_TIMEOUT);
+        // An in-memory SQLite database lives as long as its one connection: keep it forever.
+        let pool = if url.starts_with("sqlite::memory:") {
+            pool.min_connections(1)
+                .idle_timeout(None)
+                .max_lifetime(None)
+        } else {
+            pool
+        };
+        let pool = pool
             .connect(url)
             .await
             .map_err(|e| cannot_open(e.to_string()))?;

@@ -70,12 +70,24 @@ impl Gateway {
     }
 
     pub fn start_with_env(args: &[&str], env: &[(&str, &str)]) -> Gateway {
+        Gateway::launch(args, env, None)
+    }
+
+    /// Starts the gateway in the working directory `cwd`, with no `--database-url` of the
+    /// harness's own: the gateway's default database (if any) is what it chooses there.
+    pub fn start_in(cwd: &std::path::Path, args: &[&str]) -> Gateway {
+        Gateway::launch(args, &[], Some(cwd))
+    }
+
+    fn launch(args: &[&str], env: &[(&str, &str)], cwd: Option<&std::path::Path>) -> Gateway {
         let db_dir = tempfile::tempdir().unwrap();
         let mut cmd = Command::new(GATEWAY);
         if !args.contains(&"--listen") {
             cmd.args(["--listen", "127.0.0.1:0"]);
         }
-        if !args.contains(&"--database-url") {
+        if let Some(dir) = cwd {
+            cmd.current_dir(dir);
+        } else if !args.contains(&"--database-url") {
             cmd.arg("--database-url").arg(format!(
                 "sqlite://{}/gw.db?mode=rwc",
                 db_dir.path().display()
