@@ -359,3 +359,56 @@ async fn regression_shutdown_does_not_wait_for_json_mode_calls() {
         "{r:?}"
     );
 }
+
+/// The resident memory of a process, in KiB.
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS in /proc/PID/status")
+}
+
+#[tokio::test]
+async fn regression_stderr_without_newlines_stays_bounded() {
+    // Guards: a plugin writing stderr without a newline grew the gateway without limit (the
+    // whole "line" was buffered, then logged as one line); `\r` did not end a line.
+    let gw = Gateway::fixture(&[], &[]);
+    let mut c = gw.client();
+    c.initialize().await;
+    c.tool_text(1, "echo", json!({"text": "up"})).await;
+    let before = rss_kib(gw.pid());
+    // 64 MiB without a newline: the plugin's write blocks until the gateway has read all but
+    // a pipe's worth, so when the call answers the gateway holds what it kept of it.
+    let x = "x".repeat(1024);
+    c.tool_text(2, "stderr_raw", json!({"text": x, "repeat": 64 * 1024}))
+        .await;
+    let grown = rss_kib(gw.pid()).saturating_sub(before);
+    c.tool_text(
+        3,
+        "stderr_raw",
+        json!({"text": "\nprogress 10%\rprogress 20%\rstderr flood over\n"}),
+    )
+    .await;
+    gw.wait_log("stderr flood over").await;
+    assert!(
+        grown < 16 * 1024,
+        "the gateway grew by {grown} KiB while the plugin wrote one endless line"
+    );
+    let log = gw.log();
+    let flood: Vec<&str> = log.lines().filter(|l| l.contains("xxxxxxxx")).collect();
+    assert_eq!(flood.len(), 1, "one cut line for the flood");
+    assert!(
+        flood[0].len() < 8 * 1024 && flood[0].contains("[cut"),
+        "the flood's line is cut with a marker ({} bytes)",
+        flood[0].len()
+    );
+    for part in ["progress 10%", "progress 20%"] {
+        let line = log.lines().find(|l| l.contains(part)).unwrap();
+        assert!(
+            !line.contains("stderr flood over") && line.contains("plugin=stdio"),
+            "`\\r` ends a line: {line}"
+        );
+    }
+}

@@ -11,6 +11,7 @@
 
 pub mod connection;
 mod pipe_writer;
+mod stderr;
 pub mod stdio;
 pub mod transport;
 

@@ -4,20 +4,18 @@
 //! runs a shell that runs node). Stopping follows the MCP stdio transport: close stdin, wait,
 //! SIGTERM, wait, SIGKILL. Dropping a [`StdioTransport`] that was not stopped kills the group
 //! at once, so no path leaves an orphan; the exit watcher reaps the child, so none leaves a
-//! zombie. Each stderr line is logged, tagged with the plugin and the session.
+//! zombie. Stderr is logged by [`super::stderr`].
 
-use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
 use std::process::Stdio;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
 use futures_util::StreamExt;
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
-use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::net::unix::pipe;
 use tokio::process::Command;
 use tokio::sync::watch;
@@ -31,8 +29,6 @@ use crate::config::{PluginConfig, Scheduling};
 
 /// Largest line accepted from a plugin; a longer one is dropped whole (and logged).
 const MAX_LINE: usize = 64 * 1024 * 1024;
-/// Stderr lines kept for error messages.
-const STDERR_TAIL: usize = 20;
 
 pub struct StdioTransport {
     plugin: String,
@@ -41,7 +37,7 @@ pub struct StdioTransport {
     to_child: Arc<PipeWriter>,
     close_stdin: CancellationToken,
     exit: watch::Receiver<Option<String>>,
-    stderr: Arc<Mutex<VecDeque<String>>>,
+    stderr: super::stderr::Tail,
     grace: Duration,
     stopped: tokio::sync::OnceCell<()>,
 }
@@ -130,21 +126,8 @@ impl StdioTransport {
                 })
             });
 
-        // Stderr: logged line by line, the tail kept.
-        let tail = Arc::new(Mutex::new(VecDeque::with_capacity(STDERR_TAIL)));
-        let keep = tail.clone();
-        let label = (config.name.clone(), session.to_owned());
-        tokio::spawn(async move {
-            let mut lines = BufReader::new(stderr).lines();
-            while let Ok(Some(line)) = lines.next_line().await {
-                tracing::info!(target: "mcp_gateway::plugin", plugin = %label.0, session = %label.1, "{line}");
-                let mut t = keep.lock().expect("stderr tail lock");
-                if t.len() == STDERR_TAIL {
-                    t.pop_front();
-                }
-                t.push_back(line);
-            }
-        });
+        // Stderr: logged line by line, each line capped, the tail kept.
+        let tail = super::stderr::spawn(stderr, config.name.clone(), session.to_owned());
 
         // Exit watcher: owns the child, reaps it, publishes how it ended.
         let (exit_tx, exit) = watch::channel(None);
