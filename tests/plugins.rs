@@ -412,3 +412,71 @@ async fn regression_stderr_without_newlines_stays_bounded() {
         );
     }
 }
+
+#[tokio::test]
+async fn regression_a_plugin_that_stops_reading_gets_a_bounded_queue() {
+    // Guards: the queue to a plugin's stdin had no bound: a plugin that stopped reading grew
+    // the gateway by every request sent to it, and requests that timed out stayed queued.
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = common::write_config(
+        &dir,
+        &format!("[plugins.stuck]\ncommand = \"{FIXTURE}\"\nrequest_timeout_secs = 3\n"),
+    );
+    let gw = Gateway::start(&["--config", &cfg]);
+    let mut c = gw.client();
+    c.initialize().await;
+    assert_eq!(
+        c.tool_text(1, "stop_reading", json!({})).await,
+        "no longer reading input"
+    );
+    // 12 × 2 MiB for a plugin that reads nothing: more than the queue holds.
+    let big = "x".repeat(2 * 1024 * 1024);
+    let calls: Vec<_> = (0..12)
+        .map(|i| {
+            let (c, big) = (c.clone(), big.clone());
+            tokio::spawn(async move {
+                let started = std::time::Instant::now();
+                let r = c
+                    .call(
+                        100 + i,
+                        "tools/call",
+                        json!({"name": "echo", "arguments": {"text": big}}),
+                    )
+                    .await;
+                (r, started.elapsed())
+            })
+        })
+        .collect();
+    let (mut refused, mut timed_out) = (0, 0);
+    for h in calls {
+        let (r, took) = h.await.unwrap();
+        assert_eq!(r.status, 200, "{r:?}");
+        if r.error_code() == -32001 {
+            timed_out += 1;
+            continue;
+        }
+        let message = r.last()["error"]["message"].as_str().unwrap();
+        assert!(
+            message.contains("plugin 'stuck'") && message.contains("input"),
+            "{message}"
+        );
+        assert!(
+            took < Duration::from_secs(2),
+            "refused at once, not after {took:?}"
+        );
+        refused += 1;
+    }
+    assert!(
+        refused > 0 && timed_out > 0,
+        "the queue took some and refused the rest: {timed_out} queued, {refused} refused"
+    );
+    // The timed-out requests left the queue: a new one is taken again (and times out).
+    let r = c
+        .call(
+            200,
+            "tools/call",
+            json!({"name": "echo", "arguments": {"text": big}}),
+        )
+        .await;
+    assert_eq!(r.error_code(), -32001, "{r:?}");
+}

@@ -33,6 +33,14 @@ pub enum BackendError {
     Exited { plugin: String, reason: String },
     #[error("plugin '{plugin}' did not answer within {secs} s")]
     Timeout { plugin: String, secs: u64 },
+    #[error(
+        "plugin '{plugin}' is not reading its input: {messages} messages ({bytes} bytes) wait for it; request refused"
+    )]
+    NotReading {
+        plugin: String,
+        messages: usize,
+        bytes: usize,
+    },
     #[error("plugin '{plugin}' is unavailable: {reason}")]
     Unavailable { plugin: String, reason: String },
 }

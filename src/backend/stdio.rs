@@ -24,7 +24,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::BackendError;
 use super::pipe_writer::PipeWriter;
-use super::transport::{Inbound, PluginTransport};
+use super::transport::{Inbound, PluginTransport, SendError};
 use crate::config::{PluginConfig, Scheduling};
 
 /// Largest line accepted from a plugin; a longer one is dropped whole (and logged).
@@ -220,8 +220,15 @@ fn set_batch_policy(_pid: Pid) -> std::io::Result<()> {
 }
 
 impl PluginTransport for StdioTransport {
-    fn send(&self, message: Bytes) -> bool {
-        !self.exited() && self.to_child.send(&message)
+    fn send(&self, message: Bytes, tag: Option<u64>) -> Result<(), SendError> {
+        if self.exited() {
+            return Err(SendError::Closed);
+        }
+        self.to_child.send(message, tag)
+    }
+
+    fn withdraw(&self, tag: u64) -> bool {
+        self.to_child.withdraw(tag)
     }
 
     fn shutdown(&self) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
