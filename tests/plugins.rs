@@ -480,3 +480,56 @@ async fn regression_a_plugin_that_stops_reading_gets_a_bounded_queue() {
         .await;
     assert_eq!(r.error_code(), -32001, "{r:?}");
 }
+
+#[tokio::test]
+async fn regression_a_failed_start_tells_the_client_only_that_it_failed() {
+    // Guards: a plugin's start failure sent the tail of its stderr (and its command line) to
+    // the remote client in the JSON-RPC error.
+    let dir = tempfile::tempdir().unwrap();
+    let flag = dir.path().join("fail-from-now-on");
+    let script = format!(
+        "if [ -e {} ]; then echo 'the db password is hunter2' >&2; exit 3; fi; exec {FIXTURE}",
+        flag.display()
+    );
+    let cfg = common::write_config(
+        &dir,
+        &format!(
+            "[plugins.flaky]\ncommand = \"sh\"\nargs = [\"-c\", {}]\n",
+            serde_json::to_string(&script).unwrap()
+        ),
+    );
+    let gw = Gateway::start(&["--config", &cfg, "--admin-token", "t"]);
+    let mut c = gw.client();
+    c.initialize().await; // the probe started it fine
+    std::fs::write(&flag, "").unwrap();
+    let r = c
+        .call(
+            1,
+            "tools/call",
+            json!({"name": "echo", "arguments": {"text": "x"}}),
+        )
+        .await;
+    let message = r.last()["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("plugin 'flaky'") && message.contains("failed to start"),
+        "{message}"
+    );
+    assert!(
+        !message.contains("hunter2") && !message.contains("fail-from-now-on"),
+        "the client saw the plugin's stderr or command line: {message}"
+    );
+    assert_eq!(r.error_code(), -32603);
+    // The operator still sees it all: in the logs and the admin API.
+    gw.wait_log("the db password is hunter2").await;
+    let admin = gw.admin.as_deref().unwrap();
+    let p: serde_json::Value = reqwest::Client::new()
+        .get(format!("http://{admin}/admin/plugins/flaky"))
+        .bearer_auth("t")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(p["last_error"].as_str().unwrap().contains("hunter2"), "{p}");
+}

@@ -286,8 +286,8 @@ impl PluginConnection {
         if let Err(e) = sent {
             sink.respond(jsonrpc::error_bytes(
                 Some(&client_id),
-                code::INTERNAL_ERROR,
-                &e.to_string(),
+                e.code(),
+                &e.client_message(),
             ));
         }
     }

@@ -164,8 +164,8 @@ async fn forward(
         Err(e) => {
             sink.respond(jsonrpc::error_bytes(
                 Some(&id),
-                code::INTERNAL_ERROR,
-                &e.to_string(),
+                e.code(),
+                &e.client_message(),
             ));
         }
     }

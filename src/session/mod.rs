@@ -115,6 +115,7 @@ pub(crate) async fn start_running(
     }
     let reservation = registry.reserve(entry).map_err(unavailable)?;
     let conn = start_plugin(&entry.config, label, params, events).await.inspect_err(|e| {
+        tracing::warn!(plugin = %entry.name(), "{e}");
         *entry.stats.last_error.lock().expect("stats lock") = Some(e.to_string());
         if entry.record_crash() {
             tracing::error!(plugin = %entry.name(), "plugin keeps failing: the circuit breaker is open");
