@@ -58,6 +58,9 @@ pub trait PluginEvents: Send + Sync + 'static {
 /// flight on the plugin.
 #[derive(Debug, Clone)]
 pub enum Related {
+    /// The message itself names a client request in flight here (a progress token): this is
+    /// that request's stream, whoever else has requests in flight.
+    Named(Sink),
     /// No client request is in flight.
     None,
     /// All requests in flight are one session's, and this is the one stream among them that
@@ -695,7 +698,7 @@ impl PluginConnection {
         {
             // The request's stream cannot carry it (JSON mode, or the client left): the
             // session's GET stream can.
-            events.plugin_notification(self, bytes, "notifications/progress", Related::Exact(sink));
+            events.plugin_notification(self, bytes, "notifications/progress", Related::Named(sink));
         }
         true
     }

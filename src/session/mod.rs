@@ -636,7 +636,7 @@ impl Session {
     /// there to answer it.
     pub fn deliver(&self, bytes: Bytes, related: Related, is_request: bool) -> Result<(), Bytes> {
         let (first, last_resort) = match related {
-            Related::Exact(s) => (Some(s), None),
+            Related::Named(s) | Related::Exact(s) => (Some(s), None),
             Related::Ambiguous(s) => (None, Some(s)),
             Related::None | Related::Unattributable => (None, None),
         };

@@ -5,7 +5,9 @@
 //!   sends on its own is routed by [`SharedEvents`]: a request to a client goes to the session
 //!   whose call caused it, which is only known when exactly one session has calls in flight
 //!   there; otherwise the request is refused (a guess could show one user's data to another).
-//!   Notifications that belong to no request go to every session.
+//!   Notifications about the plugin (list changes) go to every session; progress goes to the
+//!   session whose request its token names; any other notification (a log) names no request,
+//!   so it is dropped and counted (`mcp_gateway_plugin_notifications_dropped_total`).
 //! - Warm pools (`warm = K` on a per-session plugin): K processes started and initialized ahead
 //!   of demand, each handed whole to the next session that needs one, and replaced.
 //!
@@ -346,7 +348,9 @@ impl PluginEvents for SharedEvents {
         related: Related,
     ) {
         let session = match &related {
-            Related::Exact(sink) | Related::Ambiguous(sink) => self.session_of(sink),
+            Related::Named(sink) | Related::Exact(sink) | Related::Ambiguous(sink) => {
+                self.session_of(sink)
+            }
             Related::None | Related::Unattributable => None,
         };
         match session {
@@ -378,15 +382,22 @@ impl PluginEvents for SharedEvents {
             return;
         }
         match &related {
-            Related::Exact(sink) | Related::Ambiguous(sink) => {
+            // It names its request (a progress token): certain.
+            Related::Named(sink) => {
                 if let Some(s) = self.session_of(sink) {
                     s.plugin_notification(conn, message, method, related);
                 }
             }
-            // Logs and progress that no single session's call explains are shown to no one:
-            // on a shared process they may carry another user's data.
-            Related::None | Related::Unattributable => {
-                tracing::debug!(plugin = %conn.name(), "{method} from a shared plugin that no single session's call explains: dropped");
+            // Logs and the like name no request. That one session alone has calls in flight
+            // does not make them its own: a call that has returned may leave notifications
+            // behind. On a shared process they may carry another user's data: shown to no
+            // one, and counted.
+            Related::Exact(_) | Related::Ambiguous(_) | Related::None | Related::Unattributable => {
+                crate::metrics::get()
+                    .plugin_notifications_dropped
+                    .with_label_values(&[conn.name()])
+                    .inc();
+                tracing::debug!(plugin = %conn.name(), "{method} from a shared plugin names no request in flight: dropped");
             }
         }
     }
