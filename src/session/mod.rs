@@ -10,6 +10,7 @@
 //! A session never holds a lock across an await except the per-plugin start lock, which only
 //! orders concurrent first uses of the same plugin in the same session.
 
+mod log_level;
 mod manager;
 mod pools;
 
@@ -22,6 +23,7 @@ use bytes::Bytes;
 use serde_json::value::RawValue;
 use tokio_util::sync::CancellationToken;
 
+pub(crate) use log_level::LOG_LEVELS;
 pub use manager::{SessionManager, TooManySessions};
 pub use pools::Pools;
 
@@ -216,8 +218,9 @@ pub struct Session {
     /// asked, and under which id.
     server_requests: Mutex<HashMap<u64, (Weak<PluginConnection>, Id)>>,
     next_server_request: AtomicU64,
-    /// The client's last `logging/setLevel` params, replayed to plugins that start later.
-    log_level: Mutex<Option<Box<RawValue>>>,
+    /// The client's last `logging/setLevel`: sent to plugins that start later, and enforced
+    /// on their logs.
+    log_level: log_level::LogLevel,
     /// Resource subscriptions by plugin name, replayed to a restarted plugin.
     subscriptions: Mutex<HashSet<(String, String)>>,
     /// Which plugin serves which resource URI, learned from list results.
@@ -285,7 +288,7 @@ impl Session {
             next_stream: AtomicU64::new(1),
             server_requests: Mutex::new(HashMap::new()),
             next_server_request: AtomicU64::new(1),
-            log_level: Mutex::new(None),
+            log_level: Default::default(),
             subscriptions: Mutex::new(HashSet::new()),
             routes: Mutex::new(Default::default()),
             closed,
@@ -381,6 +384,8 @@ impl Session {
             .inspect_err(|_| s.count_crash())?,
         };
         let conn = running.conn.clone();
+        // The client's level reaches the plugin before any request does.
+        self.replay_log_level(&s, &conn).await;
         let still_current = self
             .slots
             .lock()
@@ -463,14 +468,30 @@ impl Session {
         }
     }
 
-    /// Brings a (re)started plugin up to what the client asked of the session.
-    fn replay_state(&self, slot: &PluginSlot, conn: &Arc<PluginConnection>) {
-        if slot.has_capability("logging")
-            && let Some(level) = self.log_level.lock().expect("log level lock").clone()
-        {
-            let c = conn.clone();
-            tokio::spawn(async move { c.call("logging/setLevel", Some(&level)).await });
+    /// Tells a (re)started or warm instance the session's log level, and waits (within its
+    /// start-up timeout) for it to be taken, so it logs at that level from its first request.
+    async fn replay_log_level(&self, slot: &PluginSlot, conn: &PluginConnection) {
+        let Some(level) = self.log_level.params() else {
+            return;
+        };
+        if !slot.has_capability("logging") {
+            return;
         }
+        let call = conn.call("logging/setLevel", Some(&level));
+        match tokio::time::timeout(slot.entry.config.startup_timeout, call).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => {
+                tracing::debug!(plugin = %conn.name(), session = %self.id, "logging/setLevel: {e}")
+            }
+            Err(_) => {
+                tracing::debug!(plugin = %conn.name(), session = %self.id, "logging/setLevel: no answer")
+            }
+        }
+    }
+
+    /// Brings a (re)started plugin up to what the client asked of the session (its log level
+    /// is sent before, by [`Session::replay_log_level`]).
+    fn replay_state(&self, slot: &PluginSlot, conn: &Arc<PluginConnection>) {
         let uris: Vec<String> = self
             .subscriptions
             .lock()
@@ -488,7 +509,7 @@ impl Session {
     }
 
     pub fn set_log_level(&self, params: Box<RawValue>) {
-        *self.log_level.lock().expect("log level lock") = Some(params);
+        self.log_level.set(params);
     }
 
     pub fn subscription(&self, plugin: &str, uri: &str, on: bool) {
@@ -821,6 +842,9 @@ impl PluginEvents for Session {
         method: &str,
         related: Related,
     ) {
+        if method == "notifications/message" && !self.log_level.allows(&message) {
+            return;
+        }
         match method {
             // Unrelated to any request: the GET stream.
             m if LIST_CHANGES.contains(&m) => {
