@@ -569,3 +569,50 @@ async fn regression_overlay_keeps_file_edits_and_refuses_conflicts() {
         "{body}"
     );
 }
+
+#[tokio::test]
+async fn regression_a_crash_while_running_is_the_plugins_last_error() {
+    // Guards: a plugin that crashed while running counted in `restarts`, but its `last_error`
+    // stayed null.
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = common::write_config(
+        &dir,
+        &format!(
+            "[plugins.own]\ncommand = \"{FIXTURE}\"\n[plugins.pooled]\ncommand = \"{FIXTURE}\"\nprocess_model = \"shared\"\n"
+        ),
+    );
+    let gw = Gateway::start(&["--config", &cfg, "--admin-token", TOKEN]);
+    let admin = Admin::of(&gw);
+    let mut c = gw.client();
+    c.initialize().await;
+    for (i, plugin) in ["own", "pooled"].into_iter().enumerate() {
+        let (_, p) = admin.get(&format!("/admin/plugins/{plugin}")).await;
+        assert_eq!(p["last_error"], Value::Null, "{p}");
+        let _ = c
+            .call(
+                i as i64,
+                "tools/call",
+                json!({"name": format!("{plugin}__crash"), "arguments": {}}),
+            )
+            .await;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        let p = loop {
+            let (_, p) = admin.get(&format!("/admin/plugins/{plugin}")).await;
+            if p["restarts"] == 1 {
+                break p;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no crash counted: {p}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        let last = p["last_error"].as_str().unwrap_or_default();
+        assert!(
+            last.contains(&format!("plugin '{plugin}' exited"))
+                && last.contains("exit status: 7")
+                && last.contains("crashing on purpose"),
+            "{p}"
+        );
+    }
+}

@@ -449,6 +449,16 @@ impl PluginConnection {
         self.transport.stderr_tail()
     }
 
+    /// How the plugin ended, with the last lines of its stderr: for the logs and the admin
+    /// API, never for a client.
+    pub fn exit_report(&self) -> String {
+        format!(
+            "{}{}",
+            self.gone_error(),
+            super::stderr_tail(&self.stderr_tail())
+        )
+    }
+
     fn events(&self) -> Option<Arc<dyn PluginEvents>> {
         self.events.get().and_then(Weak::upgrade)
     }

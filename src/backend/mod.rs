@@ -55,7 +55,8 @@ pub enum BackendError {
     Unavailable { plugin: String, reason: String },
 }
 
-fn stderr_tail(lines: &[String]) -> String {
+/// `; its stderr ended with: …`, or nothing when it wrote nothing.
+pub(crate) fn stderr_tail(lines: &[String]) -> String {
     if lines.is_empty() {
         String::new()
     } else {

@@ -14,6 +14,7 @@ use bytes::{Buf, BytesMut};
 use futures_util::StreamExt;
 use tokio::process::ChildStderr;
 use tokio_util::codec::{Decoder, FramedRead};
+use tokio_util::sync::CancellationToken;
 
 /// Longest stderr line logged; the rest of a longer one is dropped.
 pub const MAX_LINE: usize = 4096;
@@ -23,11 +24,15 @@ const TAIL: usize = 20;
 /// The last lines a plugin wrote to stderr, oldest first.
 pub type Tail = Arc<Mutex<VecDeque<String>>>;
 
-/// Starts logging `stderr` until it ends; the tail it keeps.
-pub fn spawn(stderr: ChildStderr, plugin: String, session: String) -> Tail {
+/// Starts logging `stderr` until it ends; the tail it keeps, and a token cancelled once
+/// everything is read.
+pub fn spawn(stderr: ChildStderr, plugin: String, session: String) -> (Tail, CancellationToken) {
     let tail: Tail = Arc::new(Mutex::new(VecDeque::with_capacity(TAIL)));
     let keep = tail.clone();
+    let done = CancellationToken::new();
+    let finished = done.clone().drop_guard();
     tokio::spawn(async move {
+        let _finished = finished;
         let mut lines = FramedRead::new(stderr, StderrCodec::default());
         while let Some(Ok(piece)) = lines.next().await {
             let line = match piece {
@@ -45,7 +50,7 @@ pub fn spawn(stderr: ChildStderr, plugin: String, session: String) -> Tail {
             t.push_back(line);
         }
     });
-    tail
+    (tail, done)
 }
 
 /// One line of stderr, whole or cut at [`MAX_LINE`].

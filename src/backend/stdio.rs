@@ -38,6 +38,8 @@ pub struct StdioTransport {
     close_stdin: CancellationToken,
     exit: watch::Receiver<Option<String>>,
     stderr: super::stderr::Tail,
+    /// Cancelled once stderr is read to its end.
+    stderr_done: CancellationToken,
     grace: Duration,
     stopped: tokio::sync::OnceCell<()>,
 }
@@ -127,7 +129,8 @@ impl StdioTransport {
             });
 
         // Stderr: logged line by line, each line capped, the tail kept.
-        let tail = super::stderr::spawn(stderr, config.name.clone(), session.to_owned());
+        let (tail, stderr_done) =
+            super::stderr::spawn(stderr, config.name.clone(), session.to_owned());
 
         // Exit watcher: owns the child, reaps it, publishes how it ended.
         let (exit_tx, exit) = watch::channel(None);
@@ -149,6 +152,7 @@ impl StdioTransport {
                 close_stdin,
                 exit,
                 stderr: tail,
+                stderr_done,
                 grace: config.shutdown_grace,
                 stopped: tokio::sync::OnceCell::new(),
             },
@@ -244,6 +248,10 @@ impl PluginTransport for StdioTransport {
     fn wait_exit_reason(&self) -> Pin<Box<dyn Future<Output = String> + Send + '_>> {
         Box::pin(async move {
             self.wait_exit(Duration::from_millis(500)).await;
+            // Its last stderr lines explain the exit: read them first (briefly: a grandchild
+            // may hold stderr open).
+            let _ = tokio::time::timeout(Duration::from_millis(200), self.stderr_done.cancelled())
+                .await;
             self.exit_reason()
                 .unwrap_or_else(|| "closed its output".into())
         })

@@ -881,7 +881,9 @@ impl PluginEvents for Session {
         if let Some(slot) = slot {
             slot.take_running();
             if !self.closed.is_cancelled() && !conn.is_stopping() {
-                tracing::warn!(plugin = %conn.name(), session = %self.id, "plugin exited; it restarts on the next request");
+                let report = conn.exit_report();
+                tracing::warn!(plugin = %conn.name(), session = %self.id, "{report}; it restarts on the next request");
+                *slot.entry.stats.last_error.lock().expect("stats lock") = Some(report);
                 slot.count_crash();
                 if slot.entry.record_crash() {
                     tracing::error!(plugin = %conn.name(), "plugin keeps crashing: the circuit breaker is open");

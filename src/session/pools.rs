@@ -407,11 +407,13 @@ impl PluginEvents for SharedEvents {
         if !current || conn.is_stopping() {
             return;
         }
-        tracing::warn!(plugin = %conn.name(), "a shared plugin process exited; it restarts on the next request");
-        if let Some(entry) = self.registry.upgrade().and_then(|r| r.get(conn.name()))
-            && entry.record_crash()
-        {
-            tracing::error!(plugin = %conn.name(), "plugin keeps crashing: the circuit breaker is open");
+        let report = conn.exit_report();
+        tracing::warn!(plugin = %conn.name(), "a shared plugin process exited ({report}); it restarts on the next request");
+        if let Some(entry) = self.registry.upgrade().and_then(|r| r.get(conn.name())) {
+            *entry.stats.last_error.lock().expect("stats lock") = Some(report);
+            if entry.record_crash() {
+                tracing::error!(plugin = %conn.name(), "plugin keeps crashing: the circuit breaker is open");
+            }
         }
     }
 }
