@@ -533,3 +533,73 @@ async fn regression_a_failed_start_tells_the_client_only_that_it_failed() {
         .unwrap();
     assert!(p["last_error"].as_str().unwrap().contains("hunter2"), "{p}");
 }
+
+/// Kills the processes a test left behind, even when it fails.
+struct KillOnDrop(Vec<u32>);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        for pid in &self.0 {
+            let _ = std::process::Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .status();
+        }
+    }
+}
+
+/// `/proc/PID/stat` fields after the command name: state, ppid, pgrp, session, ...
+fn stat_fields(pid: u32) -> Option<Vec<String>> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, rest) = stat.rsplit_once(')')?;
+    Some(rest.split_whitespace().map(str::to_owned).collect())
+}
+
+#[tokio::test]
+async fn regression_a_grandchild_that_calls_setsid_goes_with_its_session_and_the_gateway() {
+    // Guards: only the plugin's process group was killed, so a grandchild that called
+    // `setsid` outlived its session and the gateway.
+    let mut gw = Gateway::fixture(&[], &[]);
+    let mut left = KillOnDrop(Vec::new());
+    let mut a = gw.client();
+    a.initialize().await;
+    let plugin: u32 = a.tool_text(1, "pid", json!({})).await.parse().unwrap();
+    let grandchild: u32 = a
+        .tool_text(2, "setsid_grandchild", json!({}))
+        .await
+        .parse()
+        .unwrap();
+    left.0.push(grandchild);
+    let fields = stat_fields(grandchild).expect("the grandchild runs");
+    assert_ne!(
+        fields[2],
+        plugin.to_string(),
+        "it left the plugin's process group"
+    );
+    assert_eq!(a.delete().await, 200);
+    // Gone, and reaped: no zombie left either.
+    wait_until(
+        "the setsid grandchild gone with its session",
+        Duration::from_secs(15),
+        || stat_fields(grandchild).is_none(),
+    )
+    .await;
+    assert!(!alive(plugin));
+
+    // One still running when the gateway stops goes with it.
+    let mut b = gw.client();
+    b.initialize().await;
+    let second: u32 = b
+        .tool_text(1, "setsid_grandchild", json!({}))
+        .await
+        .parse()
+        .unwrap();
+    left.0.push(second);
+    assert!(alive(second));
+    assert!(gw.terminate().success());
+    wait_until(
+        "the setsid grandchild gone with the gateway",
+        Duration::from_secs(5),
+        || !alive(second),
+    )
+    .await;
+}

@@ -1,7 +1,8 @@
 //! Backends: the plugins behind the gateway and the gateway's MCP-client side towards them.
 //!
 //! - [`transport`]: the seam a plugin's bytes cross ([`PluginTransport`]); [`stdio`] is the
-//!   implementation that runs a child process.
+//!   implementation that runs a child process; [`orphans`] finds what its processes left
+//!   outside their group.
 //! - [`connection`]: JSON-RPC over a transport: the `initialize` handshake, many requests in
 //!   flight matched back by gateway-assigned ids, and the plugin's own requests and
 //!   notifications handed to whoever listens ([`PluginEvents`]).
@@ -10,6 +11,7 @@
 //! slow client.
 
 pub mod connection;
+pub(crate) mod orphans;
 mod pipe_writer;
 mod stderr;
 pub mod stdio;

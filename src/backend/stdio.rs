@@ -1,7 +1,7 @@
 //! A plugin run as a child process speaking newline-delimited JSON-RPC on stdin/stdout.
 //!
 //! The child leads its own process group, so stopping it takes everything it started (`npx`
-//! runs a shell that runs node). Stopping follows the MCP stdio transport: close stdin, wait,
+//! runs a shell that runs node); what left the group is found by [`super::orphans`]. Stopping follows the MCP stdio transport: close stdin, wait,
 //! SIGTERM, wait, SIGKILL. Dropping a [`StdioTransport`] that was not stopped kills the group
 //! at once, so no path leaves an orphan; the exit watcher reaps the child, so none leaves a
 //! zombie. Stderr is logged by [`super::stderr`].
@@ -23,6 +23,7 @@ use tokio_util::codec::{Decoder, FramedRead};
 use tokio_util::sync::CancellationToken;
 
 use super::BackendError;
+use super::orphans::{self, Instance};
 use super::pipe_writer::PipeWriter;
 use super::transport::{Inbound, PluginTransport, SendError};
 use crate::config::{PluginConfig, Scheduling};
@@ -42,6 +43,8 @@ pub struct StdioTransport {
     stderr_done: CancellationToken,
     grace: Duration,
     stopped: tokio::sync::OnceCell<()>,
+    /// Its processes, wherever they went.
+    instance: Instance,
 }
 
 impl StdioTransport {
@@ -73,11 +76,18 @@ impl StdioTransport {
         if let Some(cwd) = &config.cwd {
             cmd.current_dir(cwd);
         }
-        let mut child = cmd.spawn().map_err(|e| BackendError::Spawn {
-            plugin: config.name.clone(),
-            command: config.command_line(),
-            reason: e.to_string(),
-        })?;
+        // Marks every process it starts, so what leaves its group is found when it stops.
+        let instance = Instance::new();
+        let (mark, id) = instance.mark();
+        cmd.env(mark, id);
+        let mut child =
+            instance
+                .spawn(|| cmd.spawn(), |c| c.id())
+                .map_err(|e| BackendError::Spawn {
+                    plugin: config.name.clone(),
+                    command: config.command_line(),
+                    reason: e.to_string(),
+                })?;
         let pid = Pid::from_raw(child.id().expect("a just-spawned child has a pid") as i32);
         if config.scheduling == Scheduling::Batch
             && let Err(e) = set_batch_policy(pid)
@@ -139,6 +149,7 @@ impl StdioTransport {
                 Ok(status) => status.to_string(),
                 Err(e) => format!("wait failed: {e}"),
             };
+            orphans::reaped(pid.as_raw() as u32);
             let _ = exit_tx.send(Some(reason));
         });
 
@@ -155,6 +166,7 @@ impl StdioTransport {
                 stderr_done,
                 grace: config.shutdown_grace,
                 stopped: tokio::sync::OnceCell::new(),
+                instance,
             },
             Box::pin(lines),
         ))
@@ -196,6 +208,8 @@ impl StdioTransport {
             }
             let _ = killpg(self.pid, Signal::SIGKILL);
         }
+        // What left the group (`setsid`) and was adopted by the gateway goes now.
+        self.instance.finish().await;
         tracing::info!(plugin = %self.plugin, session = %self.session, pid = self.pid.as_raw(), "plugin stopped");
     }
 }

@@ -289,6 +289,9 @@ impl Pools {
             running.extend(pool.ready.lock().expect("warm lock").drain(..));
         }
         futures_util::future::join_all(running.iter().map(|r| r.conn.shutdown())).await;
+        // Sessions' processes are stopped before the pools': anything a plugin left outside
+        // its process group goes now.
+        crate::backend::orphans::stop_all().await;
     }
 }
 
