@@ -603,3 +603,30 @@ async fn regression_a_grandchild_that_calls_setsid_goes_with_its_session_and_the
     )
     .await;
 }
+
+#[tokio::test]
+async fn regression_a_missing_cwd_is_reported_as_such() {
+    // Guards: a `cwd` that does not exist was reported as if the command were missing.
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = common::write_config(
+        &dir,
+        &format!("[plugins.lost]\ncommand = \"{FIXTURE}\"\ncwd = \"/nonexistent/workdir\"\n"),
+    );
+    let gw = Gateway::start(&["--config", &cfg, "--admin-token", "t"]);
+    gw.wait_log("/nonexistent/workdir").await;
+    let admin = gw.admin.as_deref().unwrap();
+    let p: serde_json::Value = reqwest::Client::new()
+        .get(format!("http://{admin}/admin/plugins/lost"))
+        .bearer_auth("t")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let last = p["last_error"].as_str().unwrap_or_default();
+    assert!(
+        last.contains("working directory") && last.contains("/nonexistent/workdir"),
+        "{p}"
+    );
+}

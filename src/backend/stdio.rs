@@ -65,7 +65,20 @@ impl StdioTransport {
                 })?;
             env.push((key, value));
         }
+        if let Some(cwd) = config.cwd.as_deref().filter(|d| !d.is_dir()) {
+            return Err(BackendError::Spawn {
+                plugin: config.name.clone(),
+                command: config.command_line(),
+                reason: format!(
+                    "its working directory (cwd) `{}` does not exist or is not a directory",
+                    cwd.display()
+                ),
+            });
+        }
         let mut cmd = Command::new(&config.command);
+        for secret in crate::config::SECRET_ENV_VARS {
+            cmd.env_remove(secret);
+        }
         cmd.args(&config.args)
             .envs(env)
             .stdin(Stdio::piped())
