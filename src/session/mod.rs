@@ -46,6 +46,9 @@ pub(crate) const LIST_CHANGES: [&str; 4] = [
     "notifications/resources/updated",
 ];
 
+/// Longest wait for a starting instance to take the session's log level.
+const SET_LEVEL_WAIT: Duration = Duration::from_secs(2);
+
 /// Longest wait between restarts of a crashing plugin.
 const MAX_BACKOFF: Duration = Duration::from_secs(10);
 
@@ -468,8 +471,9 @@ impl Session {
         }
     }
 
-    /// Tells a (re)started or warm instance the session's log level, and waits (within its
-    /// start-up timeout) for it to be taken, so it logs at that level from its first request.
+    /// Tells a (re)started or warm instance the session's log level before anything else, and
+    /// waits briefly for it to be taken, so it logs at that level from its first request even
+    /// if it handles requests concurrently.
     async fn replay_log_level(&self, slot: &PluginSlot, conn: &PluginConnection) {
         let Some(level) = self.log_level.params() else {
             return;
@@ -478,7 +482,8 @@ impl Session {
             return;
         }
         let call = conn.call("logging/setLevel", Some(&level));
-        match tokio::time::timeout(slot.entry.config.startup_timeout, call).await {
+        let wait = slot.entry.config.startup_timeout.min(SET_LEVEL_WAIT);
+        match tokio::time::timeout(wait, call).await {
             Ok(Ok(_)) => {}
             Ok(Err(e)) => {
                 tracing::debug!(plugin = %conn.name(), session = %self.id, "logging/setLevel: {e}")
