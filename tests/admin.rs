@@ -569,3 +569,168 @@ async fn regression_overlay_keeps_file_edits_and_refuses_conflicts() {
         "{body}"
     );
 }
+
+#[tokio::test]
+async fn regression_a_crash_while_running_is_the_plugins_last_error() {
+    // Guards: a plugin that crashed while running counted in `restarts`, but its `last_error`
+    // stayed null.
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = common::write_config(
+        &dir,
+        &format!(
+            "[plugins.own]\ncommand = \"{FIXTURE}\"\n[plugins.pooled]\ncommand = \"{FIXTURE}\"\nprocess_model = \"shared\"\n"
+        ),
+    );
+    let gw = Gateway::start(&["--config", &cfg, "--admin-token", TOKEN]);
+    let admin = Admin::of(&gw);
+    let mut c = gw.client();
+    c.initialize().await;
+    for (i, plugin) in ["own", "pooled"].into_iter().enumerate() {
+        let (_, p) = admin.get(&format!("/admin/plugins/{plugin}")).await;
+        assert_eq!(p["last_error"], Value::Null, "{p}");
+        let _ = c
+            .call(
+                i as i64,
+                "tools/call",
+                json!({"name": format!("{plugin}__crash"), "arguments": {}}),
+            )
+            .await;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        let p = loop {
+            let (_, p) = admin.get(&format!("/admin/plugins/{plugin}")).await;
+            if p["restarts"] == 1 {
+                break p;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no crash counted: {p}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        let last = p["last_error"].as_str().unwrap_or_default();
+        assert!(
+            last.contains(&format!("plugin '{plugin}' exited"))
+                && last.contains("exit status: 7")
+                && last.contains("crashing on purpose"),
+            "{p}"
+        );
+    }
+}
+
+/// `mcp-gateway check` on a config file: its exit code and stderr.
+fn check(dir: &tempfile::TempDir, text: &str) -> (i32, String) {
+    let path = common::write_config(dir, text);
+    let out = std::process::Command::new(common::GATEWAY)
+        .args(["check", "--config", &path])
+        .env_remove("MCP_GATEWAY_CONFIG")
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test]
+async fn regression_an_empty_prefix_is_refused() {
+    // Guards: `prefix = ""` was accepted, and the plugin's tools became `__name`.
+    let dir = tempfile::tempdir().unwrap();
+    let (code, err) = check(
+        &dir,
+        &format!("[plugins.a]\ncommand = \"{FIXTURE}\"\nprefix = \"\"\n"),
+    );
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("plugins.a.prefix") && err.contains("empty"),
+        "{err}"
+    );
+
+    let gw = with_main_plugin();
+    let admin = Admin::of(&gw);
+    let mut p = fixture_plugin("b");
+    p["prefix"] = json!("");
+    let (status, body) = admin.post("/admin/plugins", p).await;
+    assert_eq!(status, 400, "{body}");
+    assert!(body["error"].as_str().unwrap().contains("prefix"), "{body}");
+}
+
+#[tokio::test]
+async fn regression_a_plugin_is_never_given_the_gateways_secrets() {
+    // Guards: a plugin's `env` could name `${MCP_GATEWAY_ADMIN_TOKEN}` (or the database URL,
+    // password and all), and every plugin inherited them from the gateway's environment.
+    let dir = tempfile::tempdir().unwrap();
+    for secret in ["MCP_GATEWAY_ADMIN_TOKEN", "MCP_GATEWAY_DATABASE_URL"] {
+        let (code, err) = check(
+            &dir,
+            &format!("[plugins.a]\ncommand = \"{FIXTURE}\"\nenv = {{ T = \"x-${{{secret}}}\" }}\n"),
+        );
+        assert_ne!(code, 0, "{secret} accepted");
+        assert!(
+            err.contains("plugins.a.env.T") && err.contains(secret),
+            "{err}"
+        );
+    }
+
+    let gw = Gateway::start_with_env(
+        &["--plugin-name", "main", "--", FIXTURE],
+        &[("MCP_GATEWAY_ADMIN_TOKEN", TOKEN), ("HARMLESS", "visible")],
+    );
+    let admin = Admin::of(&gw);
+    let mut p = fixture_plugin("b");
+    p["env"] = json!({"T": "${MCP_GATEWAY_ADMIN_TOKEN}"});
+    let (status, body) = admin.post("/admin/plugins", p).await;
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        body["error"]
+            .as_str()
+            .unwrap()
+            .contains("MCP_GATEWAY_ADMIN_TOKEN"),
+        "{body}"
+    );
+    // Nor does a plugin inherit them.
+    let mut c = gw.client();
+    c.initialize().await;
+    let seen = |name: &'static str| {
+        let c = c.clone();
+        async move { c.tool_text(1, "getenv", json!({ "name": name })).await }
+    };
+    assert_eq!(seen("MCP_GATEWAY_ADMIN_TOKEN").await, "(unset)");
+    assert_eq!(seen("HARMLESS").await, "visible");
+}
+
+#[tokio::test]
+async fn regression_readyz_names_failed_plugins_without_their_command_lines() {
+    // Guards: `/readyz`, which needs no token, showed each failed plugin's full command line.
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = common::write_config(
+        &dir,
+        "[plugins.broken]\ncommand = \"/nonexistent/server\"\nargs = [\"--api-key\", \"hunter2\"]\n",
+    );
+    let gw = Gateway::start(&["--config", &cfg]);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let body = loop {
+        let (status, body) = gw.admin_get("/readyz").await;
+        if status == 503 {
+            break body;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never unready: {body}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let v: Value = serde_json::from_str(&body).unwrap();
+    let failed = &v["checks"]["plugins"]["failed"][0];
+    assert_eq!(failed["plugin"], "broken", "{v}");
+    assert!(
+        failed["error"]
+            .as_str()
+            .unwrap()
+            .contains("failed to start"),
+        "{v}"
+    );
+    assert!(
+        !body.contains("hunter2") && !body.contains("/nonexistent/server"),
+        "{body}"
+    );
+}

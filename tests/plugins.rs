@@ -359,3 +359,274 @@ async fn regression_shutdown_does_not_wait_for_json_mode_calls() {
         "{r:?}"
     );
 }
+
+/// The resident memory of a process, in KiB.
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS in /proc/PID/status")
+}
+
+#[tokio::test]
+async fn regression_stderr_without_newlines_stays_bounded() {
+    // Guards: a plugin writing stderr without a newline grew the gateway without limit (the
+    // whole "line" was buffered, then logged as one line); `\r` did not end a line.
+    let gw = Gateway::fixture(&[], &[]);
+    let mut c = gw.client();
+    c.initialize().await;
+    c.tool_text(1, "echo", json!({"text": "up"})).await;
+    let before = rss_kib(gw.pid());
+    // 64 MiB without a newline: the plugin's write blocks until the gateway has read all but
+    // a pipe's worth, so when the call answers the gateway holds what it kept of it.
+    let x = "x".repeat(1024);
+    c.tool_text(2, "stderr_raw", json!({"text": x, "repeat": 64 * 1024}))
+        .await;
+    let grown = rss_kib(gw.pid()).saturating_sub(before);
+    c.tool_text(
+        3,
+        "stderr_raw",
+        json!({"text": "\nprogress 10%\rprogress 20%\rstderr flood over\n"}),
+    )
+    .await;
+    gw.wait_log("stderr flood over").await;
+    assert!(
+        grown < 16 * 1024,
+        "the gateway grew by {grown} KiB while the plugin wrote one endless line"
+    );
+    let log = gw.log();
+    let flood: Vec<&str> = log.lines().filter(|l| l.contains("xxxxxxxx")).collect();
+    assert_eq!(flood.len(), 1, "one cut line for the flood");
+    assert!(
+        flood[0].len() < 8 * 1024 && flood[0].contains("[cut"),
+        "the flood's line is cut with a marker ({} bytes)",
+        flood[0].len()
+    );
+    for part in ["progress 10%", "progress 20%"] {
+        let line = log.lines().find(|l| l.contains(part)).unwrap();
+        assert!(
+            !line.contains("stderr flood over") && line.contains("plugin=stdio"),
+            "`\\r` ends a line: {line}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn regression_a_plugin_that_stops_reading_gets_a_bounded_queue() {
+    // Guards: the queue to a plugin's stdin had no bound: a plugin that stopped reading grew
+    // the gateway by every request sent to it, and requests that timed out stayed queued.
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = common::write_config(
+        &dir,
+        &format!("[plugins.stuck]\ncommand = \"{FIXTURE}\"\nrequest_timeout_secs = 5\n"),
+    );
+    let gw = Gateway::start(&["--config", &cfg]);
+    let mut c = gw.client();
+    c.initialize().await;
+    assert_eq!(
+        c.tool_text(1, "stop_reading", json!({})).await,
+        "no longer reading input"
+    );
+    // 12 × 2 MiB for a plugin that reads nothing: more than the queue holds.
+    let big = "x".repeat(2 * 1024 * 1024);
+    let calls: Vec<_> = (0..12)
+        .map(|i| {
+            let (c, big) = (c.clone(), big.clone());
+            tokio::spawn(async move {
+                let started = std::time::Instant::now();
+                let r = c
+                    .call(
+                        100 + i,
+                        "tools/call",
+                        json!({"name": "echo", "arguments": {"text": big}}),
+                    )
+                    .await;
+                (r, started.elapsed())
+            })
+        })
+        .collect();
+    let (mut refused, mut timed_out) = (0, 0);
+    for h in calls {
+        let (r, took) = h.await.unwrap();
+        assert_eq!(r.status, 200, "{r:?}");
+        if r.error_code() == -32001 {
+            timed_out += 1;
+            continue;
+        }
+        let message = r.last()["error"]["message"].as_str().unwrap();
+        assert!(
+            message.contains("plugin 'stuck'") && message.contains("input"),
+            "{message}"
+        );
+        assert!(
+            took < Duration::from_secs(5),
+            "refused at once, not at the timeout: {took:?}"
+        );
+        refused += 1;
+    }
+    assert!(
+        refused > 0 && timed_out > 0,
+        "the queue took some and refused the rest: {timed_out} queued, {refused} refused"
+    );
+    // The timed-out requests left the queue: a new one is taken again (and times out).
+    let r = c
+        .call(
+            200,
+            "tools/call",
+            json!({"name": "echo", "arguments": {"text": big}}),
+        )
+        .await;
+    assert_eq!(r.error_code(), -32001, "{r:?}");
+}
+
+#[tokio::test]
+async fn regression_a_failed_start_tells_the_client_only_that_it_failed() {
+    // Guards: a plugin's start failure sent the tail of its stderr (and its command line) to
+    // the remote client in the JSON-RPC error.
+    let dir = tempfile::tempdir().unwrap();
+    let flag = dir.path().join("fail-from-now-on");
+    let script = format!(
+        "if [ -e {} ]; then echo 'the db password is hunter2' >&2; exit 3; fi; exec {FIXTURE}",
+        flag.display()
+    );
+    let cfg = common::write_config(
+        &dir,
+        &format!(
+            "[plugins.flaky]\ncommand = \"sh\"\nargs = [\"-c\", {}]\n",
+            serde_json::to_string(&script).unwrap()
+        ),
+    );
+    let gw = Gateway::start(&["--config", &cfg, "--admin-token", "t"]);
+    let mut c = gw.client();
+    c.initialize().await; // the probe started it fine
+    std::fs::write(&flag, "").unwrap();
+    let r = c
+        .call(
+            1,
+            "tools/call",
+            json!({"name": "echo", "arguments": {"text": "x"}}),
+        )
+        .await;
+    let message = r.last()["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("plugin 'flaky'") && message.contains("failed to start"),
+        "{message}"
+    );
+    assert!(
+        !message.contains("hunter2") && !message.contains("fail-from-now-on"),
+        "the client saw the plugin's stderr or command line: {message}"
+    );
+    assert_eq!(r.error_code(), -32603);
+    // The operator still sees it all: in the logs and the admin API.
+    gw.wait_log("the db password is hunter2").await;
+    let admin = gw.admin.as_deref().unwrap();
+    let p: serde_json::Value = reqwest::Client::new()
+        .get(format!("http://{admin}/admin/plugins/flaky"))
+        .bearer_auth("t")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(p["last_error"].as_str().unwrap().contains("hunter2"), "{p}");
+}
+
+/// Kills the processes a test left behind, even when it fails.
+struct KillOnDrop(Vec<u32>);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        for pid in &self.0 {
+            let _ = std::process::Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .status();
+        }
+    }
+}
+
+/// `/proc/PID/stat` fields after the command name: state, ppid, pgrp, session, ...
+fn stat_fields(pid: u32) -> Option<Vec<String>> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, rest) = stat.rsplit_once(')')?;
+    Some(rest.split_whitespace().map(str::to_owned).collect())
+}
+
+#[tokio::test]
+async fn regression_a_grandchild_that_calls_setsid_goes_with_its_session_and_the_gateway() {
+    // Guards: only the plugin's process group was killed, so a grandchild that called
+    // `setsid` outlived its session and the gateway.
+    let mut gw = Gateway::fixture(&[], &[]);
+    let mut left = KillOnDrop(Vec::new());
+    let mut a = gw.client();
+    a.initialize().await;
+    let plugin: u32 = a.tool_text(1, "pid", json!({})).await.parse().unwrap();
+    let grandchild: u32 = a
+        .tool_text(2, "setsid_grandchild", json!({}))
+        .await
+        .parse()
+        .unwrap();
+    left.0.push(grandchild);
+    let fields = stat_fields(grandchild).expect("the grandchild runs");
+    assert_ne!(
+        fields[2],
+        plugin.to_string(),
+        "it left the plugin's process group"
+    );
+    assert_eq!(a.delete().await, 200);
+    // Gone, and reaped: no zombie left either.
+    wait_until(
+        "the setsid grandchild gone with its session",
+        Duration::from_secs(15),
+        || stat_fields(grandchild).is_none(),
+    )
+    .await;
+    assert!(!alive(plugin));
+
+    // One still running when the gateway stops goes with it.
+    let mut b = gw.client();
+    b.initialize().await;
+    let second: u32 = b
+        .tool_text(1, "setsid_grandchild", json!({}))
+        .await
+        .parse()
+        .unwrap();
+    left.0.push(second);
+    assert!(alive(second));
+    assert!(gw.terminate().success());
+    wait_until(
+        "the setsid grandchild gone with the gateway",
+        Duration::from_secs(5),
+        || !alive(second),
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn regression_a_missing_cwd_is_reported_as_such() {
+    // Guards: a `cwd` that does not exist was reported as if the command were missing.
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = common::write_config(
+        &dir,
+        &format!("[plugins.lost]\ncommand = \"{FIXTURE}\"\ncwd = \"/nonexistent/workdir\"\n"),
+    );
+    let gw = Gateway::start(&["--config", &cfg, "--admin-token", "t"]);
+    gw.wait_log("/nonexistent/workdir").await;
+    let admin = gw.admin.as_deref().unwrap();
+    let p: serde_json::Value = reqwest::Client::new()
+        .get(format!("http://{admin}/admin/plugins/lost"))
+        .bearer_auth("t")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let last = p["last_error"].as_str().unwrap_or_default();
+    assert!(
+        last.contains("working directory") && last.contains("/nonexistent/workdir"),
+        "{p}"
+    );
+}

@@ -335,3 +335,61 @@ async fn plugin_processes_run_under_sched_batch_unless_configured_normal() {
     }
     assert!(seen.iter().all(|p| descendants(gw.pid()).contains(p)));
 }
+
+#[tokio::test]
+async fn regression_a_shared_plugins_late_notifications_reach_no_other_session() {
+    // Guards: a call on a shared plugin that had returned left notifications behind (here a
+    // log), and they went to whichever other session had a call in flight there.
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(
+        &dir,
+        &format!(
+            "[plugins.s]\ncommand = \"{FIXTURE}\"\nprocess_model = \"shared\"\n[plugins.p]\ncommand = \"{FIXTURE}\"\n"
+        ),
+    );
+    let gw = Gateway::start(&["--config", &cfg]);
+    let mut a = gw.client();
+    a.initialize().await;
+    let mut b = gw.client();
+    b.initialize().await;
+    // B has a call in flight on the shared process, with a progress token.
+    let mut b_stream = b
+        .stream(
+            &json!({"jsonrpc": "2.0", "id": 10, "method": "tools/call", "params": {
+            "name": "s__slow", "arguments": {"ms": 2500}, "_meta": {"progressToken": "b-1"}}}),
+        )
+        .await;
+    gw.wait_log("slow request").await;
+    // A's call returns at once; its log comes while only B's call is in flight.
+    assert_eq!(
+        a.tool_text(
+            1,
+            "s__background_log",
+            json!({"text": "A's private log", "after_ms": 300})
+        )
+        .await,
+        "logging later"
+    );
+    let mut got = Vec::new();
+    while let Some(m) = b_stream.next().await {
+        got.push(m);
+    }
+    assert!(
+        got.iter()
+            .all(|m| !m.to_string().contains("A's private log")),
+        "A's log reached B: {got:?}"
+    );
+    // What names B's request (its progress token) still reaches B, and the answer.
+    assert!(
+        got.iter()
+            .any(|m| m["method"] == "notifications/progress"
+                && m["params"]["progressToken"] == "b-1"),
+        "{got:?}"
+    );
+    assert_eq!(got.last().unwrap()["id"], 10, "{got:?}");
+    gw.wait_metric(
+        "mcp_gateway_plugin_notifications_dropped_total{plugin=\"s\"}",
+        1.0,
+    )
+    .await;
+}

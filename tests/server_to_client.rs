@@ -283,3 +283,77 @@ async fn regression_json_mode_cancelled_request_gets_an_error_body() {
         "{r:?}"
     );
 }
+
+/// The `notifications/message` texts of a reply.
+fn logs(r: &common::Reply) -> Vec<String> {
+    r.messages
+        .iter()
+        .filter(|m| m["method"] == "notifications/message")
+        .map(|m| m["params"]["data"].as_str().unwrap_or_default().to_owned())
+        .collect()
+}
+
+#[tokio::test]
+async fn regression_a_log_level_set_before_a_plugin_starts_holds_for_every_instance() {
+    // Guards: `logging/setLevel` sent before the session's plugin instance started was lost:
+    // the client asked for `error` and then got `info` messages.
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = common::write_config(
+        &dir,
+        &format!(
+            "[plugins.own]\ncommand = \"{}\"\n[plugins.warmed]\ncommand = \"{}\"\nwarm = 1\n",
+            common::FIXTURE,
+            common::FIXTURE
+        ),
+    );
+    let gw = Gateway::start(&["--config", &cfg]);
+    let mut c = gw.client();
+    c.initialize().await;
+    let r = c
+        .call(1, "logging/setLevel", json!({"level": "error"}))
+        .await;
+    assert!(r.last().get("result").is_some(), "{r:?}");
+    for plugin in ["own", "warmed"] {
+        // The first call starts the instance (the warm one is taken from its pool): the level
+        // reached the plugin before the call did...
+        let tool = format!("{plugin}__log_level");
+        assert_eq!(c.tool_text(2, &tool, json!({})).await, "error", "{plugin}");
+        // ...and a plugin that logs below it anyway is filtered by the gateway.
+        let call = |id, level: &str| {
+            c.call(
+                id,
+                "tools/call",
+                json!({"name": format!("{plugin}__log_at"), "arguments": {"level": level, "text": format!("{plugin} at {level}")}}),
+            )
+        };
+        assert_eq!(
+            logs(&call(3, "info").await),
+            Vec::<String>::new(),
+            "{plugin}"
+        );
+        assert_eq!(
+            logs(&call(4, "critical").await),
+            [format!("{plugin} at critical")]
+        );
+    }
+    // A restarted instance gets it too.
+    let _ = c
+        .call(
+            5,
+            "tools/call",
+            json!({"name": "own__crash", "arguments": {}}),
+        )
+        .await;
+    assert_eq!(c.tool_text(6, "own__log_level", json!({})).await, "error");
+    // Without a level set, everything comes through.
+    let mut d = gw.client();
+    d.initialize().await;
+    let r = d
+        .call(
+            1,
+            "tools/call",
+            json!({"name": "own__log_at", "arguments": {"level": "debug", "text": "d at debug"}}),
+        )
+        .await;
+    assert_eq!(logs(&r), ["d at debug"]);
+}

@@ -2,7 +2,8 @@
 //! (the process is alive and answering), `/readyz` (it should get traffic) and `/metrics`.
 //!
 //! Readiness needs the public listener serving and not draining, the database answering, and
-//! not every plugin failed; a `503` body lists each check and says what is wrong. Probes
+//! not every plugin failed; a `503` body lists each check and says what is wrong (a failed
+//! plugin by its name and what failed, never its command line or stderr: no token guards it). Probes
 //! never touch a plugin: a probe that started processes would turn a load balancer's polling
 //! into load.
 
@@ -52,7 +53,7 @@ pub async fn readyz(State(gw): State<Arc<Gateway>>) -> Response {
     for entry in gw.registry.entries().iter().filter(|e| e.enabled) {
         enabled += 1;
         let why = match entry.state() {
-            ProbeState::Failed { error, .. } => Some(error),
+            ProbeState::Failed { summary, .. } => Some(summary),
             ProbeState::Reprobing => Some("its start-up probe failed; probing again".into()),
             ProbeState::Ready(_) | ProbeState::Pending => entry.stats.breaker_open().map(|d| {
                 format!(

@@ -23,7 +23,7 @@ use serde_json::value::RawValue;
 use tokio::sync::oneshot;
 
 use super::BackendError;
-use super::transport::{Inbound, PluginTransport};
+use super::transport::{Inbound, PluginTransport, SendError};
 use crate::jsonrpc::{self, Id, Message, Outcome, code};
 use crate::metrics::{InFlight, PluginMetrics};
 use crate::stream::Sink;
@@ -58,6 +58,9 @@ pub trait PluginEvents: Send + Sync + 'static {
 /// flight on the plugin.
 #[derive(Debug, Clone)]
 pub enum Related {
+    /// The message itself names a client request in flight here (a progress token): this is
+    /// that request's stream, whoever else has requests in flight.
+    Named(Sink),
     /// No client request is in flight.
     None,
     /// All requests in flight are one session's, and this is the one stream among them that
@@ -286,21 +289,22 @@ impl PluginConnection {
         if let Err(e) = sent {
             sink.respond(jsonrpc::error_bytes(
                 Some(&client_id),
-                code::INTERNAL_ERROR,
-                &e.to_string(),
+                e.code(),
+                &e.client_message(),
             ));
         }
     }
 
     /// Sends a notification.
     pub fn notify(&self, method: &str, params: Option<&RawValue>) {
-        self.transport
-            .send(jsonrpc::request_bytes(None, method, params));
+        let _ = self
+            .transport
+            .send(jsonrpc::request_bytes(None, method, params), None);
     }
 
     /// Sends a message as is (a response to one of the plugin's requests).
     pub fn send_raw(&self, message: Bytes) {
-        self.transport.send(message);
+        let _ = self.transport.send(message, None);
     }
 
     /// Cancels a client's request in flight here: the plugin is told, and the request's stream
@@ -324,13 +328,17 @@ impl PluginConnection {
         let Some((id, Pending::Client { sink, .. })) = found else {
             return false;
         };
+        sink.dropped();
+        if self.transport.withdraw(id) {
+            // Still queued whole: the plugin never sees it, so there is nothing to tell it.
+            return true;
+        }
         let mut params = serde_json::json!({ "requestId": id });
         if let Some(reason) = reason {
             params["reason"] = serde_json::from_str(reason.get()).unwrap_or_default();
         }
         let params = RawValue::from_string(params.to_string()).expect("valid JSON");
         self.notify("notifications/cancelled", Some(&params));
-        sink.dropped();
         true
     }
 
@@ -398,12 +406,28 @@ impl PluginConnection {
     }
 
     fn write(&self, bytes: Bytes, id: u64) -> Result<(), BackendError> {
-        if self.transport.send(bytes) {
-            Ok(())
-        } else {
-            self.take(id);
-            Err(self.gone_error())
-        }
+        let Err(e) = self.transport.send(bytes, Some(id)) else {
+            return Ok(());
+        };
+        self.take(id);
+        Err(match e {
+            SendError::Closed => self.gone_error(),
+            SendError::Full { messages, bytes } => {
+                tracing::warn!(plugin = %self.name, session = %self.session, "a request was refused: the plugin is not reading its input ({messages} messages, {bytes} bytes wait for it)");
+                BackendError::NotReading {
+                    plugin: self.name.to_string(),
+                    messages,
+                    bytes,
+                }
+            }
+        })
+    }
+
+    /// Forgets a request: out of the pending map and, if still queued whole, out of the
+    /// plugin's input queue. True if the plugin never saw it.
+    fn withdraw(&self, id: u64) -> bool {
+        self.take(id);
+        self.transport.withdraw(id)
     }
 
     fn take(&self, id: u64) -> Option<Pending> {
@@ -423,6 +447,16 @@ impl PluginConnection {
     /// The last stderr lines, for a start-up failure message.
     pub fn stderr_tail(&self) -> Vec<String> {
         self.transport.stderr_tail()
+    }
+
+    /// How the plugin ended, with the last lines of its stderr: for the logs and the admin
+    /// API, never for a client.
+    pub fn exit_report(&self) -> String {
+        format!(
+            "{}{}",
+            self.gone_error(),
+            super::stderr_tail(&self.stderr_tail())
+        )
     }
 
     fn events(&self) -> Option<Arc<dyn PluginEvents>> {
@@ -468,7 +502,7 @@ struct Forget<'a> {
 
 impl Drop for Forget<'_> {
     fn drop(&mut self) {
-        self.conn.take(self.id);
+        self.conn.withdraw(self.id);
     }
 }
 
@@ -522,6 +556,10 @@ async fn expire_requests(conn: Weak<PluginConnection>, timeout: Duration) {
                     timeout.as_secs()
                 ),
             ));
+            if conn.transport.withdraw(id) {
+                // It never left the queue: the plugin does not know of it.
+                continue;
+            }
             let params = RawValue::from_string(
                 serde_json::json!({ "requestId": id, "reason": "timed out" }).to_string(),
             )
@@ -670,7 +708,7 @@ impl PluginConnection {
         {
             // The request's stream cannot carry it (JSON mode, or the client left): the
             // session's GET stream can.
-            events.plugin_notification(self, bytes, "notifications/progress", Related::Exact(sink));
+            events.plugin_notification(self, bytes, "notifications/progress", Related::Named(sink));
         }
         true
     }

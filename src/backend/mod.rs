@@ -1,7 +1,8 @@
 //! Backends: the plugins behind the gateway and the gateway's MCP-client side towards them.
 //!
 //! - [`transport`]: the seam a plugin's bytes cross ([`PluginTransport`]); [`stdio`] is the
-//!   implementation that runs a child process.
+//!   implementation that runs a child process; [`orphans`] finds what its processes left
+//!   outside their group.
 //! - [`connection`]: JSON-RPC over a transport: the `initialize` handshake, many requests in
 //!   flight matched back by gateway-assigned ids, and the plugin's own requests and
 //!   notifications handed to whoever listens ([`PluginEvents`]).
@@ -10,14 +11,18 @@
 //! slow client.
 
 pub mod connection;
+pub(crate) mod orphans;
 mod pipe_writer;
+mod stderr;
 pub mod stdio;
 pub mod transport;
 
 pub use connection::{PluginConnection, PluginEvents, Related};
 pub use transport::PluginTransport;
 
-/// Why a plugin could not be used.
+/// Why a plugin could not be used. Its `Display` is for the logs and the admin API (it may
+/// hold the command line, the plugin's own words, its stderr); a client is only ever told
+/// [`BackendError::client_message`] under [`BackendError::code`].
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum BackendError {
     #[error("plugin '{plugin}' could not be started (`{command}`): {reason}")]
@@ -28,12 +33,80 @@ pub enum BackendError {
     },
     #[error("plugin '{plugin}' failed to initialize: {reason}")]
     Initialize { plugin: String, reason: String },
+    /// A start that failed, with the last lines of the plugin's stderr.
+    #[error("{cause}{}", stderr_tail(.stderr))]
+    StartFailed {
+        cause: Box<BackendError>,
+        stderr: Vec<String>,
+    },
     #[error("plugin '{plugin}' exited: {reason}")]
     Exited { plugin: String, reason: String },
     #[error("plugin '{plugin}' did not answer within {secs} s")]
     Timeout { plugin: String, secs: u64 },
+    #[error(
+        "plugin '{plugin}' is not reading its input: {messages} messages ({bytes} bytes) wait for it; request refused"
+    )]
+    NotReading {
+        plugin: String,
+        messages: usize,
+        bytes: usize,
+    },
+    /// Refused by the gateway itself (limits, breaker, a session or definition gone): the
+    /// reason is the gateway's own words.
     #[error("plugin '{plugin}' is unavailable: {reason}")]
     Unavailable { plugin: String, reason: String },
+}
+
+/// `; its stderr ended with: …`, or nothing when it wrote nothing.
+pub(crate) fn stderr_tail(lines: &[String]) -> String {
+    if lines.is_empty() {
+        String::new()
+    } else {
+        format!("; its stderr ended with: {}", lines.join(" | "))
+    }
+}
+
+impl BackendError {
+    /// The plugin it is about.
+    pub fn plugin(&self) -> &str {
+        match self {
+            BackendError::StartFailed { cause, .. } => cause.plugin(),
+            BackendError::Spawn { plugin, .. }
+            | BackendError::Initialize { plugin, .. }
+            | BackendError::Exited { plugin, .. }
+            | BackendError::Timeout { plugin, .. }
+            | BackendError::NotReading { plugin, .. }
+            | BackendError::Unavailable { plugin, .. } => plugin,
+        }
+    }
+
+    /// The JSON-RPC error code a client gets for it.
+    pub fn code(&self) -> i64 {
+        match self {
+            BackendError::Timeout { .. } => crate::jsonrpc::code::REQUEST_TIMEOUT,
+            _ => crate::jsonrpc::code::INTERNAL_ERROR,
+        }
+    }
+
+    /// What a client may be told: which plugin, and what happened in the gateway's words.
+    /// Never the command line, the environment, the plugin's stderr or what it answered.
+    pub fn client_message(&self) -> String {
+        let plugin = self.plugin();
+        match self {
+            BackendError::Spawn { .. }
+            | BackendError::Initialize { .. }
+            | BackendError::StartFailed { .. } => {
+                format!("plugin '{plugin}' failed to start; the gateway's logs say why")
+            }
+            // An exit status, or "it is no longer running": the gateway's words.
+            BackendError::Exited { .. }
+            | BackendError::Timeout { .. }
+            | BackendError::Unavailable { .. } => self.to_string(),
+            BackendError::NotReading { .. } => format!(
+                "plugin '{plugin}' is not reading its input; the request was refused, try again later"
+            ),
+        }
+    }
 }
 
 use std::sync::{Arc, Weak};
@@ -43,7 +116,7 @@ use serde_json::value::RawValue;
 use crate::config::PluginConfig;
 
 /// Starts a plugin and runs its `initialize` handshake. On failure the child is stopped and
-/// the error carries the last lines of its stderr.
+/// the error carries the last lines of its stderr (for the logs, never for a client).
 pub async fn start_plugin(
     config: &PluginConfig,
     session: Arc<str>,
@@ -63,17 +136,62 @@ pub async fn start_plugin(
         Ok(_) => Ok(conn),
         Err(e) => {
             conn.shutdown().await;
-            let tail = conn.stderr_tail();
-            let e = if tail.is_empty() {
-                e
-            } else {
-                let reason = format!("{e}; its stderr ended with: {}", tail.join(" | "));
-                BackendError::Unavailable {
-                    plugin: config.name.clone(),
-                    reason,
-                }
-            };
-            Err(e)
+            Err(BackendError::StartFailed {
+                cause: Box::new(e),
+                stderr: conn.stderr_tail(),
+            })
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clients_never_see_a_command_line_stderr_or_the_plugins_own_words() {
+        let secret = "hunter2";
+        let p = || "p".to_owned();
+        let spawn = BackendError::Spawn {
+            plugin: p(),
+            command: format!("server --password {secret}"),
+            reason: format!("No such file ({secret})"),
+        };
+        let cases = [
+            spawn.clone(),
+            BackendError::Initialize {
+                plugin: p(),
+                reason: format!("it answered initialize with {secret}"),
+            },
+            BackendError::StartFailed {
+                cause: Box::new(spawn),
+                stderr: vec![format!("password={secret}")],
+            },
+            BackendError::StartFailed {
+                cause: Box::new(BackendError::Exited {
+                    plugin: p(),
+                    reason: "exit status: 3".into(),
+                }),
+                stderr: vec![secret.into()],
+            },
+        ];
+        for e in cases {
+            assert!(e.to_string().contains(secret), "the logs keep it: {e}");
+            let m = e.client_message();
+            assert!(!m.contains(secret), "{m}");
+            assert!(m.contains("plugin 'p' failed to start"), "{m}");
+            assert_eq!(e.code(), crate::jsonrpc::code::INTERNAL_ERROR);
+        }
+        let timeout = BackendError::Timeout {
+            plugin: p(),
+            secs: 5,
+        };
+        assert_eq!(timeout.code(), crate::jsonrpc::code::REQUEST_TIMEOUT);
+        let full = BackendError::NotReading {
+            plugin: p(),
+            messages: 3,
+            bytes: 4,
+        };
+        assert!(full.client_message().contains("plugin 'p' is not reading"));
     }
 }

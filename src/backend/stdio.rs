@@ -1,23 +1,21 @@
 //! A plugin run as a child process speaking newline-delimited JSON-RPC on stdin/stdout.
 //!
 //! The child leads its own process group, so stopping it takes everything it started (`npx`
-//! runs a shell that runs node). Stopping follows the MCP stdio transport: close stdin, wait,
+//! runs a shell that runs node); what left the group is found by [`super::orphans`]. Stopping follows the MCP stdio transport: close stdin, wait,
 //! SIGTERM, wait, SIGKILL. Dropping a [`StdioTransport`] that was not stopped kills the group
 //! at once, so no path leaves an orphan; the exit watcher reaps the child, so none leaves a
-//! zombie. Each stderr line is logged, tagged with the plugin and the session.
+//! zombie. Stderr is logged by [`super::stderr`].
 
-use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
 use std::process::Stdio;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
 use futures_util::StreamExt;
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
-use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::net::unix::pipe;
 use tokio::process::Command;
 use tokio::sync::watch;
@@ -25,14 +23,13 @@ use tokio_util::codec::{Decoder, FramedRead};
 use tokio_util::sync::CancellationToken;
 
 use super::BackendError;
+use super::orphans::{self, Instance};
 use super::pipe_writer::PipeWriter;
-use super::transport::{Inbound, PluginTransport};
+use super::transport::{Inbound, PluginTransport, SendError};
 use crate::config::{PluginConfig, Scheduling};
 
 /// Largest line accepted from a plugin; a longer one is dropped whole (and logged).
 const MAX_LINE: usize = 64 * 1024 * 1024;
-/// Stderr lines kept for error messages.
-const STDERR_TAIL: usize = 20;
 
 pub struct StdioTransport {
     plugin: String,
@@ -41,9 +38,13 @@ pub struct StdioTransport {
     to_child: Arc<PipeWriter>,
     close_stdin: CancellationToken,
     exit: watch::Receiver<Option<String>>,
-    stderr: Arc<Mutex<VecDeque<String>>>,
+    stderr: super::stderr::Tail,
+    /// Cancelled once stderr is read to its end.
+    stderr_done: CancellationToken,
     grace: Duration,
     stopped: tokio::sync::OnceCell<()>,
+    /// Its processes, wherever they went.
+    instance: Instance,
 }
 
 impl StdioTransport {
@@ -64,7 +65,20 @@ impl StdioTransport {
                 })?;
             env.push((key, value));
         }
+        if let Some(cwd) = config.cwd.as_deref().filter(|d| !d.is_dir()) {
+            return Err(BackendError::Spawn {
+                plugin: config.name.clone(),
+                command: config.command_line(),
+                reason: format!(
+                    "its working directory (cwd) `{}` does not exist or is not a directory",
+                    cwd.display()
+                ),
+            });
+        }
         let mut cmd = Command::new(&config.command);
+        for secret in crate::config::SECRET_ENV_VARS {
+            cmd.env_remove(secret);
+        }
         cmd.args(&config.args)
             .envs(env)
             .stdin(Stdio::piped())
@@ -75,11 +89,18 @@ impl StdioTransport {
         if let Some(cwd) = &config.cwd {
             cmd.current_dir(cwd);
         }
-        let mut child = cmd.spawn().map_err(|e| BackendError::Spawn {
-            plugin: config.name.clone(),
-            command: config.command_line(),
-            reason: e.to_string(),
-        })?;
+        // Marks every process it starts, so what leaves its group is found when it stops.
+        let instance = Instance::new();
+        let (mark, id) = instance.mark();
+        cmd.env(mark, id);
+        let mut child =
+            instance
+                .spawn(|| cmd.spawn(), |c| c.id())
+                .map_err(|e| BackendError::Spawn {
+                    plugin: config.name.clone(),
+                    command: config.command_line(),
+                    reason: e.to_string(),
+                })?;
         let pid = Pid::from_raw(child.id().expect("a just-spawned child has a pid") as i32);
         if config.scheduling == Scheduling::Batch
             && let Err(e) = set_batch_policy(pid)
@@ -130,21 +151,9 @@ impl StdioTransport {
                 })
             });
 
-        // Stderr: logged line by line, the tail kept.
-        let tail = Arc::new(Mutex::new(VecDeque::with_capacity(STDERR_TAIL)));
-        let keep = tail.clone();
-        let label = (config.name.clone(), session.to_owned());
-        tokio::spawn(async move {
-            let mut lines = BufReader::new(stderr).lines();
-            while let Ok(Some(line)) = lines.next_line().await {
-                tracing::info!(target: "mcp_gateway::plugin", plugin = %label.0, session = %label.1, "{line}");
-                let mut t = keep.lock().expect("stderr tail lock");
-                if t.len() == STDERR_TAIL {
-                    t.pop_front();
-                }
-                t.push_back(line);
-            }
-        });
+        // Stderr: logged line by line, each line capped, the tail kept.
+        let (tail, stderr_done) =
+            super::stderr::spawn(stderr, config.name.clone(), session.to_owned());
 
         // Exit watcher: owns the child, reaps it, publishes how it ended.
         let (exit_tx, exit) = watch::channel(None);
@@ -153,6 +162,7 @@ impl StdioTransport {
                 Ok(status) => status.to_string(),
                 Err(e) => format!("wait failed: {e}"),
             };
+            orphans::reaped(pid.as_raw() as u32);
             let _ = exit_tx.send(Some(reason));
         });
 
@@ -166,8 +176,10 @@ impl StdioTransport {
                 close_stdin,
                 exit,
                 stderr: tail,
+                stderr_done,
                 grace: config.shutdown_grace,
                 stopped: tokio::sync::OnceCell::new(),
+                instance,
             },
             Box::pin(lines),
         ))
@@ -209,6 +221,8 @@ impl StdioTransport {
             }
             let _ = killpg(self.pid, Signal::SIGKILL);
         }
+        // What left the group (`setsid`) and was adopted by the gateway goes now.
+        self.instance.finish().await;
         tracing::info!(plugin = %self.plugin, session = %self.session, pid = self.pid.as_raw(), "plugin stopped");
     }
 }
@@ -237,8 +251,15 @@ fn set_batch_policy(_pid: Pid) -> std::io::Result<()> {
 }
 
 impl PluginTransport for StdioTransport {
-    fn send(&self, message: Bytes) -> bool {
-        !self.exited() && self.to_child.send(&message)
+    fn send(&self, message: Bytes, tag: Option<u64>) -> Result<(), SendError> {
+        if self.exited() {
+            return Err(SendError::Closed);
+        }
+        self.to_child.send(message, tag)
+    }
+
+    fn withdraw(&self, tag: u64) -> bool {
+        self.to_child.withdraw(tag)
     }
 
     fn shutdown(&self) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
@@ -254,6 +275,10 @@ impl PluginTransport for StdioTransport {
     fn wait_exit_reason(&self) -> Pin<Box<dyn Future<Output = String> + Send + '_>> {
         Box::pin(async move {
             self.wait_exit(Duration::from_millis(500)).await;
+            // Its last stderr lines explain the exit: read them first (briefly: a grandchild
+            // may hold stderr open).
+            let _ = tokio::time::timeout(Duration::from_millis(200), self.stderr_done.cancelled())
+                .await;
             self.exit_reason()
                 .unwrap_or_else(|| "closed its output".into())
         })

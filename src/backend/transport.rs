@@ -14,9 +14,24 @@ use bytes::Bytes;
 /// plugin is gone. The connection's task polls it directly, with no task in between.
 pub type Inbound = Pin<Box<dyn futures_util::Stream<Item = Bytes> + Send>>;
 
+/// Why a message could not be queued for a plugin.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum SendError {
+    #[error("it can no longer take input")]
+    Closed,
+    /// The plugin is not reading: its queue holds its limit.
+    #[error("it is not reading its input ({messages} messages, {bytes} bytes wait for it)")]
+    Full { messages: usize, bytes: usize },
+}
+
 pub trait PluginTransport: Send + Sync + 'static {
-    /// Queues one message for the plugin; false when the plugin can no longer take input.
-    fn send(&self, message: Bytes) -> bool;
+    /// Queues one message for the plugin. A `tag` (a request's id) lets a message still
+    /// queued whole be [withdrawn](Self::withdraw).
+    fn send(&self, message: Bytes, tag: Option<u64>) -> Result<(), SendError>;
+
+    /// Takes a tagged message out of the queue if none of it went to the plugin yet; true if
+    /// it did (the plugin never sees it).
+    fn withdraw(&self, tag: u64) -> bool;
 
     /// Stops the plugin and waits until it is gone. Idempotent.
     fn shutdown(&self) -> Pin<Box<dyn Future<Output = ()> + Send + '_>>;

@@ -965,6 +965,10 @@ impl Config {
     }
 }
 
+/// The gateway's own environment variables that hold a secret: a plugin may not name them
+/// in its `env`, and does not inherit them.
+pub const SECRET_ENV_VARS: &[&str] = &["MCP_GATEWAY_ADMIN_TOKEN", "MCP_GATEWAY_DATABASE_URL"];
+
 /// Replaces each `${NAME}` in `value` with the gateway's environment variable NAME. Secrets
 /// stay out of config files and the database this way.
 pub fn expand_env(value: &str, lookup: impl Fn(&str) -> Option<String>) -> Result<String, String> {
@@ -990,7 +994,7 @@ pub fn expand_env(value: &str, lookup: impl Fn(&str) -> Option<String>) -> Resul
     Ok(out)
 }
 
-/// Checks one plugin's definition (name, command, prefix).
+/// Checks one plugin's definition (name, command, prefix, env).
 pub fn validate_plugin(p: &PluginConfig, separator: &str) -> Result<(), ConfigError> {
     let key = |k: &str| format!("plugins.{}.{k}", p.name);
     if p.name.is_empty()
@@ -1015,6 +1019,29 @@ pub fn validate_plugin(p: &PluginConfig, separator: &str) -> Result<(), ConfigEr
             key("warm"),
             "a warm pool is for per_session plugins; a shared one is started once",
         ));
+    }
+    if p.prefix.as_deref().is_some_and(|x| x.trim().is_empty()) {
+        return Err(invalid(
+            key("prefix"),
+            "must not be empty (names would start with the separator); leave it out to use the plugin's name",
+        ));
+    }
+    for (var, value) in &p.env {
+        let named = std::cell::RefCell::new(None);
+        let _ = expand_env(value, |n| {
+            if SECRET_ENV_VARS.contains(&n) {
+                named.borrow_mut().get_or_insert_with(|| n.to_owned());
+            }
+            Some(String::new())
+        });
+        if let Some(secret) = named.into_inner() {
+            return Err(invalid(
+                key(&format!("env.{var}")),
+                format!(
+                    "refers to `${{{secret}}}`, a secret of the gateway's own; a plugin may not be given it"
+                ),
+            ));
+        }
     }
     let prefix = p.prefix.as_deref().unwrap_or(&p.name);
     if prefix.contains(separator) {

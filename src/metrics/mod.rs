@@ -48,6 +48,7 @@ pub struct Metrics {
     pub plugin_in_flight: IntGaugeVec,
     pub plugin_duration: HistogramVec,
     pub plugin_timeouts: IntCounterVec,
+    pub plugin_notifications_dropped: IntCounterVec,
     pub auth_issued: IntCounterVec,
     pub auth_refused: IntCounterVec,
 }
@@ -164,6 +165,12 @@ impl Metrics {
                 "Client requests a plugin did not answer within its request timeout.",
                 &["plugin"],
             ),
+            plugin_notifications_dropped: counter_vec(
+                "mcp_gateway_plugin_notifications_dropped_total",
+                "Notifications from a shared plugin that name no request in flight (logs, \
+                 stray progress): no session can safely be given them, so they are dropped.",
+                &["plugin"],
+            ),
             auth_issued: counter_vec(
                 "mcp_gateway_auth_tokens_issued_total",
                 "Access tokens issued by the built-in authorization server, by grant type.",
@@ -198,6 +205,7 @@ impl Metrics {
         register(Box::new(m.plugin_in_flight.clone()));
         register(Box::new(m.plugin_duration.clone()));
         register(Box::new(m.plugin_timeouts.clone()));
+        register(Box::new(m.plugin_notifications_dropped.clone()));
         register(Box::new(m.auth_issued.clone()));
         register(Box::new(m.auth_refused.clone()));
         let info = gauge_vec(

@@ -47,7 +47,11 @@ pub enum ProbeState {
     Pending,
     Ready(Arc<PluginInfo>),
     Failed {
+        /// All of it, for the logs and the admin API.
         error: String,
+        /// Which plugin and what failed, for those without a token (`/readyz`): no command
+        /// line, no stderr.
+        summary: String,
         at: Instant,
     },
     /// A failed plugin is probed again; sessions created meanwhile go without it.
@@ -701,6 +705,7 @@ async fn probe(entry: &PluginEntry) -> ProbeState {
             *entry.stats.last_error.lock().expect("stats lock") = Some(e.to_string());
             ProbeState::Failed {
                 error: e.to_string(),
+                summary: e.client_message(),
                 at: Instant::now(),
             }
         }

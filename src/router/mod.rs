@@ -20,19 +20,8 @@ pub use lists::ResourceRoutes;
 use crate::config::ResponseMode;
 use crate::jsonrpc::{self, Id, code};
 use crate::registry::{View, ViewPlugin};
-use crate::session::Session;
+use crate::session::{LOG_LEVELS, Session};
 use crate::stream::Sink;
-
-const LOG_LEVELS: &[&str] = &[
-    "debug",
-    "info",
-    "notice",
-    "warning",
-    "error",
-    "critical",
-    "alert",
-    "emergency",
-];
 
 /// Where a request goes, found before any plugin is touched.
 enum Target {
@@ -164,8 +153,8 @@ async fn forward(
         Err(e) => {
             sink.respond(jsonrpc::error_bytes(
                 Some(&id),
-                code::INTERNAL_ERROR,
-                &e.to_string(),
+                e.code(),
+                &e.client_message(),
             ));
         }
     }

@@ -10,6 +10,7 @@
 //! A session never holds a lock across an await except the per-plugin start lock, which only
 //! orders concurrent first uses of the same plugin in the same session.
 
+mod log_level;
 mod manager;
 mod pools;
 
@@ -22,6 +23,7 @@ use bytes::Bytes;
 use serde_json::value::RawValue;
 use tokio_util::sync::CancellationToken;
 
+pub(crate) use log_level::LOG_LEVELS;
 pub use manager::{SessionManager, TooManySessions};
 pub use pools::Pools;
 
@@ -43,6 +45,9 @@ pub(crate) const LIST_CHANGES: [&str; 4] = [
     "notifications/resources/list_changed",
     "notifications/resources/updated",
 ];
+
+/// Longest wait for a starting instance to take the session's log level.
+const SET_LEVEL_WAIT: Duration = Duration::from_secs(2);
 
 /// Longest wait between restarts of a crashing plugin.
 const MAX_BACKOFF: Duration = Duration::from_secs(10);
@@ -115,6 +120,7 @@ pub(crate) async fn start_running(
     }
     let reservation = registry.reserve(entry).map_err(unavailable)?;
     let conn = start_plugin(&entry.config, label, params, events).await.inspect_err(|e| {
+        tracing::warn!(plugin = %entry.name(), "{e}");
         *entry.stats.last_error.lock().expect("stats lock") = Some(e.to_string());
         if entry.record_crash() {
             tracing::error!(plugin = %entry.name(), "plugin keeps failing: the circuit breaker is open");
@@ -215,8 +221,9 @@ pub struct Session {
     /// asked, and under which id.
     server_requests: Mutex<HashMap<u64, (Weak<PluginConnection>, Id)>>,
     next_server_request: AtomicU64,
-    /// The client's last `logging/setLevel` params, replayed to plugins that start later.
-    log_level: Mutex<Option<Box<RawValue>>>,
+    /// The client's last `logging/setLevel`: sent to plugins that start later, and enforced
+    /// on their logs.
+    log_level: log_level::LogLevel,
     /// Resource subscriptions by plugin name, replayed to a restarted plugin.
     subscriptions: Mutex<HashSet<(String, String)>>,
     /// Which plugin serves which resource URI, learned from list results.
@@ -284,7 +291,7 @@ impl Session {
             next_stream: AtomicU64::new(1),
             server_requests: Mutex::new(HashMap::new()),
             next_server_request: AtomicU64::new(1),
-            log_level: Mutex::new(None),
+            log_level: Default::default(),
             subscriptions: Mutex::new(HashSet::new()),
             routes: Mutex::new(Default::default()),
             closed,
@@ -380,6 +387,8 @@ impl Session {
             .inspect_err(|_| s.count_crash())?,
         };
         let conn = running.conn.clone();
+        // The client's level reaches the plugin before any request does.
+        self.replay_log_level(&s, &conn).await;
         let still_current = self
             .slots
             .lock()
@@ -462,14 +471,32 @@ impl Session {
         }
     }
 
-    /// Brings a (re)started plugin up to what the client asked of the session.
-    fn replay_state(&self, slot: &PluginSlot, conn: &Arc<PluginConnection>) {
-        if slot.has_capability("logging")
-            && let Some(level) = self.log_level.lock().expect("log level lock").clone()
-        {
-            let c = conn.clone();
-            tokio::spawn(async move { c.call("logging/setLevel", Some(&level)).await });
+    /// Tells a (re)started or warm instance the session's log level before anything else, and
+    /// waits briefly for it to be taken, so it logs at that level from its first request even
+    /// if it handles requests concurrently.
+    async fn replay_log_level(&self, slot: &PluginSlot, conn: &PluginConnection) {
+        let Some(level) = self.log_level.params() else {
+            return;
+        };
+        if !slot.has_capability("logging") {
+            return;
         }
+        let call = conn.call("logging/setLevel", Some(&level));
+        let wait = slot.entry.config.startup_timeout.min(SET_LEVEL_WAIT);
+        match tokio::time::timeout(wait, call).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => {
+                tracing::debug!(plugin = %conn.name(), session = %self.id, "logging/setLevel: {e}")
+            }
+            Err(_) => {
+                tracing::debug!(plugin = %conn.name(), session = %self.id, "logging/setLevel: no answer")
+            }
+        }
+    }
+
+    /// Brings a (re)started plugin up to what the client asked of the session (its log level
+    /// is sent before, by [`Session::replay_log_level`]).
+    fn replay_state(&self, slot: &PluginSlot, conn: &Arc<PluginConnection>) {
         let uris: Vec<String> = self
             .subscriptions
             .lock()
@@ -487,7 +514,7 @@ impl Session {
     }
 
     pub fn set_log_level(&self, params: Box<RawValue>) {
-        *self.log_level.lock().expect("log level lock") = Some(params);
+        self.log_level.set(params);
     }
 
     pub fn subscription(&self, plugin: &str, uri: &str, on: bool) {
@@ -635,7 +662,7 @@ impl Session {
     /// there to answer it.
     pub fn deliver(&self, bytes: Bytes, related: Related, is_request: bool) -> Result<(), Bytes> {
         let (first, last_resort) = match related {
-            Related::Exact(s) => (Some(s), None),
+            Related::Named(s) | Related::Exact(s) => (Some(s), None),
             Related::Ambiguous(s) => (None, Some(s)),
             Related::None | Related::Unattributable => (None, None),
         };
@@ -820,6 +847,9 @@ impl PluginEvents for Session {
         method: &str,
         related: Related,
     ) {
+        if method == "notifications/message" && !self.log_level.allows(&message) {
+            return;
+        }
         match method {
             // Unrelated to any request: the GET stream.
             m if LIST_CHANGES.contains(&m) => {
@@ -856,7 +886,9 @@ impl PluginEvents for Session {
         if let Some(slot) = slot {
             slot.take_running();
             if !self.closed.is_cancelled() && !conn.is_stopping() {
-                tracing::warn!(plugin = %conn.name(), session = %self.id, "plugin exited; it restarts on the next request");
+                let report = conn.exit_report();
+                tracing::warn!(plugin = %conn.name(), session = %self.id, "{report}; it restarts on the next request");
+                *slot.entry.stats.last_error.lock().expect("stats lock") = Some(report);
                 slot.count_crash();
                 if slot.entry.record_crash() {
                     tracing::error!(plugin = %conn.name(), "plugin keeps crashing: the circuit breaker is open");

@@ -5,7 +5,9 @@
 //!   sends on its own is routed by [`SharedEvents`]: a request to a client goes to the session
 //!   whose call caused it, which is only known when exactly one session has calls in flight
 //!   there; otherwise the request is refused (a guess could show one user's data to another).
-//!   Notifications that belong to no request go to every session.
+//!   Notifications about the plugin (list changes) go to every session; progress goes to the
+//!   session whose request its token names; any other notification (a log) names no request,
+//!   so it is dropped and counted (`mcp_gateway_plugin_notifications_dropped_total`).
 //! - Warm pools (`warm = K` on a per-session plugin): K processes started and initialized ahead
 //!   of demand, each handed whole to the next session that needs one, and replaced.
 //!
@@ -287,6 +289,9 @@ impl Pools {
             running.extend(pool.ready.lock().expect("warm lock").drain(..));
         }
         futures_util::future::join_all(running.iter().map(|r| r.conn.shutdown())).await;
+        // Sessions' processes are stopped before the pools': anything a plugin left outside
+        // its process group goes now.
+        crate::backend::orphans::stop_all().await;
     }
 }
 
@@ -346,7 +351,9 @@ impl PluginEvents for SharedEvents {
         related: Related,
     ) {
         let session = match &related {
-            Related::Exact(sink) | Related::Ambiguous(sink) => self.session_of(sink),
+            Related::Named(sink) | Related::Exact(sink) | Related::Ambiguous(sink) => {
+                self.session_of(sink)
+            }
             Related::None | Related::Unattributable => None,
         };
         match session {
@@ -378,15 +385,22 @@ impl PluginEvents for SharedEvents {
             return;
         }
         match &related {
-            Related::Exact(sink) | Related::Ambiguous(sink) => {
+            // It names its request (a progress token): certain.
+            Related::Named(sink) => {
                 if let Some(s) = self.session_of(sink) {
                     s.plugin_notification(conn, message, method, related);
                 }
             }
-            // Logs and progress that no single session's call explains are shown to no one:
-            // on a shared process they may carry another user's data.
-            Related::None | Related::Unattributable => {
-                tracing::debug!(plugin = %conn.name(), "{method} from a shared plugin that no single session's call explains: dropped");
+            // Logs and the like name no request. That one session alone has calls in flight
+            // does not make them its own: a call that has returned may leave notifications
+            // behind. On a shared process they may carry another user's data: shown to no
+            // one, and counted.
+            Related::Exact(_) | Related::Ambiguous(_) | Related::None | Related::Unattributable => {
+                crate::metrics::get()
+                    .plugin_notifications_dropped
+                    .with_label_values(&[conn.name()])
+                    .inc();
+                tracing::debug!(plugin = %conn.name(), "{method} from a shared plugin names no request in flight: dropped");
             }
         }
     }
@@ -396,11 +410,13 @@ impl PluginEvents for SharedEvents {
         if !current || conn.is_stopping() {
             return;
         }
-        tracing::warn!(plugin = %conn.name(), "a shared plugin process exited; it restarts on the next request");
-        if let Some(entry) = self.registry.upgrade().and_then(|r| r.get(conn.name()))
-            && entry.record_crash()
-        {
-            tracing::error!(plugin = %conn.name(), "plugin keeps crashing: the circuit breaker is open");
+        let report = conn.exit_report();
+        tracing::warn!(plugin = %conn.name(), "a shared plugin process exited ({report}); it restarts on the next request");
+        if let Some(entry) = self.registry.upgrade().and_then(|r| r.get(conn.name())) {
+            *entry.stats.last_error.lock().expect("stats lock") = Some(report);
+            if entry.record_crash() {
+                tracing::error!(plugin = %conn.name(), "plugin keeps crashing: the circuit breaker is open");
+            }
         }
     }
 }
