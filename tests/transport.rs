@@ -551,3 +551,42 @@ async fn session_cap_holds_under_concurrent_initialize() {
     }
     assert_eq!(ok, 5);
 }
+
+#[tokio::test]
+async fn regression_json_no_plugin_can_read_is_refused_at_the_edge() {
+    // Guards: params nested 100,000 deep, a 100,000-digit number and a lone surrogate went to
+    // the plugin, which dropped the line, and the client waited for the request timeout.
+    let gw = Gateway::fixture(&[], &[]);
+    let mut c = gw.client();
+    c.initialize().await;
+    let deep = format!("{}1{}", "[".repeat(100_000), "]".repeat(100_000));
+    let digits = "9".repeat(100_000);
+    for (i, arguments) in [
+        format!(r#"{{"text":"x","deep":{deep}}}"#),
+        format!(r#"{{"text":"x","n":{digits}}}"#),
+        r#"{"text":"\ud800"}"#.to_owned(),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let id = 10 + i;
+        let r = c
+            .post_raw(format!(
+                r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"echo","arguments":{arguments}}}}}"#
+            ))
+            .await;
+        assert_eq!(r.status, 400, "{r:?}");
+        assert_eq!(r.error_code(), -32602, "{r:?}");
+        assert_eq!(r.last()["id"], id, "{r:?}");
+    }
+    // A body that is not UTF-8 is not JSON.
+    let r = c
+        .post_raw(
+            b"{\"jsonrpc\":\"2.0\",\"id\":20,\"method\":\"tools/call\",\"params\":{\"name\":\"echo\",\"arguments\":{\"text\":\"\xc3\x28\"}}}"
+                .to_vec(),
+        )
+        .await;
+    assert_eq!((r.status, r.error_code()), (400, -32700), "{r:?}");
+    // The session is unharmed.
+    assert_eq!(c.tool_text(30, "echo", json!({"text": "ok"})).await, "ok");
+}

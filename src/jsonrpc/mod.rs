@@ -5,6 +5,8 @@
 //! client as the bytes the plugin wrote with only the id swapped. This module never looks inside
 //! params; callers that must rewrite a field (a tool name, a progress token) parse just that.
 
+pub mod limits;
+
 use std::fmt;
 
 use bytes::Bytes;
@@ -50,16 +52,18 @@ impl Id {
     /// Validates that `raw` is a JSON string or integer, as JSON-RPC and MCP require.
     pub fn from_raw(raw: &RawValue) -> Result<Id, &'static str> {
         let text = raw.get();
-        let ok = match text.as_bytes().first() {
-            Some(b'"') => true,
-            Some(b'-' | b'0'..=b'9') => !text.contains(['.', 'e', 'E']),
-            _ => false,
-        };
-        if ok {
-            Ok(Id(raw.to_owned()))
-        } else {
-            Err("request id must be a string or an integer")
+        match text.as_bytes().first() {
+            Some(b'"') => {}
+            Some(b'-' | b'0'..=b'9') if text.contains(['.', 'e', 'E']) => {
+                return Err("request id must be a string or an integer");
+            }
+            Some(b'-' | b'0'..=b'9') if text.len() > limits::MAX_NUMBER_CHARS => {
+                return Err("request id is an integer too long to be read by every peer");
+            }
+            Some(b'-' | b'0'..=b'9') => {}
+            _ => return Err("request id must be a string or an integer"),
         }
+        Ok(Id(raw.to_owned()))
     }
 
     /// An integer id the gateway minted.
@@ -134,6 +138,8 @@ pub enum ParseError {
     Syntax(String),
     /// JSON, but not a valid JSON-RPC message (-32600), with the id when it could be read.
     Invalid { reason: String, id: Option<Id> },
+    /// A request whose params are JSON no plugin should be handed (-32602): see [`limits`].
+    Params { reason: String, id: Id },
 }
 
 impl ParseError {
@@ -141,6 +147,7 @@ impl ParseError {
         match self {
             ParseError::Syntax(_) => code::PARSE_ERROR,
             ParseError::Invalid { .. } => code::INVALID_REQUEST,
+            ParseError::Params { .. } => code::INVALID_PARAMS,
         }
     }
 
@@ -148,6 +155,22 @@ impl ParseError {
         match self {
             ParseError::Syntax(e) => format!("Parse error: {e}"),
             ParseError::Invalid { reason, .. } => format!("Invalid request: {reason}"),
+            ParseError::Params { reason, .. } => format!("Invalid params: {reason}"),
+        }
+    }
+
+    /// The same error, its reason naming the batch item it was found in.
+    fn in_batch_item(self, i: usize) -> ParseError {
+        match self {
+            ParseError::Invalid { reason, id } => ParseError::Invalid {
+                reason: format!("batch item {i}: {reason}"),
+                id,
+            },
+            ParseError::Params { reason, id } => ParseError::Params {
+                reason: format!("batch item {i}: {reason}"),
+                id,
+            },
+            other => other,
         }
     }
 
@@ -155,6 +178,7 @@ impl ParseError {
         match self {
             ParseError::Syntax(_) => None,
             ParseError::Invalid { id, .. } => id.as_ref(),
+            ParseError::Params { id, .. } => Some(id),
         }
     }
 }
@@ -189,8 +213,29 @@ pub enum Body {
     Batch(Vec<Message>),
 }
 
-/// Parses a POST body: a single message or, when the first character is `[`, a batch.
+/// Parses a POST body: a single message or, when the first character is `[`, a batch. What
+/// a client sends is held to [`limits`] as well: the body is UTF-8, and what the gateway
+/// would pass on (params, a response's result or error) is JSON every plugin can read.
 pub fn parse_body(bytes: &[u8]) -> Result<Body, ParseError> {
+    if let Err(e) = std::str::from_utf8(bytes) {
+        return Err(ParseError::Syntax(format!(
+            "the body is not valid UTF-8 (at byte {})",
+            e.valid_up_to()
+        )));
+    }
+    let body = parse_envelopes(bytes)?;
+    match &body {
+        Body::Single(m) => limits::check_message(m)?,
+        Body::Batch(items) => {
+            for (i, m) in items.iter().enumerate() {
+                limits::check_message(m).map_err(|e| e.in_batch_item(i))?;
+            }
+        }
+    }
+    Ok(body)
+}
+
+fn parse_envelopes(bytes: &[u8]) -> Result<Body, ParseError> {
     let first = bytes.iter().find(|b| !b.is_ascii_whitespace());
     if first == Some(&b'[') {
         let items: Vec<&RawValue> = serde_json::from_slice(bytes).map_err(|e| {
@@ -211,13 +256,7 @@ pub fn parse_body(bytes: &[u8]) -> Result<Body, ParseError> {
         }
         let mut messages = Vec::with_capacity(items.len());
         for (i, item) in items.into_iter().enumerate() {
-            messages.push(parse_message(item.get().as_bytes()).map_err(|e| match e {
-                ParseError::Invalid { reason, id } => ParseError::Invalid {
-                    reason: format!("batch item {i}: {reason}"),
-                    id,
-                },
-                other => other,
-            })?);
+            messages.push(parse_message(item.get().as_bytes()).map_err(|e| e.in_batch_item(i))?);
         }
         Ok(Body::Batch(messages))
     } else {
