@@ -20,6 +20,10 @@ use crate::registry::{Registry, RegistryError};
 use crate::session::SessionManager;
 use crate::stream::{EventStore, MemoryEventStore};
 
+/// Most connections the admin listener holds at once: probes and scrapes need few, and a
+/// flood of them must not take the descriptors the public listener and the plugins use.
+const ADMIN_MAX_CONNECTIONS: usize = 256;
+
 /// Re-reads the configuration (a reload: SIGHUP or `POST /admin/reload`).
 pub type Reloader = Box<dyn Fn() -> Result<Config, ConfigError> + Send + Sync>;
 
@@ -178,10 +182,14 @@ pub async fn run(
     // The admin listener outlives the drain: probes see "not ready" and Prometheus can scrape
     // until the gateway has stopped.
     let app = crate::admin::router(gateway.clone());
+    let admin_limits = crate::config::ConnectionLimits {
+        max_connections: ADMIN_MAX_CONNECTIONS,
+        ..gateway.config.connections.clone()
+    };
     let admin_server = tokio::spawn(http::serve::serve(
         admin,
         app,
-        gateway.config.max_header_bytes,
+        admin_limits,
         gateway.shutdown.clone(),
     ));
     tracing::info!(
@@ -197,7 +205,7 @@ pub async fn run(
     let mut server = tokio::spawn(http::serve::serve(
         listener,
         app,
-        gateway.config.max_header_bytes,
+        http::serve::within_descriptors(gateway.config.connections.clone()),
         gateway.draining.clone(),
     ));
     gateway.serving.store(true, Ordering::Release);

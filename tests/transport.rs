@@ -590,3 +590,122 @@ async fn regression_json_no_plugin_can_read_is_refused_at_the_edge() {
     // The session is unharmed.
     assert_eq!(c.tool_text(30, "echo", json!({"text": "ok"})).await, "ok");
 }
+
+/// Reads from `tcp` until the gateway closes it; what it sent. Fails if it is still open
+/// after `within`.
+async fn read_until_closed(tcp: &mut tokio::net::TcpStream, within: std::time::Duration) -> String {
+    use tokio::io::AsyncReadExt;
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        match tokio::time::timeout_at(deadline, tcp.read(&mut buf)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => return String::from_utf8_lossy(&got).into_owned(),
+            Ok(Ok(n)) => got.extend_from_slice(&buf[..n]),
+            Err(_) => panic!(
+                "the connection is still open after {within:?}; it sent {:?}",
+                String::from_utf8_lossy(&got)
+            ),
+        }
+    }
+}
+
+#[tokio::test]
+async fn regression_slow_heads_slow_bodies_and_idle_connections_are_cut() {
+    // Guards: connections that sent their headers or body slowly, or nothing at all, were held
+    // forever, until they had taken every file descriptor.
+    use std::time::Duration;
+    use tokio::io::AsyncWriteExt;
+    use tokio::net::TcpStream;
+    let gw = Gateway::fixture(
+        &[
+            "--header-read-timeout-secs",
+            "1",
+            "--body-read-timeout-secs",
+            "1",
+            "--connection-idle-timeout-secs",
+            "1",
+            "--response-mode",
+            "json",
+        ],
+        &[],
+    );
+    let within = Duration::from_secs(8);
+    // A head that never ends.
+    let mut slow_head = TcpStream::connect(&gw.addr).await.unwrap();
+    slow_head
+        .write_all(b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        .await
+        .unwrap();
+    // A body that never ends: 408, then the connection closes.
+    let mut slow_body = TcpStream::connect(&gw.addr).await.unwrap();
+    slow_body
+        .write_all(
+            format!(
+                "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nAccept: {ACCEPT_BOTH}\r\nContent-Length: 100\r\n\r\n{{\"jsonrpc\""
+            )
+            .as_bytes(),
+        )
+        .await
+        .unwrap();
+    // An HTTP/2 connection that opens no stream.
+    let mut idle_h2 = TcpStream::connect(&gw.addr).await.unwrap();
+    idle_h2
+        .write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00")
+        .await
+        .unwrap();
+    // A connection that sends nothing.
+    let mut silent = TcpStream::connect(&gw.addr).await.unwrap();
+    read_until_closed(&mut slow_head, within).await;
+    let answer = read_until_closed(&mut slow_body, within).await;
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains("-32000"), "{answer}");
+    read_until_closed(&mut idle_h2, within).await;
+    read_until_closed(&mut silent, within).await;
+    // A request in flight longer than the idle timeout is not idle: a 2.5 s call answers.
+    let mut c = gw.client();
+    c.initialize().await;
+    let r = c
+        .call(
+            2,
+            "tools/call",
+            json!({"name": "slow", "arguments": {"ms": 2500}}),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{r:?}");
+    assert!(r.last().get("result").is_some(), "{r:?}");
+}
+
+#[tokio::test]
+async fn regression_a_flood_of_connections_leaves_the_admin_listener_its_descriptors() {
+    // Guards: ~20,000 slow connections took every file descriptor and /healthz stopped
+    // answering. Here the gateway may open 256 files, and 300 connections come.
+    use tokio::io::AsyncWriteExt;
+    let gw = Gateway::start_wrapped(&["prlimit", "--nofile=256:256"], &["--", common::FIXTURE]);
+    let mut flood = Vec::new();
+    for _ in 0..300 {
+        // Past the backlog a connection may be refused: what counts is what got in.
+        let connect = tokio::net::TcpStream::connect(&gw.addr);
+        if let Ok(Ok(mut tcp)) =
+            tokio::time::timeout(std::time::Duration::from_secs(1), connect).await
+        {
+            let _ = tcp.write_all(b"POST /mcp HTTP/1.1\r\n").await;
+            flood.push(tcp);
+        }
+    }
+    assert!(flood.len() > 256, "only {} connections got in", flood.len());
+    let admin = format!("http://{}/healthz", gw.admin.as_ref().unwrap());
+    let client = reqwest::Client::builder()
+        .timeout(std::time::Duration::from_secs(5))
+        .build()
+        .unwrap();
+    for _ in 0..5 {
+        let r = client.get(&admin).send().await.expect("/healthz answers");
+        assert_eq!(r.status(), 200);
+    }
+    gw.wait_log("the process may open only 256 files").await;
+    drop(flood);
+    // Once the flood is gone, the public listener serves again.
+    let mut c = gw.client();
+    c.initialize().await;
+}

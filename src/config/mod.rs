@@ -61,6 +61,26 @@ pub struct Cli {
     #[arg(long, env = "MCP_GATEWAY_MAX_HEADER_BYTES")]
     pub max_header_bytes: Option<usize>,
 
+    /// Seconds an HTTP/1 request head may take to arrive; a keep-alive connection that sends
+    /// no next request in that time is closed too. [default: 30]
+    #[arg(long, env = "MCP_GATEWAY_HEADER_READ_TIMEOUT_SECS")]
+    pub header_read_timeout_secs: Option<u64>,
+
+    /// Seconds a request body may take to arrive after its head; a slower one gets 408.
+    /// [default: 30]
+    #[arg(long, env = "MCP_GATEWAY_BODY_READ_TIMEOUT_SECS")]
+    pub body_read_timeout_secs: Option<u64>,
+
+    /// Seconds a client connection may stay open with no request in flight (an open SSE
+    /// stream is one) before it is closed. [default: 120]
+    #[arg(long, env = "MCP_GATEWAY_CONNECTION_IDLE_TIMEOUT_SECS")]
+    pub connection_idle_timeout_secs: Option<u64>,
+
+    /// Most client connections open at once on the public listener; past it, new ones wait
+    /// to be accepted. [default: 16384]
+    #[arg(long, env = "MCP_GATEWAY_MAX_CONNECTIONS")]
+    pub max_connections: Option<usize>,
+
     /// Seconds a session may stay idle (no request, no open stream) before it is ended.
     /// [default: 1800]
     #[arg(long, env = "MCP_GATEWAY_SESSION_IDLE_TIMEOUT_SECS")]
@@ -223,8 +243,8 @@ pub struct Config {
     pub allowed_origins: AllowList,
     pub allowed_hosts: AllowList,
     pub max_body_bytes: usize,
-    /// See [`Cli::max_header_bytes`].
-    pub max_header_bytes: usize,
+    /// What the public listener allows each connection, and how many.
+    pub connections: ConnectionLimits,
     pub session: SessionConfig,
     pub stream: StreamSettings,
     pub replay: ReplayLimits,
@@ -584,6 +604,33 @@ pub const DEFAULT_DATABASE_URL: &str = "sqlite://mcp-gateway.db?mode=rwc";
 /// authorization server, no `database_url`): SQLite in memory, no file.
 pub const MEMORY_DATABASE_URL: &str = "sqlite::memory:";
 pub const DEFAULT_MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
+/// What a listener allows its connections (see `http::serve`).
+#[derive(Debug, Clone)]
+pub struct ConnectionLimits {
+    /// See [`Cli::max_header_bytes`].
+    pub max_header_bytes: usize,
+    /// See [`Cli::header_read_timeout_secs`].
+    pub header_timeout: Duration,
+    /// See [`Cli::body_read_timeout_secs`].
+    pub body_timeout: Duration,
+    /// See [`Cli::connection_idle_timeout_secs`]; closed between this and twice this.
+    pub idle_timeout: Duration,
+    /// See [`Cli::max_connections`].
+    pub max_connections: usize,
+}
+
+impl Default for ConnectionLimits {
+    fn default() -> ConnectionLimits {
+        ConnectionLimits {
+            max_header_bytes: MIN_HEADER_BYTES,
+            header_timeout: Duration::from_secs(30),
+            body_timeout: Duration::from_secs(30),
+            idle_timeout: Duration::from_secs(120),
+            max_connections: 16_384,
+        }
+    }
+}
+
 /// The smallest, and default, `max_header_bytes`: hyper's floor for an HTTP/1 buffer.
 pub const MIN_HEADER_BYTES: usize = 8192;
 pub const DEFAULT_SEPARATOR: &str = "__";
@@ -742,6 +789,40 @@ impl Config {
                 format!("must be at least {MIN_HEADER_BYTES} (the HTTP library's floor)"),
             ));
         }
+        let defaults = ConnectionLimits::default();
+        let secs = |key: &str, flag: Option<u64>, file: Option<u64>, default: Duration| match flag
+            .or(file)
+        {
+            Some(0) => Err(invalid(key, "must be at least 1")),
+            Some(n) => Ok(Duration::from_secs(n)),
+            None => Ok(default),
+        };
+        let connections = ConnectionLimits {
+            max_header_bytes,
+            header_timeout: secs(
+                "header_read_timeout_secs",
+                cli.header_read_timeout_secs,
+                file.header_read_timeout_secs,
+                defaults.header_timeout,
+            )?,
+            body_timeout: secs(
+                "body_read_timeout_secs",
+                cli.body_read_timeout_secs,
+                file.body_read_timeout_secs,
+                defaults.body_timeout,
+            )?,
+            idle_timeout: secs(
+                "connection_idle_timeout_secs",
+                cli.connection_idle_timeout_secs,
+                file.connection_idle_timeout_secs,
+                defaults.idle_timeout,
+            )?,
+            max_connections: match cli.max_connections.or(file.max_connections) {
+                Some(0) => return Err(invalid("max_connections", "must be at least 1")),
+                Some(n) => n,
+                None => defaults.max_connections,
+            },
+        };
         let idle = cli
             .session_idle_timeout_secs
             .or(file.session.idle_timeout_secs)
@@ -907,7 +988,7 @@ impl Config {
             allowed_origins,
             allowed_hosts,
             max_body_bytes,
-            max_header_bytes,
+            connections,
             session: SessionConfig {
                 idle_timeout: Duration::from_secs(idle),
                 max_sessions,
@@ -926,7 +1007,7 @@ impl Config {
             allowed_origins: AllowList::Default,
             allowed_hosts: AllowList::Default,
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
-            max_header_bytes: MIN_HEADER_BYTES,
+            connections: ConnectionLimits::default(),
             session: SessionConfig {
                 idle_timeout: Duration::from_secs(1800),
                 max_sessions: 10_000,

@@ -22,6 +22,8 @@ pub enum HttpError {
     PayloadTooLarge(usize),
     #[error("Bad Request: the body could not be read: {0}")]
     BodyRead(String),
+    #[error("Request Timeout: {0}")]
+    BodyTimeout(String),
     #[error("{}", .0.message())]
     Parse(ParseError),
     #[error("Invalid request: {0}")]
@@ -59,6 +61,7 @@ impl HttpError {
             HttpError::NotAcceptable(_) => StatusCode::NOT_ACCEPTABLE,
             HttpError::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             HttpError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            HttpError::BodyTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             HttpError::BodyRead(_)
             | HttpError::Parse(_)
             | HttpError::InvalidRequest(..)

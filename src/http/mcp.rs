@@ -302,6 +302,9 @@ async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<Byte
     match Limited::new(body, limit).collect().await {
         Ok(collected) => Ok(collected.to_bytes()),
         Err(e) if e.is::<LengthLimitError>() => Err(HttpError::PayloadTooLarge(limit)),
+        Err(e) if super::serve::BodyTimeout::find(&*e).is_some() => {
+            Err(HttpError::BodyTimeout(e.to_string()))
+        }
         Err(e) => Err(HttpError::BodyRead(e.to_string())),
     }
 }

@@ -11,39 +11,77 @@
 //! Each HTTP/1 request carries its connection's [`ReadProof`], and coming in proves the
 //! responses before it on the connection were read (see there).
 //!
+//! Nobody holds a connection for free ([`ConnectionLimits`]): an HTTP/1 request head must
+//! arrive within `header_timeout` (hyper's timer, which also closes a keep-alive connection
+//! that sends no next request in that time), a request body within `body_timeout` of its head
+//! (else 408, [`BodyTimeout`]), and a connection with no request in flight for
+//! `idle_timeout` (an HTTP/2 one that opens no stream, say) is closed. At most
+//! `max_connections` are open at once; past that the listener stops accepting, and new
+//! connections wait in the kernel's backlog, so a flood of slow connections cannot take the
+//! file descriptors the admin listener, the plugins and the database need.
+//!
 //! Every accepted socket gets `TCP_NODELAY` (SSE answers go out in several small writes).
 //! When `stop` fires, the listener closes and every connection is asked to finish: an
 //! HTTP/1 connection after the response it is writing, an HTTP/2 one after a GOAWAY. The
 //! returned future ends when the last connection has.
 
 use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::Router;
+use axum::body::Body;
 use axum::http::{Request, Version};
 use axum::response::Response;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use bytes::Bytes;
+use hyper::body::{Frame, Incoming, SizeHint};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
+use pin_project_lite::pin_project;
 use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+use tokio::time::{Instant, Sleep};
 use tokio_util::sync::CancellationToken;
 use tower::Service;
 
+use crate::config::ConnectionLimits;
 use crate::stream::ReadProof;
 
 pub async fn serve(
     listener: TcpListener,
     app: Router,
-    max_header_bytes: usize,
+    limits: ConnectionLimits,
     stop: CancellationToken,
 ) -> std::io::Result<()> {
     let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder.http1().max_buf_size(max_header_bytes);
+    builder
+        .http1()
+        .max_buf_size(limits.max_header_bytes)
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_timeout);
+    builder.http2().timer(TokioTimer::new());
     let graceful = GracefulShutdown::new();
+    let slots = Arc::new(Semaphore::new(limits.max_connections));
     loop {
+        let slot = match slots.clone().try_acquire_owned() {
+            Ok(slot) => slot,
+            Err(_) => {
+                tracing::warn!(
+                    "{} connections are open, the most allowed (max_connections): new ones wait",
+                    limits.max_connections
+                );
+                tokio::select! {
+                    slot = slots.clone().acquire_owned() => slot.expect("the semaphore is never closed"),
+                    () = stop.cancelled() => break,
+                }
+            }
+        };
         let tcp = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((tcp, _)) => tcp,
@@ -57,17 +95,27 @@ pub async fn serve(
         if let Err(e) = tcp.set_nodelay(true) {
             tracing::debug!("TCP_NODELAY: {e}");
         }
+        let activity = Arc::new(Activity::default());
         let service = TowerToHyperService::new(Connection {
             app: app.clone(),
             proof: Arc::default(),
+            activity: activity.clone(),
+            body_timeout: limits.body_timeout,
         });
         let connection = builder
             .serve_connection_with_upgrades(TokioIo::new(tcp), service)
             .into_owned();
         let connection = graceful.watch(connection);
+        let idle_timeout = limits.idle_timeout;
         tokio::spawn(async move {
-            if let Err(e) = connection.await {
-                tracing::debug!("connection: {e}");
+            let _slot = slot;
+            tokio::select! {
+                served = connection => if let Err(e) = served {
+                    tracing::debug!("connection: {e}");
+                },
+                () = activity.idle_for(idle_timeout) => {
+                    tracing::debug!("closing a connection with no request for {} s", idle_timeout.as_secs());
+                }
             }
         });
     }
@@ -76,31 +124,227 @@ pub async fn serve(
     Ok(())
 }
 
-/// The service of one connection: the router, and the connection's proof of reading.
+/// Fits the public listener's connection cap to the file descriptors the process may open,
+/// so that a flood of connections cannot take those the admin listener, the plugins' pipes
+/// and the database need: the soft limit is raised to the hard one, and the cap lowered (with
+/// a warning) to leave a quarter of it, or 1,024 descriptors if fewer, to the rest.
+pub fn within_descriptors(mut limits: ConnectionLimits) -> ConnectionLimits {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) else {
+        return limits;
+    };
+    let soft = if soft < hard && setrlimit(Resource::RLIMIT_NOFILE, hard, hard).is_ok() {
+        hard
+    } else {
+        soft
+    };
+    let soft = usize::try_from(soft).unwrap_or(usize::MAX);
+    let reserve = (soft / 4).min(1024);
+    let fits = soft.saturating_sub(reserve).max(1);
+    if limits.max_connections > fits {
+        tracing::warn!(
+            "max_connections is {}, but the process may open only {soft} files: at most {fits} client connections are taken at once",
+            limits.max_connections
+        );
+        limits.max_connections = fits;
+    }
+    limits
+}
+
+/// The service of one connection: the router, the connection's proof of reading, and what it
+/// has in flight.
 #[derive(Clone)]
 struct Connection {
     app: Router,
     proof: Arc<ReadProof>,
+    activity: Arc<Activity>,
+    body_timeout: Duration,
 }
 
-impl<B> Service<Request<B>> for Connection
-where
-    Router: Service<Request<B>, Response = Response, Error = Infallible>,
-{
-    type Response = Response;
+impl Service<Request<Incoming>> for Connection {
+    type Response = Response<InFlightBody>;
     type Error = Infallible;
-    type Future = <Router as Service<Request<B>>>::Future;
+    type Future = InFlight<<Router as Service<Request<Deadline<Incoming>>>>::Future>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        Service::<Request<B>>::poll_ready(&mut self.app, cx)
+        Service::<Request<Deadline<Incoming>>>::poll_ready(&mut self.app, cx)
     }
 
-    fn call(&mut self, mut request: Request<B>) -> Self::Future {
+    fn call(&mut self, request: Request<Incoming>) -> Self::Future {
+        let mut request = request.map(|body| Deadline::new(body, self.body_timeout));
         if request.version() <= Version::HTTP_11 {
             self.proof.next_request();
             request.extensions_mut().insert(self.proof.clone());
         }
-        self.app.call(request)
+        InFlight {
+            inner: self.app.call(request),
+            open: Some(Open::new(self.activity.clone())),
+        }
+    }
+}
+
+/// A connection's requests in flight: counted from the head's arrival to the end (or drop) of
+/// the response body, and every start and end noted, so that idleness can be seen.
+#[derive(Default)]
+struct Activity {
+    open: AtomicUsize,
+    changes: AtomicU64,
+}
+
+impl Activity {
+    /// Returns once the connection has had nothing in flight and nothing start or end for
+    /// `period` (at most twice `period` after that began).
+    async fn idle_for(&self, period: Duration) {
+        let mut seen = self.changes.load(Ordering::Acquire);
+        loop {
+            tokio::time::sleep(period).await;
+            let now = self.changes.load(Ordering::Acquire);
+            if now == seen && self.open.load(Ordering::Acquire) == 0 {
+                return;
+            }
+            seen = now;
+        }
+    }
+}
+
+/// One request in flight on its connection, until dropped.
+struct Open(Arc<Activity>);
+
+impl Open {
+    fn new(activity: Arc<Activity>) -> Open {
+        activity.open.fetch_add(1, Ordering::AcqRel);
+        activity.changes.fetch_add(1, Ordering::AcqRel);
+        Open(activity)
+    }
+}
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        self.0.open.fetch_sub(1, Ordering::AcqRel);
+        self.0.changes.fetch_add(1, Ordering::AcqRel);
+    }
+}
+
+pin_project! {
+    /// The router's future; its response's body carries the request's [`Open`] on.
+    struct InFlight<F> {
+        #[pin]
+        inner: F,
+        open: Option<Open>,
+    }
+}
+
+impl<F: Future<Output = Result<Response, Infallible>>> Future for InFlight<F> {
+    type Output = Result<Response<InFlightBody>, Infallible>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        let response = std::task::ready!(this.inner.poll(cx))?;
+        let open = this.open.take();
+        Poll::Ready(Ok(response.map(|body| InFlightBody { body, _open: open })))
+    }
+}
+
+/// A response body, its request in flight until it is dropped.
+pub struct InFlightBody {
+    body: Body,
+    _open: Option<Open>,
+}
+
+impl hyper::body::Body for InFlightBody {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
+        Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
+}
+
+/// A request body that did not arrive in time.
+#[derive(Debug, thiserror::Error)]
+#[error("the request body did not arrive within {} s", .0.as_secs())]
+pub struct BodyTimeout(pub Duration);
+
+impl BodyTimeout {
+    /// The timeout among an error's causes, if that is what it was.
+    pub fn find<'a>(e: &'a (dyn std::error::Error + 'static)) -> Option<&'a BodyTimeout> {
+        let mut cause = Some(e);
+        while let Some(c) = cause {
+            if let Some(t) = c.downcast_ref::<BodyTimeout>() {
+                return Some(t);
+            }
+            cause = c.source();
+        }
+        None
+    }
+}
+
+pin_project! {
+    /// A request body that must end by a deadline. The timer starts only when a read has to
+    /// wait: a body that came with its head costs none.
+    pub struct Deadline<B> {
+        #[pin]
+        body: B,
+        timeout: Duration,
+        at: Instant,
+        #[pin]
+        timer: Option<Sleep>,
+    }
+}
+
+impl<B> Deadline<B> {
+    fn new(body: B, timeout: Duration) -> Deadline<B> {
+        Deadline {
+            body,
+            timeout,
+            at: Instant::now() + timeout,
+            timer: None,
+        }
+    }
+}
+
+impl<B> hyper::body::Body for Deadline<B>
+where
+    B: hyper::body::Body<Data = Bytes>,
+    B::Error: Into<axum::BoxError>,
+{
+    type Data = Bytes;
+    type Error = axum::BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, axum::BoxError>>> {
+        let mut this = self.project();
+        if let Poll::Ready(frame) = this.body.poll_frame(cx) {
+            return Poll::Ready(frame.map(|f| f.map_err(Into::into)));
+        }
+        if this.timer.is_none() {
+            this.timer.set(Some(tokio::time::sleep_until(*this.at)));
+        }
+        match this.timer.as_pin_mut().map(|t| t.poll(cx)) {
+            Some(Poll::Ready(())) => Poll::Ready(Some(Err(BodyTimeout(*this.timeout).into()))),
+            _ => Poll::Pending,
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
     }
 }
 

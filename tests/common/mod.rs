@@ -70,18 +70,36 @@ impl Gateway {
     }
 
     pub fn start_with_env(args: &[&str], env: &[(&str, &str)]) -> Gateway {
-        Gateway::launch(args, env, None)
+        Gateway::launch(&[], args, env, None)
+    }
+
+    /// Starts the gateway through `wrapper`, a command that runs the rest of its arguments in
+    /// its own place (e.g. `prlimit --nofile=256`), so the gateway keeps the process id.
+    pub fn start_wrapped(wrapper: &[&str], args: &[&str]) -> Gateway {
+        Gateway::launch(wrapper, args, &[], None)
     }
 
     /// Starts the gateway in the working directory `cwd`, with no `--database-url` of the
     /// harness's own: the gateway's default database (if any) is what it chooses there.
     pub fn start_in(cwd: &std::path::Path, args: &[&str]) -> Gateway {
-        Gateway::launch(args, &[], Some(cwd))
+        Gateway::launch(&[], args, &[], Some(cwd))
     }
 
-    fn launch(args: &[&str], env: &[(&str, &str)], cwd: Option<&std::path::Path>) -> Gateway {
+    fn launch(
+        wrapper: &[&str],
+        args: &[&str],
+        env: &[(&str, &str)],
+        cwd: Option<&std::path::Path>,
+    ) -> Gateway {
         let db_dir = tempfile::tempdir().unwrap();
-        let mut cmd = Command::new(GATEWAY);
+        let mut cmd = match wrapper {
+            [] => Command::new(GATEWAY),
+            [program, rest @ ..] => {
+                let mut cmd = Command::new(program);
+                cmd.args(rest).arg(GATEWAY);
+                cmd
+            }
+        };
         if !args.contains(&"--listen") {
             cmd.args(["--listen", "127.0.0.1:0"]);
         }
