@@ -547,3 +547,64 @@ async fn resuming_from_a_priming_id_replays_from_its_position() {
         "slept 200 ms"
     );
 }
+
+/// Reads a stream to its end (or its connection's): its messages, and the last event id.
+async fn read(mut events: RawEvents, got: &mut Vec<Value>, last_id: &mut Option<String>) {
+    while let Some(ev) = events.next().await {
+        if ev.id.is_some() {
+            *last_id = ev.id.clone();
+        }
+        if let Some(m) = message(&ev) {
+            got.push(m);
+        }
+    }
+}
+
+#[tokio::test]
+async fn regression_a_client_that_stops_reading_is_cut_and_resumes_from_the_store() {
+    // Guards: a client that stopped reading kept its connection open, and the connection's
+    // queue held up to 1,024 events whatever their size (1 MiB events: 1.7 GB). The queue is
+    // bounded in bytes too, and a connection that falls behind is closed.
+    let gw = Gateway::fixture(
+        &[
+            "--replay-max-bytes",
+            "100000000",
+            "--replay-session-max-bytes",
+            "200000000",
+        ],
+        &[],
+    );
+    let mut c = gw.client();
+    c.initialize().await;
+    let count = 48;
+    let response = c
+        .post_sse(&call(2, "burst", json!({"count": count, "pad": 1 << 20})))
+        .await;
+    // Nobody reads: the socket's buffers fill, then the connection's queue, past its bound.
+    gw.wait_log(&format!("burst of {count} sent")).await;
+    gw.wait_log("its connection is closed").await;
+    let mut got = Vec::new();
+    let mut last_id = None;
+    read(RawEvents::new(response), &mut got, &mut last_id).await;
+    assert!(
+        got.iter().all(|m| m.get("result").is_none()),
+        "the connection was closed before the answer"
+    );
+    // The client resumes after the last event it read (again, should it fall behind again
+    // while the burst still comes), and nothing is lost.
+    for _ in 0..count {
+        if got.last().is_some_and(|m| m.get("result").is_some()) {
+            break;
+        }
+        let r = resume(&c, last_id.as_deref().expect("the priming event at least")).await;
+        assert_eq!(r.status(), 200);
+        read(RawEvents::new(r), &mut got, &mut last_id).await;
+    }
+    let logs: Vec<u64> = got
+        .iter()
+        .filter_map(|m| m["params"]["data"]["i"].as_u64())
+        .collect();
+    assert_eq!(logs, (0..count).collect::<Vec<_>>());
+    assert_eq!(got.last().unwrap()["id"], 2, "the answer comes last");
+    assert!(got.last().unwrap()["result"].is_object());
+}

@@ -32,7 +32,8 @@ use crate::router;
 use crate::session::UnknownStream;
 use crate::session::{ClientInit, Session};
 use crate::stream::{
-    self, AttachError, Cursor, EventId, Opening, ReadProof, ReplayError, Sink, Stream, StreamGuard,
+    self, AttachError, Cursor, Cut, EventId, Opening, ReadProof, ReplayError, Sink, Stream,
+    StreamGuard,
 };
 
 // Names, not strings: a lookup by `&str` parses and lowercases the name on every request.
@@ -46,6 +47,7 @@ pub async fn post(State(gw): State<Arc<Gateway>>, request: Request) -> Response 
     let (mut parts, body) = request.into_parts();
     let trace = TraceContext::from_headers(&parts.headers);
     let proof = parts.extensions.remove::<Arc<ReadProof>>();
+    let cut = parts.extensions.remove::<Cut>();
     // Boxed: the handler's future is moved several times on its way through axum and hyper,
     // and this one, holding every state of a POST, is kilobytes.
     Box::pin(handle_post(
@@ -55,6 +57,7 @@ pub async fn post(State(gw): State<Arc<Gateway>>, request: Request) -> Response 
         body,
         trace,
         proof,
+        cut,
     ))
     .await
     .unwrap_or_else(IntoResponse::into_response)
@@ -63,7 +66,8 @@ pub async fn post(State(gw): State<Arc<Gateway>>, request: Request) -> Response 
 pub async fn get(State(gw): State<Arc<Gateway>>, request: Request) -> Response {
     let (mut parts, _) = request.into_parts();
     let proof = parts.extensions.remove::<Arc<ReadProof>>();
-    handle_get(&gw, &parts.uri, &parts.headers, proof)
+    let cut = parts.extensions.remove::<Cut>();
+    handle_get(&gw, &parts.uri, &parts.headers, proof, cut)
         .await
         .unwrap_or_else(IntoResponse::into_response)
 }
@@ -80,6 +84,7 @@ async fn handle_post(
     body: Body,
     trace: Option<TraceContext>,
     proof: Option<Arc<ReadProof>>,
+    cut: Option<Cut>,
 ) -> Result<Response, HttpError> {
     gw.guard.check(headers, uri)?;
     let principal = authorize(gw, headers, uri)?;
@@ -101,6 +106,7 @@ async fn handle_post(
                 principal.as_ref(),
                 trace.as_ref(),
                 proof,
+                cut,
             )
             .await
         }
@@ -138,6 +144,7 @@ async fn handle_get(
     uri: &Uri,
     headers: &HeaderMap,
     proof: Option<Arc<ReadProof>>,
+    cut: Option<Cut>,
 ) -> Result<Response, HttpError> {
     gw.guard.check(headers, uri)?;
     let principal = authorize(gw, headers, uri)?;
@@ -150,7 +157,7 @@ async fn handle_get(
         Some(v) => resume_point(&session, v).map_err(|e| cursor_miss(&session, e))?,
     };
     let resumed = matches!(cursor, Cursor::After(_));
-    let attached = stream.attach(cursor).await.map_err(|e| match e {
+    let attached = stream.attach(cursor, cut).await.map_err(|e| match e {
         AttachError::Busy => HttpError::Conflict("a GET stream is already open for this session"),
         AttachError::Released => cursor_miss(
             &session,
@@ -391,6 +398,7 @@ async fn in_session(
     principal: Option<&Principal>,
     trace: Option<&TraceContext>,
     proof: Option<Arc<ReadProof>>,
+    cut: Option<Cut>,
 ) -> Result<Response, HttpError> {
     session.touch();
     let (messages, batch) = match parsed {
@@ -463,8 +471,9 @@ async fn in_session(
     let n = planned.len();
     let stream = session.new_post_stream(n, sse);
     // Attached before any request runs, so no answer can come before the connection.
+    // A JSON answer is collected in full before it is written: nothing to cut.
     let attached = stream
-        .attach(Cursor::Start)
+        .attach(Cursor::Start, cut.filter(|_| sse))
         .await
         .map_err(|e| HttpError::EventStore(e.to_string()))?;
     let guard = StreamGuard::new(session.connections.clone());

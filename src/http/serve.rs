@@ -20,6 +20,9 @@
 //! connections wait in the kernel's backlog, so a flood of slow connections cannot take the
 //! file descriptors the admin listener, the plugins and the database need.
 //!
+//! A stream whose client stops reading fires its connection's [`Cut`], and the connection is
+//! closed at once rather than holding what was queued for it until the socket gives up.
+//!
 //! Every accepted socket gets `TCP_NODELAY` (SSE answers go out in several small writes).
 //! When `stop` fires, the listener closes and every connection is asked to finish: an
 //! HTTP/1 connection after the response it is writing, an HTTP/2 one after a GOAWAY. The
@@ -51,7 +54,7 @@ use tokio_util::sync::CancellationToken;
 use tower::Service;
 
 use crate::config::ConnectionLimits;
-use crate::stream::ReadProof;
+use crate::stream::{Cut, ReadProof};
 
 pub async fn serve(
     listener: TcpListener,
@@ -96,9 +99,11 @@ pub async fn serve(
             tracing::debug!("TCP_NODELAY: {e}");
         }
         let activity = Arc::new(Activity::default());
+        let cut = Cut::default();
         let service = TowerToHyperService::new(Connection {
             app: app.clone(),
             proof: Arc::default(),
+            cut: cut.clone(),
             activity: activity.clone(),
             body_timeout: limits.body_timeout,
         });
@@ -116,6 +121,7 @@ pub async fn serve(
                 () = activity.idle_for(idle_timeout) => {
                     tracing::debug!("closing a connection with no request for {} s", idle_timeout.as_secs());
                 }
+                () = cut.fired() => tracing::debug!("closing a connection whose client does not read"),
             }
         });
     }
@@ -151,12 +157,13 @@ pub fn within_descriptors(mut limits: ConnectionLimits) -> ConnectionLimits {
     limits
 }
 
-/// The service of one connection: the router, the connection's proof of reading, and what it
-/// has in flight.
+/// The service of one connection: the router, the connection's proof of reading, its cut, and
+/// what it has in flight.
 #[derive(Clone)]
 struct Connection {
     app: Router,
     proof: Arc<ReadProof>,
+    cut: Cut,
     activity: Arc<Activity>,
     body_timeout: Duration,
 }
@@ -172,6 +179,7 @@ impl Service<Request<Incoming>> for Connection {
 
     fn call(&mut self, request: Request<Incoming>) -> Self::Future {
         let mut request = request.map(|body| Deadline::new(body, self.body_timeout));
+        request.extensions_mut().insert(self.cut.clone());
         if request.version() <= Version::HTTP_11 {
             self.proof.next_request();
             request.extensions_mut().insert(self.proof.clone());

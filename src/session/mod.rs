@@ -989,7 +989,7 @@ mod tests {
         for _ in 0..3 {
             let stream = s.new_post_stream(1, true);
             numbers.push(stream.number());
-            let attached = stream.attach(Cursor::Start).await.unwrap();
+            let attached = stream.attach(Cursor::Start, None).await.unwrap();
             Sink::new(stream).respond(Bytes::from_static(b"answer"));
             let got = collect_responses(attached, &CancellationToken::new()).await;
             assert_eq!(got, vec![Bytes::from_static(b"answer")]);

@@ -108,6 +108,29 @@ pub enum Buffering {
 /// client then resumes from the store).
 const LIVE_QUEUE: usize = 1024;
 
+/// Bytes a connection may have queued, likewise. One event larger than this still goes out
+/// on a connection that has nothing queued.
+pub const LIVE_QUEUE_BYTES: usize = 4 * 1024 * 1024;
+
+/// Closes the HTTP connection a stream goes out on. A client that stops reading leaves its
+/// connection holding what was queued for it for as long as the socket lives; when it falls
+/// [`LIVE_QUEUE`] events or [`LIVE_QUEUE_BYTES`] behind, the stream drops the connection and
+/// fires this, and the listener (`http::serve`), which watches it for each connection, closes
+/// the connection. The client resumes from the store.
+#[derive(Debug, Clone, Default)]
+pub struct Cut(CancellationToken);
+
+impl Cut {
+    /// Resolves once the connection is to be closed.
+    pub async fn fired(&self) {
+        self.0.cancelled().await;
+    }
+
+    fn fire(&self) {
+        self.0.cancel();
+    }
+}
+
 /// How a stream tells its session about its end.
 pub trait StreamHooks: Send + Sync {
     /// The stream went out to its end on a connection at `at`: release it after the linger
@@ -136,6 +159,46 @@ struct Inner {
 struct Conn {
     id: u64,
     tx: mpsc::Sender<Frame>,
+    /// Bytes of the events in `tx`'s queue.
+    queued: Arc<AtomicUsize>,
+    cut: Option<Cut>,
+}
+
+/// A connection's end of its live queue: the frames, and the bytes they hold.
+struct Live {
+    rx: mpsc::Receiver<Frame>,
+    queued: Arc<AtomicUsize>,
+}
+
+impl Live {
+    async fn recv(&mut self) -> Option<Frame> {
+        let frame = self.rx.recv().await;
+        if let Some(f) = &frame {
+            self.took(f);
+        }
+        frame
+    }
+
+    fn try_recv(&mut self) -> Result<Frame, mpsc::error::TryRecvError> {
+        let frame = self.rx.try_recv();
+        if let Ok(f) = &frame {
+            self.took(f);
+        }
+        frame
+    }
+
+    fn took(&self, frame: &Frame) {
+        self.queued.fetch_sub(frame.bytes(), Ordering::AcqRel);
+    }
+}
+
+impl Frame {
+    fn bytes(&self) -> usize {
+        match self {
+            Frame::Event { data, .. } => data.len(),
+            Frame::End => 0,
+        }
+    }
 }
 
 /// Where a new connection starts reading.
@@ -172,7 +235,7 @@ struct AttachedParts {
     conn: u64,
     /// The sequence the connection starts after.
     after: u64,
-    rx: mpsc::Receiver<Frame>,
+    rx: Live,
     replay: Vec<(u64, Bytes)>,
 }
 
@@ -292,14 +355,26 @@ impl Stream {
     }
 
     /// Sends to the attached connection; one that is gone, or too slow to keep up, is
-    /// dropped (a buffered stream's client resumes from the store).
+    /// dropped, and a slow one closed (a buffered stream's client resumes from the store).
     fn send(g: &mut Inner, frame: Frame) {
         let Some(c) = &g.conn else { return };
-        if let Err(e) = c.tx.try_send(frame) {
-            if matches!(e, mpsc::error::TrySendError::Full(_)) {
+        let bytes = frame.bytes();
+        let queued = c.queued.fetch_add(bytes, Ordering::AcqRel);
+        let sent = if queued > 0 && queued + bytes > LIVE_QUEUE_BYTES {
+            Err(true)
+        } else {
+            c.tx.try_send(frame)
+                .map_err(|e| matches!(e, mpsc::error::TrySendError::Full(_)))
+        };
+        if let Err(too_slow) = sent {
+            c.queued.fetch_sub(bytes, Ordering::AcqRel);
+            if too_slow {
                 tracing::debug!(
-                    "a client fell {LIVE_QUEUE} events behind: its connection is dropped"
+                    "a client fell {LIVE_QUEUE} events or {LIVE_QUEUE_BYTES} bytes behind: its connection is closed"
                 );
+                if let Some(cut) = &c.cut {
+                    cut.fire();
+                }
             }
             g.conn = None;
             g.detached_at = Some(Instant::now());
@@ -337,9 +412,19 @@ impl Stream {
 
     /// Attaches a new connection (replacing any other: the client knows it lost it) and reads
     /// what it must replay from the store. A cursor whose events are gone is refused before
-    /// the current connection is touched.
-    pub async fn attach(self: &Arc<Self>, from: Cursor) -> Result<Attached, AttachError> {
+    /// the current connection is touched. `cut` closes the connection if its client falls
+    /// too far behind (none where the events are not written to a socket).
+    pub async fn attach(
+        self: &Arc<Self>,
+        from: Cursor,
+        cut: Option<Cut>,
+    ) -> Result<Attached, AttachError> {
         let (tx, rx) = mpsc::channel(LIVE_QUEUE);
+        let queued = Arc::new(AtomicUsize::new(0));
+        let rx = Live {
+            rx,
+            queued: queued.clone(),
+        };
         let (conn, after, upto, skip_evicted) = {
             let mut g = self.lock();
             if g.released {
@@ -373,7 +458,12 @@ impl Stream {
                 let _ = tx.try_send(Frame::End);
             }
             // The previous connection's channel closes: its response ends.
-            g.conn = Some(Conn { id, tx });
+            g.conn = Some(Conn {
+                id,
+                tx,
+                queued,
+                cut,
+            });
             g.detached_at = None;
             (id, after, upto, skip_evicted)
         };
@@ -737,7 +827,7 @@ fn encode(id: Option<EventId>, retry: Option<Duration>, data: Option<&[u8]>) -> 
 struct Body {
     stream: Arc<Stream>,
     conn: u64,
-    rx: mpsc::Receiver<Frame>,
+    rx: Live,
     /// Priming and replayed events, sent before the live ones.
     first: VecDeque<(Option<u64>, Bytes)>,
     ids: bool,
@@ -933,18 +1023,18 @@ mod tests {
     async fn a_new_connection_replays_after_its_cursor_then_goes_live() {
         let (s, _) = stream(Some(1), true);
         let sink = Sink::new(s.clone());
-        let mut a = s.attach(Cursor::Start).await.unwrap();
+        let mut a = s.attach(Cursor::Start, None).await.unwrap();
         sink.message(Bytes::from_static(b"one")).unwrap();
         sink.message(Bytes::from_static(b"two")).unwrap();
         assert_eq!(drain(&mut a), ["1:one", "2:two"]);
         // The connection drops; work goes on.
         drop(a);
         sink.message(Bytes::from_static(b"three")).unwrap();
-        let mut b = s.attach(Cursor::After(1)).await.unwrap();
+        let mut b = s.attach(Cursor::After(1), None).await.unwrap();
         sink.respond(Bytes::from_static(b"done"));
         assert_eq!(drain(&mut b), ["2:two", "3:three", "4:done", "end"]);
         assert_eq!(
-            s.attach(Cursor::After(9)).await.err(),
+            s.attach(Cursor::After(9), None).await.err(),
             Some(AttachError::BeyondEnd(9))
         );
     }
@@ -982,8 +1072,8 @@ mod tests {
             Some(calls.clone()),
         );
         let sink = Sink::new(s.clone());
-        let mut first = s.attach(Cursor::Start).await.unwrap();
-        let second = s.attach(Cursor::Start).await.unwrap();
+        let mut first = s.attach(Cursor::Start, None).await.unwrap();
+        let second = s.attach(Cursor::Start, None).await.unwrap();
         let rx = &mut first.0.as_mut().unwrap().rx;
         assert!(
             rx.recv().await.is_none(),
@@ -995,14 +1085,14 @@ mod tests {
         let parts = second.take();
         s.detach(parts.conn, true);
         assert!(!s.is_released());
-        let mut again = s.attach(Cursor::After(0)).await.unwrap();
+        let mut again = s.attach(Cursor::After(0), None).await.unwrap();
         assert_eq!(drain(&mut again), ["1:r", "end"]);
         drop(again);
         s.release();
         assert_eq!(store.usage(), (0, 0));
         assert_eq!(*calls.0.lock().unwrap(), ["finished 4", "released 4"]);
         assert_eq!(
-            s.attach(Cursor::Start).await.err(),
+            s.attach(Cursor::Start, None).await.err(),
             Some(AttachError::Released)
         );
         assert!(sink.message(Bytes::from_static(b"late")).is_err());
@@ -1013,7 +1103,7 @@ mod tests {
         let (s, store) = stream(Some(2), false);
         let sink = Sink::new(s.clone());
         assert!(sink.message(Bytes::from_static(b"m")).is_err());
-        let a = s.attach(Cursor::Start).await.unwrap();
+        let a = s.attach(Cursor::Start, None).await.unwrap();
         assert!(sink.message(Bytes::from_static(b"m")).is_ok());
         drop(a);
         assert!(
@@ -1028,7 +1118,7 @@ mod tests {
         // Guards: a message accepted after the stream's End was queued behind it and lost.
         let (s, _) = stream(Some(1), true);
         let sink = Sink::new(s.clone());
-        let _a = s.attach(Cursor::Start).await.unwrap();
+        let _a = s.attach(Cursor::Start, None).await.unwrap();
         sink.dropped();
         assert!(!sink.carries_messages());
         assert!(sink.message(Bytes::from_static(b"late")).is_err());
@@ -1062,13 +1152,13 @@ mod tests {
     async fn a_slow_connection_is_dropped_and_resumes_from_the_store() {
         let (s, _) = stream(None, true);
         let sink = Sink::new(s.clone());
-        let a = s.attach(Cursor::Undelivered).await.unwrap();
+        let a = s.attach(Cursor::Undelivered, None).await.unwrap();
         for _ in 0..=LIVE_QUEUE {
             sink.message(Bytes::from_static(b"x")).unwrap();
         }
         assert!(!s.is_attached(), "dropped once its queue was full");
         drop(a);
-        let mut b = s.attach(Cursor::After(0)).await.unwrap();
+        let mut b = s.attach(Cursor::After(0), None).await.unwrap();
         assert_eq!(
             drain(&mut b).len(),
             LIVE_QUEUE + 1,
@@ -1077,16 +1167,44 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_connection_that_falls_behind_in_bytes_is_cut() {
+        let (s, _) = stream(None, true);
+        let sink = Sink::new(s.clone());
+        let cut = Cut::default();
+        let mut a = s
+            .attach(Cursor::Undelivered, Some(cut.clone()))
+            .await
+            .unwrap();
+        // One event larger than the bound goes out on an empty queue.
+        let big = Bytes::from(vec![b'x'; LIVE_QUEUE_BYTES + 1]);
+        sink.message(big.clone()).unwrap();
+        assert!(s.is_attached());
+        assert_eq!(drain(&mut a).len(), 1);
+        let chunk = Bytes::from(vec![b'y'; LIVE_QUEUE_BYTES / 4]);
+        for _ in 0..4 {
+            sink.message(chunk.clone()).unwrap();
+        }
+        assert!(s.is_attached(), "exactly at the bound");
+        assert!(!cut.0.is_cancelled());
+        sink.message(Bytes::from_static(b"z")).unwrap();
+        assert!(!s.is_attached(), "dropped past the bound");
+        assert!(cut.0.is_cancelled(), "and its connection cut");
+        drop(a);
+        let mut b = s.attach(Cursor::After(5), None).await.unwrap();
+        assert_eq!(drain(&mut b), ["6:z"], "the client resumes from the store");
+    }
+
+    #[tokio::test]
     async fn the_get_stream_hands_undelivered_events_to_its_next_connection() {
         let (s, _) = stream(None, true);
         let sink = Sink::new(s.clone());
         sink.message(Bytes::from_static(b"a")).unwrap();
-        let mut a = s.attach(Cursor::Undelivered).await.unwrap();
+        let mut a = s.attach(Cursor::Undelivered, None).await.unwrap();
         assert_eq!(drain(&mut a), ["1:a"]);
         s.delivered(1);
         drop(a);
         sink.message(Bytes::from_static(b"b")).unwrap();
-        let mut b = s.attach(Cursor::Undelivered).await.unwrap();
+        let mut b = s.attach(Cursor::Undelivered, None).await.unwrap();
         assert_eq!(drain(&mut b), ["2:b"]);
         assert!(
             !s.is_released(),
