@@ -709,3 +709,77 @@ async fn regression_a_flood_of_connections_leaves_the_admin_listener_its_descrip
     let mut c = gw.client();
     c.initialize().await;
 }
+
+#[tokio::test]
+async fn regression_one_client_cannot_take_every_session() {
+    // Guards: one anonymous client opened 10,000 sessions in 25 s and locked everyone out
+    // until they idled out. Sessions are capped per client, and one that makes no request
+    // after initialize goes sooner. 127.0.0.1 is a trusted proxy here, so X-Forwarded-For
+    // names the clients.
+    let gw = Gateway::fixture(
+        &[
+            "--max-sessions-per-client",
+            "3",
+            "--session-unused-timeout-secs",
+            "1",
+            "--trusted-proxies",
+            "127.0.0.1",
+        ],
+        &[],
+    );
+    let init_as = |client: &'static str| {
+        let headers = [
+            ("content-type", "application/json"),
+            ("accept", ACCEPT_BOTH),
+            ("x-forwarded-for", client),
+        ];
+        let gw = &gw;
+        async move { raw_post(gw, &headers, INIT).await }
+    };
+    let mut mallory = Vec::new();
+    for _ in 0..3 {
+        let (status, _, headers) = init_as("203.0.113.7").await;
+        assert_eq!(status, 200);
+        mallory.push(headers["mcp-session-id"].to_str().unwrap().to_owned());
+    }
+    let (status, body, headers) = init_as("203.0.113.7").await;
+    assert_eq!(status, 429, "{body}");
+    assert!(headers.contains_key("retry-after"));
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("3 sessions"),
+        "{body}"
+    );
+    // What a client writes before the proxy's entry is not believed.
+    let (status, ..) = init_as("198.51.100.1, 203.0.113.7").await;
+    assert_eq!(status, 429);
+    // Another client is not locked out; it uses its session.
+    let (status, _, headers) = init_as("203.0.113.8").await;
+    assert_eq!(status, 200);
+    let alice = headers["mcp-session-id"].to_str().unwrap().to_owned();
+    let in_session = |id: &str| {
+        [
+            ("content-type", "application/json".to_owned()),
+            ("accept", ACCEPT_BOTH.to_owned()),
+            ("mcp-session-id", id.to_owned()),
+            ("mcp-protocol-version", "2025-11-25".to_owned()),
+        ]
+    };
+    let ping = r#"{"jsonrpc":"2.0","id":2,"method":"ping"}"#;
+    let h = in_session(&alice);
+    let h: Vec<(&str, &str)> = h.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    assert_eq!(raw_post(&gw, &h, ping).await.0, 200);
+    // The sessions nobody used after initialize end after the unused timeout, and the client
+    // has room again; the used one stays.
+    for id in &mallory {
+        gw.wait_log(&format!(
+            "no request came in the 1 s after the session's initialize: ending it session={id}"
+        ))
+        .await;
+    }
+    let (status, ..) = init_as("203.0.113.7").await;
+    assert_eq!(status, 200);
+    assert_eq!(raw_post(&gw, &h, ping).await.0, 200, "a used session stays");
+}

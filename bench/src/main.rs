@@ -319,7 +319,13 @@ impl Target {
         let dir = tempfile::tempdir().expect("temp dir");
         let mut cmd = Command::new(sibling("mcp-gateway"));
         cmd.args(["--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"])
-            .args(["--max-sessions", "20000"])
+            // Every session comes from this one load generator.
+            .args([
+                "--max-sessions",
+                "20000",
+                "--max-sessions-per-client",
+                "20000",
+            ])
             .arg("--database-url")
             .arg(format!("sqlite://{}/gw.db?mode=rwc", dir.path().display()))
             .args(extra)

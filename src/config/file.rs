@@ -22,6 +22,7 @@ pub struct FileConfig {
     pub body_read_timeout_secs: Option<u64>,
     pub connection_idle_timeout_secs: Option<u64>,
     pub max_connections: Option<usize>,
+    pub trusted_proxies: Option<Vec<String>>,
     pub separator: Option<String>,
     pub session: SessionSection,
     pub stream: StreamSection,
@@ -37,7 +38,9 @@ pub struct FileConfig {
 #[serde(deny_unknown_fields)]
 pub struct SessionSection {
     pub idle_timeout_secs: Option<u64>,
+    pub unused_timeout_secs: Option<u64>,
     pub max_sessions: Option<usize>,
+    pub max_per_client: Option<usize>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -68,6 +71,7 @@ struct TomlFile {
     body_read_timeout_secs: Option<u64>,
     connection_idle_timeout_secs: Option<u64>,
     max_connections: Option<usize>,
+    trusted_proxies: Option<Vec<String>>,
     separator: Option<String>,
     #[serde(default)]
     session: SessionSection,
@@ -179,6 +183,7 @@ fn parse_toml(text: &str) -> Result<FileConfig, String> {
         body_read_timeout_secs: file.body_read_timeout_secs,
         connection_idle_timeout_secs: file.connection_idle_timeout_secs,
         max_connections: file.max_connections,
+        trusted_proxies: file.trusted_proxies,
         separator: file.separator,
         session: file.session,
         stream: file.stream,

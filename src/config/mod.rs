@@ -101,6 +101,22 @@ pub struct Cli {
     #[arg(long, env = "MCP_GATEWAY_MAX_SESSIONS")]
     pub max_sessions: Option<usize>,
 
+    /// Most sessions one client holds at once: one token subject, or without a token one
+    /// address (an IPv6 /64); an `initialize` beyond it gets 429 with Retry-After.
+    /// [default: 256]
+    #[arg(long, env = "MCP_GATEWAY_MAX_SESSIONS_PER_CLIENT")]
+    pub max_sessions_per_client: Option<usize>,
+
+    /// Seconds a session that made no request after `initialize` is kept. [default: 60]
+    #[arg(long, env = "MCP_GATEWAY_SESSION_UNUSED_TIMEOUT_SECS")]
+    pub session_unused_timeout_secs: Option<u64>,
+
+    /// Proxies in front of the gateway whose `X-Forwarded-For` is believed, as addresses or
+    /// networks (comma-separated, e.g. 10.0.0.0/8); the client is the last address in it that
+    /// is not one of them. [default: none: the client is the peer]
+    #[arg(long, env = "MCP_GATEWAY_TRUSTED_PROXIES", value_delimiter = ',')]
+    pub trusted_proxies: Option<Vec<String>>,
+
     /// Seconds between SSE keep-alive comments on idle streams. [default: 15]
     #[arg(long, env = "MCP_GATEWAY_SSE_KEEP_ALIVE_SECS")]
     pub sse_keep_alive_secs: Option<u64>,
@@ -245,6 +261,8 @@ pub struct Config {
     pub max_body_bytes: usize,
     /// What the public listener allows each connection, and how many.
     pub connections: ConnectionLimits,
+    /// Proxies whose `X-Forwarded-For` names the client.
+    pub trusted_proxies: Vec<ipnet::IpNet>,
     pub session: SessionConfig,
     pub stream: StreamSettings,
     pub replay: ReplayLimits,
@@ -342,7 +360,11 @@ impl std::fmt::Debug for AdminConfig {
 #[derive(Debug, Clone)]
 pub struct SessionConfig {
     pub idle_timeout: Duration,
+    /// How long a session that made no request after `initialize` is kept.
+    pub unused_timeout: Duration,
     pub max_sessions: usize,
+    /// Most sessions of one client (a token subject, or an address).
+    pub max_per_client: usize,
 }
 
 /// An allow-list for the Host or Origin header.
@@ -837,6 +859,37 @@ impl Config {
         if max_sessions == 0 {
             return Err(invalid("session.max_sessions", "must be at least 1"));
         }
+        let max_per_client = cli
+            .max_sessions_per_client
+            .or(file.session.max_per_client)
+            .unwrap_or(256);
+        if max_per_client == 0 {
+            return Err(invalid("session.max_per_client", "must be at least 1"));
+        }
+        let unused = cli
+            .session_unused_timeout_secs
+            .or(file.session.unused_timeout_secs)
+            .unwrap_or(60);
+        if unused == 0 {
+            return Err(invalid("session.unused_timeout_secs", "must be at least 1"));
+        }
+        let trusted_proxies = cli
+            .trusted_proxies
+            .clone()
+            .or(file.trusted_proxies.clone())
+            .unwrap_or_default()
+            .iter()
+            .map(|p| {
+                p.parse::<ipnet::IpNet>()
+                    .or_else(|_| p.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
+                    .map_err(|_| {
+                        invalid(
+                            "trusted_proxies",
+                            format!("`{p}` is not an address or a network (a.b.c.d/n)"),
+                        )
+                    })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         let fs = &file.stream;
         let keep_alive = cli.sse_keep_alive_secs.or(fs.keep_alive_secs).unwrap_or(15);
         if keep_alive == 0 {
@@ -991,8 +1044,11 @@ impl Config {
             connections,
             session: SessionConfig {
                 idle_timeout: Duration::from_secs(idle),
+                unused_timeout: Duration::from_secs(unused),
                 max_sessions,
+                max_per_client,
             },
+            trusted_proxies,
             stream,
             replay,
             separator,
@@ -1010,8 +1066,11 @@ impl Config {
             connections: ConnectionLimits::default(),
             session: SessionConfig {
                 idle_timeout: Duration::from_secs(1800),
+                unused_timeout: Duration::from_secs(60),
                 max_sessions: 10_000,
+                max_per_client: 256,
             },
+            trusted_proxies: Vec::new(),
             stream: StreamSettings {
                 keep_alive: Duration::from_secs(15),
                 resumable: true,

@@ -1,7 +1,10 @@
 //! Checks every request to `/mcp` passes before its body is looked at: Host (against DNS
-//! rebinding), Origin, Accept and Content-Type.
+//! rebinding), Origin, Accept and Content-Type; and who the client is, for per-client limits.
 
-use axum::http::{HeaderMap, Uri, header};
+use std::net::{IpAddr, Ipv6Addr, SocketAddr};
+use std::sync::Arc;
+
+use axum::http::{HeaderMap, HeaderName, Uri, header};
 
 use super::error::HttpError;
 use crate::config::{AllowList, Config};
@@ -171,6 +174,59 @@ pub fn json_content(headers: &HeaderMap) -> Result<(), HttpError> {
     }
 }
 
+const FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+
+/// The client's address: the peer, unless the peer is a trusted proxy, in which case the last
+/// address in `X-Forwarded-For` that is not a trusted proxy (what a proxy appends can be
+/// believed; what the client wrote before it cannot). A header that cannot be read leaves the
+/// peer.
+pub fn client_ip(peer: IpAddr, headers: &HeaderMap, trusted: &[ipnet::IpNet]) -> IpAddr {
+    let is_trusted = |ip: &IpAddr| trusted.iter().any(|n| n.contains(ip));
+    if !is_trusted(&peer) {
+        return peer;
+    }
+    let mut client = peer;
+    for value in headers.get_all(&FORWARDED_FOR).iter().rev() {
+        let Ok(text) = value.to_str() else {
+            return client;
+        };
+        for hop in text.rsplit(',') {
+            let Ok(ip) = hop.trim().parse::<IpAddr>() else {
+                return client;
+            };
+            client = ip;
+            if !is_trusted(&ip) {
+                return client;
+            }
+        }
+    }
+    client
+}
+
+/// Whose a new session is, for the per-client cap: the token's subject, else the client's
+/// address; an IPv6 address by its /64, which one host may hold whole.
+pub fn client_key(
+    subject: Option<&str>,
+    peer: Option<SocketAddr>,
+    headers: &HeaderMap,
+    trusted: &[ipnet::IpNet],
+) -> Arc<str> {
+    if let Some(subject) = subject {
+        return Arc::from(format!("subject {subject}"));
+    }
+    let Some(peer) = peer else {
+        return Arc::from("address unknown");
+    };
+    match client_ip(peer.ip().to_canonical(), headers, trusted).to_canonical() {
+        IpAddr::V4(ip) => Arc::from(format!("address {ip}")),
+        IpAddr::V6(ip) => {
+            let s = ip.segments();
+            let net = Ipv6Addr::new(s[0], s[1], s[2], s[3], 0, 0, 0, 0);
+            Arc::from(format!("address {net}/64"))
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -293,5 +349,52 @@ mod tests {
         );
         assert!(json_content(&headers(&[("content-type", "text/plain")])).is_err());
         assert!(json_content(&headers(&[])).is_err());
+    }
+
+    #[test]
+    fn the_client_behind_trusted_proxies() {
+        let trusted: Vec<ipnet::IpNet> = vec!["10.0.0.0/8".parse().unwrap()];
+        let peer: IpAddr = "10.1.1.1".parse().unwrap();
+        let mut h = HeaderMap::new();
+        assert_eq!(client_ip(peer, &h, &trusted), peer, "no header: the proxy");
+        h.append(FORWARDED_FOR, "6.6.6.6, 1.2.3.4, 10.2.2.2".parse().unwrap());
+        assert_eq!(
+            client_ip(peer, &h, &trusted),
+            "1.2.3.4".parse::<IpAddr>().unwrap(),
+            "the last untrusted hop; what the client wrote before it is not believed"
+        );
+        let outsider: IpAddr = "8.8.8.8".parse().unwrap();
+        assert_eq!(
+            client_ip(outsider, &h, &trusted),
+            outsider,
+            "an untrusted peer's header is ignored"
+        );
+        let mut bad = HeaderMap::new();
+        bad.append(FORWARDED_FOR, "1.2.3.4, nonsense".parse().unwrap());
+        assert_eq!(client_ip(peer, &bad, &trusted), peer);
+        let a = client_key(
+            None,
+            Some("[2001:db8::1]:5".parse().unwrap()),
+            &HeaderMap::new(),
+            &[],
+        );
+        let b = client_key(
+            None,
+            Some("[2001:db8::ffff:2]:6".parse().unwrap()),
+            &HeaderMap::new(),
+            &[],
+        );
+        assert_eq!(a, b, "one IPv6 /64 is one client");
+        let mapped = client_key(
+            None,
+            Some("[::ffff:1.2.3.4]:5".parse().unwrap()),
+            &HeaderMap::new(),
+            &[],
+        );
+        assert_eq!(&*mapped, "address 1.2.3.4");
+        assert_eq!(
+            &*client_key(Some("alice"), None, &HeaderMap::new(), &[]),
+            "subject alice"
+        );
     }
 }

@@ -50,6 +50,10 @@ pub enum HttpError {
     EventStore(String),
     #[error("Service Unavailable: the gateway holds its maximum number of sessions; retry later")]
     TooManySessions,
+    #[error(
+        "Too Many Requests: this client holds {0} sessions, the most one client may; end one (DELETE) or retry later"
+    )]
+    TooManySessionsForClient(usize),
     #[error("{0}")]
     Auth(AuthError, Challenge),
 }
@@ -74,6 +78,7 @@ impl HttpError {
             HttpError::SessionNotFound => StatusCode::NOT_FOUND,
             HttpError::Conflict(_) => StatusCode::CONFLICT,
             HttpError::TooManySessions => StatusCode::SERVICE_UNAVAILABLE,
+            HttpError::TooManySessionsForClient(_) => StatusCode::TOO_MANY_REQUESTS,
             HttpError::Auth(_, c) => c.status,
         }
     }
@@ -113,7 +118,10 @@ impl IntoResponse for HttpError {
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/json"),
         );
-        if matches!(self, HttpError::TooManySessions) {
+        if matches!(
+            self,
+            HttpError::TooManySessions | HttpError::TooManySessionsForClient(_)
+        ) {
             headers.insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
         }
         if let HttpError::Auth(_, c) = &self {

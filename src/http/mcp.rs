@@ -5,11 +5,12 @@
 //! response. GET opens the session's stream for server-initiated messages; DELETE ends the
 //! session. Which era a POST belongs to is decided by [`crate::protocol::era`] alone.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
-use axum::extract::{Request, State};
+use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
@@ -30,7 +31,7 @@ use crate::protocol::{self, CLIENT_VERSIONS, DEFAULT_HTTP_VERSION};
 use crate::registry::{View, ViewPlugin};
 use crate::router;
 use crate::session::UnknownStream;
-use crate::session::{ClientInit, Session};
+use crate::session::{ClientInit, Session, TooManySessions};
 use crate::stream::{
     self, AttachError, Cursor, Cut, EventId, Opening, ReadProof, ReplayError, Sink, Stream,
     StreamGuard,
@@ -41,13 +42,32 @@ const SESSION_HEADER: HeaderName = HeaderName::from_static("mcp-session-id");
 const VERSION_HEADER: HeaderName = HeaderName::from_static("mcp-protocol-version");
 const LAST_EVENT_ID: HeaderName = HeaderName::from_static("last-event-id");
 
+/// What the listener tells a request about its connection (`http::serve`).
+struct Conn {
+    proof: Option<Arc<ReadProof>>,
+    cut: Option<Cut>,
+    /// The peer's address (a proxy's, when one is in front).
+    peer: Option<SocketAddr>,
+}
+
+impl Conn {
+    fn take(extensions: &mut axum::http::Extensions) -> Conn {
+        Conn {
+            proof: extensions.remove::<Arc<ReadProof>>(),
+            cut: extensions.remove::<Cut>(),
+            peer: extensions
+                .remove::<ConnectInfo<SocketAddr>>()
+                .map(|ConnectInfo(a)| a),
+        }
+    }
+}
+
 // The handlers take the whole request: axum's `HeaderMap` and `Uri` extractors clone them.
 
 pub async fn post(State(gw): State<Arc<Gateway>>, request: Request) -> Response {
     let (mut parts, body) = request.into_parts();
     let trace = TraceContext::from_headers(&parts.headers);
-    let proof = parts.extensions.remove::<Arc<ReadProof>>();
-    let cut = parts.extensions.remove::<Cut>();
+    let conn = Conn::take(&mut parts.extensions);
     // Boxed: the handler's future is moved several times on its way through axum and hyper,
     // and this one, holding every state of a POST, is kilobytes.
     Box::pin(handle_post(
@@ -56,8 +76,7 @@ pub async fn post(State(gw): State<Arc<Gateway>>, request: Request) -> Response 
         &parts.headers,
         body,
         trace,
-        proof,
-        cut,
+        conn,
     ))
     .await
     .unwrap_or_else(IntoResponse::into_response)
@@ -65,9 +84,8 @@ pub async fn post(State(gw): State<Arc<Gateway>>, request: Request) -> Response 
 
 pub async fn get(State(gw): State<Arc<Gateway>>, request: Request) -> Response {
     let (mut parts, _) = request.into_parts();
-    let proof = parts.extensions.remove::<Arc<ReadProof>>();
-    let cut = parts.extensions.remove::<Cut>();
-    handle_get(&gw, &parts.uri, &parts.headers, proof, cut)
+    let conn = Conn::take(&mut parts.extensions);
+    handle_get(&gw, &parts.uri, &parts.headers, conn)
         .await
         .unwrap_or_else(IntoResponse::into_response)
 }
@@ -83,8 +101,7 @@ async fn handle_post(
     headers: &HeaderMap,
     body: Body,
     trace: Option<TraceContext>,
-    proof: Option<Arc<ReadProof>>,
-    cut: Option<Cut>,
+    conn: Conn,
 ) -> Result<Response, HttpError> {
     gw.guard.check(headers, uri)?;
     let principal = authorize(gw, headers, uri)?;
@@ -94,7 +111,7 @@ async fn handle_post(
     let parsed = jsonrpc::parse_body(&bytes).map_err(HttpError::Parse)?;
     let session_id = session_header(headers)?;
     match era::classify(session_id, &parsed) {
-        Era::Initialize => initialize(gw, parsed, principal.as_ref()).await,
+        Era::Initialize => initialize(gw, headers, parsed, principal.as_ref(), &conn).await,
         Era::Sessionless { .. } => Err(HttpError::MissingSession(protocol::supported_list())),
         Era::Session(id) => {
             let session = owned_session(gw, id, principal.as_ref())?;
@@ -105,8 +122,7 @@ async fn handle_post(
                 parsed,
                 principal.as_ref(),
                 trace.as_ref(),
-                proof,
-                cut,
+                conn,
             )
             .await
         }
@@ -143,8 +159,7 @@ async fn handle_get(
     gw: &Arc<Gateway>,
     uri: &Uri,
     headers: &HeaderMap,
-    proof: Option<Arc<ReadProof>>,
-    cut: Option<Cut>,
+    conn: Conn,
 ) -> Result<Response, HttpError> {
     gw.guard.check(headers, uri)?;
     let principal = authorize(gw, headers, uri)?;
@@ -152,12 +167,13 @@ async fn handle_get(
     let session = require_session(gw, headers, principal.as_ref())?;
     check_version(headers, &session)?;
     session.touch();
+    session.mark_used();
     let (stream, cursor) = match headers.get(&LAST_EVENT_ID) {
         None => (session.get.clone(), Cursor::Undelivered),
         Some(v) => resume_point(&session, v).map_err(|e| cursor_miss(&session, e))?,
     };
     let resumed = matches!(cursor, Cursor::After(_));
-    let attached = stream.attach(cursor, cut).await.map_err(|e| match e {
+    let attached = stream.attach(cursor, conn.cut).await.map_err(|e| match e {
         AttachError::Busy => HttpError::Conflict("a GET stream is already open for this session"),
         AttachError::Released => cursor_miss(
             &session,
@@ -183,7 +199,7 @@ async fn handle_get(
     let guard = StreamGuard::new(session.connections.clone());
     let mut opening = opening(&session, priming, false);
     opening.drain = Some(gw.draining.clone());
-    opening.proof = proof;
+    opening.proof = conn.proof;
     Ok(stream::sse_response(attached, opening, session.closed.clone(), guard).await)
 }
 
@@ -326,8 +342,10 @@ struct InitializeParams {
 
 async fn initialize(
     gw: &Arc<Gateway>,
+    headers: &HeaderMap,
     parsed: RpcBody,
     principal: Option<&Principal>,
+    conn: &Conn,
 ) -> Result<Response, HttpError> {
     let (id, params) = match parsed {
         RpcBody::Batch(_) => {
@@ -376,11 +394,20 @@ async fn initialize(
         version,
         plugin_params: RawValue::from_string(plugin_params).expect("valid JSON"),
         owner: principal.map(|p| p.subject.clone()),
+        client: checks::client_key(
+            principal.map(|p| p.subject.as_str()),
+            conn.peer,
+            headers,
+            &gw.config.trusted_proxies,
+        ),
     };
     let session = gw
         .sessions
         .create(init, gw.registry.clone(), &gw.shutdown)
-        .map_err(|_| HttpError::TooManySessions)?;
+        .map_err(|e| match e {
+            TooManySessions::Gateway => HttpError::TooManySessions,
+            TooManySessions::Client(n) => HttpError::TooManySessionsForClient(n),
+        })?;
     trace::record_session(&session.id);
     let body = jsonrpc::result_bytes(id.raw(), &result);
     let mut response = json_response(StatusCode::OK, body);
@@ -397,8 +424,7 @@ async fn in_session(
     parsed: RpcBody,
     principal: Option<&Principal>,
     trace: Option<&TraceContext>,
-    proof: Option<Arc<ReadProof>>,
-    cut: Option<Cut>,
+    conn: Conn,
 ) -> Result<Response, HttpError> {
     session.touch();
     let (messages, batch) = match parsed {
@@ -416,6 +442,13 @@ async fn in_session(
             (v, true)
         }
     };
+    // `notifications/initialized` alone does not make a session used.
+    if messages
+        .iter()
+        .any(|m| m.method().is_none() || m.is_request())
+    {
+        session.mark_used();
+    }
     if let Some(m) = messages.iter().find(|m| m.method() == Some("initialize")) {
         let id = match m {
             Message::Request { id, .. } => Some(id.clone()),
@@ -473,7 +506,7 @@ async fn in_session(
     // Attached before any request runs, so no answer can come before the connection.
     // A JSON answer is collected in full before it is written: nothing to cut.
     let attached = stream
-        .attach(Cursor::Start, cut.filter(|_| sse))
+        .attach(Cursor::Start, conn.cut.filter(|_| sse))
         .await
         .map_err(|e| HttpError::EventStore(e.to_string()))?;
     let guard = StreamGuard::new(session.connections.clone());
@@ -501,7 +534,7 @@ async fn in_session(
     if sse {
         let priming = Some(attached.cursor_id());
         let mut opening = opening(&session, priming, true);
-        opening.proof = proof;
+        opening.proof = conn.proof;
         return Ok(stream::sse_response(attached, opening, session.closed.clone(), guard).await);
     }
     let mut responses = stream::collect_responses(attached, &session.closed).await;

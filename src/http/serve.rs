@@ -30,6 +30,7 @@
 
 use std::convert::Infallible;
 use std::future::Future;
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -38,6 +39,7 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::body::Body;
+use axum::extract::ConnectInfo;
 use axum::http::{Request, Version};
 use axum::response::Response;
 use bytes::Bytes;
@@ -85,9 +87,9 @@ pub async fn serve(
                 }
             }
         };
-        let tcp = tokio::select! {
+        let (tcp, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok((tcp, _)) => tcp,
+                Ok(accepted) => accepted,
                 Err(e) => {
                     accept_failed(&e).await;
                     continue;
@@ -104,6 +106,7 @@ pub async fn serve(
             app: app.clone(),
             proof: Arc::default(),
             cut: cut.clone(),
+            peer: ConnectInfo(peer),
             activity: activity.clone(),
             body_timeout: limits.body_timeout,
         });
@@ -157,13 +160,14 @@ pub fn within_descriptors(mut limits: ConnectionLimits) -> ConnectionLimits {
     limits
 }
 
-/// The service of one connection: the router, the connection's proof of reading, its cut, and
-/// what it has in flight.
+/// The service of one connection: the router, the connection's proof of reading, its cut, its
+/// peer's address, and what it has in flight.
 #[derive(Clone)]
 struct Connection {
     app: Router,
     proof: Arc<ReadProof>,
     cut: Cut,
+    peer: ConnectInfo<SocketAddr>,
     activity: Arc<Activity>,
     body_timeout: Duration,
 }
@@ -180,6 +184,7 @@ impl Service<Request<Incoming>> for Connection {
     fn call(&mut self, request: Request<Incoming>) -> Self::Future {
         let mut request = request.map(|body| Deadline::new(body, self.body_timeout));
         request.extensions_mut().insert(self.cut.clone());
+        request.extensions_mut().insert(self.peer);
         if request.version() <= Version::HTTP_11 {
             self.proof.next_request();
             request.extensions_mut().insert(self.proof.clone());

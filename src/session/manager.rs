@@ -1,5 +1,6 @@
-//! All sessions of this gateway: creation under a cap, lookup by id, ending (by DELETE, by
-//! idleness, at shutdown). Ending a session stops its plugins in the background; the task
+//! All sessions of this gateway: creation under a cap, in total and per client (a token
+//! subject, or an address), lookup by id, ending (by DELETE, by idleness, or sooner when no
+//! request followed `initialize`, at shutdown). Ending a session stops its plugins in the background; the task
 //! tracker lets shutdown wait for every one of them.
 
 use std::sync::Arc;
@@ -17,9 +18,14 @@ use crate::config::SessionConfig;
 use crate::registry::{Registry, View};
 use crate::stream::{EventStore, StreamSettings};
 
-/// The session cap is reached.
-#[derive(Debug)]
-pub struct TooManySessions;
+/// Why no session was created.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TooManySessions {
+    /// The gateway holds its maximum.
+    Gateway,
+    /// The client holds its maximum, this many.
+    Client(usize),
+}
 
 pub struct SessionManager {
     /// Hashed with foldhash: SipHash over a 36-byte id was a visible part of every request.
@@ -28,6 +34,8 @@ pub struct SessionManager {
     /// Sessions held or being created: reserved before creating, so the cap holds under
     /// concurrent `initialize`s.
     count: AtomicUsize,
+    /// Sessions held by each client; a client with none has no entry.
+    per_client: DashMap<Arc<str>, usize, foldhash::fast::RandomState>,
     config: SessionConfig,
     /// Where sessions' stream events are kept for replay.
     pub store: Arc<dyn EventStore>,
@@ -50,6 +58,7 @@ impl SessionManager {
         Arc::new_cyclic(|me| SessionManager {
             sessions: DashMap::default(),
             count: AtomicUsize::new(0),
+            per_client: DashMap::default(),
             config,
             store,
             stream_settings,
@@ -67,7 +76,16 @@ impl SessionManager {
     ) -> Result<Arc<Session>, TooManySessions> {
         if self.count.fetch_add(1, Ordering::AcqRel) >= self.config.max_sessions {
             self.count.fetch_sub(1, Ordering::AcqRel);
-            return Err(TooManySessions);
+            return Err(TooManySessions::Gateway);
+        }
+        {
+            let mut held = self.per_client.entry(init.client.clone()).or_insert(0);
+            if *held >= self.config.max_per_client {
+                drop(held);
+                self.count.fetch_sub(1, Ordering::AcqRel);
+                return Err(TooManySessions::Client(self.config.max_per_client));
+            }
+            *held += 1;
         }
         let session = Session::new(
             new_session_id(),
@@ -101,6 +119,10 @@ impl SessionManager {
     pub fn end(&self, id: &str) -> Option<Arc<Session>> {
         let (_, session) = self.sessions.remove(id)?;
         self.count.fetch_sub(1, Ordering::AcqRel);
+        self.per_client.remove_if_mut(&session.client, |_, held| {
+            *held -= 1;
+            *held == 0
+        });
         let s = session.clone();
         self.tasks.spawn(async move { s.end().await });
         Some(session)
@@ -109,21 +131,29 @@ impl SessionManager {
     /// Ends idle sessions until `shutdown`, checking a few times per idle period.
     pub async fn reap_idle(self: Arc<Self>, shutdown: CancellationToken) {
         // Often enough for plugin idle timeouts and stream lingering too.
-        let period = (self.config.idle_timeout / 4)
+        let period = (self.config.idle_timeout.min(self.config.unused_timeout) / 4)
             .clamp(Duration::from_millis(100), Duration::from_secs(1));
         loop {
             tokio::select! {
                 () = tokio::time::sleep(period) => {}
                 () = shutdown.cancelled() => return,
             }
-            let idle: Vec<Arc<str>> = self
+            let (idle, unused) = (self.config.idle_timeout, self.config.unused_timeout);
+            let idle: Vec<(Arc<str>, bool)> = self
                 .sessions
                 .iter()
-                .filter(|s| s.is_idle(self.config.idle_timeout))
-                .map(|s| s.key().clone())
+                .filter_map(|s| {
+                    let early = !s.is_used() && unused < idle;
+                    s.is_idle(if early { unused } else { idle })
+                        .then(|| (s.key().clone(), early))
+                })
                 .collect();
-            for id in idle {
-                tracing::info!(session = %id, "session idle for {} s: ending it", self.config.idle_timeout.as_secs());
+            for (id, early) in idle {
+                if !early {
+                    tracing::info!(session = %id, "session idle for {} s: ending it", self.config.idle_timeout.as_secs());
+                } else {
+                    tracing::info!(session = %id, "no request came in the {} s after the session's initialize: ending it", self.config.unused_timeout.as_secs());
+                }
                 self.end(&id);
             }
             for s in self.sessions.iter() {

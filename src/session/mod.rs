@@ -15,7 +15,7 @@ mod manager;
 mod pools;
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
@@ -61,6 +61,8 @@ pub struct ClientInit {
     /// The token subject that opened the session (with authorization on): only it may use
     /// the session.
     pub owner: Option<String>,
+    /// Whose session it is, for the per-client cap: the subject, or the client's address.
+    pub client: Arc<str>,
 }
 
 /// Why a `Last-Event-ID` names no stream of this session.
@@ -204,6 +206,10 @@ pub struct Session {
     pub tag: u32,
     /// The token subject that opened the session, if authorization is on.
     pub owner: Option<String>,
+    /// Whose session it counts as (see [`ClientInit::client`]).
+    pub client: Arc<str>,
+    /// A request came after `initialize` (a notification alone does not count).
+    used: AtomicBool,
     store: Arc<dyn EventStore>,
     /// This session's events in the store, shared by its streams.
     events: Arc<dyn SessionEvents>,
@@ -275,6 +281,8 @@ impl Session {
             version: init.version,
             plugin_params: init.plugin_params,
             owner: init.owner,
+            client: init.client,
+            used: AtomicBool::new(false),
             registry,
             pools,
             slots: Mutex::new(HashMap::new()),
@@ -301,6 +309,18 @@ impl Session {
 
     pub fn touch(&self) {
         *self.last_active.lock().expect("activity lock") = Instant::now();
+    }
+
+    /// A request (or a response to one of the session's requests) came, or a GET stream
+    /// opened: the session is in use, and idles out on the idle timeout, not the unused one.
+    pub fn mark_used(&self) {
+        if !self.used.load(Ordering::Relaxed) {
+            self.used.store(true, Ordering::Relaxed);
+        }
+    }
+
+    pub fn is_used(&self) -> bool {
+        self.used.load(Ordering::Relaxed)
     }
 
     /// Idle: no open stream and no request for `timeout`.
@@ -957,6 +977,7 @@ mod tests {
                 version: "2025-11-25",
                 plugin_params: RawValue::from_string("{}".into()).unwrap(),
                 owner: None,
+                client: Arc::from("test"),
             },
             registry.clone(),
             Pools::new(registry, Weak::new()),
