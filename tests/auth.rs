@@ -1193,10 +1193,42 @@ impl Browserdriver {
     }
 }
 
+impl Browserdriver {
+    /// Every process of this browser: chromedriver's descendants (chromium and its helpers),
+    /// and whatever names the browser's own profile directory, should one have left the tree.
+    fn processes(&self) -> Vec<u32> {
+        let mut pids = common::descendants(self.driver.id());
+        let profile = self._profile.path().to_string_lossy().into_owned();
+        for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+            let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+                continue;
+            };
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            if String::from_utf8_lossy(&cmdline).contains(&profile) && !pids.contains(&pid) {
+                pids.push(pid);
+            }
+        }
+        pids.retain(|p| common::alive(*p));
+        pids
+    }
+}
+
 impl Drop for Browserdriver {
+    /// Kills chromium and every helper of it as well as chromedriver, which alone would leave
+    /// them running after the suite; this runs when a test fails too.
     fn drop(&mut self) {
+        use nix::sys::signal::{Signal, kill};
+        use nix::unistd::Pid;
+        let browser = self.processes();
+        for pid in &browser {
+            let _ = kill(Pid::from_raw(*pid as i32), Signal::SIGKILL);
+        }
         let _ = self.driver.kill();
         let _ = self.driver.wait();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while browser.iter().any(|p| common::alive(*p)) && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
     }
 }
 
@@ -1266,4 +1298,14 @@ async fn a_person_signs_in_and_consents_in_a_real_browser() {
             .await,
         "from the browser"
     );
+    // Regression: the browser's processes are gone with it (chromium used to outlive the
+    // suite, as only chromedriver was killed).
+    let browser = b.processes();
+    assert!(
+        browser.len() > 1,
+        "chromium runs under chromedriver: {browser:?}"
+    );
+    drop(b);
+    let left: Vec<u32> = browser.into_iter().filter(|p| common::alive(*p)).collect();
+    assert!(left.is_empty(), "browser processes left running: {left:?}");
 }
