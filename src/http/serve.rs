@@ -73,14 +73,19 @@ pub async fn serve(
     builder.http2().timer(TokioTimer::new());
     let graceful = GracefulShutdown::new();
     let slots = Arc::new(Semaphore::new(limits.max_connections));
+    // Said at most once a minute: a flood must not flood the log as well.
+    let mut said_full: Option<Instant> = None;
     loop {
         let slot = match slots.clone().try_acquire_owned() {
             Ok(slot) => slot,
             Err(_) => {
-                tracing::warn!(
-                    "{} connections are open, the most allowed (max_connections): new ones wait",
-                    limits.max_connections
-                );
+                if said_full.is_none_or(|t| t.elapsed() > Duration::from_secs(60)) {
+                    said_full = Some(Instant::now());
+                    tracing::warn!(
+                        "{} connections are open, the most allowed (max_connections): new ones wait",
+                        limits.max_connections
+                    );
+                }
                 tokio::select! {
                     slot = slots.clone().acquire_owned() => slot.expect("the semaphore is never closed"),
                     () = stop.cancelled() => break,

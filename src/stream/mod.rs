@@ -116,7 +116,8 @@ pub const LIVE_QUEUE_BYTES: usize = 4 * 1024 * 1024;
 /// connection holding what was queued for it for as long as the socket lives; when it falls
 /// [`LIVE_QUEUE`] events or [`LIVE_QUEUE_BYTES`] behind, the stream drops the connection and
 /// fires this, and the listener (`http::serve`), which watches it for each connection, closes
-/// the connection. The client resumes from the store.
+/// the connection. The client resumes from the store. On HTTP/2 the connection's other
+/// streams end with it, and their clients resume likewise.
 #[derive(Debug, Clone, Default)]
 pub struct Cut(CancellationToken);
 
