@@ -108,8 +108,8 @@ pub enum Buffering {
 /// client then resumes from the store).
 const LIVE_QUEUE: usize = 1024;
 
-/// Bytes a connection may have queued, likewise. One event larger than this still goes out
-/// on a connection that has nothing queued.
+/// Bytes a connection writing to a socket may have queued, likewise. One event larger than
+/// this still goes out on a connection that has nothing queued.
 pub const LIVE_QUEUE_BYTES: usize = 4 * 1024 * 1024;
 
 /// Closes the HTTP connection a stream goes out on. A client that stops reading leaves its
@@ -361,7 +361,9 @@ impl Stream {
         let Some(c) = &g.conn else { return };
         let bytes = frame.bytes();
         let queued = c.queued.fetch_add(bytes, Ordering::AcqRel);
-        let sent = if queued > 0 && queued + bytes > LIVE_QUEUE_BYTES {
+        // A queue that is not written to a socket (a JSON answer being collected) is drained
+        // as it fills: only a socket's reader can fall behind in bytes.
+        let sent = if c.cut.is_some() && queued > 0 && queued + bytes > LIVE_QUEUE_BYTES {
             Err(true)
         } else {
             c.tx.try_send(frame)
