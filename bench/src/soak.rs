@@ -322,10 +322,19 @@ struct Track {
     get_last_id: Option<String>,
     /// Per burst tag: how often each notification number arrived.
     bursts: HashMap<String, Vec<u32>>,
-    /// Bursts whose call the injected crash failed: what they miss is not lost.
-    victim_bursts: Vec<String>,
+    /// Bursts and background logs whose call failed (an error counted already): what they
+    /// miss is not counted lost as well.
+    excused: std::collections::HashSet<String>,
     /// Per background-log text: how often it arrived.
     logs: HashMap<String, u32>,
+}
+
+#[derive(Default)]
+struct Missing {
+    bursts: u64,
+    logs: u64,
+    burst_example: String,
+    log_example: String,
 }
 
 struct SessionState {
@@ -489,30 +498,39 @@ impl SessionState {
             .insert(text.to_owned(), 0);
     }
 
-    /// Tagged notifications asked for and not (yet) arrived.
-    fn missing(&self) -> (u64, u64, Option<String>) {
+    /// The call for this tag or text failed: what it would have sent is not expected.
+    fn excuse(&self, tag: &str) {
+        self.track
+            .lock()
+            .expect("track lock")
+            .excused
+            .insert(tag.to_owned());
+    }
+
+    /// Tagged notifications asked for and not (yet) arrived: burst notifications and
+    /// background logs, each with an example.
+    fn missing(&self) -> Missing {
         let t = self.track.lock().expect("track lock");
-        let mut example = None;
-        let mut bursts = 0;
-        for (tag, counts) in &t.bursts {
-            if t.victim_bursts.contains(tag) {
-                continue;
-            }
+        let mut m = Missing::default();
+        for (tag, counts) in t.bursts.iter().filter(|(k, _)| !t.excused.contains(*k)) {
             let n = counts.iter().filter(|c| **c == 0).count() as u64;
-            if n > 0 && example.is_none() {
-                example = Some(format!("burst {tag}: {n} of {}", counts.len()));
+            if n > 0 && m.burst_example.is_empty() {
+                m.burst_example =
+                    format!("session {}: burst {tag}: {n} of {}", self.sid, counts.len());
             }
-            bursts += n;
+            m.bursts += n;
         }
-        let logs = t.logs.iter().filter(|(_, n)| **n == 0).count() as u64;
-        if logs > 0 && example.is_none() {
-            example = t
-                .logs
-                .iter()
-                .find(|(_, n)| **n == 0)
-                .map(|(k, _)| format!("background log {k}"));
+        for (text, _) in t
+            .logs
+            .iter()
+            .filter(|(k, n)| **n == 0 && !t.excused.contains(*k))
+        {
+            if m.logs == 0 {
+                m.log_example = format!("session {}: {text}", self.sid);
+            }
+            m.logs += 1;
         }
-        (bursts, logs, example)
+        m
     }
 
     fn forget_stream(&self, id: Option<&str>) {
@@ -705,7 +723,10 @@ async fn burst(ctx: &Ctx, st: &SessionState) {
             Stats::add(&ctx.stats.bursts_ok, 1);
         }
         Ok(r) => ctx.stats.lost("burst: a wrong answer", 1, r.to_string()),
-        Err(e) => count_failure(ctx, "burst", e),
+        Err(e) => {
+            st.excuse(&tag);
+            count_failure(ctx, "burst", e);
+        }
     }
 }
 
@@ -727,7 +748,10 @@ async fn background(ctx: &Ctx, st: &SessionState, after_ms: u64) {
         Ok(r) => ctx
             .stats
             .lost("background_log: a wrong answer", 1, r.to_string()),
-        Err(e) => count_failure(ctx, "background_log", e),
+        Err(e) => {
+            st.excuse(&text);
+            count_failure(ctx, "background_log", e);
+        }
     }
 }
 
@@ -841,8 +865,14 @@ async fn resume_post(ctx: &Ctx, st: &SessionState) {
         "arguments": {"count": RESUMED_BURST, "pause_us": 20_000, "tag": tag}}});
     let mut es = match post(ctx, Some(st), &body).await {
         Ok(Posted::Stream(es)) => es,
-        Ok(_) => return ctx.stats.error("resume: a burst not answered as SSE", tag),
-        Err(e) => return ctx.stats.error("resume: request failed", e),
+        Ok(_) => {
+            st.excuse(&tag);
+            return ctx.stats.error("resume: a burst not answered as SSE", tag);
+        }
+        Err(e) => {
+            st.excuse(&tag);
+            return ctx.stats.error("resume: request failed", e);
+        }
     };
     st.started.store(true, Ordering::Relaxed);
     let prefix = format!("{tag}:");
@@ -865,20 +895,19 @@ async fn resume_post(ctx: &Ctx, st: &SessionState) {
                 }
             }
             Ok(None) => break,
-            Err(e) => return ctx.stats.error("resume: the POST stream failed", e),
+            Err(e) => {
+                st.excuse(&tag);
+                return ctx.stats.error("resume: the POST stream failed", e);
+            }
         }
     }
     if answered.is_some() || seen < 3 {
-        // The burst was over before the cut (the client was slow to read): read it out.
+        // The burst was over before the cut (the client was slow to read, or the call
+        // failed): read it out.
         let rest = answer(ctx, st, &mut es, id, Via::Post).await;
         st.forget_stream(es.last_id.as_deref());
         Stats::add(&ctx.stats.resumes_skipped, 1);
-        if answered.is_none()
-            && let Err(e) = rest
-        {
-            ctx.stats.lost("resume: no answer", 1, e);
-        }
-        return;
+        return finish_burst(ctx, st, &tag, answered.map_or(rest, Ok));
     }
     let last = es.last_id.clone();
     drop(es);
@@ -887,26 +916,35 @@ async fn resume_post(ctx: &Ctx, st: &SessionState) {
     let mut resumed = match get(ctx, &ctx.http, st, last.as_deref()).await {
         Ok(es) => es,
         Err(e) => {
-            st.track
-                .lock()
-                .expect("track lock")
-                .victim_bursts
-                .push(tag.clone());
+            st.excuse(&tag);
             return ctx.stats.error("POST stream resume refused", e);
         }
     };
     Stats::add(&ctx.stats.post_resumes, 1);
     let via = Via::Get { resumed: true };
-    match answer(ctx, st, &mut resumed, id, via).await {
+    let a = answer(ctx, st, &mut resumed, id, via).await;
+    st.forget_stream(last.as_deref());
+    finish_burst(ctx, st, &tag, a);
+}
+
+/// Checks the answer to a resumed burst.
+fn finish_burst(ctx: &Ctx, st: &SessionState, tag: &str, answer: Result<Value, String>) {
+    match answer {
         Ok(v) if result_text(&v["result"]) == format!("burst of {RESUMED_BURST} done") => {
             Stats::add(&ctx.stats.bursts_ok, 1);
+        }
+        Ok(v) if v.get("error").is_some() => {
+            st.excuse(tag);
+            ctx.stats.error(
+                "resumed burst: JSON-RPC error",
+                v["error"]["message"].as_str().unwrap_or_default(),
+            );
         }
         Ok(v) => ctx
             .stats
             .lost("resumed burst: a wrong answer", 1, v.to_string()),
         Err(e) => ctx.stats.lost("resumed burst: no answer", 1, e),
     }
-    st.forget_stream(last.as_deref());
 }
 
 /// The injected crash: a `slow` call in flight on the session's instance (its progress
@@ -1158,20 +1196,16 @@ async fn session(ctx: &Arc<Ctx>, st: Arc<SessionState>, end: Instant, rng: &mut 
         }
     }
     if checks_notes {
-        let (bursts, logs, example) = st.missing();
-        if bursts > 0 {
+        let m = st.missing();
+        if m.bursts > 0 {
             stats.lost(
                 "burst notifications never arrived",
-                bursts,
-                example.clone().unwrap_or_default(),
+                m.bursts,
+                m.burst_example,
             );
         }
-        if logs > 0 {
-            stats.lost(
-                "background logs never arrived",
-                logs,
-                example.unwrap_or_default(),
-            );
+        if m.logs > 0 {
+            stats.lost("background logs never arrived", m.logs, m.log_example);
         }
     }
     Stats::add(&stats.sessions_ended, 1);
@@ -1182,8 +1216,8 @@ async fn session(ctx: &Arc<Ctx>, st: Arc<SessionState>, end: Instant, rng: &mut 
 async fn settle(st: &SessionState) {
     let until = Instant::now() + SETTLE;
     while Instant::now() < until {
-        let (b, l, _) = st.missing();
-        if b + l == 0 {
+        let m = st.missing();
+        if m.bursts + m.logs == 0 {
             return;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -1473,6 +1507,8 @@ struct Report {
     stopped_cleanly: bool,
     fixture_left: usize,
     stuck_slots: usize,
+    /// The load generator's own CPU use over the run, in percent of one core.
+    driver_cpu_percent: f64,
     samples: Vec<Sample>,
 }
 
@@ -1529,6 +1565,7 @@ async fn run(opts: Options) -> bool {
         opts.minutes,
         log.display()
     );
+    let driver_cpu_before = super::cpu_seconds(std::process::id());
     let stats = Arc::new(Stats {
         drop_events: opts.drop_events,
         ..Stats::default()
@@ -1664,6 +1701,7 @@ async fn run(opts: Options) -> bool {
         );
     }
     let elapsed = start.elapsed();
+    let driver_cpu = super::cpu_seconds(std::process::id()) - driver_cpu_before;
 
     // With every session ended, its plugin processes stop.
     let settle_until = Instant::now() + Duration::from_secs(20);
@@ -1755,6 +1793,7 @@ async fn run(opts: Options) -> bool {
         stopped_cleanly,
         fixture_left,
         stuck_slots: stuck,
+        driver_cpu_percent: super::round1(100.0 * driver_cpu / elapsed.as_secs_f64()),
         samples,
     };
     let (table, ok) = markdown(&report);
@@ -1852,7 +1891,9 @@ fn mean(v: &[f64]) -> Option<f64> {
     (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
 }
 
-/// The means of a quantity over the second minute and the last minute, if the run had both.
+/// The means of a quantity over the second minute and the last minute, if the run had both:
+/// the samples at 60–110 s and at the last six before the end (the one at the end is taken
+/// as every session ends at once).
 fn windows(r: &Report, f: impl Fn(&Sample) -> f64) -> Option<(f64, f64)> {
     let end = (r.minutes * 60.0).round() as u64;
     if end < 180 {
@@ -1861,7 +1902,7 @@ fn windows(r: &Report, f: impl Fn(&Sample) -> f64) -> Option<(f64, f64)> {
     let pick = |lo: u64, hi: u64| {
         r.samples
             .iter()
-            .filter(|s| s.t_secs > lo && s.t_secs <= hi)
+            .filter(|s| s.t_secs >= lo && s.t_secs < hi)
             .map(&f)
             .collect::<Vec<_>>()
     };
@@ -1988,6 +2029,11 @@ fn markdown(r: &Report) -> (String, bool) {
         "",
     );
     row(
+        "load generator's CPU (it shares the cores)",
+        format!("{:.0}% of one core", r.driver_cpu_percent),
+        "",
+    );
+    row(
         "`echo` latency p50 / p99 / max",
         format!(
             "{:.2} / {:.2} / {:.0} ms",
@@ -2042,8 +2088,14 @@ fn markdown(r: &Report) -> (String, bool) {
         format!("{dups} {}", mark(dups == 0)),
         "0",
     );
+    let end = (r.minutes * 60.0).round() as u64;
+    let span = format!(
+        "60–110 s → {}–{} s",
+        end.saturating_sub(60),
+        end.saturating_sub(10)
+    );
     row(
-        "gateway RSS, mean of the 2nd minute → of the last",
+        &format!("gateway RSS, mean of the 2nd minute's samples → the last minute's ({span})"),
         window(rss, " MB"),
         "within 10%",
     );
@@ -2101,7 +2153,8 @@ fn markdown(r: &Report) -> (String, bool) {
     ));
     out.push_str(
         "\nSamples (every 10 s; calls/s counts checked answers; CPU in % of one core; the \
-         replay buffer from the gateway's metrics):\n\n\
+         replay buffer from the gateway's metrics; the last sample is taken as every session \
+         ends):\n\n\
          | t (s) | RSS (MB) | descriptors | threads | child processes | their RSS (MB) | \
          sessions | calls/s | gateway CPU | replay buffer | SSE streams | MemAvailable (GiB) | load |\n\
          |---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
