@@ -24,7 +24,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, Command};
@@ -79,6 +79,10 @@ pub struct Options {
     /// if the gateway had lost it; the run must then count those as lost (0: none).
     #[arg(long, default_value_t = 0)]
     drop_events: u64,
+    /// Instead of running: render the section again from a run's saved results (e.g.
+    /// bench/results/soak.json), and write it unless --no-write.
+    #[arg(long)]
+    render: Option<PathBuf>,
     /// Print the results only: leave BENCHMARKS.md and bench/results/ alone.
     #[arg(long)]
     no_write: bool,
@@ -115,7 +119,7 @@ struct Stats {
     drop_events: u64,
 }
 
-#[derive(Debug, Default, Clone, Serialize)]
+#[derive(Debug, Default, Clone, Serialize, Deserialize)]
 struct Tally {
     count: u64,
     example: String,
@@ -1381,7 +1385,7 @@ impl Gateway {
 }
 
 /// One reading of the gateway process.
-#[derive(Debug, Default, Clone, Serialize)]
+#[derive(Debug, Default, Clone, Serialize, Deserialize)]
 struct Sample {
     t_secs: u64,
     rss_mb: f64,
@@ -1460,7 +1464,7 @@ fn fixture_processes(fixture: &Path) -> usize {
 // ---------------------------------------------------------------------------------------
 // The run
 
-#[derive(Debug, Default, Serialize)]
+#[derive(Debug, Default, Serialize, Deserialize)]
 struct Report {
     date: String,
     commit: String,
@@ -1513,6 +1517,18 @@ struct Report {
 }
 
 pub fn main(rt: &tokio::runtime::Runtime, opts: Options) {
+    if let Some(path) = &opts.render {
+        let text =
+            std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let report: Report = serde_json::from_str(&text)
+            .unwrap_or_else(|e| panic!("{}: not a soak's results: {e}", path.display()));
+        let (table, ok) = markdown(&report);
+        println!("{table}");
+        if !opts.no_write {
+            write_section(&table);
+        }
+        std::process::exit(i32::from(!ok));
+    }
     super::raise_fd_limit();
     let code = rt.block_on(async {
         use tokio::signal::unix::{SignalKind, signal};
@@ -1801,13 +1817,19 @@ async fn run(opts: Options) -> bool {
     if !opts.no_write {
         let json = serde_json::to_string_pretty(&report).expect("serializable");
         std::fs::write(results.join("soak.json"), json).expect("write results");
-        let old = std::fs::read_to_string("BENCHMARKS.md").unwrap_or_default();
-        std::fs::write("BENCHMARKS.md", replace_section(&old, SECTION, &table))
-            .expect("write BENCHMARKS.md");
-        eprintln!("soak: wrote the Soak section of BENCHMARKS.md and bench/results/soak.json");
+        write_section(&table);
+        eprintln!("soak: wrote bench/results/soak.json");
     }
     eprintln!("soak: gateway log in {}", log.display());
     ok
+}
+
+/// Writes the Soak section of BENCHMARKS.md, keeping the rest of the file.
+fn write_section(table: &str) {
+    let old = std::fs::read_to_string("BENCHMARKS.md").unwrap_or_default();
+    std::fs::write("BENCHMARKS.md", replace_section(&old, SECTION, table))
+        .expect("write BENCHMARKS.md");
+    eprintln!("soak: wrote the Soak section of BENCHMARKS.md");
 }
 
 fn commit() -> String {
@@ -1955,12 +1977,24 @@ fn markdown(r: &Report) -> (String, bool) {
         && r.fixture_left == 0
         && r.stuck_slots == 0;
     let mark = |good: bool| if good { "✓" } else { "✗" };
-    let window = |w: Option<(f64, f64)>, unit: &str| match w {
-        Some((a, b)) => format!(
-            "{a:.1}{unit} → {b:.1}{unit} ({:+.1}%) {}",
-            100.0 * (b - a) / a,
-            mark((b - a).abs() <= 0.1 * a)
-        ),
+    // Means to one decimal (MB) or whole (counts); a mark where 10% is a target.
+    let window = |w: Option<(f64, f64)>, unit: &str, target: bool| match w {
+        Some((a, b)) => {
+            let v = |x: f64| {
+                if unit.is_empty() {
+                    thousands(x.round() as u64)
+                } else {
+                    format!("{x:.1}{unit}")
+                }
+            };
+            let change = 100.0 * (b - a) / a;
+            let m = if target {
+                format!(" {}", mark((b - a).abs() <= 0.1 * a))
+            } else {
+                String::new()
+            };
+            format!("{} → {} ({change:+.1}%){m}", v(a), v(b))
+        }
         None => "– (the run is shorter than 3 minutes)".into(),
     };
     let threads = windows(r, |s| s.threads as f64);
@@ -1969,6 +2003,25 @@ fn markdown(r: &Report) -> (String, bool) {
         "one shared plugin process (`process_model = \"shared\"`)"
     } else {
         "a plugin process per session (the default `process_model = \"per_session\"`)"
+    };
+    let crashes = if r.crash_every_secs == 0 {
+        "No crashes are injected.".to_owned()
+    } else {
+        format!(
+            "Every {} s one session crashes its plugin instance (`crash`) while a `slow` call of \
+             its own is in flight there: those two errors are the injected ones. The rate stays \
+             below the gateway's circuit breaker, which counts the crashes of every session's \
+             instance of a plugin together and opens at 5 within 60 s; at one crash every 6 s \
+             it opens, and other sessions' calls fail (`plugin 'fx' is unavailable: it keeps \
+             crashing`) for 30 s.",
+            r.crash_every_secs
+        )
+    };
+    let shared = if r.process_model == "shared" {
+        " With a shared process the plugin's logs, which name no request, are dropped by \
+         design, so notifications are not checked and only the GET stream is resumed."
+    } else {
+        ""
     };
     let mut out = format!(
         "{SECTION}\n\n\
@@ -1981,28 +2034,21 @@ fn markdown(r: &Report) -> (String, bool) {
          every ~{} s it resumes with `Last-Event-ID` on a fresh connection, in turn its GET \
          stream (cut first; a log sent meanwhile must come in the replay) and a POST stream cut \
          after 3 of a burst's {RESUMED_BURST} notifications (the rest and the answer must come on \
-         the resumed one). Sessions live {} s, then DELETE; a new one takes the slot. Every {} s \
-         one session crashes its plugin instance (`crash`) while a `slow` call of its own is in \
-         flight there: those are the injected errors. Every SSE event id is checked for gaps and \
-         repeats per stream across resumes, and every tagged notification must arrive exactly \
-         once before its session ends. The gateway's RSS, descriptors, threads and children come \
-         from /proc every 10 s.\n\n\
+         the resumed one).{shared} Sessions live {} s, then DELETE; a new one takes the slot. \
+         {crashes} Every SSE event id is checked for gaps and repeats per stream across resumes, \
+         and every tagged notification must arrive exactly once before its session ends. The \
+         gateway's RSS, descriptors, threads and children come from /proc every 10 s.\n\n\
          | | result | target |\n|---|---|---|\n",
         r.command,
         r.date,
         r.commit,
         r.cores,
         r.memory_gb,
-        r.sessions,
+        thousands(r.sessions as u64),
         r.minutes,
         r.call_interval_ms as f64 / 1000.0,
         r.resume_every_secs,
         r.session_secs.replace('-', "–"),
-        if r.crash_every_secs == 0 {
-            "–".to_string()
-        } else {
-            r.crash_every_secs.to_string()
-        },
     );
     let mut row = |what: &str, result: String, target: &str| {
         out.push_str(&format!("| {what} | {result} | {target} |\n"));
@@ -2021,7 +2067,7 @@ fn markdown(r: &Report) -> (String, bool) {
         format!(
             "{} ({}/s): {}, {}, {}",
             thousands(r.echo_ok + r.bursts_ok + r.background_ok),
-            r.calls_per_sec,
+            thousands(r.calls_per_sec as u64),
             thousands(r.echo_ok),
             thousands(r.bursts_ok),
             thousands(r.background_ok)
@@ -2096,18 +2142,18 @@ fn markdown(r: &Report) -> (String, bool) {
     );
     row(
         &format!("gateway RSS, mean of the 2nd minute's samples → the last minute's ({span})"),
-        window(rss, " MB"),
+        window(rss, " MB", true),
         "within 10%",
     );
     row(
         "open descriptors, 2nd minute → last",
-        window(fds, ""),
+        window(fds, "", true),
         "within 10%",
     );
-    row("threads, 2nd minute → last", window(threads, ""), "");
+    row("threads, 2nd minute → last", window(threads, "", false), "");
     row(
         "child processes, 2nd minute → last",
-        window(children, ""),
+        window(children, "", false),
         "",
     );
     row(
