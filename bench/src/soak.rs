@@ -67,9 +67,8 @@ pub struct Options {
     #[arg(long, default_value = "20-100")]
     session_secs: String,
     /// One plugin process for every session (`process_model = "shared"`). Its logs, which
-    /// name no request, are dropped by design when several sessions have calls in flight, so
-    /// notifications are not checked; no crashes are injected (one would fail every session's
-    /// calls in flight).
+    /// name no request, are dropped by design, so notifications are not checked; no crashes
+    /// are injected (one would fail every session's calls in flight).
     #[arg(long)]
     shared: bool,
     /// An extra argument for the gateway (repeat for more).
