@@ -23,6 +23,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, Command};
 
 mod inproc;
+mod soak;
 
 // The same allocator as the gateway, so the in-process ceiling measures the design and not
 // the allocator (and the load generator is not slowed by glibc's).
@@ -95,6 +96,10 @@ enum Cmd {
         #[arg(long)]
         shared: bool,
     },
+    /// The soak: the gateway in front of the fixture plugin for minutes at many sessions,
+    /// every message checked, its resources sampled (bench/src/soak.rs); results in the Soak
+    /// section of BENCHMARKS.md.
+    Soak(soak::Options),
     /// Scenario (e) alone: fresh gateways with resumable streams on and off, in alternating
     /// pairs, each run lasting half of `--duration`.
     Resumable {
@@ -281,6 +286,7 @@ fn main() {
                 serde_json::to_string_pretty(&e).expect("serializable")
             );
         }
+        Some(Cmd::Soak(options)) => soak::main(&rt, options),
         None => rt.block_on(run(cli)),
     }
 }
@@ -677,7 +683,10 @@ async fn run(cli: Cli) {
     std::fs::create_dir_all(&cli.out).expect("results directory");
     let json = serde_json::to_string_pretty(&report).expect("serializable");
     std::fs::write(cli.out.join("latest.json"), &json).expect("write results");
-    std::fs::write("BENCHMARKS.md", markdown(&report)).expect("write BENCHMARKS.md");
+    // The soak's and the fuzzing's sections come from runs of their own: kept as they are.
+    let old = std::fs::read_to_string("BENCHMARKS.md").unwrap_or_default();
+    let text = soak::keep_sections(&old, markdown(&report), &[soak::SECTION, "## Fuzzing"]);
+    std::fs::write("BENCHMARKS.md", text).expect("write BENCHMARKS.md");
     println!("{json}");
 }
 
