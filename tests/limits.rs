@@ -193,12 +193,28 @@ async fn a_plugin_that_keeps_crashing_trips_the_breaker_and_others_keep_working(
             "[plugins.flaky]\ncommand = \"{FIXTURE}\"\n[plugins.steady]\ncommand = \"{FIXTURE}\"\n"
         ),
     );
-    let gw = Gateway::start(&["--config", &cfg, "--admin-token", "t"]);
-    let mut c = gw.client();
-    c.initialize().await;
+    // 127.0.0.1 is a trusted proxy, so X-Forwarded-For tells the clients apart: the crashes
+    // of a plugin that fails for everyone come from many clients.
+    let gw = Gateway::start(&[
+        "--config",
+        &cfg,
+        "--admin-token",
+        "t",
+        "--trusted-proxies",
+        "127.0.0.1",
+    ]);
+    let mut clients = Vec::new();
+    for n in 0..10 {
+        let mut c = gw
+            .client()
+            .with_header("x-forwarded-for", &format!("203.0.113.{n}"));
+        c.initialize().await;
+        clients.push(c);
+    }
+    let c = clients[0].clone();
     let mut tripped = None;
     for i in 0..10 {
-        let r = c
+        let r = clients[i as usize]
             .call(i, "tools/call", json!({"name": "flaky__crash"}))
             .await;
         let msg = r.last()["error"]["message"]
@@ -237,5 +253,32 @@ async fn a_plugin_that_keeps_crashing_trips_the_breaker_and_others_keep_working(
         c.tool_text(50, "steady__echo", json!({"text": "fine"}))
             .await,
         "fine"
+    );
+}
+
+#[tokio::test]
+async fn regression_one_client_crashing_its_own_process_does_not_shut_the_plugin_off_for_others() {
+    // Guards (found by the soak): the breaker counted the crashes of every session's own
+    // process together, so one client that crashed its instance five times a minute locked
+    // every other client out of the plugin.
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(&dir, &format!("[plugins.p]\ncommand = \"{FIXTURE}\"\n"));
+    let gw = Gateway::start(&["--config", &cfg, "--trusted-proxies", "127.0.0.1"]);
+    let mut mallory = gw.client().with_header("x-forwarded-for", "203.0.113.66");
+    mallory.initialize().await;
+    for i in 0..8 {
+        let r = mallory
+            .call(i, "tools/call", json!({"name": "crash"}))
+            .await;
+        assert!(r.last().get("error").is_some(), "{r:?}");
+    }
+    gw.wait_log_count("it restarts on the next request", 8)
+        .await;
+    assert!(!gw.log().contains("circuit breaker is open"));
+    let mut alice = gw.client().with_header("x-forwarded-for", "203.0.113.7");
+    alice.initialize().await;
+    assert_eq!(
+        alice.tool_text(1, "echo", json!({"text": "hi"})).await,
+        "hi"
     );
 }

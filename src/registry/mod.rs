@@ -68,7 +68,8 @@ pub enum Source {
 
 /// Crashes in this window trip the breaker...
 const BREAKER_WINDOW: Duration = Duration::from_secs(60);
-/// ...when there are this many...
+/// ...when there are this many, a client's own processes counting once per client (a client
+/// must not be able to shut a plugin off for everyone by crashing its own instance)...
 const BREAKER_CRASHES: usize = 5;
 /// ...and it stays open this long before one more start is tried.
 const BREAKER_COOLDOWN: Duration = Duration::from_secs(30);
@@ -86,25 +87,34 @@ pub struct PluginStats {
 
 #[derive(Debug, Default)]
 struct Breaker {
-    recent: std::collections::VecDeque<Instant>,
+    /// Recent crashes, and whose process each was (`None`: one every client shares).
+    recent: std::collections::VecDeque<(Instant, Option<Arc<str>>)>,
     open_until: Option<Instant>,
 }
 
 impl PluginStats {
-    /// Records a crash (or a failed start); true when it trips the breaker.
-    pub fn crashed(&self) -> bool {
+    /// Records a crash (or a failed start) of a process of `client`'s own (a session's
+    /// instance, started with the client's `initialize` params), or of one every client
+    /// shares (`None`); true when it trips the breaker.
+    pub fn crashed(&self, client: Option<&Arc<str>>) -> bool {
         self.crashes.fetch_add(1, Ordering::Relaxed);
         let mut b = self.breaker.lock().expect("breaker lock");
         let now = Instant::now();
-        b.recent.push_back(now);
+        b.recent.push_back((now, client.cloned()));
         while b
             .recent
             .front()
-            .is_some_and(|t| now.duration_since(*t) > BREAKER_WINDOW)
+            .is_some_and(|(t, _)| now.duration_since(*t) > BREAKER_WINDOW)
         {
             b.recent.pop_front();
         }
-        if b.recent.len() >= BREAKER_CRASHES {
+        let mut clients = std::collections::HashSet::new();
+        let counted = b
+            .recent
+            .iter()
+            .filter(|(_, c)| c.as_ref().is_none_or(|c| clients.insert(c.clone())))
+            .count();
+        if counted >= BREAKER_CRASHES {
             b.open_until = Some(now + BREAKER_COOLDOWN);
             b.recent.clear();
             return true;
@@ -164,13 +174,14 @@ impl PluginEntry {
             .inc();
     }
 
-    /// Counts a crash (or a failed start); true when it trips the breaker.
-    pub fn record_crash(&self) -> bool {
+    /// Counts a crash (or a failed start) of `client`'s own process, or of a shared one
+    /// (`None`); true when it trips the breaker.
+    pub fn record_crash(&self, client: Option<&Arc<str>>) -> bool {
         crate::metrics::get()
             .plugin_crashes
             .with_label_values(&[self.name()])
             .inc();
-        self.stats.crashed()
+        self.stats.crashed(client)
     }
 }
 

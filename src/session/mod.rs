@@ -102,12 +102,14 @@ pub(crate) fn changed(plugin: &ViewPlugin) -> BackendError {
 }
 
 /// Starts a process of `entry`, counted against the limits and refused while its breaker is
-/// open; a failure counts towards the breaker.
+/// open; a failure counts towards the breaker, as `client`'s (whose `initialize` params
+/// these are) or, with `None`, as a shared process's.
 pub(crate) async fn start_running(
     registry: &Registry,
     entry: &PluginEntry,
     label: Arc<str>,
     params: &RawValue,
+    client: Option<&Arc<str>>,
     events: Option<Weak<dyn PluginEvents>>,
 ) -> Result<Running, BackendError> {
     let unavailable = |reason: String| BackendError::Unavailable {
@@ -124,7 +126,7 @@ pub(crate) async fn start_running(
     let conn = start_plugin(&entry.config, label, params, events).await.inspect_err(|e| {
         tracing::warn!(plugin = %entry.name(), "{e}");
         *entry.stats.last_error.lock().expect("stats lock") = Some(e.to_string());
-        if entry.record_crash() {
+        if entry.record_crash(client) {
             tracing::error!(plugin = %entry.name(), "plugin keeps failing: the circuit breaker is open");
         }
     })?;
@@ -401,6 +403,7 @@ impl Session {
                 &s.entry,
                 self.id.clone(),
                 &self.plugin_params,
+                Some(&self.client),
                 Some(events),
             )
             .await
@@ -910,7 +913,7 @@ impl PluginEvents for Session {
                 tracing::warn!(plugin = %conn.name(), session = %self.id, "{report}; it restarts on the next request");
                 *slot.entry.stats.last_error.lock().expect("stats lock") = Some(report);
                 slot.count_crash();
-                if slot.entry.record_crash() {
+                if slot.entry.record_crash(Some(&self.client)) {
                     tracing::error!(plugin = %conn.name(), "plugin keeps crashing: the circuit breaker is open");
                 }
             }

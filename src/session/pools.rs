@@ -137,6 +137,7 @@ impl Pools {
             &pool.entry,
             Arc::from("shared"),
             &gateway_init_params(),
+            None,
             Some(events),
         )
         .await?;
@@ -249,6 +250,7 @@ impl Pools {
                     &pool.entry,
                     Arc::from("warm"),
                     &gateway_init_params(),
+                    None,
                     None,
                 )
                 .await;
@@ -414,7 +416,7 @@ impl PluginEvents for SharedEvents {
         tracing::warn!(plugin = %conn.name(), "a shared plugin process exited ({report}); it restarts on the next request");
         if let Some(entry) = self.registry.upgrade().and_then(|r| r.get(conn.name())) {
             *entry.stats.last_error.lock().expect("stats lock") = Some(report);
-            if entry.record_crash() {
+            if entry.record_crash(None) {
                 tracing::error!(plugin = %conn.name(), "plugin keeps crashing: the circuit breaker is open");
             }
         }

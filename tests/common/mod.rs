@@ -293,6 +293,8 @@ pub struct Client {
     pub http: reqwest::Client,
     pub session: Option<String>,
     pub version: Option<String>,
+    /// Headers sent on every request besides the transport's own.
+    pub headers: reqwest::header::HeaderMap,
 }
 
 /// An HTTP response, read whole: its status, headers and JSON-RPC messages (from a JSON body
@@ -338,7 +340,15 @@ impl Client {
                 .expect("HTTP client"),
             session: None,
             version: None,
+            headers: Default::default(),
         }
+    }
+
+    /// The same client sending `name: value` on every request.
+    pub fn with_header(mut self, name: &'static str, value: &str) -> Client {
+        self.headers
+            .insert(name, value.parse().expect("a header value"));
+        self
     }
 
     /// The same session from another HTTP client, so its requests go on another connection:
@@ -347,6 +357,7 @@ impl Client {
         Client {
             session: self.session.clone(),
             version: self.version.clone(),
+            headers: self.headers.clone(),
             ..Client::new(&self.url)
         }
     }
@@ -379,7 +390,10 @@ impl Client {
     }
 
     pub fn request(&self, method: reqwest::Method) -> reqwest::RequestBuilder {
-        let mut r = self.http.request(method, &self.url);
+        let mut r = self
+            .http
+            .request(method, &self.url)
+            .headers(self.headers.clone());
         if let Some(s) = &self.session {
             r = r.header("mcp-session-id", s);
         }
