@@ -14,12 +14,27 @@ use serde_json::{Value, json};
 const REDIRECT: &str = "http://127.0.0.1:9/callback";
 
 /// A gateway in `builtin` mode on a port chosen first (the public URL names it), with users
-/// alice and bob, the fixture as plugin `fix`, and the fixture again as `vault`, whose tools
-/// need the `vault` scope.
+/// alice and bob, the provisioned client `robot` (client credentials, scope `mcp` only), the
+/// fixture as plugin `fix`, and the fixture again as `vault`, whose tools need the `vault`
+/// scope.
 struct AuthGateway {
     gw: Gateway,
     base: String,
+    /// The database's URL.
+    db: String,
     _dir: tempfile::TempDir,
+}
+
+/// The provisioned client's id and secret.
+const ROBOT: (&str, &str) = ("robot", "robot-secret");
+
+/// The argon2 hashes of alice's, bob's and the robot's secrets, made once (argon2 is slow in a
+/// debug build).
+fn hashes() -> &'static [String; 3] {
+    static HASHES: std::sync::OnceLock<[String; 3]> = std::sync::OnceLock::new();
+    HASHES.get_or_init(|| {
+        ["alice-pw", "bob-pw", ROBOT.1].map(mcp_gateway::auth::server::hash_password)
+    })
 }
 
 fn free_port() -> u16 {
@@ -38,12 +53,13 @@ impl AuthGateway {
     fn start_on(port: u16, extra_auth: &str, database_url: Option<&str>) -> AuthGateway {
         let dir = tempfile::tempdir().unwrap();
         let base = format!("http://127.0.0.1:{port}");
-        let alice = mcp_gateway::auth::server::hash_password("alice-pw");
-        let bob = mcp_gateway::auth::server::hash_password("bob-pw");
+        let [alice, bob, robot] = hashes();
+        let robot_id = ROBOT.0;
         let config = format!(
             "[auth]\nmode = \"builtin\"\npublic_url = \"{base}/mcp\"\n{extra_auth}\n\
              [[auth.users]]\nname = \"alice\"\npassword_hash = \"{alice}\"\n\
              [[auth.users]]\nname = \"bob\"\npassword_hash = \"{bob}\"\n\
+             [[auth.clients]]\nclient_id = \"{robot_id}\"\nsecret_hash = \"{robot}\"\nscopes = [\"mcp\"]\n\
              [plugins.fix]\ncommand = \"{FIXTURE}\"\n\
              [plugins.vault]\ncommand = \"{FIXTURE}\"\nscope = \"vault\"\n"
         );
@@ -65,6 +81,7 @@ impl AuthGateway {
         AuthGateway {
             gw,
             base,
+            db,
             _dir: dir,
         }
     }
@@ -589,12 +606,14 @@ async fn registration_and_client_credentials(a: AuthGateway) {
         (status, e["error"].as_str()),
         (400, Some("invalid_client_metadata"))
     );
-    let (status, c) = register(&a, json!({"client_name": "robot", "grant_types": ["client_credentials"], "token_endpoint_auth_method": "client_secret_basic"})).await;
-    assert_eq!(status, 201, "{c}");
-    let (id, secret) = (
-        c["client_id"].as_str().unwrap(),
-        c["client_secret"].as_str().unwrap(),
+    // Client credentials are for the provisioned client only (see
+    // self_registered_clients_never_get_client_credentials_*).
+    let (status, e) = register(&a, json!({"client_name": "robot", "grant_types": ["client_credentials"], "token_endpoint_auth_method": "client_secret_basic"})).await;
+    assert_eq!(
+        (status, e["error"].as_str()),
+        (400, Some("invalid_client_metadata"))
     );
+    let (id, secret) = ROBOT;
 
     // Basic authentication; a wrong secret is invalid_client with a Basic challenge.
     let r = http()
@@ -645,7 +664,7 @@ async fn registration_and_client_credentials(a: AuthGateway) {
     let e: Value = r.json().await.unwrap();
     assert_eq!(e["error"], "unauthorized_client");
 
-    // The rate limit (3 a minute; two refused above before the count, one counted).
+    // The rate limit (3 a minute; the refusals above came before the count).
     let mut statuses = Vec::new();
     for _ in 0..4 {
         statuses.push(
@@ -657,7 +676,7 @@ async fn registration_and_client_credentials(a: AuthGateway) {
             .0,
         );
     }
-    assert_eq!(statuses, [201, 201, 429, 429]);
+    assert_eq!(statuses, [201, 201, 201, 429]);
 
     // Every outcome above is counted, by grant type and by reason.
     assert_eq!(mcp_status(&a, None).await.0, 401);
@@ -671,7 +690,7 @@ async fn registration_and_client_credentials(a: AuthGateway) {
     );
     for (reason, n) in [
         ("invalid_redirect_uri", 1.0),
-        ("invalid_client_metadata", 1.0),
+        ("invalid_client_metadata", 2.0),
         ("invalid_client", 1.0),
         ("unauthorized_client", 1.0),
         ("missing_token", 1.0),
@@ -685,6 +704,187 @@ async fn registration_and_client_credentials(a: AuthGateway) {
             "{reason}: {text}"
         );
     }
+}
+
+#[tokio::test]
+async fn self_registered_clients_never_get_client_credentials_on_sqlite() {
+    no_client_credentials_for_strangers(AuthGateway::start("", None)).await;
+}
+
+#[tokio::test]
+async fn self_registered_clients_never_get_client_credentials_on_postgres() {
+    let db = Postgres::create("cc");
+    no_client_credentials_for_strangers(AuthGateway::start("", Some(&db.url))).await;
+}
+
+/// Issue 19, defect 1: a client that registered itself must not mint tokens without a person
+/// signing in, and no client gets a scope it was not granted.
+async fn no_client_credentials_for_strangers(a: AuthGateway) {
+    // Registration asking for client_credentials is refused (RFC 7591 §3.2.2).
+    for method in ["client_secret_basic", "client_secret_post"] {
+        let (status, e) = register(
+            &a,
+            json!({"grant_types": ["client_credentials"], "token_endpoint_auth_method": method, "scope": "mcp vault"}),
+        )
+        .await;
+        assert_eq!(
+            (status, e["error"].as_str()),
+            (400, Some("invalid_client_metadata")),
+            "{e}"
+        );
+        assert!(
+            e["error_description"]
+                .as_str()
+                .unwrap()
+                .contains("client_credentials"),
+            "{e}"
+        );
+    }
+    let (status, e) = register(
+        &a,
+        json!({"grant_types": ["authorization_code", "client_credentials"], "redirect_uris": [REDIRECT]}),
+    )
+    .await;
+    assert_eq!(
+        (status, e["error"].as_str()),
+        (400, Some("invalid_client_metadata"))
+    );
+
+    // A registration stored before the rule, naming the grant, gets no token either.
+    let pool = {
+        sqlx::any::install_default_drivers();
+        sqlx::AnyPool::connect(&a.db).await.unwrap()
+    };
+    let jwks = http().get(a.url("/jwks.json")).send().await.unwrap();
+    assert_eq!(jwks.status(), 200, "serving, migrations run");
+    sqlx::query(
+        "INSERT INTO oauth_clients (client_id, secret_hash, name, redirect_uris, auth_method, \
+         grant_types, application_type, scope, created_at) VALUES ($1, $2, NULL, '[]', $3, $4, 'web', NULL, 0)",
+    )
+    .bind("old-robot")
+    .bind(mcp_gateway::auth::hash_secret("old-secret"))
+    .bind("client_secret_post")
+    .bind(r#"["client_credentials"]"#)
+    .execute(&pool)
+    .await
+    .unwrap();
+    pool.close().await;
+    for scope in [None, Some("mcp"), Some("mcp vault")] {
+        let mut form = vec![
+            ("grant_type", "client_credentials"),
+            ("client_id", "old-robot"),
+            ("client_secret", "old-secret"),
+        ];
+        form.extend(scope.map(|s| ("scope", s)));
+        let (status, e) = token(&a, &form).await;
+        assert_eq!(
+            (status, e["error"].as_str()),
+            (400, Some("unauthorized_client")),
+            "{scope:?}: {e}"
+        );
+        assert!(e.get("access_token").is_none());
+    }
+
+    // A registered client asks only for the scopes it registered.
+    let (status, c) = register(
+        &a,
+        json!({"client_name": "Test App", "redirect_uris": [REDIRECT], "token_endpoint_auth_method": "none", "scope": "mcp"}),
+    )
+    .await;
+    assert_eq!(status, 201, "{c}");
+    let client = c["client_id"].as_str().unwrap();
+    let (_, challenge) = pkce();
+    let r = open_authorize(
+        &a,
+        &[
+            ("response_type", "code"),
+            ("client_id", client),
+            ("redirect_uri", REDIRECT),
+            ("code_challenge", &challenge),
+            ("code_challenge_method", "S256"),
+            ("state", "s"),
+            ("scope", "mcp vault"),
+        ],
+    )
+    .await;
+    assert_eq!(redirect_params(&r)["error"], "invalid_scope");
+    let (verifier, challenge) = pkce();
+    let code = authorize(&a, client, &challenge, "alice", "mcp").await;
+    let (status, t) = exchange(&a, client, &code, &verifier).await;
+    assert_eq!((status, t["scope"].as_str()), (200, Some("mcp")), "{t}");
+    let refresh = t["refresh_token"].as_str().unwrap();
+    let (status, e) = token(
+        &a,
+        &[
+            ("grant_type", "refresh_token"),
+            ("client_id", client),
+            ("refresh_token", refresh),
+            ("scope", "mcp vault"),
+        ],
+    )
+    .await;
+    assert_eq!(
+        (status, e["error"].as_str()),
+        (400, Some("invalid_scope")),
+        "a refresh never widens the grant"
+    );
+
+    // The provisioned client: its own scopes and no more, and no other grant.
+    let (status, e) = token(
+        &a,
+        &[
+            ("grant_type", "client_credentials"),
+            ("client_id", ROBOT.0),
+            ("client_secret", ROBOT.1),
+            ("scope", "mcp vault"),
+        ],
+    )
+    .await;
+    assert_eq!(
+        (status, e["error"].as_str()),
+        (400, Some("invalid_scope")),
+        "{e}"
+    );
+    let (status, t) = token(
+        &a,
+        &[
+            ("grant_type", "client_credentials"),
+            ("client_id", ROBOT.0),
+            ("client_secret", ROBOT.1),
+        ],
+    )
+    .await;
+    assert_eq!((status, t["scope"].as_str()), (200, Some("mcp")), "{t}");
+    assert_eq!(
+        mcp_status(&a, t["access_token"].as_str()).await.0,
+        200,
+        "the robot's token opens /mcp"
+    );
+    let (status, e) = token(
+        &a,
+        &[
+            ("grant_type", "client_credentials"),
+            ("client_id", ROBOT.0),
+            ("client_secret", "robot-secret-not"),
+        ],
+    )
+    .await;
+    assert_eq!((status, e["error"].as_str()), (401, Some("invalid_client")));
+    let (status, e) = token(
+        &a,
+        &[
+            ("grant_type", "authorization_code"),
+            ("client_id", ROBOT.0),
+            ("client_secret", ROBOT.1),
+            ("code", "x"),
+            ("code_verifier", "y"),
+        ],
+    )
+    .await;
+    assert_eq!(
+        (status, e["error"].as_str()),
+        (400, Some("unauthorized_client"))
+    );
 }
 
 /// A token signed with the gateway's own key but with claims of the test's choosing: the
@@ -1062,15 +1262,14 @@ async fn rotate(a: &AuthGateway) -> String {
     v["current_kid"].as_str().unwrap().to_owned()
 }
 
-/// A token for a new confidential client, by client credentials (client_secret_post).
+/// A token for the provisioned client, by client credentials (client_secret_post).
 async fn robot_token(a: &AuthGateway) -> String {
-    let (_, c) = register(a, json!({"grant_types": ["client_credentials"], "token_endpoint_auth_method": "client_secret_post"})).await;
     let (status, t) = token(
         a,
         &[
             ("grant_type", "client_credentials"),
-            ("client_id", c["client_id"].as_str().unwrap()),
-            ("client_secret", c["client_secret"].as_str().unwrap()),
+            ("client_id", ROBOT.0),
+            ("client_secret", ROBOT.1),
         ],
     )
     .await;

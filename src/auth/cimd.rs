@@ -195,6 +195,7 @@ impl Fetcher {
             grant_types: vec!["authorization_code".into(), "refresh_token".into()],
             application_type: "web".into(),
             scope: None,
+            provisioned: false,
         };
         if let Some(ttl) = ttl {
             self.cache

@@ -10,7 +10,7 @@
 //! redirect URI and the resource. Errors go to the client's redirect URI only once that URI is
 //! verified; before that they are shown as a page.
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -44,6 +44,8 @@ pub struct AuthServer {
     pub keys: Arc<KeyRing>,
     plugin_scopes: Mutex<Option<ScopeSource>>,
     fetcher: Fetcher,
+    /// The clients of `[[auth.clients]]`, by id.
+    provisioned: HashMap<String, Client>,
     registrations: Mutex<VecDeque<Instant>>,
     secure_cookies: bool,
 }
@@ -66,7 +68,26 @@ impl AuthServer {
         store: Arc<dyn AuthStore>,
         keys: Arc<KeyRing>,
     ) -> AuthServer {
+        let provisioned = config
+            .clients
+            .iter()
+            .map(|c| {
+                let client = Client {
+                    client_id: c.client_id.clone(),
+                    secret_hash: Some(c.secret_hash.clone()),
+                    name: c.name.clone(),
+                    redirect_uris: Vec::new(),
+                    auth_method: "client_secret_basic".into(),
+                    grant_types: vec!["client_credentials".into()],
+                    application_type: "web".into(),
+                    scope: Some(c.scopes.as_ref().unwrap_or(&config.scopes).join(" ")),
+                    provisioned: true,
+                };
+                (c.client_id.clone(), client)
+            })
+            .collect();
         AuthServer {
+            provisioned,
             fetcher: Fetcher::new(config.cimd_allow_private),
             secure_cookies: issuer.starts_with("https://"),
             config,
@@ -128,7 +149,25 @@ impl AuthServer {
         })
     }
 
+    /// The scopes `client` may be given: those offered here, narrowed to the client's own
+    /// `scope` when it has one.
+    fn allowed_scopes(&self, client: &Client) -> BTreeSet<String> {
+        let supported = self.scopes_supported().into_iter();
+        match &client.scope {
+            None => supported.collect(),
+            Some(own) => {
+                let own: BTreeSet<&str> = own.split_whitespace().collect();
+                supported.filter(|s| own.contains(s.as_str())).collect()
+            }
+        }
+    }
+
+    /// A client: provisioned in the config, a metadata document, or registered (in that
+    /// order; a registered client's id is random, a provisioned one's has no `:`).
     async fn client(&self, client_id: &str) -> Result<Option<Client>, String> {
+        if let Some(c) = self.provisioned.get(client_id) {
+            return Ok(Some(c.clone()));
+        }
         if cimd::is_document_url(client_id) {
             return self
                 .fetcher
@@ -377,8 +416,13 @@ async fn register(State(auth): St, body: axum::body::Bytes) -> Response {
             return bad(format!("grant type `{g}` is not supported"));
         }
     }
-    if grant_types.iter().any(|g| g == "client_credentials") && auth_method == "none" {
-        return bad("client_credentials needs a confidential client (a client secret)".into());
+    // A client that registers itself speaks for nobody: client_credentials would let anyone
+    // mint a token without a person signing in. Only the operator provisions such clients.
+    if grant_types.iter().any(|g| g == "client_credentials") {
+        return bad(
+            "the client_credentials grant is not available to registered clients; an operator provisions such clients in the gateway's config ([[auth.clients]])"
+                .into(),
+        );
     }
     if grant_types.iter().any(|g| g == "authorization_code") && redirect_uris.is_empty() {
         return oauth_error(
@@ -434,6 +478,7 @@ async fn register(State(auth): St, body: axum::body::Bytes) -> Response {
         grant_types,
         application_type,
         scope,
+        provisioned: false,
     };
     if let Err(e) = s.store.add_client(&client).await {
         return store_failed(e);
@@ -593,6 +638,7 @@ async fn authorize(State(auth): St, Query(q): Query<AuthorizeQuery>) -> Response
         Some(_) => return fail("invalid_target", "the resource is not this gateway's /mcp"),
     };
     let supported = s.scopes_supported();
+    let allowed = s.allowed_scopes(&client);
     let scopes: Vec<String> = match q.scope.as_deref().map(str::split_whitespace) {
         None => s.config.scopes.clone(),
         Some(words) => {
@@ -610,6 +656,12 @@ async fn authorize(State(auth): St, Query(q): Query<AuthorizeQuery>) -> Response
             }
         }
     };
+    if let Some(w) = scopes.iter().find(|w| !allowed.contains(*w)) {
+        return fail(
+            "invalid_scope",
+            &format!("scope `{w}` is not one this client registered"),
+        );
+    }
     let request = Request {
         client_id: client.client_id.clone(),
         redirect_uri: redirect_uri.clone(),
@@ -706,8 +758,14 @@ pub fn hash_password(password: &str) -> String {
 async fn check_password(config: &AuthConfig, username: &str, password: &str) -> bool {
     let user = config.users.iter().find(|u| u.name == username);
     let hash = user.map(|u| u.password_hash.clone());
+    verify_argon2(hash, password).await && user.is_some()
+}
+
+/// Checks a secret against an argon2 PHC string, off the async threads; with no hash, does
+/// the same work and fails.
+async fn verify_argon2(hash: Option<String>, password: &str) -> bool {
     let password = password.to_owned();
-    let ok = tokio::task::spawn_blocking(move || match hash {
+    tokio::task::spawn_blocking(move || match hash {
         Some(hash) => {
             use argon2::PasswordVerifier;
             argon2::PasswordHash::new(&hash).is_ok_and(|h| {
@@ -723,8 +781,7 @@ async fn check_password(config: &AuthConfig, username: &str, password: &str) -> 
         }
     })
     .await
-    .unwrap_or(false);
-    ok && user.is_some()
+    .unwrap_or(false)
 }
 
 async fn login(State(auth): St, headers: HeaderMap, Form(f): Form<LoginForm>) -> Response {
@@ -881,6 +938,16 @@ async fn authenticate_client(
         Ok(None) => return Err(invalid("unknown client")),
         Err(e) => return Err(invalid(&e)),
     };
+    if client.provisioned {
+        // Either way of sending the secret; the secret is an operator's, hashed with argon2.
+        let Some(secret) = secret else {
+            return Err(invalid("this client authenticates with a client secret"));
+        };
+        if !verify_argon2(client.secret_hash.clone(), &secret).await {
+            return Err(invalid("wrong client secret"));
+        }
+        return Ok(client);
+    }
     if client.auth_method != method {
         return Err(invalid(&format!(
             "this client authenticates with {}, not {method}",
@@ -1022,6 +1089,14 @@ async fn token(State(auth): St, headers: HeaderMap, Form(f): Form<TokenForm>) ->
             if !valid_verifier || !constant_time_eq(&computed, &c.challenge) {
                 return bad_grant("the PKCE code_verifier does not match the code_challenge");
             }
+            let allowed = s.allowed_scopes(&client);
+            if let Some(x) = c.scope.split_whitespace().find(|x| !allowed.contains(*x)) {
+                return oauth_error(
+                    StatusCode::BAD_REQUEST,
+                    "invalid_scope",
+                    format!("scope `{x}` is no longer available to this client"),
+                );
+            }
             let refresh = match new_refresh(
                 s,
                 &random_token(),
@@ -1072,11 +1147,21 @@ async fn token(State(auth): St, headers: HeaderMap, Form(f): Form<TokenForm>) ->
             if r.expires_at < now_secs() {
                 return bad_grant("the refresh token has expired");
             }
+            // What the grant allowed, narrowed to what the client may still be given.
+            let allowed = s.allowed_scopes(&client);
             let scope = match &f.scope {
-                None => r.scope.clone(),
+                None => r
+                    .scope
+                    .split_whitespace()
+                    .filter(|x| allowed.contains(*x))
+                    .collect::<Vec<_>>()
+                    .join(" "),
                 Some(asked) => {
                     let granted: BTreeSet<&str> = r.scope.split_whitespace().collect();
-                    if let Some(extra) = asked.split_whitespace().find(|x| !granted.contains(x)) {
+                    if let Some(extra) = asked
+                        .split_whitespace()
+                        .find(|x| !granted.contains(x) || !allowed.contains(*x))
+                    {
                         return oauth_error(
                             StatusCode::BAD_REQUEST,
                             "invalid_scope",
@@ -1094,28 +1179,24 @@ async fn token(State(auth): St, headers: HeaderMap, Form(f): Form<TokenForm>) ->
             token_response(s, &r.subject, &client, &scope, refresh, "refresh_token")
         }
         "client_credentials" => {
-            if client.auth_method == "none" {
+            // Only for clients the operator provisioned, whatever a stored registration says
+            // (registrations from before this rule may name the grant).
+            if !client.provisioned || client.auth_method == "none" {
                 return oauth_error(
                     StatusCode::BAD_REQUEST,
                     "unauthorized_client",
-                    "client_credentials needs a confidential client",
+                    "client_credentials is only for clients provisioned by the operator",
                 );
             }
-            let supported = s.scopes_supported();
+            let allowed = s.allowed_scopes(&client);
             let scope = match &f.scope {
-                None => client
-                    .scope
-                    .clone()
-                    .unwrap_or_else(|| s.config.scopes.join(" ")),
+                None => allowed.iter().cloned().collect::<Vec<_>>().join(" "),
                 Some(asked) => {
-                    if let Some(x) = asked
-                        .split_whitespace()
-                        .find(|x| !supported.iter().any(|y| y == x))
-                    {
+                    if let Some(x) = asked.split_whitespace().find(|x| !allowed.contains(*x)) {
                         return oauth_error(
                             StatusCode::BAD_REQUEST,
                             "invalid_scope",
-                            format!("scope `{x}` is not offered here"),
+                            format!("scope `{x}` is not one this client may be given"),
                         );
                     }
                     asked.split_whitespace().collect::<Vec<_>>().join(" ")

@@ -46,7 +46,11 @@ pub struct Client {
     pub auth_method: String,
     pub grant_types: Vec<String>,
     pub application_type: String,
+    /// The scopes it may be given (RFC 7591 `scope`); `None`: any offered here.
     pub scope: Option<String>,
+    /// Provisioned by the operator (`[[auth.clients]]`, never stored): the only clients that
+    /// may use `client_credentials`. Its secret hash is argon2.
+    pub provisioned: bool,
 }
 
 /// An authorization request waiting for the user to sign in and decide.
@@ -165,6 +169,7 @@ fn client_row(row: &sqlx::any::AnyRow) -> Result<Client, AuthStoreError> {
         grant_types: unlist(&row.try_get::<String, _>("grant_types")?)?,
         application_type: row.try_get("application_type")?,
         scope: row.try_get("scope")?,
+        provisioned: false,
     })
 }
 

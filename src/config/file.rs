@@ -103,6 +103,8 @@ pub struct AuthSection {
     pub registrations_per_minute: Option<u32>,
     #[serde(default)]
     pub users: Vec<super::UserConfig>,
+    #[serde(default)]
+    pub clients: Vec<super::ClientConfig>,
 }
 
 #[derive(Debug, Default, Deserialize)]
