@@ -51,8 +51,19 @@ impl AuthGateway {
     }
 
     fn start_on(port: u16, extra_auth: &str, database_url: Option<&str>) -> AuthGateway {
+        AuthGateway::replica(port, port, extra_auth, database_url)
+    }
+
+    /// A gateway listening on `listen_port` whose public URL names `public_port`: with the
+    /// same database, a replica of the gateway there (the same issuer and resource).
+    fn replica(
+        public_port: u16,
+        listen_port: u16,
+        extra_auth: &str,
+        database_url: Option<&str>,
+    ) -> AuthGateway {
         let dir = tempfile::tempdir().unwrap();
-        let base = format!("http://127.0.0.1:{port}");
+        let base = format!("http://127.0.0.1:{public_port}");
         let [alice, bob, robot] = hashes();
         let robot_id = ROBOT.0;
         let config = format!(
@@ -64,7 +75,7 @@ impl AuthGateway {
              [plugins.vault]\ncommand = \"{FIXTURE}\"\nscope = \"vault\"\n"
         );
         let path = common::write_config(&dir, &config);
-        let listen = format!("127.0.0.1:{port}");
+        let listen = format!("127.0.0.1:{listen_port}");
         let db = database_url
             .map(str::to_owned)
             .unwrap_or_else(|| format!("sqlite://{}/auth.db?mode=rwc", dir.path().display()));
@@ -295,9 +306,11 @@ async fn refresh_with(a: &AuthGateway, client: &str, refresh: &str) -> (u16, Val
     .await
 }
 
+/// An `initialize` at `/mcp` where the gateway listens (a replica's address differs from the
+/// public URL): its status and challenge.
 async fn mcp_status(a: &AuthGateway, token: Option<&str>) -> (u16, String) {
     let mut r = http()
-        .post(a.url("/mcp"))
+        .post(&a.gw.url)
         .header("content-type", "application/json")
         .header("accept", common::ACCEPT_BOTH)
         .body(json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}).to_string());
@@ -1247,6 +1260,86 @@ async fn rotated_keys_keep_validating_their_tokens() {
     let new = robot_token(&a).await;
     assert_eq!(kid(&new), rotated, "new tokens are signed with the new key");
     assert_eq!(mcp_status(&a, Some(&new)).await.0, 200);
+}
+
+#[tokio::test]
+async fn revoked_access_tokens_stay_revoked_after_a_restart_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}/auth.db?mode=rwc", dir.path().display());
+    revocations_survive_a_restart(&db).await;
+}
+
+#[tokio::test]
+async fn revoked_access_tokens_stay_revoked_after_a_restart_on_postgres() {
+    let db = Postgres::create("revoke");
+    revocations_survive_a_restart(&db.url).await;
+}
+
+/// Issue 19, defect 10: a revoked access token is refused after a restart too.
+async fn revocations_survive_a_restart(db: &str) {
+    let port = free_port();
+    let a = AuthGateway::start_on(port, "", Some(db));
+    let revoked = robot_token(&a).await;
+    let kept = robot_token(&a).await;
+    assert_eq!(mcp_status(&a, Some(&revoked)).await.0, 200);
+    revoke_as_robot(&a, &revoked).await;
+    assert_eq!(mcp_status(&a, Some(&revoked)).await.0, 401);
+    drop(a);
+    let a = AuthGateway::start_on(port, "", Some(db));
+    let (status, challenge) = mcp_status(&a, Some(&revoked)).await;
+    assert_eq!(status, 401, "revoked before the restart");
+    assert!(challenge.contains("invalid_token"), "{challenge}");
+    assert_eq!(
+        mcp_status(&a, Some(&kept)).await.0,
+        200,
+        "the token that was not revoked still works"
+    );
+}
+
+#[tokio::test]
+async fn a_revocation_on_one_replica_is_enforced_by_another() {
+    // Two replicas of one gateway (one public URL) on one PostgreSQL database.
+    let db = Postgres::create("replicas");
+    let port = free_port();
+    let a = AuthGateway::start_on(port, "", Some(&db.url));
+    let b = AuthGateway::replica(port, free_port(), "", Some(&db.url));
+    let token = robot_token(&a).await;
+    assert_eq!(
+        mcp_status(&b, Some(&token)).await.0,
+        200,
+        "B takes A's token"
+    );
+    revoke_as_robot(&a, &token).await;
+    assert_eq!(mcp_status(&a, Some(&token)).await.0, 401, "at once on A");
+    // B re-reads the revoked set every 10 s.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(25);
+    loop {
+        let status = mcp_status(&b, Some(&token)).await.0;
+        if status == 401 {
+            break;
+        }
+        assert_eq!(status, 200);
+        assert!(
+            std::time::Instant::now() < deadline,
+            "B still takes the token revoked on A"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    }
+}
+
+/// Revokes an access token of the provisioned client (RFC 7009).
+async fn revoke_as_robot(a: &AuthGateway, token: &str) {
+    let r = http()
+        .post(a.url("/revoke"))
+        .form(&[
+            ("client_id", ROBOT.0),
+            ("client_secret", ROBOT.1),
+            ("token", token),
+        ])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
 }
 
 async fn rotate(a: &AuthGateway) -> String {

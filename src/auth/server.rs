@@ -25,7 +25,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::cimd::{self, Fetcher};
-use super::keys::KeyRing;
+use super::keys::{KeyRing, REVOCATION_REFRESH};
 use super::pages::{self, ClientView};
 use super::store::{AuthStore, AuthStoreError, Client, Code, Pending, Refresh, Taken};
 use super::{Auth, constant_time_eq, hash_secret, now_secs, random_token, same_resource};
@@ -104,16 +104,26 @@ impl AuthServer {
         *self.plugin_scopes.lock().expect("scopes lock") = Some(source);
     }
 
-    /// Forgets expired sign-ins, codes and refresh tokens, every few minutes until `stop`.
-    pub async fn purge_expired(self: Arc<Self>, stop: tokio_util::sync::CancellationToken) {
-        let mut tick = tokio::time::interval(Duration::from_secs(300));
+    /// Until `stop`: re-reads the revoked access tokens every [`REVOCATION_REFRESH`] (other
+    /// replicas' revocations), and forgets expired sign-ins, codes, refresh tokens and
+    /// revocations every few minutes.
+    pub async fn maintain(self: Arc<Self>, stop: tokio_util::sync::CancellationToken) {
+        let mut purge = tokio::time::interval(Duration::from_secs(300));
+        let mut revocations = tokio::time::interval(REVOCATION_REFRESH);
+        revocations.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
-                _ = tick.tick() => {}
+                _ = purge.tick() => {
+                    if let Err(e) = self.store.purge(now_secs()).await {
+                        tracing::warn!("purging expired authorization data: {e}");
+                    }
+                }
+                _ = revocations.tick() => {
+                    if let Err(e) = self.keys.refresh_revocations().await {
+                        tracing::warn!("re-reading revoked access tokens: {e}");
+                    }
+                }
                 () = stop.cancelled() => return,
-            }
-            if let Err(e) = self.store.purge(now_secs()).await {
-                tracing::warn!("purging expired authorization data: {e}");
             }
         }
     }
@@ -1245,9 +1255,14 @@ async fn revoke(State(auth): St, headers: HeaderMap, Form(f): Form<TokenForm>) -
         Ok(_) => {
             if let Ok(p) = auth.validate(token)
                 && p.client_id == client.client_id
-                && s.keys.revoke_access(token)
             {
-                tracing::info!(client_id = %client.client_id, "access token revoked");
+                match s.keys.revoke_access(token).await {
+                    Ok(true) => {
+                        tracing::info!(client_id = %client.client_id, "access token revoked");
+                    }
+                    Ok(false) => {}
+                    Err(e) => return store_failed(e),
+                }
             }
         }
         Err(e) => return store_failed(e),

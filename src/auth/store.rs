@@ -1,5 +1,6 @@
 //! The authorization server's state, behind [`AuthStore`]: signing keys, registered clients,
-//! authorization requests waiting for the user, codes, refresh tokens and remembered consent.
+//! authorization requests waiting for the user, codes, refresh tokens, revoked access tokens
+//! and remembered consent.
 //! [`SqlAuthStore`] keeps them through sqlx in the gateway's database (SQLite or PostgreSQL,
 //! `migrations/`), so replicas share them. Codes, refresh tokens and client secrets are kept
 //! only as hashes.
@@ -123,6 +124,11 @@ pub trait AuthStore: Send + Sync + 'static {
     fn refresh<'a>(&'a self, token_hash: &'a str) -> AuthFuture<'a, Option<Refresh>>;
     fn revoke_family<'a>(&'a self, family: &'a str) -> AuthFuture<'a, ()>;
 
+    /// Records an access token (by `jti`) as revoked until `expires_at`.
+    fn add_revocation<'a>(&'a self, jti: &'a str, expires_at: i64) -> AuthFuture<'a, ()>;
+    /// The revoked access tokens that expire at or after `after`: `(jti, expires_at)`.
+    fn revocations(&self, after: i64) -> AuthFuture<'_, Vec<(String, i64)>>;
+
     fn has_consent<'a>(
         &'a self,
         subject: &'a str,
@@ -136,7 +142,8 @@ pub trait AuthStore: Send + Sync + 'static {
         scope: &'a str,
     ) -> AuthFuture<'a, ()>;
 
-    /// Forgets expired requests, codes and refresh tokens.
+    /// Forgets expired requests, codes and refresh tokens, and revocations of access tokens
+    /// that expired before `now` minus the leeway (until then they would still validate).
     fn purge(&self, now: i64) -> AuthFuture<'_, ()>;
 }
 
@@ -459,6 +466,34 @@ impl AuthStore for SqlAuthStore {
         })
     }
 
+    fn add_revocation<'a>(&'a self, jti: &'a str, expires_at: i64) -> AuthFuture<'a, ()> {
+        Box::pin(async move {
+            sqlx::query(
+                "INSERT INTO oauth_revoked_tokens (jti, expires_at) VALUES ($1, $2) \
+                 ON CONFLICT (jti) DO NOTHING",
+            )
+            .bind(jti.to_owned())
+            .bind(expires_at)
+            .execute(&self.pool)
+            .await?;
+            Ok(())
+        })
+    }
+
+    fn revocations(&self, after: i64) -> AuthFuture<'_, Vec<(String, i64)>> {
+        Box::pin(async move {
+            let rows = sqlx::query(
+                "SELECT jti, expires_at FROM oauth_revoked_tokens WHERE expires_at >= $1",
+            )
+            .bind(after)
+            .fetch_all(&self.pool)
+            .await?;
+            rows.iter()
+                .map(|r| Ok((r.try_get("jti")?, r.try_get("expires_at")?)))
+                .collect()
+        })
+    }
+
     fn has_consent<'a>(
         &'a self,
         subject: &'a str,
@@ -508,6 +543,10 @@ impl AuthStore for SqlAuthStore {
             ] {
                 sqlx::query(q).bind(now).execute(&self.pool).await?;
             }
+            sqlx::query("DELETE FROM oauth_revoked_tokens WHERE expires_at < $1")
+                .bind(now - super::LEEWAY.as_secs() as i64)
+                .execute(&self.pool)
+                .await?;
             Ok(())
         })
     }
