@@ -1327,6 +1327,76 @@ async fn a_revocation_on_one_replica_is_enforced_by_another() {
     }
 }
 
+#[tokio::test]
+async fn grants_are_good_only_at_the_gateway_that_issued_them_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}/auth.db?mode=rwc", dir.path().display());
+    grants_stay_with_their_resource(&db).await;
+}
+
+#[tokio::test]
+async fn grants_are_good_only_at_the_gateway_that_issued_them_on_postgres() {
+    let db = Postgres::create("resource");
+    grants_stay_with_their_resource(&db.url).await;
+}
+
+/// Issue 19, defect 11: two gateways (two resources, two issuers) on one database; a code or
+/// refresh token from one mints nothing at the other.
+async fn grants_stay_with_their_resource(db: &str) {
+    let a = AuthGateway::start("", Some(db));
+    let b = AuthGateway::start("", Some(db));
+    assert_ne!(a.url("/mcp"), b.url("/mcp"));
+    let client = public_client(&a).await;
+    let (verifier, challenge) = pkce();
+
+    // A code from A, taken to B (without a resource parameter to trip over).
+    let code = authorize(&a, &client, &challenge, "alice", "mcp").await;
+    let (status, e) = token(
+        &b,
+        &[
+            ("grant_type", "authorization_code"),
+            ("client_id", &client),
+            ("code", &code),
+            ("code_verifier", &verifier),
+            ("redirect_uri", REDIRECT),
+        ],
+    )
+    .await;
+    assert_eq!(
+        (status, e["error"].as_str()),
+        (400, Some("invalid_grant")),
+        "{e}"
+    );
+
+    // A refresh token from A, taken to B.
+    let code = authorize(&a, &client, &challenge, "alice", "mcp").await;
+    let (status, t) = exchange(&a, &client, &code, &verifier).await;
+    assert_eq!(status, 200, "{t}");
+    let refresh = t["refresh_token"].as_str().unwrap();
+    let (status, e) = refresh_with(&b, &client, refresh).await;
+    assert_eq!(
+        (status, e["error"].as_str()),
+        (400, Some("invalid_grant")),
+        "{e}"
+    );
+    assert!(
+        e["error_description"]
+            .as_str()
+            .unwrap()
+            .contains("another resource"),
+        "{e}"
+    );
+    // Refused without spending it: at A it still works, once.
+    let (status, t) = refresh_with(&a, &client, refresh).await;
+    assert_eq!(status, 200, "{t}");
+    assert_eq!(mcp_status(&a, t["access_token"].as_str()).await.0, 200);
+    assert_eq!(
+        mcp_status(&b, t["access_token"].as_str()).await.0,
+        401,
+        "A's token is not for B"
+    );
+}
+
 /// Revokes an access token of the provisioned client (RFC 7009).
 async fn revoke_as_robot(a: &AuthGateway, token: &str) {
     let r = http()

@@ -1079,6 +1079,11 @@ async fn token(State(auth): St, headers: HeaderMap, Form(f): Form<TokenForm>) ->
             if c.client_id != client.client_id {
                 return bad_grant("the code was issued to another client");
             }
+            // Gateways may share a database: a code is good only at the gateway (resource and
+            // issuer) that issued it.
+            if c.resource != auth.resource {
+                return bad_grant("the code was issued for another resource");
+            }
             if f.redirect_uri.as_deref() != Some(c.redirect_uri.as_str()) {
                 return bad_grant("redirect_uri does not match the authorization request");
             }
@@ -1138,7 +1143,22 @@ async fn token(State(auth): St, headers: HeaderMap, Form(f): Form<TokenForm>) ->
                     "refresh_token is required",
                 );
             };
-            let r = match s.store.take_refresh(&hash_secret(token)).await {
+            let hash = hash_secret(token);
+            // Gateways may share a database: a refresh token is good only at the gateway
+            // (resource and issuer) that issued it, and only for its client. Checked before the
+            // token is spent, so a token shown to the wrong place stays its holder's.
+            match s.store.refresh(&hash).await {
+                Ok(Some(r)) if r.resource != auth.resource => {
+                    tracing::warn!(client_id = %r.client_id, "a refresh token for another resource was presented");
+                    return bad_grant("the refresh token was issued for another resource");
+                }
+                Ok(Some(r)) if r.client_id != client.client_id => {
+                    return bad_grant("the refresh token was issued to another client");
+                }
+                Ok(_) => {}
+                Err(e) => return store_failed(e),
+            }
+            let r = match s.store.take_refresh(&hash).await {
                 Ok(Taken::Fresh(r)) => r,
                 Ok(Taken::Reused(r)) => {
                     // A rotated-out token came back: someone holds a copy. The whole family goes.
@@ -1151,8 +1171,8 @@ async fn token(State(auth): St, headers: HeaderMap, Form(f): Form<TokenForm>) ->
                 Ok(Taken::Unknown) => return bad_grant("unknown or revoked refresh token"),
                 Err(e) => return store_failed(e),
             };
-            if r.client_id != client.client_id {
-                return bad_grant("the refresh token was issued to another client");
+            if r.client_id != client.client_id || r.resource != auth.resource {
+                return bad_grant("the refresh token was issued to another client or resource");
             }
             if r.expires_at < now_secs() {
                 return bad_grant("the refresh token has expired");
