@@ -541,12 +541,6 @@ async fn code_flow(a: AuthGateway) {
     assert_eq!(status, 200, "{t}");
     assert_eq!(t["token_type"], "Bearer");
     assert_eq!(t["scope"], "mcp");
-    let (status, again) = exchange(&a, &client, &code, &verifier).await;
-    assert_eq!(
-        (status, again["error"].as_str()),
-        (400, Some("invalid_grant")),
-        "reused code"
-    );
     let access = t["access_token"].as_str().unwrap().to_owned();
     let refresh = t["refresh_token"].as_str().unwrap().to_owned();
 
@@ -558,21 +552,7 @@ async fn code_flow(a: AuthGateway) {
         "hi"
     );
 
-    // Refresh rotates; the old refresh token coming back revokes the family.
-    let (status, t2) = refresh_with(&a, &client, &refresh).await;
-    assert_eq!(status, 200, "{t2}");
-    let refresh2 = t2["refresh_token"].as_str().unwrap().to_owned();
-    assert_ne!(refresh2, refresh);
-    let (status, e) = refresh_with(&a, &client, &refresh).await;
-    assert_eq!(
-        (status, e["error"].as_str()),
-        (400, Some("invalid_grant")),
-        "reused refresh token"
-    );
-    let (status, _) = refresh_with(&a, &client, &refresh2).await;
-    assert_eq!(status, 400, "the whole family was revoked");
-
-    // Revocation of an access token.
+    // Revocation of an access token; its refresh token still works.
     let r = http()
         .post(a.url("/revoke"))
         .form(&[("client_id", client.as_str()), ("token", access.as_str())])
@@ -581,6 +561,84 @@ async fn code_flow(a: AuthGateway) {
         .unwrap();
     assert_eq!(r.status(), 200);
     assert_eq!(mcp_status(&a, Some(&access)).await.0, 401);
+
+    // Refresh rotates; the old refresh token coming back revokes the family, and the access
+    // tokens issued with it.
+    let (status, t2) = refresh_with(&a, &client, &refresh).await;
+    assert_eq!(status, 200, "{t2}");
+    let refresh2 = t2["refresh_token"].as_str().unwrap().to_owned();
+    assert_ne!(refresh2, refresh);
+    let access2 = t2["access_token"].as_str().unwrap().to_owned();
+    assert_eq!(mcp_status(&a, Some(&access2)).await.0, 200);
+    let (status, e) = refresh_with(&a, &client, &refresh).await;
+    assert_eq!(
+        (status, e["error"].as_str()),
+        (400, Some("invalid_grant")),
+        "reused refresh token"
+    );
+    let (status, _) = refresh_with(&a, &client, &refresh2).await;
+    assert_eq!(status, 400, "the whole family was revoked");
+    assert_eq!(mcp_status(&a, Some(&access2)).await.0, 401);
+
+    // Revoking a refresh token revokes its grant's access tokens too (RFC 7009 §2.1).
+    let code = authorize(&a, &client, &challenge, "alice", "mcp").await;
+    let (_, t) = exchange(&a, &client, &code, &verifier).await;
+    let r = http()
+        .post(a.url("/revoke"))
+        .form(&[
+            ("client_id", client.as_str()),
+            ("token", t["refresh_token"].as_str().unwrap()),
+        ])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(mcp_status(&a, t["access_token"].as_str()).await.0, 401);
+    let (status, _) = refresh_with(&a, &client, t["refresh_token"].as_str().unwrap()).await;
+    assert_eq!(status, 400);
+
+    // A code used twice (issue 19, defect 12): refused, and every token its first use gave,
+    // and those refreshed from them, revoked.
+    let code = authorize(&a, &client, &challenge, "alice", "mcp").await;
+    let (status, t) = exchange(&a, &client, &code, &verifier).await;
+    assert_eq!(status, 200, "{t}");
+    let first = t["access_token"].as_str().unwrap().to_owned();
+    let (status, t2) = refresh_with(&a, &client, t["refresh_token"].as_str().unwrap()).await;
+    assert_eq!(status, 200, "{t2}");
+    let refreshed = t2["access_token"].as_str().unwrap().to_owned();
+    assert_eq!(mcp_status(&a, Some(&first)).await.0, 200);
+    assert_eq!(mcp_status(&a, Some(&refreshed)).await.0, 200);
+    let (status, again) = exchange(&a, &client, &code, &verifier).await;
+    assert_eq!(
+        (status, again["error"].as_str()),
+        (400, Some("invalid_grant")),
+        "reused code"
+    );
+    assert_eq!(mcp_status(&a, Some(&first)).await.0, 401, "revoked");
+    assert_eq!(mcp_status(&a, Some(&refreshed)).await.0, 401, "revoked");
+    let (status, e) = refresh_with(&a, &client, t2["refresh_token"].as_str().unwrap()).await;
+    assert_eq!(
+        (status, e["error"].as_str()),
+        (400, Some("invalid_grant")),
+        "the refresh token of the code's grant is revoked"
+    );
+    // Two redemptions at once: whatever either was given is dead afterwards.
+    for _ in 0..5 {
+        let code = authorize(&a, &client, &challenge, "alice", "mcp").await;
+        let (one, two) = tokio::join!(
+            exchange(&a, &client, &code, &verifier),
+            exchange(&a, &client, &code, &verifier)
+        );
+        assert!(one.0 == 400 || two.0 == 400, "{one:?} {two:?}");
+        for (_, t) in [one, two] {
+            if let Some(access) = t["access_token"].as_str() {
+                assert_eq!(mcp_status(&a, Some(access)).await.0, 401);
+            }
+            if let Some(refresh) = t["refresh_token"].as_str() {
+                assert_eq!(refresh_with(&a, &client, refresh).await.0, 400);
+            }
+        }
+    }
 }
 
 #[tokio::test]

@@ -63,6 +63,14 @@ pub struct KeyRing {
     revoked: DashMap<String, i64>,
 }
 
+/// An access token's id and times, fixed before it is issued.
+#[derive(Debug, Clone)]
+pub struct Planned {
+    pub jti: String,
+    pub iat: i64,
+    pub exp: i64,
+}
+
 /// How often the revoked set is re-read from the database: the longest a revocation made on
 /// one replica takes to be enforced on another.
 pub const REVOCATION_REFRESH: Duration = Duration::from_secs(10);
@@ -167,17 +175,38 @@ impl KeyRing {
         client_id: &str,
         scopes: &BTreeSet<String>,
     ) -> (String, u64) {
-        let now = now_secs();
+        self.issue_as(&self.plan(), subject, client_id, scopes)
+    }
+
+    /// The id and times of an access token about to be issued, to be recorded first (what
+    /// a grant produced, to revoke it with the grant).
+    pub fn plan(&self) -> Planned {
+        let iat = now_secs();
+        Planned {
+            jti: random_token(),
+            iat,
+            exp: iat + self.access_ttl.as_secs() as i64,
+        }
+    }
+
+    /// [`KeyRing::issue`] with the id and times planned.
+    pub fn issue_as(
+        &self,
+        planned: &Planned,
+        subject: &str,
+        client_id: &str,
+        scopes: &BTreeSet<String>,
+    ) -> (String, u64) {
         let claims = Claims {
             iss: self.issuer.clone(),
             sub: subject.to_owned(),
             aud: self.audience.clone(),
             scope: scopes.iter().cloned().collect::<Vec<_>>().join(" "),
             client_id: client_id.to_owned(),
-            exp: now + self.access_ttl.as_secs() as i64,
-            iat: now,
-            nbf: now,
-            jti: random_token(),
+            exp: planned.exp,
+            iat: planned.iat,
+            nbf: planned.iat,
+            jti: planned.jti.clone(),
         };
         let key = self.keys.read().expect("keys lock").current.clone();
         let mut header = Header::new(Algorithm::ES256);

@@ -25,9 +25,9 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::cimd::{self, Fetcher};
-use super::keys::{KeyRing, REVOCATION_REFRESH};
+use super::keys::{KeyRing, Planned, REVOCATION_REFRESH};
 use super::pages::{self, ClientView};
-use super::store::{AuthStore, AuthStoreError, Client, Code, Pending, Refresh, Taken};
+use super::store::{AuthStore, AuthStoreError, Client, Code, Issued, Pending, Refresh, Taken};
 use super::{Auth, constant_time_eq, hash_secret, now_secs, random_token, same_resource};
 use crate::config::AuthConfig;
 
@@ -874,6 +874,7 @@ async fn issue_code(s: &AuthServer, request: &Request, subject: &str) -> Respons
         scope: request.scopes.join(" "),
         challenge: request.challenge.clone(),
         expires_at: now_secs() + s.config.code_ttl.as_secs() as i64,
+        issued: None,
     };
     if let Err(e) = s.store.add_code(&row).await {
         return store_failed(e);
@@ -978,6 +979,7 @@ async fn authenticate_client(
 
 fn token_response(
     s: &AuthServer,
+    planned: &Planned,
     subject: &str,
     client: &Client,
     scope: &str,
@@ -989,7 +991,9 @@ fn token_response(
         .with_label_values(&[grant_type])
         .inc();
     let scopes: BTreeSet<String> = scope.split_whitespace().map(str::to_owned).collect();
-    let (access, expires_in) = s.keys.issue(subject, &client.client_id, &scopes);
+    let (access, expires_in) = s
+        .keys
+        .issue_as(planned, subject, &client.client_id, &scopes);
     let mut out = json!({
         "access_token": access,
         "token_type": "Bearer",
@@ -1002,9 +1006,11 @@ fn token_response(
     json_response(StatusCode::OK, out)
 }
 
+/// A new refresh token in `family`, recording the access token issued with it.
 async fn new_refresh(
     s: &AuthServer,
     family: &str,
+    planned: &Planned,
     client: &Client,
     subject: &str,
     resource: &str,
@@ -1022,6 +1028,7 @@ async fn new_refresh(
         resource: resource.to_owned(),
         scope: scope.to_owned(),
         expires_at: now_secs() + s.config.refresh_ttl.as_secs() as i64,
+        access: Some((planned.jti.clone(), planned.exp)),
     };
     s.store.add_refresh(&row).await.map_err(store_failed)?;
     Ok(Some(token))
@@ -1064,11 +1071,35 @@ async fn token(State(auth): St, headers: HeaderMap, Form(f): Form<TokenForm>) ->
                     "code and code_verifier are required",
                 );
             };
-            let c = match s.store.take_code(&hash_secret(code)).await {
+            // What this redemption will issue is recorded as the code is taken.
+            let planned = s.keys.plan();
+            let issue = Issued {
+                family: random_token(),
+                access_jti: planned.jti.clone(),
+                access_expires_at: planned.exp,
+                kept_until: planned
+                    .exp
+                    .max(now_secs() + s.config.refresh_ttl.as_secs() as i64)
+                    + super::LEEWAY.as_secs() as i64,
+            };
+            let code_hash = hash_secret(code);
+            let c = match s.store.take_code(&code_hash, &issue).await {
                 Ok(Taken::Fresh(c)) => c,
                 Ok(Taken::Reused(c)) => {
-                    tracing::warn!(client_id = %c.client_id, "an authorization code was used twice");
-                    return bad_grant("the code was already used");
+                    // Someone else holds a copy of the code: what its first use gave is revoked
+                    // (OAuth 2.1 §4.1.3).
+                    tracing::warn!(client_id = %c.client_id, user = %c.subject, "an authorization code was used twice; the tokens it gave are revoked");
+                    if let Some(first) = &c.issued
+                        && let Err(e) = revoke_grant(
+                            s,
+                            &first.family,
+                            Some((&first.access_jti, first.access_expires_at)),
+                        )
+                        .await
+                    {
+                        return store_failed(e);
+                    }
+                    return bad_grant("the code was already used; the tokens it gave are revoked");
                 }
                 Ok(Taken::Unknown) => return bad_grant("unknown code"),
                 Err(e) => return store_failed(e),
@@ -1114,7 +1145,8 @@ async fn token(State(auth): St, headers: HeaderMap, Form(f): Form<TokenForm>) ->
             }
             let refresh = match new_refresh(
                 s,
-                &random_token(),
+                &issue.family,
+                &planned,
                 &client,
                 &c.subject,
                 &c.resource,
@@ -1125,9 +1157,21 @@ async fn token(State(auth): St, headers: HeaderMap, Form(f): Form<TokenForm>) ->
                 Ok(r) => r,
                 Err(r) => return r,
             };
+            // A replay while this was issuing revoked the family before its token existed.
+            match s.store.code_replayed(&code_hash).await {
+                Ok(false) => {}
+                Ok(true) => {
+                    if let Err(e) = revoke_grant(s, &issue.family, None).await {
+                        return store_failed(e);
+                    }
+                    return bad_grant("the code was used twice; the tokens it gave are revoked");
+                }
+                Err(e) => return store_failed(e),
+            }
             tracing::info!(user = %c.subject, client_id = %client.client_id, "tokens issued (authorization code)");
             token_response(
                 s,
+                &planned,
                 &c.subject,
                 &client,
                 &c.scope,
@@ -1163,7 +1207,7 @@ async fn token(State(auth): St, headers: HeaderMap, Form(f): Form<TokenForm>) ->
                 Ok(Taken::Reused(r)) => {
                     // A rotated-out token came back: someone holds a copy. The whole family goes.
                     tracing::warn!(client_id = %r.client_id, user = %r.subject, "a refresh token was reused; its family is revoked");
-                    if let Err(e) = s.store.revoke_family(&r.family).await {
+                    if let Err(e) = revoke_grant(s, &r.family, None).await {
                         return store_failed(e);
                     }
                     return bad_grant("the refresh token was already used; its grant is revoked");
@@ -1201,12 +1245,30 @@ async fn token(State(auth): St, headers: HeaderMap, Form(f): Form<TokenForm>) ->
                     asked.split_whitespace().collect::<Vec<_>>().join(" ")
                 }
             };
-            let refresh =
-                match new_refresh(s, &r.family, &client, &r.subject, &r.resource, &r.scope).await {
-                    Ok(t) => t,
-                    Err(resp) => return resp,
-                };
-            token_response(s, &r.subject, &client, &scope, refresh, "refresh_token")
+            let planned = s.keys.plan();
+            let refresh = match new_refresh(
+                s,
+                &r.family,
+                &planned,
+                &client,
+                &r.subject,
+                &r.resource,
+                &r.scope,
+            )
+            .await
+            {
+                Ok(t) => t,
+                Err(resp) => return resp,
+            };
+            token_response(
+                s,
+                &planned,
+                &r.subject,
+                &client,
+                &scope,
+                refresh,
+                "refresh_token",
+            )
         }
         "client_credentials" => {
             // Only for clients the operator provisioned, whatever a stored registration says
@@ -1235,6 +1297,7 @@ async fn token(State(auth): St, headers: HeaderMap, Form(f): Form<TokenForm>) ->
             tracing::info!(client_id = %client.client_id, "token issued (client credentials)");
             token_response(
                 s,
+                &s.keys.plan(),
                 &client.client_id.clone(),
                 &client,
                 &scope,
@@ -1250,8 +1313,24 @@ async fn token(State(auth): St, headers: HeaderMap, Form(f): Form<TokenForm>) ->
     }
 }
 
-/// Token revocation (RFC 7009): a refresh token revokes its whole grant; an access token is
-/// refused from now on. Unknown tokens get 200 too.
+/// Revokes a grant: its refresh token family, the access tokens issued with them, and
+/// `access` (a code's first access token, issued with no refresh token when the client has
+/// none).
+async fn revoke_grant(
+    s: &AuthServer,
+    family: &str,
+    access: Option<(&str, i64)>,
+) -> Result<(), AuthStoreError> {
+    let live = s.store.revoke_family(family, now_secs()).await?;
+    for (jti, exp) in live.iter().map(|(j, e)| (j.as_str(), *e)).chain(access) {
+        s.keys.revoke_jti(jti, exp).await?;
+    }
+    Ok(())
+}
+
+/// Token revocation (RFC 7009): a refresh token revokes its whole grant, the access tokens
+/// issued with it included (§2.1); an access token is refused from now on. Unknown tokens get
+/// 200 too.
 async fn revoke(State(auth): St, headers: HeaderMap, Form(f): Form<TokenForm>) -> Response {
     let s = server(&auth);
     let client = match authenticate_client(s, &headers, &f).await {
@@ -1267,7 +1346,7 @@ async fn revoke(State(auth): St, headers: HeaderMap, Form(f): Form<TokenForm>) -
     };
     match s.store.refresh(&hash_secret(token)).await {
         Ok(Some(r)) if r.client_id == client.client_id => {
-            if let Err(e) = s.store.revoke_family(&r.family).await {
+            if let Err(e) = revoke_grant(s, &r.family, None).await {
                 return store_failed(e);
             }
             tracing::info!(client_id = %client.client_id, "refresh token revoked");
