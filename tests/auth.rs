@@ -641,6 +641,66 @@ async fn code_flow(a: AuthGateway) {
     }
 }
 
+/// Issue 19, defect 13: failed sign-ins are limited per user name and per client address; a
+/// lockout refuses the right password too, with 429, Retry-After and a page that says why.
+#[tokio::test]
+async fn failed_sign_ins_lock_out_the_user_and_the_address() {
+    let a = AuthGateway::start(
+        "failed_signins_per_user = 3\nfailed_signins_per_address = 6\nsignin_lockout_secs = 600",
+        None,
+    );
+    let client = public_client(&a).await;
+    let (_, challenge) = pkce();
+    let b = login_page(&a, &client, &challenge, "st-1", "mcp").await;
+    let sign_in = async |user: &str, password: &str| {
+        post_form(
+            &a,
+            &b,
+            "/authorize/login",
+            &[("username", user), ("password", password)],
+        )
+        .await
+    };
+    async fn locked_out(r: reqwest::Response) {
+        assert_eq!(r.status(), 429);
+        let wait: u64 = r.headers()["retry-after"]
+            .to_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!((1..=600).contains(&wait), "{wait}");
+        let page = r.text().await.unwrap();
+        assert!(
+            page.contains("Too many failed sign-ins") && page.contains("Try again in"),
+            "{page}"
+        );
+        assert!(!page.contains("Allow access"), "not signed in");
+    }
+
+    // alice: three wrong passwords, then the right one is refused too.
+    for _ in 0..3 {
+        assert_eq!(sign_in("alice", "guess").await.status(), 401);
+    }
+    locked_out(sign_in("alice", "alice-pw").await).await;
+    locked_out(sign_in("alice", "guess").await).await;
+    // A name nobody has is treated the same (a lockout does not tell who exists).
+    for _ in 0..3 {
+        assert_eq!(sign_in("mallory", "guess").await.status(), 401);
+    }
+    locked_out(sign_in("mallory", "guess").await).await;
+    // Six failures from this address: bob, who never failed, cannot sign in from it either.
+    locked_out(sign_in("bob", "bob-pw").await).await;
+    let (_, text) = a.gw.admin_get("/metrics").await;
+    assert_eq!(
+        common::metric_in(
+            &text,
+            r#"mcp_gateway_auth_refusals_total{reason="signin_locked"}"#
+        ),
+        Some(4.0),
+        "{text}"
+    );
+}
+
 #[tokio::test]
 async fn registration_and_client_credentials_on_sqlite() {
     registration_and_client_credentials(AuthGateway::start("registrations_per_minute = 3", None))

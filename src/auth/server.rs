@@ -11,6 +11,8 @@
 //! verified; before that they are shown as a page.
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::hash::BuildHasher;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -28,6 +30,7 @@ use super::cimd::{self, Fetcher};
 use super::keys::{KeyRing, Planned, REVOCATION_REFRESH};
 use super::pages::{self, ClientView};
 use super::store::{AuthStore, AuthStoreError, Client, Code, Issued, Pending, Refresh, Taken};
+use super::throttle::{Throttle, address_key};
 use super::{Auth, constant_time_eq, hash_secret, now_secs, random_token, same_resource};
 use crate::config::AuthConfig;
 
@@ -47,7 +50,108 @@ pub struct AuthServer {
     /// The clients of `[[auth.clients]]`, by id.
     provisioned: HashMap<String, Client>,
     registrations: Mutex<VecDeque<Instant>>,
+    signins: SignInThrottle,
     secure_cookies: bool,
+}
+
+/// Failed sign-ins, counted per user name and per client address.
+struct SignInThrottle {
+    /// The configured users (a bounded set).
+    users: Throttle<String>,
+    /// Every other name tried, by a keyed hash (names are the attacker's to choose, so they
+    /// are neither kept nor allowed to grow the table): counted the same, so a lockout does
+    /// not tell which users exist.
+    others: Throttle<u64>,
+    hasher: std::collections::hash_map::RandomState,
+    addresses: Throttle<IpAddr>,
+}
+
+/// How many client addresses, and unknown user names, the sign-in limits keep at most.
+const SIGNIN_TABLE: usize = 65_536;
+
+impl SignInThrottle {
+    fn new(config: &AuthConfig) -> SignInThrottle {
+        let (limit, window) = (config.failed_signins_per_user, config.signin_lockout);
+        SignInThrottle {
+            users: Throttle::new(limit, window, config.users.len()),
+            others: Throttle::new(limit, window, SIGNIN_TABLE),
+            hasher: std::collections::hash_map::RandomState::new(),
+            addresses: Throttle::new(
+                config.failed_signins_per_address,
+                config.signin_lockout,
+                SIGNIN_TABLE,
+            ),
+        }
+    }
+
+    fn known(config: &AuthConfig, name: &str) -> bool {
+        config.users.iter().any(|u| u.name == name)
+    }
+
+    /// How long sign-ins for `name` or from `addr` must wait, if either is locked out.
+    fn blocked(&self, config: &AuthConfig, name: &str, addr: Option<IpAddr>) -> Option<Duration> {
+        let user = if Self::known(config, name) {
+            self.users.blocked(&name.to_owned())
+        } else {
+            self.others.blocked(&self.hasher.hash_one(name))
+        };
+        let address = addr.and_then(|a| self.addresses.blocked(&a));
+        user.max(address)
+    }
+
+    fn failed(&self, config: &AuthConfig, name: &str, addr: Option<IpAddr>) {
+        if Self::known(config, name) {
+            self.users.hit(name.to_owned());
+        } else {
+            self.others.hit(self.hasher.hash_one(name));
+        }
+        if let Some(a) = addr {
+            self.addresses.hit(a);
+        }
+    }
+
+    fn succeeded(&self, name: &str) {
+        self.users.clear(&name.to_owned());
+    }
+}
+
+/// The client's address as the listener saw it (per-address limits), counted by
+/// [`address_key`]; none when the request did not come through a listener.
+pub struct ClientAddr(pub Option<IpAddr>);
+
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for ClientAddr {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        _: &S,
+    ) -> Result<Self, Self::Rejection> {
+        Ok(ClientAddr(
+            parts
+                .extensions
+                .get::<axum::extract::ConnectInfo<SocketAddr>>()
+                .map(|c| address_key(c.0.ip())),
+        ))
+    }
+}
+
+/// A wait as people say it, rounded up: "40 seconds", "3 minutes".
+fn wait_words(wait: Duration) -> String {
+    let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+    match secs {
+        0..=1 => "1 second".into(),
+        2..=59 => format!("{secs} seconds"),
+        60..=119 => "1 minute".into(),
+        _ => format!("{} minutes", secs.div_ceil(60)),
+    }
+}
+
+/// `Retry-After` in whole seconds, rounded up.
+fn retry_after(response: &mut Response, wait: Duration) {
+    let secs = (wait.as_secs() + u64::from(wait.subsec_nanos() > 0)).max(1);
+    response
+        .headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from(secs));
 }
 
 /// A validated authorization request, kept while the person decides.
@@ -86,6 +190,7 @@ impl AuthServer {
                 (c.client_id.clone(), client)
             })
             .collect();
+        let signins = SignInThrottle::new(&config);
         AuthServer {
             provisioned,
             fetcher: Fetcher::new(config.cimd_allow_private),
@@ -96,6 +201,7 @@ impl AuthServer {
             keys,
             plugin_scopes: Mutex::new(None),
             registrations: Mutex::new(VecDeque::new()),
+            signins,
         }
     }
 
@@ -794,18 +900,42 @@ async fn verify_argon2(hash: Option<String>, password: &str) -> bool {
     .unwrap_or(false)
 }
 
-async fn login(State(auth): St, headers: HeaderMap, Form(f): Form<LoginForm>) -> Response {
+async fn login(
+    State(auth): St,
+    ClientAddr(addr): ClientAddr,
+    headers: HeaderMap,
+    Form(f): Form<LoginForm>,
+) -> Response {
     let s = server(&auth);
     let (mut p, request, client) = match pending_for(s, &headers, &f.request, &f.csrf).await {
         Ok(x) => x,
         Err(r) => return r,
     };
     let view = client_view(&client, &request.redirect_uri);
+    // Checked before the password, which is not looked at during a lockout (right or wrong).
+    if let Some(wait) = s.signins.blocked(&s.config, &f.username, addr) {
+        refused("signin_locked");
+        tracing::warn!(user = %f.username, address = ?addr, client_id = %client.client_id, "sign-in refused: too many failed sign-ins");
+        let mut r = pages::login(
+            &p.id,
+            &f.csrf,
+            &view,
+            Some(&format!(
+                "Too many failed sign-ins for this user or from this address. Try again in {}.",
+                wait_words(wait)
+            )),
+        );
+        *r.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+        retry_after(&mut r, wait);
+        return r;
+    }
     if !check_password(&s.config, &f.username, &f.password).await {
+        s.signins.failed(&s.config, &f.username, addr);
         refused("bad_credentials");
-        tracing::info!(user = %f.username, client_id = %client.client_id, "sign-in refused");
+        tracing::info!(user = %f.username, address = ?addr, client_id = %client.client_id, "sign-in refused");
         return pages::login(&p.id, &f.csrf, &view, Some("Wrong user name or password."));
     }
+    s.signins.succeeded(&f.username);
     let scope = request.scopes.join(" ");
     match s
         .store

@@ -346,6 +346,11 @@ pub struct AuthConfig {
     pub cimd_allow_private: bool,
     /// Dynamic client registrations accepted per minute (all clients together).
     pub registrations_per_minute: u32,
+    /// Failed sign-ins a user name, and a client address, may have in `signin_lockout`
+    /// before further sign-ins with it (even right ones) are refused until the window ends.
+    pub failed_signins_per_user: u32,
+    pub failed_signins_per_address: u32,
+    pub signin_lockout: Duration,
 }
 
 impl Default for AuthConfig {
@@ -361,6 +366,9 @@ impl Default for AuthConfig {
             code_ttl: Duration::from_secs(60),
             cimd_allow_private: false,
             registrations_per_minute: 30,
+            failed_signins_per_user: 10,
+            failed_signins_per_address: 30,
+            signin_lockout: Duration::from_secs(900),
         }
     }
 }
@@ -791,6 +799,11 @@ fn auth_config(
             ));
         }
     }
+    let at_least_one = |v: Option<u32>, default: u32, key: &str| match v {
+        Some(0) => Err(invalid(format!("auth.{key}"), "must be at least 1")),
+        Some(n) => Ok(n),
+        None => Ok(default),
+    };
     let secs = |v: Option<u64>, default: Duration, key: &str| match v {
         Some(0) => Err(invalid(format!("auth.{key}"), "must be at least 1")),
         Some(n) => Ok(Duration::from_secs(n)),
@@ -817,6 +830,21 @@ fn auth_config(
         registrations_per_minute: file
             .registrations_per_minute
             .unwrap_or(d.registrations_per_minute),
+        failed_signins_per_user: at_least_one(
+            file.failed_signins_per_user,
+            d.failed_signins_per_user,
+            "failed_signins_per_user",
+        )?,
+        failed_signins_per_address: at_least_one(
+            file.failed_signins_per_address,
+            d.failed_signins_per_address,
+            "failed_signins_per_address",
+        )?,
+        signin_lockout: secs(
+            file.signin_lockout_secs,
+            d.signin_lockout,
+            "signin_lockout_secs",
+        )?,
     })
 }
 
