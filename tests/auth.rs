@@ -115,6 +115,16 @@ fn http() -> reqwest::Client {
         .unwrap()
 }
 
+/// A client whose connections come from `ip` (on loopback: 127.0.0.1, 127.0.0.2, …), to act
+/// as several client addresses.
+fn http_from(ip: &str) -> reqwest::Client {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .local_address(ip.parse::<std::net::IpAddr>().unwrap())
+        .build()
+        .unwrap()
+}
+
 async fn register(a: &AuthGateway, meta: Value) -> (u16, Value) {
     let r = http()
         .post(a.url("/register"))
@@ -698,6 +708,89 @@ async fn failed_sign_ins_lock_out_the_user_and_the_address() {
         ),
         Some(4.0),
         "{text}"
+    );
+}
+
+/// Issue 19, defect 14: registration is limited per client address, with Retry-After; one
+/// address's flood leaves the others alone.
+#[tokio::test]
+async fn registrations_are_limited_per_client_address() {
+    let a = AuthGateway::start("registrations_per_minute = 3", None);
+    let register_from = async |ip: &str| {
+        http_from(ip)
+            .post(a.url("/register"))
+            .json(&json!({"redirect_uris": [REDIRECT], "token_endpoint_auth_method": "none"}))
+            .send()
+            .await
+            .unwrap()
+    };
+    for _ in 0..3 {
+        assert_eq!(register_from("127.0.0.1").await.status(), 201);
+    }
+    let r = register_from("127.0.0.1").await;
+    assert_eq!(r.status(), 429);
+    let wait: u64 = r.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((1..=60).contains(&wait), "{wait}");
+    let e: Value = r.json().await.unwrap();
+    assert_eq!(e["error"], "temporarily_unavailable");
+    assert_eq!(
+        register_from("127.0.0.2").await.status(),
+        201,
+        "another address is not locked out"
+    );
+}
+
+/// Issue 19, defect 14: metadata-document fetches are limited per client address and for all
+/// together (cached documents aside), with Retry-After.
+#[tokio::test]
+async fn metadata_document_fetches_are_limited() {
+    let a = AuthGateway::start(
+        "cimd_allow_private = true\ncimd_fetches_per_minute = 3\ncimd_fetches_per_minute_total = 5",
+        None,
+    );
+    let (_, challenge) = pkce();
+    // Each a different document at a closed port: nothing is cached, every try fetches.
+    let closed = free_port();
+    let mut n = 0;
+    let mut authorize_from = async |ip: &str| {
+        n += 1;
+        let client_id = format!("http://127.0.0.1:{closed}/client-{n}.json");
+        http_from(ip)
+            .get(a.url("/authorize"))
+            .query(&[
+                ("response_type", "code"),
+                ("client_id", client_id.as_str()),
+                ("redirect_uri", REDIRECT),
+                ("code_challenge", &challenge),
+                ("code_challenge_method", "S256"),
+            ])
+            .send()
+            .await
+            .unwrap()
+    };
+    for _ in 0..3 {
+        assert_eq!(authorize_from("127.0.0.1").await.status(), 400);
+    }
+    let r = authorize_from("127.0.0.1").await;
+    assert_eq!(r.status(), 429, "three a minute from one address");
+    let wait: u64 = r.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((1..=60).contains(&wait), "{wait}");
+    assert!(r.text().await.unwrap().contains("try again in"));
+    for _ in 0..2 {
+        assert_eq!(authorize_from("127.0.0.2").await.status(), 400);
+    }
+    assert_eq!(
+        authorize_from("127.0.0.3").await.status(),
+        429,
+        "five a minute from all addresses"
     );
 }
 

@@ -5,9 +5,11 @@
 //! guarded: https only, the host's addresses resolved first and refused when any is private,
 //! loopback, link-local or otherwise not public (unless configured for development), the
 //! connection pinned to the address that was checked, no redirects, a size and a time limit.
-//! Documents are cached as their `Cache-Control` allows (at most a day).
+//! Fetches are limited per client address and for all clients together (each would otherwise
+//! make the gateway open a connection of a stranger's choosing). Documents are cached as their
+//! `Cache-Control` allows (at most a day), in a cache of bounded size.
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use dashmap::DashMap;
@@ -15,11 +17,16 @@ use serde::Deserialize;
 
 use super::server::valid_redirect_uri;
 use super::store::Client;
+use super::throttle::Throttle;
 
 const MAX_BYTES: usize = 64 * 1024;
 const TIMEOUT: Duration = Duration::from_secs(5);
 const DEFAULT_TTL: Duration = Duration::from_secs(300);
 const MAX_TTL: Duration = Duration::from_secs(86_400);
+/// Documents cached at most; past that, expired ones go and new ones are not cached.
+const MAX_CACHED: usize = 4096;
+/// Client addresses the per-address fetch limit keeps at most.
+const MAX_ADDRESSES: usize = 65_536;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CimdError {
@@ -33,6 +40,8 @@ pub enum CimdError {
     Fetch(String),
     #[error("the client metadata document is invalid: {0}")]
     Invalid(String),
+    #[error("too many client metadata documents fetched; try again later")]
+    Limited(Duration),
 }
 
 #[derive(Deserialize)]
@@ -46,6 +55,8 @@ struct Document {
 pub struct Fetcher {
     allow_private: bool,
     cache: DashMap<String, (Instant, Client)>,
+    per_address: Throttle<IpAddr>,
+    total: Throttle<()>,
 }
 
 /// Whether a `client_id` is a metadata document URL rather than a registered id.
@@ -85,20 +96,30 @@ pub fn is_private(ip: IpAddr) -> bool {
 }
 
 impl Fetcher {
-    pub fn new(allow_private: bool) -> Fetcher {
+    /// A fetcher allowing `per_address` fetches a minute for one client address and `total`
+    /// for all.
+    pub fn new(allow_private: bool, per_address: u32, total: u32) -> Fetcher {
+        let minute = Duration::from_secs(60);
         Fetcher {
             allow_private,
             cache: DashMap::new(),
+            per_address: Throttle::new(per_address, minute, MAX_ADDRESSES),
+            total: Throttle::new(total, minute, 1),
         }
     }
 
-    /// The client a document URL describes.
-    pub async fn client(&self, client_id: &str) -> Result<Client, CimdError> {
+    /// The client a document URL describes, fetched (unless cached) on behalf of the client
+    /// at `addr` (as [`super::throttle::address_key`] counts it).
+    pub async fn client(&self, client_id: &str, addr: Option<IpAddr>) -> Result<Client, CimdError> {
         if let Some(hit) = self.cache.get(client_id)
             && hit.0 > Instant::now()
         {
             return Ok(hit.1.clone());
         }
+        self.per_address
+            .acquire(addr.unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED)))
+            .map_err(CimdError::Limited)?;
+        self.total.acquire(()).map_err(CimdError::Limited)?;
         let url = url::Url::parse(client_id).map_err(|e| CimdError::BadUrl(e.to_string()))?;
         let host = url
             .host_str()
@@ -198,8 +219,14 @@ impl Fetcher {
             provisioned: false,
         };
         if let Some(ttl) = ttl {
-            self.cache
-                .insert(client_id.to_owned(), (Instant::now() + ttl, client.clone()));
+            let now = Instant::now();
+            if self.cache.len() >= MAX_CACHED {
+                self.cache.retain(|_, (until, _)| *until > now);
+            }
+            if self.cache.len() < MAX_CACHED {
+                self.cache
+                    .insert(client_id.to_owned(), (now + ttl, client.clone()));
+            }
         }
         Ok(client)
     }

@@ -10,11 +10,11 @@
 //! redirect URI and the resource. Errors go to the client's redirect URI only once that URI is
 //! verified; before that they are shown as a page.
 
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap};
 use std::hash::BuildHasher;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use axum::Router;
 use axum::extract::{Form, Query, State};
@@ -49,7 +49,9 @@ pub struct AuthServer {
     fetcher: Fetcher,
     /// The clients of `[[auth.clients]]`, by id.
     provisioned: HashMap<String, Client>,
-    registrations: Mutex<VecDeque<Instant>>,
+    /// Registrations per client address, and for all together.
+    registrations: Throttle<IpAddr>,
+    registrations_total: Throttle<()>,
     signins: SignInThrottle,
     secure_cookies: bool,
 }
@@ -66,20 +68,20 @@ struct SignInThrottle {
     addresses: Throttle<IpAddr>,
 }
 
-/// How many client addresses, and unknown user names, the sign-in limits keep at most.
-const SIGNIN_TABLE: usize = 65_536;
+/// How many client addresses (and unknown user names) each limit keeps at most.
+const ADDRESS_TABLE: usize = 65_536;
 
 impl SignInThrottle {
     fn new(config: &AuthConfig) -> SignInThrottle {
         let (limit, window) = (config.failed_signins_per_user, config.signin_lockout);
         SignInThrottle {
             users: Throttle::new(limit, window, config.users.len()),
-            others: Throttle::new(limit, window, SIGNIN_TABLE),
+            others: Throttle::new(limit, window, ADDRESS_TABLE),
             hasher: std::collections::hash_map::RandomState::new(),
             addresses: Throttle::new(
                 config.failed_signins_per_address,
                 config.signin_lockout,
-                SIGNIN_TABLE,
+                ADDRESS_TABLE,
             ),
         }
     }
@@ -132,6 +134,34 @@ impl<S: Send + Sync> axum::extract::FromRequestParts<S> for ClientAddr {
                 .get::<axum::extract::ConnectInfo<SocketAddr>>()
                 .map(|c| address_key(c.0.ip())),
         ))
+    }
+}
+
+/// Why a client could not be looked up.
+enum Lookup {
+    /// Too many metadata documents fetched: try again after the wait.
+    Limited(Duration),
+    /// What to tell the caller.
+    Failed(String),
+}
+
+impl Lookup {
+    /// The refusal as a page (before the client's redirect URI is verified).
+    fn page(&self) -> Response {
+        match self {
+            Lookup::Limited(wait) => {
+                let mut r = pages::error(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    &format!(
+                        "too many client metadata documents were fetched; try again in {}",
+                        wait_words(*wait)
+                    ),
+                );
+                retry_after(&mut r, *wait);
+                r
+            }
+            Lookup::Failed(why) => pages::error(StatusCode::BAD_REQUEST, why),
+        }
     }
 }
 
@@ -191,16 +221,28 @@ impl AuthServer {
             })
             .collect();
         let signins = SignInThrottle::new(&config);
+        let minute = Duration::from_secs(60);
+        let registrations = Throttle::new(config.registrations_per_minute, minute, ADDRESS_TABLE);
+        let registrations_total = Throttle::new(
+            config.registrations_per_minute.saturating_mul(20),
+            minute,
+            1,
+        );
         AuthServer {
             provisioned,
-            fetcher: Fetcher::new(config.cimd_allow_private),
+            fetcher: Fetcher::new(
+                config.cimd_allow_private,
+                config.cimd_fetches_per_minute,
+                config.cimd_fetches_per_minute_total,
+            ),
             secure_cookies: issuer.starts_with("https://"),
             config,
             issuer,
             store,
             keys,
             plugin_scopes: Mutex::new(None),
-            registrations: Mutex::new(VecDeque::new()),
+            registrations,
+            registrations_total,
             signins,
         }
     }
@@ -278,24 +320,28 @@ impl AuthServer {
         }
     }
 
-    /// A client: provisioned in the config, a metadata document, or registered (in that
-    /// order; a registered client's id is random, a provisioned one's has no `:`).
-    async fn client(&self, client_id: &str) -> Result<Option<Client>, String> {
+    /// A client: provisioned in the config, a metadata document (fetched on behalf of the
+    /// client at `addr`), or registered (in that order; a registered client's id is random, a
+    /// provisioned one's has no `:`).
+    async fn client(
+        &self,
+        client_id: &str,
+        addr: Option<IpAddr>,
+    ) -> Result<Option<Client>, Lookup> {
         if let Some(c) = self.provisioned.get(client_id) {
             return Ok(Some(c.clone()));
         }
         if cimd::is_document_url(client_id) {
-            return self
-                .fetcher
-                .client(client_id)
-                .await
-                .map(Some)
-                .map_err(|e| e.to_string());
+            return match self.fetcher.client(client_id, addr).await {
+                Ok(c) => Ok(Some(c)),
+                Err(cimd::CimdError::Limited(wait)) => Err(Lookup::Limited(wait)),
+                Err(e) => Err(Lookup::Failed(e.to_string())),
+            };
         }
-        self.store
-            .client(client_id)
-            .await
-            .map_err(|e| e.to_string())
+        self.store.client(client_id).await.map_err(|e| {
+            tracing::error!("authorization store: {e}");
+            Lookup::Failed("the authorization server's database failed".into())
+        })
     }
 
     fn csrf_cookie(&self) -> &'static str {
@@ -330,21 +376,16 @@ impl AuthServer {
             .map(|(_, v)| v)
     }
 
-    /// A registration slot in the current minute, if any is left.
-    fn may_register(&self) -> bool {
-        let mut q = self.registrations.lock().expect("registrations lock");
-        let now = Instant::now();
-        while q
-            .front()
-            .is_some_and(|t| now.duration_since(*t) > Duration::from_secs(60))
-        {
-            q.pop_front();
+    /// A registration slot in the current minute for the client at `addr` (and for all
+    /// together); the wait if there is none.
+    fn may_register(&self, addr: Option<IpAddr>) -> Result<(), Duration> {
+        let key = addr.unwrap_or(IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED));
+        if let Some(wait) = self.registrations.blocked(&key) {
+            return Err(wait);
         }
-        if q.len() >= self.config.registrations_per_minute as usize {
-            return false;
-        }
-        q.push_back(now);
-        true
+        self.registrations_total.acquire(())?;
+        self.registrations.hit(key);
+        Ok(())
     }
 }
 
@@ -487,7 +528,11 @@ async fn style() -> Response {
 }
 
 /// Dynamic client registration (RFC 7591).
-async fn register(State(auth): St, body: axum::body::Bytes) -> Response {
+async fn register(
+    State(auth): St,
+    ClientAddr(addr): ClientAddr,
+    body: axum::body::Bytes,
+) -> Response {
     let s = server(&auth);
     let bad = |msg: String| oauth_error(StatusCode::BAD_REQUEST, "invalid_client_metadata", msg);
     let Ok(meta) = serde_json::from_slice::<Value>(&body) else {
@@ -577,12 +622,15 @@ async fn register(State(auth): St, body: axum::body::Bytes) -> Response {
             );
         }
     }
-    if !s.may_register() {
-        return oauth_error(
+    if let Err(wait) = s.may_register(addr) {
+        tracing::info!(address = ?addr, "registration refused: too many");
+        let mut r = oauth_error(
             StatusCode::TOO_MANY_REQUESTS,
             "temporarily_unavailable",
-            "too many registrations; try again in a minute",
+            format!("too many registrations; try again in {}", wait_words(wait)),
         );
+        retry_after(&mut r, wait);
+        return r;
     }
     let secret = (auth_method != "none").then(random_token);
     let client = Client {
@@ -675,7 +723,11 @@ fn client_view<'a>(client: &'a Client, redirect_uri: &str) -> ClientView<'a> {
     }
 }
 
-async fn authorize(State(auth): St, Query(q): Query<AuthorizeQuery>) -> Response {
+async fn authorize(
+    State(auth): St,
+    ClientAddr(addr): ClientAddr,
+    Query(q): Query<AuthorizeQuery>,
+) -> Response {
     let s = server(&auth);
     // Until the client and its redirect URI are verified, errors are shown here.
     let Some(client_id) = q.client_id.as_deref().filter(|c| !c.is_empty()) else {
@@ -684,7 +736,7 @@ async fn authorize(State(auth): St, Query(q): Query<AuthorizeQuery>) -> Response
             "the request names no client (client_id)",
         );
     };
-    let client = match s.client(client_id).await {
+    let client = match s.client(client_id, addr).await {
         Ok(Some(c)) => c,
         Ok(None) => {
             return pages::error(
@@ -692,7 +744,7 @@ async fn authorize(State(auth): St, Query(q): Query<AuthorizeQuery>) -> Response
                 "this client is not registered here",
             );
         }
-        Err(e) => return pages::error(StatusCode::BAD_REQUEST, &e),
+        Err(e) => return e.page(),
     };
     let redirect_uri = match q.redirect_uri.as_deref() {
         Some(r) if client.redirect_uris.iter().any(|x| x == r) => r.to_owned(),
@@ -823,6 +875,7 @@ struct ConsentForm {
 async fn pending_for(
     s: &AuthServer,
     headers: &HeaderMap,
+    addr: Option<IpAddr>,
     id: &str,
     csrf: &str,
 ) -> Result<(Pending, Request, Client), Response> {
@@ -845,8 +898,9 @@ async fn pending_for(
         ));
     }
     let request: Request = serde_json::from_str(&p.request).map_err(|_| expired())?;
-    let client = match s.client(&request.client_id).await {
+    let client = match s.client(&request.client_id, addr).await {
         Ok(Some(c)) => c,
+        Err(e @ Lookup::Limited(_)) => return Err(e.page()),
         _ => {
             return Err(pages::error(
                 StatusCode::BAD_REQUEST,
@@ -907,7 +961,7 @@ async fn login(
     Form(f): Form<LoginForm>,
 ) -> Response {
     let s = server(&auth);
-    let (mut p, request, client) = match pending_for(s, &headers, &f.request, &f.csrf).await {
+    let (mut p, request, client) = match pending_for(s, &headers, addr, &f.request, &f.csrf).await {
         Ok(x) => x,
         Err(r) => return r,
     };
@@ -956,9 +1010,14 @@ async fn login(
     pages::consent(&p.id, &f.csrf, &view, &f.username, &request.scopes)
 }
 
-async fn consent(State(auth): St, headers: HeaderMap, Form(f): Form<ConsentForm>) -> Response {
+async fn consent(
+    State(auth): St,
+    ClientAddr(addr): ClientAddr,
+    headers: HeaderMap,
+    Form(f): Form<ConsentForm>,
+) -> Response {
     let s = server(&auth);
-    let (p, request, client) = match pending_for(s, &headers, &f.request, &f.csrf).await {
+    let (p, request, client) = match pending_for(s, &headers, addr, &f.request, &f.csrf).await {
         Ok(x) => x,
         Err(r) => return r,
     };
@@ -1037,6 +1096,7 @@ struct TokenForm {
 async fn authenticate_client(
     s: &AuthServer,
     headers: &HeaderMap,
+    addr: Option<IpAddr>,
     f: &TokenForm,
 ) -> Result<Client, Response> {
     let basic = headers
@@ -1074,10 +1134,22 @@ async fn authenticate_client(
         (None, Some(id), None) => (id.clone(), None, "none"),
         (None, None, _) => return Err(invalid("the request names no client")),
     };
-    let client = match s.client(&client_id).await {
+    let client = match s.client(&client_id, addr).await {
         Ok(Some(c)) => c,
         Ok(None) => return Err(invalid("unknown client")),
-        Err(e) => return Err(invalid(&e)),
+        Err(Lookup::Limited(wait)) => {
+            let mut r = oauth_error(
+                StatusCode::TOO_MANY_REQUESTS,
+                "temporarily_unavailable",
+                format!(
+                    "too many client metadata documents were fetched; try again in {}",
+                    wait_words(wait)
+                ),
+            );
+            retry_after(&mut r, wait);
+            return Err(r);
+        }
+        Err(Lookup::Failed(e)) => return Err(invalid(&e)),
     };
     if client.provisioned {
         // Either way of sending the secret; the secret is an operator's, hashed with argon2.
@@ -1164,9 +1236,14 @@ async fn new_refresh(
     Ok(Some(token))
 }
 
-async fn token(State(auth): St, headers: HeaderMap, Form(f): Form<TokenForm>) -> Response {
+async fn token(
+    State(auth): St,
+    ClientAddr(addr): ClientAddr,
+    headers: HeaderMap,
+    Form(f): Form<TokenForm>,
+) -> Response {
     let s = server(&auth);
-    let client = match authenticate_client(s, &headers, &f).await {
+    let client = match authenticate_client(s, &headers, addr, &f).await {
         Ok(c) => c,
         Err(r) => return r,
     };
@@ -1461,9 +1538,14 @@ async fn revoke_grant(
 /// Token revocation (RFC 7009): a refresh token revokes its whole grant, the access tokens
 /// issued with it included (§2.1); an access token is refused from now on. Unknown tokens get
 /// 200 too.
-async fn revoke(State(auth): St, headers: HeaderMap, Form(f): Form<TokenForm>) -> Response {
+async fn revoke(
+    State(auth): St,
+    ClientAddr(addr): ClientAddr,
+    headers: HeaderMap,
+    Form(f): Form<TokenForm>,
+) -> Response {
     let s = server(&auth);
-    let client = match authenticate_client(s, &headers, &f).await {
+    let client = match authenticate_client(s, &headers, addr, &f).await {
         Ok(c) => c,
         Err(r) => return r,
     };

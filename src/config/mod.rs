@@ -344,8 +344,13 @@ pub struct AuthConfig {
     /// Let client ID metadata documents be fetched from private and loopback addresses (and
     /// over http on loopback): for development only.
     pub cimd_allow_private: bool,
-    /// Dynamic client registrations accepted per minute (all clients together).
+    /// Dynamic client registrations accepted per minute from one client address (and 20
+    /// times that from all together, a ceiling on what strangers can store).
     pub registrations_per_minute: u32,
+    /// Client ID metadata documents fetched per minute for one client address, and for all
+    /// together (cached documents do not count).
+    pub cimd_fetches_per_minute: u32,
+    pub cimd_fetches_per_minute_total: u32,
     /// Failed sign-ins a user name, and a client address, may have in `signin_lockout`
     /// before further sign-ins with it (even right ones) are refused until the window ends.
     pub failed_signins_per_user: u32,
@@ -366,6 +371,8 @@ impl Default for AuthConfig {
             code_ttl: Duration::from_secs(60),
             cimd_allow_private: false,
             registrations_per_minute: 30,
+            cimd_fetches_per_minute: 20,
+            cimd_fetches_per_minute_total: 200,
             failed_signins_per_user: 10,
             failed_signins_per_address: 30,
             signin_lockout: Duration::from_secs(900),
@@ -827,9 +834,21 @@ fn auth_config(
         )?,
         code_ttl: secs(file.code_ttl_secs, d.code_ttl, "code_ttl_secs")?,
         cimd_allow_private: file.cimd_allow_private.unwrap_or(false),
-        registrations_per_minute: file
-            .registrations_per_minute
-            .unwrap_or(d.registrations_per_minute),
+        registrations_per_minute: at_least_one(
+            file.registrations_per_minute,
+            d.registrations_per_minute,
+            "registrations_per_minute",
+        )?,
+        cimd_fetches_per_minute: at_least_one(
+            file.cimd_fetches_per_minute,
+            d.cimd_fetches_per_minute,
+            "cimd_fetches_per_minute",
+        )?,
+        cimd_fetches_per_minute_total: at_least_one(
+            file.cimd_fetches_per_minute_total,
+            d.cimd_fetches_per_minute_total,
+            "cimd_fetches_per_minute_total",
+        )?,
         failed_signins_per_user: at_least_one(
             file.failed_signins_per_user,
             d.failed_signins_per_user,
