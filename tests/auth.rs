@@ -1340,12 +1340,12 @@ async fn client_id_metadata_documents_are_fetched_with_ssrf_guards() {
     let doc = serve_document(None).await;
     let https_private = doc.replace("http://", "https://");
     for (client_id, says) in [
-        ("https://10.0.0.1/client.json", "non-public address"),
+        ("https://10.0.0.1/client.json", "could not be fetched"),
         (
             "https://169.254.169.254/latest/meta-data",
-            "non-public address",
+            "could not be fetched",
         ),
-        (https_private.as_str(), "non-public address"),
+        (https_private.as_str(), "could not be fetched"),
         (doc.as_str(), "must be https"),
         ("https://example.com/", "needs a path"),
     ] {
@@ -1432,6 +1432,91 @@ async fn client_id_metadata_documents_are_fetched_with_ssrf_guards() {
             .unwrap()
             .contains("is not the URL it was fetched from")
     );
+}
+
+/// The page `/authorize` answers for a metadata-document client id: status and text.
+async fn authorize_page(a: &AuthGateway, client_id: &str) -> (u16, String) {
+    let (_, challenge) = pkce();
+    let r = open_authorize(
+        a,
+        &[
+            ("response_type", "code"),
+            ("client_id", client_id),
+            ("redirect_uri", REDIRECT),
+            ("code_challenge", &challenge),
+            ("code_challenge_method", "S256"),
+        ],
+    )
+    .await;
+    assert!(r.headers().get("location").is_none());
+    (r.status().as_u16(), r.text().await.unwrap())
+}
+
+/// Issue 19, defect 21: loopback written as IPv6 is never connected to (a listener there
+/// sees nothing), and every failure of a fetch answers with the same page, the detail going
+/// to the log only. (Other IPv6 forms of loopback and private addresses, such as
+/// [::127.0.0.1] or [64:ff9b::7f00:1], are in the classifier's table in src/auth/cimd.rs:
+/// on Linux a connection to them does not stay on the machine, so a test that could make one
+/// is not run here.)
+#[tokio::test]
+async fn metadata_document_failures_look_alike_and_loopback_in_ipv6_is_never_connected_to() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let a = AuthGateway::start("", None);
+    let mut pages = Vec::new();
+    for client_id in [
+        format!("https://[::ffff:127.0.0.1]:{port}/client.json"),
+        format!("https://[::ffff:7f00:1]:{port}/other.json"),
+        format!("https://127.0.0.1:{port}/client.json"),
+        format!("https://localhost:{port}/client.json"),
+    ] {
+        let (status, page) = authorize_page(&a, &client_id).await;
+        assert_eq!(status, 400, "{client_id}");
+        assert!(page.contains("could not be fetched"), "{client_id}: {page}");
+        assert!(!page.contains("127.0.0.1"), "{client_id}: {page}");
+        pages.push(page);
+    }
+    a.gw.wait_log_count("which is not a global address", 4)
+        .await;
+    assert_eq!(
+        listener.accept().map_err(|e| e.kind()).err(),
+        Some(std::io::ErrorKind::WouldBlock),
+        "no connection reached the listener"
+    );
+
+    // Fetched for development from loopback: refused, failing, too big and not found all
+    // answer as an address that is not fetched from does.
+    let a = AuthGateway::start("cimd_allow_private = true", None);
+    let server = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let at = server.local_addr().unwrap();
+    let app = axum::Router::new()
+        .route(
+            "/fails.json",
+            axum::routing::get(|| async { axum::http::StatusCode::INTERNAL_SERVER_ERROR }),
+        )
+        .route(
+            "/big.json",
+            axum::routing::get(|| async { "x".repeat(100 * 1024) }),
+        );
+    tokio::spawn(async move { axum::serve(server, app).await });
+    let closed = free_port();
+    for client_id in [
+        format!("http://127.0.0.1:{closed}/client.json"),
+        format!("http://{at}/fails.json"),
+        format!("http://{at}/big.json"),
+        format!("http://{at}/missing.json"),
+    ] {
+        let (status, page) = authorize_page(&a, &client_id).await;
+        assert_eq!(status, 400, "{client_id}");
+        pages.push(page);
+    }
+    assert!(
+        pages.windows(2).all(|w| w[0] == w[1]),
+        "every failure answers alike: {pages:#?}"
+    );
+    a.gw.wait_log("HTTP 500").await;
+    a.gw.wait_log("larger than").await;
 }
 
 #[tokio::test]
