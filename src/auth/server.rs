@@ -165,13 +165,21 @@ impl Lookup {
     }
 }
 
+/// A name a stranger typed, cut for the log (a form field can be megabytes).
+fn shown(name: &str) -> &str {
+    match name.char_indices().nth(64) {
+        Some((at, _)) => &name[..at],
+        None => name,
+    }
+}
+
 /// A wait as people say it, rounded up: "40 seconds", "3 minutes".
 fn wait_words(wait: Duration) -> String {
     let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
     match secs {
         0..=1 => "1 second".into(),
         2..=59 => format!("{secs} seconds"),
-        60..=119 => "1 minute".into(),
+        60 => "1 minute".into(),
         _ => format!("{} minutes", secs.div_ceil(60)),
     }
 }
@@ -969,7 +977,7 @@ async fn login(
     // Checked before the password, which is not looked at during a lockout (right or wrong).
     if let Some(wait) = s.signins.blocked(&s.config, &f.username, addr) {
         refused("signin_locked");
-        tracing::warn!(user = %f.username, address = ?addr, client_id = %client.client_id, "sign-in refused: too many failed sign-ins");
+        tracing::warn!(user = %shown(&f.username), address = ?addr, client_id = %client.client_id, "sign-in refused: too many failed sign-ins");
         let mut r = pages::login(
             &p.id,
             &f.csrf,
@@ -986,7 +994,7 @@ async fn login(
     if !check_password(&s.config, &f.username, &f.password).await {
         s.signins.failed(&s.config, &f.username, addr);
         refused("bad_credentials");
-        tracing::info!(user = %f.username, address = ?addr, client_id = %client.client_id, "sign-in refused");
+        tracing::info!(user = %shown(&f.username), address = ?addr, client_id = %client.client_id, "sign-in refused");
         return pages::login(&p.id, &f.csrf, &view, Some("Wrong user name or password."));
     }
     s.signins.succeeded(&f.username);
@@ -1579,4 +1587,27 @@ async fn revoke(
         Err(e) => return store_failed(e),
     }
     no_store(StatusCode::OK.into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn waits_are_said_rounded_up() {
+        let w = |ms| wait_words(Duration::from_millis(ms));
+        assert_eq!(w(300), "1 second");
+        assert_eq!(w(1_200), "2 seconds");
+        assert_eq!(w(59_000), "59 seconds");
+        assert_eq!(w(60_000), "1 minute");
+        assert_eq!(w(61_000), "2 minutes");
+        assert_eq!(w(899_000), "15 minutes");
+    }
+
+    #[test]
+    fn names_are_cut_for_the_log() {
+        assert_eq!(shown("alice"), "alice");
+        let long = "é".repeat(1000);
+        assert_eq!(shown(&long).chars().count(), 64);
+    }
 }
