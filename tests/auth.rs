@@ -698,8 +698,41 @@ async fn failed_sign_ins_lock_out_the_user_and_the_address() {
         assert_eq!(sign_in("mallory", "guess").await.status(), 401);
     }
     locked_out(sign_in("mallory", "guess").await).await;
-    // Six failures from this address: bob, who never failed, cannot sign in from it either.
+    // Six failures from this address: bob, who never failed, cannot sign in from it either,
+    // nor can the provisioned client authenticate with its secret (also a password).
     locked_out(sign_in("bob", "bob-pw").await).await;
+    let robot_from = async |ip: &str| {
+        http_from(ip)
+            .post(a.url("/token"))
+            .form(&[
+                ("grant_type", "client_credentials"),
+                ("client_id", ROBOT.0),
+                ("client_secret", ROBOT.1),
+            ])
+            .send()
+            .await
+            .unwrap()
+    };
+    let r = robot_from("127.0.0.1").await;
+    assert_eq!(r.status(), 429);
+    assert!(r.headers().contains_key("retry-after"));
+    assert_eq!(
+        robot_from("127.0.0.2").await.status(),
+        200,
+        "another address"
+    );
+    // Wrong client secrets count against their address too.
+    for _ in 0..6 {
+        let r = http_from("127.0.0.3")
+            .post(a.url("/token"))
+            .basic_auth(ROBOT.0, Some("guess"))
+            .form(&[("grant_type", "client_credentials")])
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 401);
+    }
+    assert_eq!(robot_from("127.0.0.3").await.status(), 429);
     let (_, text) = a.gw.admin_get("/metrics").await;
     assert_eq!(
         common::metric_in(

@@ -1164,7 +1164,24 @@ async fn authenticate_client(
         let Some(secret) = secret else {
             return Err(invalid("this client authenticates with a client secret"));
         };
+        // Guessing it is guessing a password: wrong secrets count against the address as
+        // failed sign-ins do (not against the client, which a stranger could lock out).
+        if let Some(wait) = addr.and_then(|a| s.signins.addresses.blocked(&a)) {
+            let mut r = oauth_error(
+                StatusCode::TOO_MANY_REQUESTS,
+                "temporarily_unavailable",
+                format!(
+                    "too many failed sign-ins from this address; try again in {}",
+                    wait_words(wait)
+                ),
+            );
+            retry_after(&mut r, wait);
+            return Err(r);
+        }
         if !verify_argon2(client.secret_hash.clone(), &secret).await {
+            if let Some(a) = addr {
+                s.signins.addresses.hit(a);
+            }
             return Err(invalid("wrong client secret"));
         }
         return Ok(client);
