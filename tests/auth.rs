@@ -62,6 +62,17 @@ impl AuthGateway {
         extra_auth: &str,
         database_url: Option<&str>,
     ) -> AuthGateway {
+        AuthGateway::with_flags(public_port, listen_port, extra_auth, database_url, &[])
+    }
+
+    /// [`AuthGateway::replica`] with more command-line flags.
+    fn with_flags(
+        public_port: u16,
+        listen_port: u16,
+        extra_auth: &str,
+        database_url: Option<&str>,
+        flags: &[&str],
+    ) -> AuthGateway {
         let dir = tempfile::tempdir().unwrap();
         let base = format!("http://127.0.0.1:{public_port}");
         let [alice, bob, robot] = hashes();
@@ -79,7 +90,7 @@ impl AuthGateway {
         let db = database_url
             .map(str::to_owned)
             .unwrap_or_else(|| format!("sqlite://{}/auth.db?mode=rwc", dir.path().display()));
-        let gw = Gateway::start(&[
+        let mut args = vec![
             "--listen",
             &listen,
             "--config",
@@ -88,7 +99,9 @@ impl AuthGateway {
             &db,
             "--admin-token",
             "admin-secret",
-        ]);
+        ];
+        args.extend_from_slice(flags);
+        let gw = Gateway::start(&args);
         AuthGateway {
             gw,
             base,
@@ -775,6 +788,40 @@ async fn registrations_are_limited_per_client_address() {
         201,
         "another address is not locked out"
     );
+
+    // Behind a trusted proxy (127.0.0.1 here), the client is the address it names.
+    let port = free_port();
+    let a = AuthGateway::with_flags(
+        port,
+        port,
+        "registrations_per_minute = 3",
+        None,
+        &["--trusted-proxies", "127.0.0.1/32"],
+    );
+    let register_as = async |from: &str, forwarded: &str| {
+        http_from(from)
+            .post(a.url("/register"))
+            .header("x-forwarded-for", forwarded)
+            .json(&json!({"redirect_uris": [REDIRECT], "token_endpoint_auth_method": "none"}))
+            .send()
+            .await
+            .unwrap()
+            .status()
+    };
+    for _ in 0..3 {
+        assert_eq!(register_as("127.0.0.1", "192.0.2.1").await, 201);
+    }
+    assert_eq!(register_as("127.0.0.1", "192.0.2.1").await, 429);
+    assert_eq!(
+        register_as("127.0.0.1", "192.0.2.2").await,
+        201,
+        "another client behind the proxy"
+    );
+    // An untrusted peer's X-Forwarded-For is its own word: it counts as itself.
+    for n in 3..6 {
+        assert_eq!(register_as("127.0.0.2", &format!("192.0.2.{n}")).await, 201);
+    }
+    assert_eq!(register_as("127.0.0.2", "192.0.2.9").await, 429);
 }
 
 /// Issue 19, defect 14: metadata-document fetches are limited per client address and for all

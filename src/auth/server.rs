@@ -117,8 +117,14 @@ impl SignInThrottle {
     }
 }
 
-/// The client's address as the listener saw it (per-address limits), counted by
-/// [`address_key`]; none when the request did not come through a listener.
+/// The client's address, as the HTTP edge found it (the peer, or behind a trusted proxy the
+/// address it names), put in a request's extensions for the per-address limits here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClientIp(pub IpAddr);
+
+/// The client's address for the per-address limits, counted by [`address_key`]: the
+/// [`ClientIp`] the edge found, else the connection's peer; none when the request did not
+/// come through a listener.
 pub struct ClientAddr(pub Option<IpAddr>);
 
 impl<S: Send + Sync> axum::extract::FromRequestParts<S> for ClientAddr {
@@ -128,12 +134,14 @@ impl<S: Send + Sync> axum::extract::FromRequestParts<S> for ClientAddr {
         parts: &mut axum::http::request::Parts,
         _: &S,
     ) -> Result<Self, Self::Rejection> {
-        Ok(ClientAddr(
+        let found = parts.extensions.get::<ClientIp>().map(|c| c.0);
+        let peer = || {
             parts
                 .extensions
                 .get::<axum::extract::ConnectInfo<SocketAddr>>()
-                .map(|c| address_key(c.0.ip())),
-        ))
+                .map(|c| c.0.ip())
+        };
+        Ok(ClientAddr(found.or_else(peer).map(address_key)))
     }
 }
 
