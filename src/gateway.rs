@@ -177,7 +177,7 @@ pub async fn run(
     tokio::spawn(gateway.sessions.clone().reap_idle(gateway.shutdown.clone()));
     spawn_reload_on_hangup(gateway.clone());
     if let Some(server) = &gateway.auth.server {
-        tokio::spawn(server.clone().purge_expired(gateway.shutdown.clone()));
+        tokio::spawn(server.clone().maintain(gateway.shutdown.clone()));
     }
     // The admin listener outlives the drain: probes see "not ready" and Prometheus can scrape
     // until the gateway has stopped.

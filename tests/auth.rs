@@ -14,12 +14,27 @@ use serde_json::{Value, json};
 const REDIRECT: &str = "http://127.0.0.1:9/callback";
 
 /// A gateway in `builtin` mode on a port chosen first (the public URL names it), with users
-/// alice and bob, the fixture as plugin `fix`, and the fixture again as `vault`, whose tools
-/// need the `vault` scope.
+/// alice and bob, the provisioned client `robot` (client credentials, scope `mcp` only), the
+/// fixture as plugin `fix`, and the fixture again as `vault`, whose tools need the `vault`
+/// scope.
 struct AuthGateway {
     gw: Gateway,
     base: String,
+    /// The database's URL.
+    db: String,
     _dir: tempfile::TempDir,
+}
+
+/// The provisioned client's id and secret.
+const ROBOT: (&str, &str) = ("robot", "robot-secret");
+
+/// The argon2 hashes of alice's, bob's and the robot's secrets, made once (argon2 is slow in a
+/// debug build).
+fn hashes() -> &'static [String; 3] {
+    static HASHES: std::sync::OnceLock<[String; 3]> = std::sync::OnceLock::new();
+    HASHES.get_or_init(|| {
+        ["alice-pw", "bob-pw", ROBOT.1].map(mcp_gateway::auth::server::hash_password)
+    })
 }
 
 fn free_port() -> u16 {
@@ -36,23 +51,46 @@ impl AuthGateway {
     }
 
     fn start_on(port: u16, extra_auth: &str, database_url: Option<&str>) -> AuthGateway {
+        AuthGateway::replica(port, port, extra_auth, database_url)
+    }
+
+    /// A gateway listening on `listen_port` whose public URL names `public_port`: with the
+    /// same database, a replica of the gateway there (the same issuer and resource).
+    fn replica(
+        public_port: u16,
+        listen_port: u16,
+        extra_auth: &str,
+        database_url: Option<&str>,
+    ) -> AuthGateway {
+        AuthGateway::with_flags(public_port, listen_port, extra_auth, database_url, &[])
+    }
+
+    /// [`AuthGateway::replica`] with more command-line flags.
+    fn with_flags(
+        public_port: u16,
+        listen_port: u16,
+        extra_auth: &str,
+        database_url: Option<&str>,
+        flags: &[&str],
+    ) -> AuthGateway {
         let dir = tempfile::tempdir().unwrap();
-        let base = format!("http://127.0.0.1:{port}");
-        let alice = mcp_gateway::auth::server::hash_password("alice-pw");
-        let bob = mcp_gateway::auth::server::hash_password("bob-pw");
+        let base = format!("http://127.0.0.1:{public_port}");
+        let [alice, bob, robot] = hashes();
+        let robot_id = ROBOT.0;
         let config = format!(
             "[auth]\nmode = \"builtin\"\npublic_url = \"{base}/mcp\"\n{extra_auth}\n\
              [[auth.users]]\nname = \"alice\"\npassword_hash = \"{alice}\"\n\
              [[auth.users]]\nname = \"bob\"\npassword_hash = \"{bob}\"\n\
+             [[auth.clients]]\nclient_id = \"{robot_id}\"\nsecret_hash = \"{robot}\"\nscopes = [\"mcp\"]\n\
              [plugins.fix]\ncommand = \"{FIXTURE}\"\n\
              [plugins.vault]\ncommand = \"{FIXTURE}\"\nscope = \"vault\"\n"
         );
         let path = common::write_config(&dir, &config);
-        let listen = format!("127.0.0.1:{port}");
+        let listen = format!("127.0.0.1:{listen_port}");
         let db = database_url
             .map(str::to_owned)
             .unwrap_or_else(|| format!("sqlite://{}/auth.db?mode=rwc", dir.path().display()));
-        let gw = Gateway::start(&[
+        let mut args = vec![
             "--listen",
             &listen,
             "--config",
@@ -61,10 +99,13 @@ impl AuthGateway {
             &db,
             "--admin-token",
             "admin-secret",
-        ]);
+        ];
+        args.extend_from_slice(flags);
+        let gw = Gateway::start(&args);
         AuthGateway {
             gw,
             base,
+            db,
             _dir: dir,
         }
     }
@@ -83,6 +124,16 @@ async fn get_json(a: &AuthGateway, path: &str) -> Value {
 fn http() -> reqwest::Client {
     reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap()
+}
+
+/// A client whose connections come from `ip` (on loopback: 127.0.0.1, 127.0.0.2, …), to act
+/// as several client addresses.
+fn http_from(ip: &str) -> reqwest::Client {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .local_address(ip.parse::<std::net::IpAddr>().unwrap())
         .build()
         .unwrap()
 }
@@ -278,9 +329,11 @@ async fn refresh_with(a: &AuthGateway, client: &str, refresh: &str) -> (u16, Val
     .await
 }
 
+/// An `initialize` at `/mcp` where the gateway listens (a replica's address differs from the
+/// public URL): its status and challenge.
 async fn mcp_status(a: &AuthGateway, token: Option<&str>) -> (u16, String) {
     let mut r = http()
-        .post(a.url("/mcp"))
+        .post(&a.gw.url)
         .header("content-type", "application/json")
         .header("accept", common::ACCEPT_BOTH)
         .body(json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}).to_string());
@@ -511,12 +564,6 @@ async fn code_flow(a: AuthGateway) {
     assert_eq!(status, 200, "{t}");
     assert_eq!(t["token_type"], "Bearer");
     assert_eq!(t["scope"], "mcp");
-    let (status, again) = exchange(&a, &client, &code, &verifier).await;
-    assert_eq!(
-        (status, again["error"].as_str()),
-        (400, Some("invalid_grant")),
-        "reused code"
-    );
     let access = t["access_token"].as_str().unwrap().to_owned();
     let refresh = t["refresh_token"].as_str().unwrap().to_owned();
 
@@ -528,21 +575,7 @@ async fn code_flow(a: AuthGateway) {
         "hi"
     );
 
-    // Refresh rotates; the old refresh token coming back revokes the family.
-    let (status, t2) = refresh_with(&a, &client, &refresh).await;
-    assert_eq!(status, 200, "{t2}");
-    let refresh2 = t2["refresh_token"].as_str().unwrap().to_owned();
-    assert_ne!(refresh2, refresh);
-    let (status, e) = refresh_with(&a, &client, &refresh).await;
-    assert_eq!(
-        (status, e["error"].as_str()),
-        (400, Some("invalid_grant")),
-        "reused refresh token"
-    );
-    let (status, _) = refresh_with(&a, &client, &refresh2).await;
-    assert_eq!(status, 400, "the whole family was revoked");
-
-    // Revocation of an access token.
+    // Revocation of an access token; its refresh token still works.
     let r = http()
         .post(a.url("/revoke"))
         .form(&[("client_id", client.as_str()), ("token", access.as_str())])
@@ -551,6 +584,294 @@ async fn code_flow(a: AuthGateway) {
         .unwrap();
     assert_eq!(r.status(), 200);
     assert_eq!(mcp_status(&a, Some(&access)).await.0, 401);
+
+    // Refresh rotates; the old refresh token coming back revokes the family, and the access
+    // tokens issued with it.
+    let (status, t2) = refresh_with(&a, &client, &refresh).await;
+    assert_eq!(status, 200, "{t2}");
+    let refresh2 = t2["refresh_token"].as_str().unwrap().to_owned();
+    assert_ne!(refresh2, refresh);
+    let access2 = t2["access_token"].as_str().unwrap().to_owned();
+    assert_eq!(mcp_status(&a, Some(&access2)).await.0, 200);
+    let (status, e) = refresh_with(&a, &client, &refresh).await;
+    assert_eq!(
+        (status, e["error"].as_str()),
+        (400, Some("invalid_grant")),
+        "reused refresh token"
+    );
+    let (status, _) = refresh_with(&a, &client, &refresh2).await;
+    assert_eq!(status, 400, "the whole family was revoked");
+    assert_eq!(mcp_status(&a, Some(&access2)).await.0, 401);
+
+    // Revoking a refresh token revokes its grant's access tokens too (RFC 7009 §2.1).
+    let code = authorize(&a, &client, &challenge, "alice", "mcp").await;
+    let (_, t) = exchange(&a, &client, &code, &verifier).await;
+    let r = http()
+        .post(a.url("/revoke"))
+        .form(&[
+            ("client_id", client.as_str()),
+            ("token", t["refresh_token"].as_str().unwrap()),
+        ])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(mcp_status(&a, t["access_token"].as_str()).await.0, 401);
+    let (status, _) = refresh_with(&a, &client, t["refresh_token"].as_str().unwrap()).await;
+    assert_eq!(status, 400);
+
+    // A code used twice (issue 19, defect 12): refused, and every token its first use gave,
+    // and those refreshed from them, revoked.
+    let code = authorize(&a, &client, &challenge, "alice", "mcp").await;
+    let (status, t) = exchange(&a, &client, &code, &verifier).await;
+    assert_eq!(status, 200, "{t}");
+    let first = t["access_token"].as_str().unwrap().to_owned();
+    let (status, t2) = refresh_with(&a, &client, t["refresh_token"].as_str().unwrap()).await;
+    assert_eq!(status, 200, "{t2}");
+    let refreshed = t2["access_token"].as_str().unwrap().to_owned();
+    assert_eq!(mcp_status(&a, Some(&first)).await.0, 200);
+    assert_eq!(mcp_status(&a, Some(&refreshed)).await.0, 200);
+    let (status, again) = exchange(&a, &client, &code, &verifier).await;
+    assert_eq!(
+        (status, again["error"].as_str()),
+        (400, Some("invalid_grant")),
+        "reused code"
+    );
+    assert_eq!(mcp_status(&a, Some(&first)).await.0, 401, "revoked");
+    assert_eq!(mcp_status(&a, Some(&refreshed)).await.0, 401, "revoked");
+    let (status, e) = refresh_with(&a, &client, t2["refresh_token"].as_str().unwrap()).await;
+    assert_eq!(
+        (status, e["error"].as_str()),
+        (400, Some("invalid_grant")),
+        "the refresh token of the code's grant is revoked"
+    );
+    // Two redemptions at once: whatever either was given is dead afterwards.
+    for _ in 0..5 {
+        let code = authorize(&a, &client, &challenge, "alice", "mcp").await;
+        let (one, two) = tokio::join!(
+            exchange(&a, &client, &code, &verifier),
+            exchange(&a, &client, &code, &verifier)
+        );
+        assert!(one.0 == 400 || two.0 == 400, "{one:?} {two:?}");
+        for (_, t) in [one, two] {
+            if let Some(access) = t["access_token"].as_str() {
+                assert_eq!(mcp_status(&a, Some(access)).await.0, 401);
+            }
+            if let Some(refresh) = t["refresh_token"].as_str() {
+                assert_eq!(refresh_with(&a, &client, refresh).await.0, 400);
+            }
+        }
+    }
+}
+
+/// Issue 19, defect 13: failed sign-ins are limited per user name and per client address; a
+/// lockout refuses the right password too, with 429, Retry-After and a page that says why.
+#[tokio::test]
+async fn failed_sign_ins_lock_out_the_user_and_the_address() {
+    let a = AuthGateway::start(
+        "failed_signins_per_user = 3\nfailed_signins_per_address = 6\nsignin_lockout_secs = 600",
+        None,
+    );
+    let client = public_client(&a).await;
+    let (_, challenge) = pkce();
+    let b = login_page(&a, &client, &challenge, "st-1", "mcp").await;
+    let sign_in = async |user: &str, password: &str| {
+        post_form(
+            &a,
+            &b,
+            "/authorize/login",
+            &[("username", user), ("password", password)],
+        )
+        .await
+    };
+    async fn locked_out(r: reqwest::Response) {
+        assert_eq!(r.status(), 429);
+        let wait: u64 = r.headers()["retry-after"]
+            .to_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!((1..=600).contains(&wait), "{wait}");
+        let page = r.text().await.unwrap();
+        assert!(
+            page.contains("Too many failed sign-ins") && page.contains("Try again in"),
+            "{page}"
+        );
+        assert!(!page.contains("Allow access"), "not signed in");
+    }
+
+    // alice: three wrong passwords, then the right one is refused too.
+    for _ in 0..3 {
+        assert_eq!(sign_in("alice", "guess").await.status(), 401);
+    }
+    locked_out(sign_in("alice", "alice-pw").await).await;
+    locked_out(sign_in("alice", "guess").await).await;
+    // A name nobody has is treated the same (a lockout does not tell who exists).
+    for _ in 0..3 {
+        assert_eq!(sign_in("mallory", "guess").await.status(), 401);
+    }
+    locked_out(sign_in("mallory", "guess").await).await;
+    // Six failures from this address: bob, who never failed, cannot sign in from it either,
+    // nor can the provisioned client authenticate with its secret (also a password).
+    locked_out(sign_in("bob", "bob-pw").await).await;
+    let robot_from = async |ip: &str| {
+        http_from(ip)
+            .post(a.url("/token"))
+            .form(&[
+                ("grant_type", "client_credentials"),
+                ("client_id", ROBOT.0),
+                ("client_secret", ROBOT.1),
+            ])
+            .send()
+            .await
+            .unwrap()
+    };
+    let r = robot_from("127.0.0.1").await;
+    assert_eq!(r.status(), 429);
+    assert!(r.headers().contains_key("retry-after"));
+    assert_eq!(
+        robot_from("127.0.0.2").await.status(),
+        200,
+        "another address"
+    );
+    // Wrong client secrets count against their address too.
+    for _ in 0..6 {
+        let r = http_from("127.0.0.3")
+            .post(a.url("/token"))
+            .basic_auth(ROBOT.0, Some("guess"))
+            .form(&[("grant_type", "client_credentials")])
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 401);
+    }
+    assert_eq!(robot_from("127.0.0.3").await.status(), 429);
+    let (_, text) = a.gw.admin_get("/metrics").await;
+    assert_eq!(
+        common::metric_in(
+            &text,
+            r#"mcp_gateway_auth_refusals_total{reason="signin_locked"}"#
+        ),
+        Some(4.0),
+        "{text}"
+    );
+}
+
+/// Issue 19, defect 14: registration is limited per client address, with Retry-After; one
+/// address's flood leaves the others alone.
+#[tokio::test]
+async fn registrations_are_limited_per_client_address() {
+    let a = AuthGateway::start("registrations_per_minute = 3", None);
+    let register_from = async |ip: &str| {
+        http_from(ip)
+            .post(a.url("/register"))
+            .json(&json!({"redirect_uris": [REDIRECT], "token_endpoint_auth_method": "none"}))
+            .send()
+            .await
+            .unwrap()
+    };
+    for _ in 0..3 {
+        assert_eq!(register_from("127.0.0.1").await.status(), 201);
+    }
+    let r = register_from("127.0.0.1").await;
+    assert_eq!(r.status(), 429);
+    let wait: u64 = r.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((1..=60).contains(&wait), "{wait}");
+    let e: Value = r.json().await.unwrap();
+    assert_eq!(e["error"], "temporarily_unavailable");
+    assert_eq!(
+        register_from("127.0.0.2").await.status(),
+        201,
+        "another address is not locked out"
+    );
+
+    // Behind a trusted proxy (127.0.0.1 here), the client is the address it names.
+    let port = free_port();
+    let a = AuthGateway::with_flags(
+        port,
+        port,
+        "registrations_per_minute = 3",
+        None,
+        &["--trusted-proxies", "127.0.0.1/32"],
+    );
+    let register_as = async |from: &str, forwarded: &str| {
+        http_from(from)
+            .post(a.url("/register"))
+            .header("x-forwarded-for", forwarded)
+            .json(&json!({"redirect_uris": [REDIRECT], "token_endpoint_auth_method": "none"}))
+            .send()
+            .await
+            .unwrap()
+            .status()
+    };
+    for _ in 0..3 {
+        assert_eq!(register_as("127.0.0.1", "192.0.2.1").await, 201);
+    }
+    assert_eq!(register_as("127.0.0.1", "192.0.2.1").await, 429);
+    assert_eq!(
+        register_as("127.0.0.1", "192.0.2.2").await,
+        201,
+        "another client behind the proxy"
+    );
+    // An untrusted peer's X-Forwarded-For is its own word: it counts as itself.
+    for n in 3..6 {
+        assert_eq!(register_as("127.0.0.2", &format!("192.0.2.{n}")).await, 201);
+    }
+    assert_eq!(register_as("127.0.0.2", "192.0.2.9").await, 429);
+}
+
+/// Issue 19, defect 14: metadata-document fetches are limited per client address and for all
+/// together (cached documents aside), with Retry-After.
+#[tokio::test]
+async fn metadata_document_fetches_are_limited() {
+    let a = AuthGateway::start(
+        "cimd_allow_private = true\ncimd_fetches_per_minute = 3\ncimd_fetches_per_minute_total = 5",
+        None,
+    );
+    let (_, challenge) = pkce();
+    // Each a different document at a closed port: nothing is cached, every try fetches.
+    let closed = free_port();
+    let mut n = 0;
+    let mut authorize_from = async |ip: &str| {
+        n += 1;
+        let client_id = format!("http://127.0.0.1:{closed}/client-{n}.json");
+        http_from(ip)
+            .get(a.url("/authorize"))
+            .query(&[
+                ("response_type", "code"),
+                ("client_id", client_id.as_str()),
+                ("redirect_uri", REDIRECT),
+                ("code_challenge", &challenge),
+                ("code_challenge_method", "S256"),
+            ])
+            .send()
+            .await
+            .unwrap()
+    };
+    for _ in 0..3 {
+        assert_eq!(authorize_from("127.0.0.1").await.status(), 400);
+    }
+    let r = authorize_from("127.0.0.1").await;
+    assert_eq!(r.status(), 429, "three a minute from one address");
+    let wait: u64 = r.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((1..=60).contains(&wait), "{wait}");
+    assert!(r.text().await.unwrap().contains("try again in"));
+    for _ in 0..2 {
+        assert_eq!(authorize_from("127.0.0.2").await.status(), 400);
+    }
+    assert_eq!(
+        authorize_from("127.0.0.3").await.status(),
+        429,
+        "five a minute from all addresses"
+    );
 }
 
 #[tokio::test]
@@ -589,12 +910,14 @@ async fn registration_and_client_credentials(a: AuthGateway) {
         (status, e["error"].as_str()),
         (400, Some("invalid_client_metadata"))
     );
-    let (status, c) = register(&a, json!({"client_name": "robot", "grant_types": ["client_credentials"], "token_endpoint_auth_method": "client_secret_basic"})).await;
-    assert_eq!(status, 201, "{c}");
-    let (id, secret) = (
-        c["client_id"].as_str().unwrap(),
-        c["client_secret"].as_str().unwrap(),
+    // Client credentials are for the provisioned client only (see
+    // self_registered_clients_never_get_client_credentials_*).
+    let (status, e) = register(&a, json!({"client_name": "robot", "grant_types": ["client_credentials"], "token_endpoint_auth_method": "client_secret_basic"})).await;
+    assert_eq!(
+        (status, e["error"].as_str()),
+        (400, Some("invalid_client_metadata"))
     );
+    let (id, secret) = ROBOT;
 
     // Basic authentication; a wrong secret is invalid_client with a Basic challenge.
     let r = http()
@@ -645,7 +968,7 @@ async fn registration_and_client_credentials(a: AuthGateway) {
     let e: Value = r.json().await.unwrap();
     assert_eq!(e["error"], "unauthorized_client");
 
-    // The rate limit (3 a minute; two refused above before the count, one counted).
+    // The rate limit (3 a minute; the refusals above came before the count).
     let mut statuses = Vec::new();
     for _ in 0..4 {
         statuses.push(
@@ -657,7 +980,7 @@ async fn registration_and_client_credentials(a: AuthGateway) {
             .0,
         );
     }
-    assert_eq!(statuses, [201, 201, 429, 429]);
+    assert_eq!(statuses, [201, 201, 201, 429]);
 
     // Every outcome above is counted, by grant type and by reason.
     assert_eq!(mcp_status(&a, None).await.0, 401);
@@ -671,7 +994,7 @@ async fn registration_and_client_credentials(a: AuthGateway) {
     );
     for (reason, n) in [
         ("invalid_redirect_uri", 1.0),
-        ("invalid_client_metadata", 1.0),
+        ("invalid_client_metadata", 2.0),
         ("invalid_client", 1.0),
         ("unauthorized_client", 1.0),
         ("missing_token", 1.0),
@@ -685,6 +1008,187 @@ async fn registration_and_client_credentials(a: AuthGateway) {
             "{reason}: {text}"
         );
     }
+}
+
+#[tokio::test]
+async fn self_registered_clients_never_get_client_credentials_on_sqlite() {
+    no_client_credentials_for_strangers(AuthGateway::start("", None)).await;
+}
+
+#[tokio::test]
+async fn self_registered_clients_never_get_client_credentials_on_postgres() {
+    let db = Postgres::create("cc");
+    no_client_credentials_for_strangers(AuthGateway::start("", Some(&db.url))).await;
+}
+
+/// Issue 19, defect 1: a client that registered itself must not mint tokens without a person
+/// signing in, and no client gets a scope it was not granted.
+async fn no_client_credentials_for_strangers(a: AuthGateway) {
+    // Registration asking for client_credentials is refused (RFC 7591 §3.2.2).
+    for method in ["client_secret_basic", "client_secret_post"] {
+        let (status, e) = register(
+            &a,
+            json!({"grant_types": ["client_credentials"], "token_endpoint_auth_method": method, "scope": "mcp vault"}),
+        )
+        .await;
+        assert_eq!(
+            (status, e["error"].as_str()),
+            (400, Some("invalid_client_metadata")),
+            "{e}"
+        );
+        assert!(
+            e["error_description"]
+                .as_str()
+                .unwrap()
+                .contains("client_credentials"),
+            "{e}"
+        );
+    }
+    let (status, e) = register(
+        &a,
+        json!({"grant_types": ["authorization_code", "client_credentials"], "redirect_uris": [REDIRECT]}),
+    )
+    .await;
+    assert_eq!(
+        (status, e["error"].as_str()),
+        (400, Some("invalid_client_metadata"))
+    );
+
+    // A registration stored before the rule, naming the grant, gets no token either.
+    let pool = {
+        sqlx::any::install_default_drivers();
+        sqlx::AnyPool::connect(&a.db).await.unwrap()
+    };
+    let jwks = http().get(a.url("/jwks.json")).send().await.unwrap();
+    assert_eq!(jwks.status(), 200, "serving, migrations run");
+    sqlx::query(
+        "INSERT INTO oauth_clients (client_id, secret_hash, name, redirect_uris, auth_method, \
+         grant_types, application_type, scope, created_at) VALUES ($1, $2, NULL, '[]', $3, $4, 'web', NULL, 0)",
+    )
+    .bind("old-robot")
+    .bind(mcp_gateway::auth::hash_secret("old-secret"))
+    .bind("client_secret_post")
+    .bind(r#"["client_credentials"]"#)
+    .execute(&pool)
+    .await
+    .unwrap();
+    pool.close().await;
+    for scope in [None, Some("mcp"), Some("mcp vault")] {
+        let mut form = vec![
+            ("grant_type", "client_credentials"),
+            ("client_id", "old-robot"),
+            ("client_secret", "old-secret"),
+        ];
+        form.extend(scope.map(|s| ("scope", s)));
+        let (status, e) = token(&a, &form).await;
+        assert_eq!(
+            (status, e["error"].as_str()),
+            (400, Some("unauthorized_client")),
+            "{scope:?}: {e}"
+        );
+        assert!(e.get("access_token").is_none());
+    }
+
+    // A registered client asks only for the scopes it registered.
+    let (status, c) = register(
+        &a,
+        json!({"client_name": "Test App", "redirect_uris": [REDIRECT], "token_endpoint_auth_method": "none", "scope": "mcp"}),
+    )
+    .await;
+    assert_eq!(status, 201, "{c}");
+    let client = c["client_id"].as_str().unwrap();
+    let (_, challenge) = pkce();
+    let r = open_authorize(
+        &a,
+        &[
+            ("response_type", "code"),
+            ("client_id", client),
+            ("redirect_uri", REDIRECT),
+            ("code_challenge", &challenge),
+            ("code_challenge_method", "S256"),
+            ("state", "s"),
+            ("scope", "mcp vault"),
+        ],
+    )
+    .await;
+    assert_eq!(redirect_params(&r)["error"], "invalid_scope");
+    let (verifier, challenge) = pkce();
+    let code = authorize(&a, client, &challenge, "alice", "mcp").await;
+    let (status, t) = exchange(&a, client, &code, &verifier).await;
+    assert_eq!((status, t["scope"].as_str()), (200, Some("mcp")), "{t}");
+    let refresh = t["refresh_token"].as_str().unwrap();
+    let (status, e) = token(
+        &a,
+        &[
+            ("grant_type", "refresh_token"),
+            ("client_id", client),
+            ("refresh_token", refresh),
+            ("scope", "mcp vault"),
+        ],
+    )
+    .await;
+    assert_eq!(
+        (status, e["error"].as_str()),
+        (400, Some("invalid_scope")),
+        "a refresh never widens the grant"
+    );
+
+    // The provisioned client: its own scopes and no more, and no other grant.
+    let (status, e) = token(
+        &a,
+        &[
+            ("grant_type", "client_credentials"),
+            ("client_id", ROBOT.0),
+            ("client_secret", ROBOT.1),
+            ("scope", "mcp vault"),
+        ],
+    )
+    .await;
+    assert_eq!(
+        (status, e["error"].as_str()),
+        (400, Some("invalid_scope")),
+        "{e}"
+    );
+    let (status, t) = token(
+        &a,
+        &[
+            ("grant_type", "client_credentials"),
+            ("client_id", ROBOT.0),
+            ("client_secret", ROBOT.1),
+        ],
+    )
+    .await;
+    assert_eq!((status, t["scope"].as_str()), (200, Some("mcp")), "{t}");
+    assert_eq!(
+        mcp_status(&a, t["access_token"].as_str()).await.0,
+        200,
+        "the robot's token opens /mcp"
+    );
+    let (status, e) = token(
+        &a,
+        &[
+            ("grant_type", "client_credentials"),
+            ("client_id", ROBOT.0),
+            ("client_secret", "robot-secret-not"),
+        ],
+    )
+    .await;
+    assert_eq!((status, e["error"].as_str()), (401, Some("invalid_client")));
+    let (status, e) = token(
+        &a,
+        &[
+            ("grant_type", "authorization_code"),
+            ("client_id", ROBOT.0),
+            ("client_secret", ROBOT.1),
+            ("code", "x"),
+            ("code_verifier", "y"),
+        ],
+    )
+    .await;
+    assert_eq!(
+        (status, e["error"].as_str()),
+        (400, Some("unauthorized_client"))
+    );
 }
 
 /// A token signed with the gateway's own key but with claims of the test's choosing: the
@@ -916,12 +1420,12 @@ async fn client_id_metadata_documents_are_fetched_with_ssrf_guards() {
     let doc = serve_document(None).await;
     let https_private = doc.replace("http://", "https://");
     for (client_id, says) in [
-        ("https://10.0.0.1/client.json", "non-public address"),
+        ("https://10.0.0.1/client.json", "could not be fetched"),
         (
             "https://169.254.169.254/latest/meta-data",
-            "non-public address",
+            "could not be fetched",
         ),
-        (https_private.as_str(), "non-public address"),
+        (https_private.as_str(), "could not be fetched"),
         (doc.as_str(), "must be https"),
         ("https://example.com/", "needs a path"),
     ] {
@@ -1010,6 +1514,91 @@ async fn client_id_metadata_documents_are_fetched_with_ssrf_guards() {
     );
 }
 
+/// The page `/authorize` answers for a metadata-document client id: status and text.
+async fn authorize_page(a: &AuthGateway, client_id: &str) -> (u16, String) {
+    let (_, challenge) = pkce();
+    let r = open_authorize(
+        a,
+        &[
+            ("response_type", "code"),
+            ("client_id", client_id),
+            ("redirect_uri", REDIRECT),
+            ("code_challenge", &challenge),
+            ("code_challenge_method", "S256"),
+        ],
+    )
+    .await;
+    assert!(r.headers().get("location").is_none());
+    (r.status().as_u16(), r.text().await.unwrap())
+}
+
+/// Issue 19, defect 21: loopback written as IPv6 is never connected to (a listener there
+/// sees nothing), and every failure of a fetch answers with the same page, the detail going
+/// to the log only. (Other IPv6 forms of loopback and private addresses, such as
+/// [::127.0.0.1] or [64:ff9b::7f00:1], are in the classifier's table in src/auth/cimd.rs:
+/// on Linux a connection to them does not stay on the machine, so a test that could make one
+/// is not run here.)
+#[tokio::test]
+async fn metadata_document_failures_look_alike_and_loopback_in_ipv6_is_never_connected_to() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let a = AuthGateway::start("", None);
+    let mut pages = Vec::new();
+    for client_id in [
+        format!("https://[::ffff:127.0.0.1]:{port}/client.json"),
+        format!("https://[::ffff:7f00:1]:{port}/other.json"),
+        format!("https://127.0.0.1:{port}/client.json"),
+        format!("https://localhost:{port}/client.json"),
+    ] {
+        let (status, page) = authorize_page(&a, &client_id).await;
+        assert_eq!(status, 400, "{client_id}");
+        assert!(page.contains("could not be fetched"), "{client_id}: {page}");
+        assert!(!page.contains("127.0.0.1"), "{client_id}: {page}");
+        pages.push(page);
+    }
+    a.gw.wait_log_count("which is not a global address", 4)
+        .await;
+    assert_eq!(
+        listener.accept().map_err(|e| e.kind()).err(),
+        Some(std::io::ErrorKind::WouldBlock),
+        "no connection reached the listener"
+    );
+
+    // Fetched for development from loopback: refused, failing, too big and not found all
+    // answer as an address that is not fetched from does.
+    let a = AuthGateway::start("cimd_allow_private = true", None);
+    let server = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let at = server.local_addr().unwrap();
+    let app = axum::Router::new()
+        .route(
+            "/fails.json",
+            axum::routing::get(|| async { axum::http::StatusCode::INTERNAL_SERVER_ERROR }),
+        )
+        .route(
+            "/big.json",
+            axum::routing::get(|| async { "x".repeat(100 * 1024) }),
+        );
+    tokio::spawn(async move { axum::serve(server, app).await });
+    let closed = free_port();
+    for client_id in [
+        format!("http://127.0.0.1:{closed}/client.json"),
+        format!("http://{at}/fails.json"),
+        format!("http://{at}/big.json"),
+        format!("http://{at}/missing.json"),
+    ] {
+        let (status, page) = authorize_page(&a, &client_id).await;
+        assert_eq!(status, 400, "{client_id}");
+        pages.push(page);
+    }
+    assert!(
+        pages.windows(2).all(|w| w[0] == w[1]),
+        "every failure answers alike: {pages:#?}"
+    );
+    a.gw.wait_log("HTTP 500").await;
+    a.gw.wait_log("larger than").await;
+}
+
 #[tokio::test]
 async fn rotated_keys_keep_validating_their_tokens() {
     let dir = tempfile::tempdir().unwrap();
@@ -1049,6 +1638,156 @@ async fn rotated_keys_keep_validating_their_tokens() {
     assert_eq!(mcp_status(&a, Some(&new)).await.0, 200);
 }
 
+#[tokio::test]
+async fn revoked_access_tokens_stay_revoked_after_a_restart_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}/auth.db?mode=rwc", dir.path().display());
+    revocations_survive_a_restart(&db).await;
+}
+
+#[tokio::test]
+async fn revoked_access_tokens_stay_revoked_after_a_restart_on_postgres() {
+    let db = Postgres::create("revoke");
+    revocations_survive_a_restart(&db.url).await;
+}
+
+/// Issue 19, defect 10: a revoked access token is refused after a restart too.
+async fn revocations_survive_a_restart(db: &str) {
+    let port = free_port();
+    let a = AuthGateway::start_on(port, "", Some(db));
+    let revoked = robot_token(&a).await;
+    let kept = robot_token(&a).await;
+    assert_eq!(mcp_status(&a, Some(&revoked)).await.0, 200);
+    revoke_as_robot(&a, &revoked).await;
+    assert_eq!(mcp_status(&a, Some(&revoked)).await.0, 401);
+    drop(a);
+    let a = AuthGateway::start_on(port, "", Some(db));
+    let (status, challenge) = mcp_status(&a, Some(&revoked)).await;
+    assert_eq!(status, 401, "revoked before the restart");
+    assert!(challenge.contains("invalid_token"), "{challenge}");
+    assert_eq!(
+        mcp_status(&a, Some(&kept)).await.0,
+        200,
+        "the token that was not revoked still works"
+    );
+}
+
+#[tokio::test]
+async fn a_revocation_on_one_replica_is_enforced_by_another() {
+    // Two replicas of one gateway (one public URL) on one PostgreSQL database.
+    let db = Postgres::create("replicas");
+    let port = free_port();
+    let a = AuthGateway::start_on(port, "", Some(&db.url));
+    let b = AuthGateway::replica(port, free_port(), "", Some(&db.url));
+    let token = robot_token(&a).await;
+    assert_eq!(
+        mcp_status(&b, Some(&token)).await.0,
+        200,
+        "B takes A's token"
+    );
+    revoke_as_robot(&a, &token).await;
+    assert_eq!(mcp_status(&a, Some(&token)).await.0, 401, "at once on A");
+    // B re-reads the revoked set every 10 s.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(25);
+    loop {
+        let status = mcp_status(&b, Some(&token)).await.0;
+        if status == 401 {
+            break;
+        }
+        assert_eq!(status, 200);
+        assert!(
+            std::time::Instant::now() < deadline,
+            "B still takes the token revoked on A"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    }
+}
+
+#[tokio::test]
+async fn grants_are_good_only_at_the_gateway_that_issued_them_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}/auth.db?mode=rwc", dir.path().display());
+    grants_stay_with_their_resource(&db).await;
+}
+
+#[tokio::test]
+async fn grants_are_good_only_at_the_gateway_that_issued_them_on_postgres() {
+    let db = Postgres::create("resource");
+    grants_stay_with_their_resource(&db.url).await;
+}
+
+/// Issue 19, defect 11: two gateways (two resources, two issuers) on one database; a code or
+/// refresh token from one mints nothing at the other.
+async fn grants_stay_with_their_resource(db: &str) {
+    let a = AuthGateway::start("", Some(db));
+    let b = AuthGateway::start("", Some(db));
+    assert_ne!(a.url("/mcp"), b.url("/mcp"));
+    let client = public_client(&a).await;
+    let (verifier, challenge) = pkce();
+
+    // A code from A, taken to B (without a resource parameter to trip over).
+    let code = authorize(&a, &client, &challenge, "alice", "mcp").await;
+    let (status, e) = token(
+        &b,
+        &[
+            ("grant_type", "authorization_code"),
+            ("client_id", &client),
+            ("code", &code),
+            ("code_verifier", &verifier),
+            ("redirect_uri", REDIRECT),
+        ],
+    )
+    .await;
+    assert_eq!(
+        (status, e["error"].as_str()),
+        (400, Some("invalid_grant")),
+        "{e}"
+    );
+
+    // A refresh token from A, taken to B.
+    let code = authorize(&a, &client, &challenge, "alice", "mcp").await;
+    let (status, t) = exchange(&a, &client, &code, &verifier).await;
+    assert_eq!(status, 200, "{t}");
+    let refresh = t["refresh_token"].as_str().unwrap();
+    let (status, e) = refresh_with(&b, &client, refresh).await;
+    assert_eq!(
+        (status, e["error"].as_str()),
+        (400, Some("invalid_grant")),
+        "{e}"
+    );
+    assert!(
+        e["error_description"]
+            .as_str()
+            .unwrap()
+            .contains("another resource"),
+        "{e}"
+    );
+    // Refused without spending it: at A it still works, once.
+    let (status, t) = refresh_with(&a, &client, refresh).await;
+    assert_eq!(status, 200, "{t}");
+    assert_eq!(mcp_status(&a, t["access_token"].as_str()).await.0, 200);
+    assert_eq!(
+        mcp_status(&b, t["access_token"].as_str()).await.0,
+        401,
+        "A's token is not for B"
+    );
+}
+
+/// Revokes an access token of the provisioned client (RFC 7009).
+async fn revoke_as_robot(a: &AuthGateway, token: &str) {
+    let r = http()
+        .post(a.url("/revoke"))
+        .form(&[
+            ("client_id", ROBOT.0),
+            ("client_secret", ROBOT.1),
+            ("token", token),
+        ])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+}
+
 async fn rotate(a: &AuthGateway) -> String {
     let admin = a.gw.admin.as_ref().expect("admin API on");
     let r = reqwest::Client::new()
@@ -1062,15 +1801,14 @@ async fn rotate(a: &AuthGateway) -> String {
     v["current_kid"].as_str().unwrap().to_owned()
 }
 
-/// A token for a new confidential client, by client credentials (client_secret_post).
+/// A token for the provisioned client, by client credentials (client_secret_post).
 async fn robot_token(a: &AuthGateway) -> String {
-    let (_, c) = register(a, json!({"grant_types": ["client_credentials"], "token_endpoint_auth_method": "client_secret_post"})).await;
     let (status, t) = token(
         a,
         &[
             ("grant_type", "client_credentials"),
-            ("client_id", c["client_id"].as_str().unwrap()),
-            ("client_secret", c["client_secret"].as_str().unwrap()),
+            ("client_id", ROBOT.0),
+            ("client_secret", ROBOT.1),
         ],
     )
     .await;

@@ -2,12 +2,17 @@
 //! describing the client, which the authorization server fetches instead of a registration.
 //!
 //! Fetching a URL a stranger chose is a server-side request forgery risk, so the fetch is
-//! guarded: https only, the host's addresses resolved first and refused when any is private,
-//! loopback, link-local or otherwise not public (unless configured for development), the
-//! connection pinned to the address that was checked, no redirects, a size and a time limit.
-//! Documents are cached as their `Cache-Control` allows (at most a day).
+//! guarded: https only; the host's addresses resolved first and refused unless every one is
+//! global unicast ([`is_global`], after unwrapping IPv4 carried in IPv6), unless configured
+//! for development; the connection pinned to the address that was checked, with no proxy; no
+//! redirects; a size and a time limit. Every failure of the fetch answers the caller with one
+//! message (the detail goes to the log), so the answers do not tell which internal addresses
+//! exist.
+//! Fetches are limited per client address and for all clients together (each would otherwise
+//! make the gateway open a connection of a stranger's choosing). Documents are cached as their
+//! `Cache-Control` allows (at most a day), in a cache of bounded size.
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use dashmap::DashMap;
@@ -15,24 +20,29 @@ use serde::Deserialize;
 
 use super::server::valid_redirect_uri;
 use super::store::Client;
+use super::throttle::Throttle;
 
 const MAX_BYTES: usize = 64 * 1024;
 const TIMEOUT: Duration = Duration::from_secs(5);
 const DEFAULT_TTL: Duration = Duration::from_secs(300);
 const MAX_TTL: Duration = Duration::from_secs(86_400);
+/// Documents cached at most; past that, expired ones go and new ones are not cached.
+const MAX_CACHED: usize = 4096;
+/// Client addresses the per-address fetch limit keeps at most.
+const MAX_ADDRESSES: usize = 65_536;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CimdError {
     #[error("the client_id URL is not acceptable: {0}")]
     BadUrl(String),
-    #[error(
-        "the client_id URL's host resolves to a non-public address ({0}), which is not fetched"
-    )]
-    PrivateAddress(IpAddr),
-    #[error("the client metadata document could not be fetched: {0}")]
-    Fetch(String),
+    /// Every way a fetch can fail (a non-global address, no answer, refused, a bad status,
+    /// too big, too slow): one message, so that a caller cannot map addresses by the answers.
+    #[error("the client metadata document could not be fetched")]
+    Unreachable,
     #[error("the client metadata document is invalid: {0}")]
     Invalid(String),
+    #[error("too many client metadata documents fetched; try again later")]
+    Limited(Duration),
 }
 
 #[derive(Deserialize)]
@@ -46,6 +56,8 @@ struct Document {
 pub struct Fetcher {
     allow_private: bool,
     cache: DashMap<String, (Instant, Client)>,
+    per_address: Throttle<IpAddr>,
+    total: Throttle<()>,
 }
 
 /// Whether a `client_id` is a metadata document URL rather than a registered id.
@@ -53,57 +65,100 @@ pub fn is_document_url(client_id: &str) -> bool {
     client_id.starts_with("https://") || client_id.starts_with("http://")
 }
 
-/// Addresses no fetch on a stranger's behalf may reach.
-pub fn is_private(ip: IpAddr) -> bool {
+/// Whether a fetch on a stranger's behalf may connect to `ip`: global unicast only, IPv4
+/// carried in IPv6 judged as the IPv4 address it carries.
+pub fn is_global(ip: IpAddr) -> bool {
     match ip {
-        IpAddr::V4(v4) => {
-            let o = v4.octets();
-            v4.is_private()
-                || v4.is_loopback()
-                || v4.is_link_local()
-                || v4.is_unspecified()
-                || v4.is_broadcast()
-                || v4.is_multicast()
-                || v4.is_documentation()
-                || o[0] == 0
-                || (o[0] == 100 && (o[1] & 0xc0) == 64) // shared address space 100.64/10
-                || (o[0] == 198 && (o[1] & 0xfe) == 18) // benchmarking 198.18/15
-                || o[0] >= 240
-        }
-        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-            Some(v4) => is_private(IpAddr::V4(v4)),
-            None => {
-                v6.is_loopback()
-                    || v6.is_unspecified()
-                    || v6.is_multicast()
-                    || v6.is_unique_local()
-                    || v6.is_unicast_link_local()
-                    || (v6.segments()[0] == 0x2001 && v6.segments()[1] == 0x0db8)
-            }
+        IpAddr::V4(v4) => is_global_v4(v4),
+        IpAddr::V6(v6) => match carried_ipv4(v6) {
+            Carried::V4(v4) => is_global_v4(v4),
+            Carried::Refused => false,
+            Carried::None => is_global_v6(v6),
         },
     }
 }
 
+/// What an IPv6 address says about IPv4.
+enum Carried {
+    /// It stands for this IPv4 address (mapped, or the well-known NAT64 prefix).
+    V4(Ipv4Addr),
+    /// It carries IPv4 in a form not fetched from at all: IPv4-compatible (deprecated),
+    /// IPv4-translated, local-use NAT64, 6to4 and Teredo (transition relays, which no
+    /// document server needs).
+    Refused,
+    None,
+}
+
+fn carried_ipv4(v6: Ipv6Addr) -> Carried {
+    let s = v6.segments();
+    let low = Ipv4Addr::from(v6.to_bits() as u32);
+    match s {
+        // ::ffff:a.b.c.d
+        [0, 0, 0, 0, 0, 0xffff, _, _] => Carried::V4(low),
+        // 64:ff9b::a.b.c.d (RFC 6052)
+        [0x64, 0xff9b, 0, 0, 0, 0, _, _] => Carried::V4(low),
+        // ::a.b.c.d (and :: and ::1), ::ffff:0:a.b.c.d (RFC 6145)
+        [0, 0, 0, 0, 0, 0, _, _] | [0, 0, 0, 0, 0xffff, 0, _, _] => Carried::Refused,
+        // 64:ff9b:1::/48 (RFC 8215), 2002::/16 (6to4), 2001::/32 (Teredo)
+        [0x64, 0xff9b, 1, ..] | [0x2002, ..] | [0x2001, 0, ..] => Carried::Refused,
+        _ => Carried::None,
+    }
+}
+
+fn is_global_v4(v4: Ipv4Addr) -> bool {
+    let [a, b, c, _] = v4.octets();
+    !(a == 0                                        // "this network" 0/8
+        || a == 10                                  // private 10/8
+        || (a == 100 && (b & 0xc0) == 64)           // shared address space 100.64/10
+        || a == 127                                 // loopback 127/8
+        || (a == 169 && b == 254)                   // link-local 169.254/16
+        || (a == 172 && (b & 0xf0) == 16)           // private 172.16/12
+        || (a == 192 && b == 0 && c == 0)           // IETF protocol assignments 192.0.0/24
+        || (a == 192 && b == 0 && c == 2)           // documentation 192.0.2/24
+        || (a == 192 && b == 88 && c == 99)         // 6to4 relay anycast 192.88.99/24
+        || (a == 192 && b == 168)                   // private 192.168/16
+        || (a == 198 && (b & 0xfe) == 18)           // benchmarking 198.18/15
+        || (a == 198 && b == 51 && c == 100)        // documentation 198.51.100/24
+        || (a == 203 && b == 0 && c == 113)         // documentation 203.0.113/24
+        || a >= 224) // multicast 224/4, reserved 240/4, broadcast
+}
+
+fn is_global_v6(v6: Ipv6Addr) -> bool {
+    let s = v6.segments();
+    // Global unicast is 2000::/3; everything else (loopback, unspecified, unique local
+    // fc00::/7, link-local fe80::/10, site-local fec0::/10, multicast, discard 100::/64,
+    // SRv6 5f00::/16, ...) is not.
+    (s[0] & 0xe000) == 0x2000
+        && !(s[0] == 0x2001 && s[1] < 0x0200)       // IETF protocol assignments 2001::/23
+        && !(s[0] == 0x2001 && s[1] == 0x0db8)      // documentation 2001:db8::/32
+        && !(s[0] == 0x3fff && s[1] < 0x1000) // documentation 3fff::/20
+}
+
 impl Fetcher {
-    pub fn new(allow_private: bool) -> Fetcher {
+    /// A fetcher allowing `per_address` fetches a minute for one client address and `total`
+    /// for all.
+    pub fn new(allow_private: bool, per_address: u32, total: u32) -> Fetcher {
+        let minute = Duration::from_secs(60);
         Fetcher {
             allow_private,
             cache: DashMap::new(),
+            per_address: Throttle::new(per_address, minute, MAX_ADDRESSES),
+            total: Throttle::new(total, minute, 1),
         }
     }
 
-    /// The client a document URL describes.
-    pub async fn client(&self, client_id: &str) -> Result<Client, CimdError> {
+    /// The client a document URL describes, fetched (unless cached) on behalf of the client
+    /// at `addr` (as [`super::throttle::address_key`] counts it).
+    pub async fn client(&self, client_id: &str, addr: Option<IpAddr>) -> Result<Client, CimdError> {
         if let Some(hit) = self.cache.get(client_id)
             && hit.0 > Instant::now()
         {
             return Ok(hit.1.clone());
         }
         let url = url::Url::parse(client_id).map_err(|e| CimdError::BadUrl(e.to_string()))?;
-        let host = url
-            .host_str()
-            .ok_or_else(|| CimdError::BadUrl("no host".into()))?
-            .to_owned();
+        if url.host_str().is_none() {
+            return Err(CimdError::BadUrl("no host".into()));
+        }
         let loopback_http = url.scheme() == "http" && self.allow_private;
         if url.scheme() != "https" && !loopback_http {
             return Err(CimdError::BadUrl("it must be https".into()));
@@ -113,53 +168,16 @@ impl Fetcher {
                 "it needs a path, and no fragment or credentials".into(),
             ));
         }
-        let port = url.port_or_known_default().unwrap_or(443);
-        let bare = host
-            .trim_start_matches('[')
-            .trim_end_matches(']')
-            .to_owned();
-        let addrs: Vec<SocketAddr> =
-            tokio::time::timeout(TIMEOUT, tokio::net::lookup_host((bare.as_str(), port)))
-                .await
-                .map_err(|_| CimdError::Fetch("resolving the host timed out".into()))?
-                .map_err(|e| CimdError::Fetch(format!("cannot resolve {host}: {e}")))?
-                .collect();
-        let Some(first) = addrs.first().copied() else {
-            return Err(CimdError::Fetch(format!("{host} has no address")));
-        };
-        if !self.allow_private
-            && let Some(bad) = addrs.iter().map(SocketAddr::ip).find(|ip| is_private(*ip))
-        {
-            return Err(CimdError::PrivateAddress(bad));
-        }
-        // Pinned to the address just checked: a second lookup could answer differently.
-        let http = reqwest::Client::builder()
-            .redirect(reqwest::redirect::Policy::none())
-            .timeout(TIMEOUT)
-            .resolve(&bare, first)
-            .build()
-            .map_err(|e| CimdError::Fetch(e.to_string()))?;
-        let mut response = http
-            .get(url.clone())
-            .header("accept", "application/json")
-            .send()
-            .await
-            .map_err(|e| CimdError::Fetch(e.to_string()))?;
-        if !response.status().is_success() {
-            return Err(CimdError::Fetch(format!("HTTP {}", response.status())));
-        }
-        let ttl = cache_ttl(response.headers().get("cache-control"));
-        let mut body = Vec::new();
-        while let Some(chunk) = response
-            .chunk()
-            .await
-            .map_err(|e| CimdError::Fetch(e.to_string()))?
-        {
-            body.extend_from_slice(&chunk);
-            if body.len() > MAX_BYTES {
-                return Err(CimdError::Invalid(format!("larger than {MAX_BYTES} bytes")));
-            }
-        }
+        self.per_address
+            .acquire(addr.unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED)))
+            .map_err(CimdError::Limited)?;
+        self.total.acquire(()).map_err(CimdError::Limited)?;
+        // However it failed, the caller hears the same: which addresses exist, answer or
+        // refuse is not theirs to learn. The log has the detail.
+        let (body, ttl) = self.fetch(&url).await.map_err(|detail| {
+            tracing::info!(client_id, address = ?addr, "client metadata document not fetched: {detail}");
+            CimdError::Unreachable
+        })?;
         let doc: Document =
             serde_json::from_slice(&body).map_err(|e| CimdError::Invalid(e.to_string()))?;
         if doc.client_id != client_id {
@@ -195,12 +213,78 @@ impl Fetcher {
             grant_types: vec!["authorization_code".into(), "refresh_token".into()],
             application_type: "web".into(),
             scope: None,
+            provisioned: false,
         };
         if let Some(ttl) = ttl {
-            self.cache
-                .insert(client_id.to_owned(), (Instant::now() + ttl, client.clone()));
+            let now = Instant::now();
+            if self.cache.len() >= MAX_CACHED {
+                self.cache.retain(|_, (until, _)| *until > now);
+            }
+            if self.cache.len() < MAX_CACHED {
+                self.cache
+                    .insert(client_id.to_owned(), (now + ttl, client.clone()));
+            }
         }
         Ok(client)
+    }
+}
+
+impl Fetcher {
+    /// GETs a document URL: resolved, every address checked (only global unicast, unless
+    /// private addresses are allowed for development), connected to the checked address only,
+    /// no proxy, no redirects, within the size and time limits. The body and how long it may
+    /// be cached; on failure, what went wrong (for the log only).
+    async fn fetch(&self, url: &url::Url) -> Result<(Vec<u8>, Option<Duration>), String> {
+        let host = url.host_str().unwrap_or_default();
+        let bare = host.trim_start_matches('[').trim_end_matches(']');
+        let port = url.port_or_known_default().unwrap_or(443);
+        let addrs: Vec<SocketAddr> =
+            tokio::time::timeout(TIMEOUT, tokio::net::lookup_host((bare, port)))
+                .await
+                .map_err(|_| format!("resolving {host} timed out"))?
+                .map_err(|e| format!("cannot resolve {host}: {e}"))?
+                .collect();
+        let Some(first) = addrs.first().copied() else {
+            return Err(format!("{host} has no address"));
+        };
+        if !self.allow_private
+            && let Some(bad) = addrs.iter().map(SocketAddr::ip).find(|ip| !is_global(*ip))
+        {
+            return Err(format!(
+                "{host} resolves to {bad}, which is not a global address"
+            ));
+        }
+        // Pinned to the address just checked (a second lookup could answer differently), and
+        // never through a proxy (which would resolve the name itself).
+        let http = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .no_proxy()
+            .timeout(TIMEOUT)
+            .resolve(bare, first)
+            .build()
+            .map_err(|e| e.to_string())?;
+        let mut response = http
+            .get(url.clone())
+            .header("accept", "application/json")
+            .send()
+            .await
+            .map_err(|e| format!("{first}: {e}"))?;
+        if !response.status().is_success() {
+            return Err(format!("{first}: HTTP {}", response.status()));
+        }
+        let ttl = cache_ttl(response.headers().get("cache-control"));
+        let mut body = Vec::new();
+        while let Some(chunk) = response
+            .chunk()
+            .await
+            .map_err(|e| format!("{first}: {e}"))?
+        {
+            body.extend_from_slice(&chunk);
+            if body.len() > MAX_BYTES {
+                return Err(format!("{first}: larger than {MAX_BYTES} bytes"));
+            }
+        }
+        Ok((body, ttl))
     }
 }
 
@@ -230,25 +314,82 @@ mod tests {
     use super::*;
 
     #[test]
-    fn private_ranges_are_refused() {
-        for ip in [
+    fn only_global_unicast_addresses_are_fetched_from() {
+        let refused = [
+            // IPv4: private, loopback, link-local, shared, reserved, documentation, ...
             "10.1.2.3",
             "172.16.0.1",
+            "172.31.255.255",
             "192.168.1.1",
             "127.0.0.1",
+            "127.255.0.1",
             "169.254.169.254",
             "0.0.0.0",
+            "0.1.2.3",
             "100.64.0.1",
+            "100.127.255.255",
+            "192.0.0.8",
+            "192.0.2.1",
+            "192.88.99.1",
+            "198.18.0.1",
+            "198.51.100.1",
+            "203.0.113.1",
+            "224.0.0.1",
+            "240.0.0.1",
+            "255.255.255.255",
+            // IPv6 proper
+            "::",
             "::1",
             "fc00::1",
+            "fd00::2",
             "fe80::1",
+            "fec0::1",
+            "feff::1",
+            "ff02::1",
+            "100::1",
+            "5f00::1",
+            "2001:db8::1",
+            "3fff::1",
+            "2001:2::1",
+            "2001:10::1",
+            // IPv4 carried in IPv6
+            "::127.0.0.1",
+            "::8.8.8.8",
+            "::ffff:127.0.0.1",
             "::ffff:10.0.0.1",
-            "224.0.0.1",
-        ] {
-            assert!(is_private(ip.parse().unwrap()), "{ip}");
+            "::ffff:169.254.169.254",
+            "::ffff:0:127.0.0.1",
+            "64:ff9b::7f00:1",
+            "64:ff9b::10.0.0.1",
+            "64:ff9b::169.254.169.254",
+            "64:ff9b:1::7f00:1",
+            "2002:7f00:1::1",
+            "2002:0808:0808::1",
+            "2001:0:4136:e378:8000:63bf:3fff:fdd2",
+            "2001::1",
+        ];
+        for ip in refused {
+            assert!(!is_global(ip.parse().unwrap()), "{ip} must be refused");
         }
-        for ip in ["93.184.216.34", "1.1.1.1", "2606:4700:4700::1111"] {
-            assert!(!is_private(ip.parse().unwrap()), "{ip}");
+        let allowed = [
+            "93.184.216.34",
+            "1.1.1.1",
+            "8.8.8.8",
+            "100.63.255.255",
+            "100.128.0.1",
+            "172.15.255.255",
+            "172.32.0.1",
+            "192.0.1.1",
+            "198.20.0.1",
+            "223.255.255.254",
+            "2606:4700:4700::1111",
+            "2a00:1450:4001::1",
+            "2001:200::1",
+            "::ffff:8.8.8.8",
+            "64:ff9b::8.8.8.8",
+        ];
+        for ip in allowed {
+            assert!(is_global(ip.parse().unwrap()), "{ip} must be allowed");
         }
     }
 

@@ -4,6 +4,12 @@
 //! it in the database, so every replica and every restart signs and validates with the same
 //! keys. Rotation makes a new key current; the old one keeps validating (and stays in
 //! `/jwks.json`) until the tokens it signed have expired, then it is dropped.
+//!
+//! Revoked access tokens are refused by `jti`. Validation runs on every `/mcp` request, so it
+//! reads an in-memory set, never the database: the set is loaded at start, grows with each
+//! revocation here (written to the database first), and is re-read from the database every
+//! [`REVOCATION_REFRESH`] so that revocations made on another replica take effect here too.
+//! Entries leave the set (and the database) once their token has expired.
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, RwLock};
@@ -57,6 +63,18 @@ pub struct KeyRing {
     revoked: DashMap<String, i64>,
 }
 
+/// An access token's id and times, fixed before it is issued.
+#[derive(Debug, Clone)]
+pub struct Planned {
+    pub jti: String,
+    pub iat: i64,
+    pub exp: i64,
+}
+
+/// How often the revoked set is re-read from the database: the longest a revocation made on
+/// one replica takes to be enforced on another.
+pub const REVOCATION_REFRESH: Duration = Duration::from_secs(10);
+
 impl KeyRing {
     /// Loads the stored keys (dropping those whose tokens have all expired), generating the
     /// first one if there is none.
@@ -87,14 +105,35 @@ impl KeyRing {
                 k
             }
         };
-        Ok(KeyRing {
+        let ring = KeyRing {
             store,
             issuer,
             audience,
             access_ttl,
             keys: RwLock::new(Keys { current, all }),
             revoked: DashMap::new(),
-        })
+        };
+        ring.refresh_revocations().await?;
+        Ok(ring)
+    }
+
+    /// Re-reads the revoked access tokens from the database (others' revocations), and forgets
+    /// those whose tokens have expired.
+    pub async fn refresh_revocations(&self) -> Result<(), AuthStoreError> {
+        let live_after = now_secs() - LEEWAY.as_secs() as i64;
+        for (jti, exp) in self.store.revocations(live_after).await? {
+            self.revoked.insert(jti, exp);
+        }
+        self.revoked.retain(|_, exp| *exp >= live_after);
+        Ok(())
+    }
+
+    /// Refuses the access token `jti` (which expires at `exp`) from now on, here at once and
+    /// on other replicas within [`REVOCATION_REFRESH`].
+    pub async fn revoke_jti(&self, jti: &str, exp: i64) -> Result<(), AuthStoreError> {
+        self.store.add_revocation(jti, exp).await?;
+        self.revoked.insert(jti.to_owned(), exp);
+        Ok(())
     }
 
     /// Makes a new key current. The previous one keeps validating until its tokens expire.
@@ -136,17 +175,38 @@ impl KeyRing {
         client_id: &str,
         scopes: &BTreeSet<String>,
     ) -> (String, u64) {
-        let now = now_secs();
+        self.issue_as(&self.plan(), subject, client_id, scopes)
+    }
+
+    /// The id and times of an access token about to be issued, to be recorded first (what
+    /// a grant produced, to revoke it with the grant).
+    pub fn plan(&self) -> Planned {
+        let iat = now_secs();
+        Planned {
+            jti: random_token(),
+            iat,
+            exp: iat + self.access_ttl.as_secs() as i64,
+        }
+    }
+
+    /// [`KeyRing::issue`] with the id and times planned.
+    pub fn issue_as(
+        &self,
+        planned: &Planned,
+        subject: &str,
+        client_id: &str,
+        scopes: &BTreeSet<String>,
+    ) -> (String, u64) {
         let claims = Claims {
             iss: self.issuer.clone(),
             sub: subject.to_owned(),
             aud: self.audience.clone(),
             scope: scopes.iter().cloned().collect::<Vec<_>>().join(" "),
             client_id: client_id.to_owned(),
-            exp: now + self.access_ttl.as_secs() as i64,
-            iat: now,
-            nbf: now,
-            jti: random_token(),
+            exp: planned.exp,
+            iat: planned.iat,
+            nbf: planned.iat,
+            jti: planned.jti.clone(),
         };
         let key = self.keys.read().expect("keys lock").current.clone();
         let mut header = Header::new(Algorithm::ES256);
@@ -158,15 +218,11 @@ impl KeyRing {
     }
 
     /// Refuses an access token from now on (RFC 7009), until it would have expired anyway.
-    pub fn revoke_access(&self, token: &str) -> bool {
+    /// False when it is not a valid token of ours (nothing to revoke).
+    pub async fn revoke_access(&self, token: &str) -> Result<bool, AuthStoreError> {
         match self.claims(token) {
-            Ok(c) => {
-                let now = now_secs();
-                self.revoked.retain(|_, exp| *exp > now);
-                self.revoked.insert(c.jti, c.exp);
-                true
-            }
-            Err(_) => false,
+            Ok(c) => self.revoke_jti(&c.jti, c.exp).await.map(|()| true),
+            Err(_) => Ok(false),
         }
     }
 

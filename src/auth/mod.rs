@@ -18,6 +18,7 @@ pub mod pages;
 pub mod resource;
 pub mod server;
 pub mod store;
+pub mod throttle;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;

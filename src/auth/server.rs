@@ -10,9 +10,11 @@
 //! redirect URI and the resource. Errors go to the client's redirect URI only once that URI is
 //! verified; before that they are shown as a page.
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::{BTreeSet, HashMap};
+use std::hash::BuildHasher;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use axum::Router;
 use axum::extract::{Form, Query, State};
@@ -25,9 +27,10 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::cimd::{self, Fetcher};
-use super::keys::KeyRing;
+use super::keys::{KeyRing, Planned, REVOCATION_REFRESH};
 use super::pages::{self, ClientView};
-use super::store::{AuthStore, AuthStoreError, Client, Code, Pending, Refresh, Taken};
+use super::store::{AuthStore, AuthStoreError, Client, Code, Issued, Pending, Refresh, Taken};
+use super::throttle::{Throttle, address_key};
 use super::{Auth, constant_time_eq, hash_secret, now_secs, random_token, same_resource};
 use crate::config::AuthConfig;
 
@@ -44,8 +47,157 @@ pub struct AuthServer {
     pub keys: Arc<KeyRing>,
     plugin_scopes: Mutex<Option<ScopeSource>>,
     fetcher: Fetcher,
-    registrations: Mutex<VecDeque<Instant>>,
+    /// The clients of `[[auth.clients]]`, by id.
+    provisioned: HashMap<String, Client>,
+    /// Registrations per client address, and for all together.
+    registrations: Throttle<IpAddr>,
+    registrations_total: Throttle<()>,
+    signins: SignInThrottle,
     secure_cookies: bool,
+}
+
+/// Failed sign-ins, counted per user name and per client address.
+struct SignInThrottle {
+    /// The configured users (a bounded set).
+    users: Throttle<String>,
+    /// Every other name tried, by a keyed hash (names are the attacker's to choose, so they
+    /// are neither kept nor allowed to grow the table): counted the same, so a lockout does
+    /// not tell which users exist.
+    others: Throttle<u64>,
+    hasher: std::collections::hash_map::RandomState,
+    addresses: Throttle<IpAddr>,
+}
+
+/// How many client addresses (and unknown user names) each limit keeps at most.
+const ADDRESS_TABLE: usize = 65_536;
+
+impl SignInThrottle {
+    fn new(config: &AuthConfig) -> SignInThrottle {
+        let (limit, window) = (config.failed_signins_per_user, config.signin_lockout);
+        SignInThrottle {
+            users: Throttle::new(limit, window, config.users.len()),
+            others: Throttle::new(limit, window, ADDRESS_TABLE),
+            hasher: std::collections::hash_map::RandomState::new(),
+            addresses: Throttle::new(
+                config.failed_signins_per_address,
+                config.signin_lockout,
+                ADDRESS_TABLE,
+            ),
+        }
+    }
+
+    fn known(config: &AuthConfig, name: &str) -> bool {
+        config.users.iter().any(|u| u.name == name)
+    }
+
+    /// How long sign-ins for `name` or from `addr` must wait, if either is locked out.
+    fn blocked(&self, config: &AuthConfig, name: &str, addr: Option<IpAddr>) -> Option<Duration> {
+        let user = if Self::known(config, name) {
+            self.users.blocked(&name.to_owned())
+        } else {
+            self.others.blocked(&self.hasher.hash_one(name))
+        };
+        let address = addr.and_then(|a| self.addresses.blocked(&a));
+        user.max(address)
+    }
+
+    fn failed(&self, config: &AuthConfig, name: &str, addr: Option<IpAddr>) {
+        if Self::known(config, name) {
+            self.users.hit(name.to_owned());
+        } else {
+            self.others.hit(self.hasher.hash_one(name));
+        }
+        if let Some(a) = addr {
+            self.addresses.hit(a);
+        }
+    }
+
+    fn succeeded(&self, name: &str) {
+        self.users.clear(&name.to_owned());
+    }
+}
+
+/// The client's address, as the HTTP edge found it (the peer, or behind a trusted proxy the
+/// address it names), put in a request's extensions for the per-address limits here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClientIp(pub IpAddr);
+
+/// The client's address for the per-address limits, counted by [`address_key`]: the
+/// [`ClientIp`] the edge found, else the connection's peer; none when the request did not
+/// come through a listener.
+pub struct ClientAddr(pub Option<IpAddr>);
+
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for ClientAddr {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        _: &S,
+    ) -> Result<Self, Self::Rejection> {
+        let found = parts.extensions.get::<ClientIp>().map(|c| c.0);
+        let peer = || {
+            parts
+                .extensions
+                .get::<axum::extract::ConnectInfo<SocketAddr>>()
+                .map(|c| c.0.ip())
+        };
+        Ok(ClientAddr(found.or_else(peer).map(address_key)))
+    }
+}
+
+/// Why a client could not be looked up.
+enum Lookup {
+    /// Too many metadata documents fetched: try again after the wait.
+    Limited(Duration),
+    /// What to tell the caller.
+    Failed(String),
+}
+
+impl Lookup {
+    /// The refusal as a page (before the client's redirect URI is verified).
+    fn page(&self) -> Response {
+        match self {
+            Lookup::Limited(wait) => {
+                let mut r = pages::error(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    &format!(
+                        "too many client metadata documents were fetched; try again in {}",
+                        wait_words(*wait)
+                    ),
+                );
+                retry_after(&mut r, *wait);
+                r
+            }
+            Lookup::Failed(why) => pages::error(StatusCode::BAD_REQUEST, why),
+        }
+    }
+}
+
+/// A name a stranger typed, cut for the log (a form field can be megabytes).
+fn shown(name: &str) -> &str {
+    match name.char_indices().nth(64) {
+        Some((at, _)) => &name[..at],
+        None => name,
+    }
+}
+
+/// A wait as people say it, rounded up: "40 seconds", "3 minutes".
+fn wait_words(wait: Duration) -> String {
+    let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+    match secs {
+        0..=1 => "1 second".into(),
+        2..=59 => format!("{secs} seconds"),
+        60 => "1 minute".into(),
+        _ => format!("{} minutes", secs.div_ceil(60)),
+    }
+}
+
+/// `Retry-After` in whole seconds, rounded up.
+fn retry_after(response: &mut Response, wait: Duration) {
+    let secs = (wait.as_secs() + u64::from(wait.subsec_nanos() > 0)).max(1);
+    response
+        .headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from(secs));
 }
 
 /// A validated authorization request, kept while the person decides.
@@ -66,15 +218,48 @@ impl AuthServer {
         store: Arc<dyn AuthStore>,
         keys: Arc<KeyRing>,
     ) -> AuthServer {
+        let provisioned = config
+            .clients
+            .iter()
+            .map(|c| {
+                let client = Client {
+                    client_id: c.client_id.clone(),
+                    secret_hash: Some(c.secret_hash.clone()),
+                    name: c.name.clone(),
+                    redirect_uris: Vec::new(),
+                    auth_method: "client_secret_basic".into(),
+                    grant_types: vec!["client_credentials".into()],
+                    application_type: "web".into(),
+                    scope: Some(c.scopes.as_ref().unwrap_or(&config.scopes).join(" ")),
+                    provisioned: true,
+                };
+                (c.client_id.clone(), client)
+            })
+            .collect();
+        let signins = SignInThrottle::new(&config);
+        let minute = Duration::from_secs(60);
+        let registrations = Throttle::new(config.registrations_per_minute, minute, ADDRESS_TABLE);
+        let registrations_total = Throttle::new(
+            config.registrations_per_minute.saturating_mul(20),
+            minute,
+            1,
+        );
         AuthServer {
-            fetcher: Fetcher::new(config.cimd_allow_private),
+            provisioned,
+            fetcher: Fetcher::new(
+                config.cimd_allow_private,
+                config.cimd_fetches_per_minute,
+                config.cimd_fetches_per_minute_total,
+            ),
             secure_cookies: issuer.starts_with("https://"),
             config,
             issuer,
             store,
             keys,
             plugin_scopes: Mutex::new(None),
-            registrations: Mutex::new(VecDeque::new()),
+            registrations,
+            registrations_total,
+            signins,
         }
     }
 
@@ -83,16 +268,26 @@ impl AuthServer {
         *self.plugin_scopes.lock().expect("scopes lock") = Some(source);
     }
 
-    /// Forgets expired sign-ins, codes and refresh tokens, every few minutes until `stop`.
-    pub async fn purge_expired(self: Arc<Self>, stop: tokio_util::sync::CancellationToken) {
-        let mut tick = tokio::time::interval(Duration::from_secs(300));
+    /// Until `stop`: re-reads the revoked access tokens every [`REVOCATION_REFRESH`] (other
+    /// replicas' revocations), and forgets expired sign-ins, codes, refresh tokens and
+    /// revocations every few minutes.
+    pub async fn maintain(self: Arc<Self>, stop: tokio_util::sync::CancellationToken) {
+        let mut purge = tokio::time::interval(Duration::from_secs(300));
+        let mut revocations = tokio::time::interval(REVOCATION_REFRESH);
+        revocations.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
-                _ = tick.tick() => {}
+                _ = purge.tick() => {
+                    if let Err(e) = self.store.purge(now_secs()).await {
+                        tracing::warn!("purging expired authorization data: {e}");
+                    }
+                }
+                _ = revocations.tick() => {
+                    if let Err(e) = self.keys.refresh_revocations().await {
+                        tracing::warn!("re-reading revoked access tokens: {e}");
+                    }
+                }
                 () = stop.cancelled() => return,
-            }
-            if let Err(e) = self.store.purge(now_secs()).await {
-                tracing::warn!("purging expired authorization data: {e}");
             }
         }
     }
@@ -128,19 +323,41 @@ impl AuthServer {
         })
     }
 
-    async fn client(&self, client_id: &str) -> Result<Option<Client>, String> {
-        if cimd::is_document_url(client_id) {
-            return self
-                .fetcher
-                .client(client_id)
-                .await
-                .map(Some)
-                .map_err(|e| e.to_string());
+    /// The scopes `client` may be given: those offered here, narrowed to the client's own
+    /// `scope` when it has one.
+    fn allowed_scopes(&self, client: &Client) -> BTreeSet<String> {
+        let supported = self.scopes_supported().into_iter();
+        match &client.scope {
+            None => supported.collect(),
+            Some(own) => {
+                let own: BTreeSet<&str> = own.split_whitespace().collect();
+                supported.filter(|s| own.contains(s.as_str())).collect()
+            }
         }
-        self.store
-            .client(client_id)
-            .await
-            .map_err(|e| e.to_string())
+    }
+
+    /// A client: provisioned in the config, a metadata document (fetched on behalf of the
+    /// client at `addr`), or registered (in that order; a registered client's id is random, a
+    /// provisioned one's has no `:`).
+    async fn client(
+        &self,
+        client_id: &str,
+        addr: Option<IpAddr>,
+    ) -> Result<Option<Client>, Lookup> {
+        if let Some(c) = self.provisioned.get(client_id) {
+            return Ok(Some(c.clone()));
+        }
+        if cimd::is_document_url(client_id) {
+            return match self.fetcher.client(client_id, addr).await {
+                Ok(c) => Ok(Some(c)),
+                Err(cimd::CimdError::Limited(wait)) => Err(Lookup::Limited(wait)),
+                Err(e) => Err(Lookup::Failed(e.to_string())),
+            };
+        }
+        self.store.client(client_id).await.map_err(|e| {
+            tracing::error!("authorization store: {e}");
+            Lookup::Failed("the authorization server's database failed".into())
+        })
     }
 
     fn csrf_cookie(&self) -> &'static str {
@@ -175,21 +392,16 @@ impl AuthServer {
             .map(|(_, v)| v)
     }
 
-    /// A registration slot in the current minute, if any is left.
-    fn may_register(&self) -> bool {
-        let mut q = self.registrations.lock().expect("registrations lock");
-        let now = Instant::now();
-        while q
-            .front()
-            .is_some_and(|t| now.duration_since(*t) > Duration::from_secs(60))
-        {
-            q.pop_front();
+    /// A registration slot in the current minute for the client at `addr` (and for all
+    /// together); the wait if there is none.
+    fn may_register(&self, addr: Option<IpAddr>) -> Result<(), Duration> {
+        let key = addr.unwrap_or(IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED));
+        if let Some(wait) = self.registrations.blocked(&key) {
+            return Err(wait);
         }
-        if q.len() >= self.config.registrations_per_minute as usize {
-            return false;
-        }
-        q.push_back(now);
-        true
+        self.registrations_total.acquire(())?;
+        self.registrations.hit(key);
+        Ok(())
     }
 }
 
@@ -332,7 +544,11 @@ async fn style() -> Response {
 }
 
 /// Dynamic client registration (RFC 7591).
-async fn register(State(auth): St, body: axum::body::Bytes) -> Response {
+async fn register(
+    State(auth): St,
+    ClientAddr(addr): ClientAddr,
+    body: axum::body::Bytes,
+) -> Response {
     let s = server(&auth);
     let bad = |msg: String| oauth_error(StatusCode::BAD_REQUEST, "invalid_client_metadata", msg);
     let Ok(meta) = serde_json::from_slice::<Value>(&body) else {
@@ -377,8 +593,13 @@ async fn register(State(auth): St, body: axum::body::Bytes) -> Response {
             return bad(format!("grant type `{g}` is not supported"));
         }
     }
-    if grant_types.iter().any(|g| g == "client_credentials") && auth_method == "none" {
-        return bad("client_credentials needs a confidential client (a client secret)".into());
+    // A client that registers itself speaks for nobody: client_credentials would let anyone
+    // mint a token without a person signing in. Only the operator provisions such clients.
+    if grant_types.iter().any(|g| g == "client_credentials") {
+        return bad(
+            "the client_credentials grant is not available to registered clients; an operator provisions such clients in the gateway's config ([[auth.clients]])"
+                .into(),
+        );
     }
     if grant_types.iter().any(|g| g == "authorization_code") && redirect_uris.is_empty() {
         return oauth_error(
@@ -417,12 +638,15 @@ async fn register(State(auth): St, body: axum::body::Bytes) -> Response {
             );
         }
     }
-    if !s.may_register() {
-        return oauth_error(
+    if let Err(wait) = s.may_register(addr) {
+        tracing::info!(address = ?addr, "registration refused: too many");
+        let mut r = oauth_error(
             StatusCode::TOO_MANY_REQUESTS,
             "temporarily_unavailable",
-            "too many registrations; try again in a minute",
+            format!("too many registrations; try again in {}", wait_words(wait)),
         );
+        retry_after(&mut r, wait);
+        return r;
     }
     let secret = (auth_method != "none").then(random_token);
     let client = Client {
@@ -434,6 +658,7 @@ async fn register(State(auth): St, body: axum::body::Bytes) -> Response {
         grant_types,
         application_type,
         scope,
+        provisioned: false,
     };
     if let Err(e) = s.store.add_client(&client).await {
         return store_failed(e);
@@ -514,7 +739,11 @@ fn client_view<'a>(client: &'a Client, redirect_uri: &str) -> ClientView<'a> {
     }
 }
 
-async fn authorize(State(auth): St, Query(q): Query<AuthorizeQuery>) -> Response {
+async fn authorize(
+    State(auth): St,
+    ClientAddr(addr): ClientAddr,
+    Query(q): Query<AuthorizeQuery>,
+) -> Response {
     let s = server(&auth);
     // Until the client and its redirect URI are verified, errors are shown here.
     let Some(client_id) = q.client_id.as_deref().filter(|c| !c.is_empty()) else {
@@ -523,7 +752,7 @@ async fn authorize(State(auth): St, Query(q): Query<AuthorizeQuery>) -> Response
             "the request names no client (client_id)",
         );
     };
-    let client = match s.client(client_id).await {
+    let client = match s.client(client_id, addr).await {
         Ok(Some(c)) => c,
         Ok(None) => {
             return pages::error(
@@ -531,7 +760,7 @@ async fn authorize(State(auth): St, Query(q): Query<AuthorizeQuery>) -> Response
                 "this client is not registered here",
             );
         }
-        Err(e) => return pages::error(StatusCode::BAD_REQUEST, &e),
+        Err(e) => return e.page(),
     };
     let redirect_uri = match q.redirect_uri.as_deref() {
         Some(r) if client.redirect_uris.iter().any(|x| x == r) => r.to_owned(),
@@ -593,6 +822,7 @@ async fn authorize(State(auth): St, Query(q): Query<AuthorizeQuery>) -> Response
         Some(_) => return fail("invalid_target", "the resource is not this gateway's /mcp"),
     };
     let supported = s.scopes_supported();
+    let allowed = s.allowed_scopes(&client);
     let scopes: Vec<String> = match q.scope.as_deref().map(str::split_whitespace) {
         None => s.config.scopes.clone(),
         Some(words) => {
@@ -610,6 +840,12 @@ async fn authorize(State(auth): St, Query(q): Query<AuthorizeQuery>) -> Response
             }
         }
     };
+    if let Some(w) = scopes.iter().find(|w| !allowed.contains(*w)) {
+        return fail(
+            "invalid_scope",
+            &format!("scope `{w}` is not one this client registered"),
+        );
+    }
     let request = Request {
         client_id: client.client_id.clone(),
         redirect_uri: redirect_uri.clone(),
@@ -655,6 +891,7 @@ struct ConsentForm {
 async fn pending_for(
     s: &AuthServer,
     headers: &HeaderMap,
+    addr: Option<IpAddr>,
     id: &str,
     csrf: &str,
 ) -> Result<(Pending, Request, Client), Response> {
@@ -677,8 +914,9 @@ async fn pending_for(
         ));
     }
     let request: Request = serde_json::from_str(&p.request).map_err(|_| expired())?;
-    let client = match s.client(&request.client_id).await {
+    let client = match s.client(&request.client_id, addr).await {
         Ok(Some(c)) => c,
+        Err(e @ Lookup::Limited(_)) => return Err(e.page()),
         _ => {
             return Err(pages::error(
                 StatusCode::BAD_REQUEST,
@@ -706,8 +944,14 @@ pub fn hash_password(password: &str) -> String {
 async fn check_password(config: &AuthConfig, username: &str, password: &str) -> bool {
     let user = config.users.iter().find(|u| u.name == username);
     let hash = user.map(|u| u.password_hash.clone());
+    verify_argon2(hash, password).await && user.is_some()
+}
+
+/// Checks a secret against an argon2 PHC string, off the async threads; with no hash, does
+/// the same work and fails.
+async fn verify_argon2(hash: Option<String>, password: &str) -> bool {
     let password = password.to_owned();
-    let ok = tokio::task::spawn_blocking(move || match hash {
+    tokio::task::spawn_blocking(move || match hash {
         Some(hash) => {
             use argon2::PasswordVerifier;
             argon2::PasswordHash::new(&hash).is_ok_and(|h| {
@@ -723,22 +967,45 @@ async fn check_password(config: &AuthConfig, username: &str, password: &str) -> 
         }
     })
     .await
-    .unwrap_or(false);
-    ok && user.is_some()
+    .unwrap_or(false)
 }
 
-async fn login(State(auth): St, headers: HeaderMap, Form(f): Form<LoginForm>) -> Response {
+async fn login(
+    State(auth): St,
+    ClientAddr(addr): ClientAddr,
+    headers: HeaderMap,
+    Form(f): Form<LoginForm>,
+) -> Response {
     let s = server(&auth);
-    let (mut p, request, client) = match pending_for(s, &headers, &f.request, &f.csrf).await {
+    let (mut p, request, client) = match pending_for(s, &headers, addr, &f.request, &f.csrf).await {
         Ok(x) => x,
         Err(r) => return r,
     };
     let view = client_view(&client, &request.redirect_uri);
+    // Checked before the password, which is not looked at during a lockout (right or wrong).
+    if let Some(wait) = s.signins.blocked(&s.config, &f.username, addr) {
+        refused("signin_locked");
+        tracing::warn!(user = %shown(&f.username), address = ?addr, client_id = %client.client_id, "sign-in refused: too many failed sign-ins");
+        let mut r = pages::login(
+            &p.id,
+            &f.csrf,
+            &view,
+            Some(&format!(
+                "Too many failed sign-ins for this user or from this address. Try again in {}.",
+                wait_words(wait)
+            )),
+        );
+        *r.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+        retry_after(&mut r, wait);
+        return r;
+    }
     if !check_password(&s.config, &f.username, &f.password).await {
+        s.signins.failed(&s.config, &f.username, addr);
         refused("bad_credentials");
-        tracing::info!(user = %f.username, client_id = %client.client_id, "sign-in refused");
+        tracing::info!(user = %shown(&f.username), address = ?addr, client_id = %client.client_id, "sign-in refused");
         return pages::login(&p.id, &f.csrf, &view, Some("Wrong user name or password."));
     }
+    s.signins.succeeded(&f.username);
     let scope = request.scopes.join(" ");
     match s
         .store
@@ -759,9 +1026,14 @@ async fn login(State(auth): St, headers: HeaderMap, Form(f): Form<LoginForm>) ->
     pages::consent(&p.id, &f.csrf, &view, &f.username, &request.scopes)
 }
 
-async fn consent(State(auth): St, headers: HeaderMap, Form(f): Form<ConsentForm>) -> Response {
+async fn consent(
+    State(auth): St,
+    ClientAddr(addr): ClientAddr,
+    headers: HeaderMap,
+    Form(f): Form<ConsentForm>,
+) -> Response {
     let s = server(&auth);
-    let (p, request, client) = match pending_for(s, &headers, &f.request, &f.csrf).await {
+    let (p, request, client) = match pending_for(s, &headers, addr, &f.request, &f.csrf).await {
         Ok(x) => x,
         Err(r) => return r,
     };
@@ -807,6 +1079,7 @@ async fn issue_code(s: &AuthServer, request: &Request, subject: &str) -> Respons
         scope: request.scopes.join(" "),
         challenge: request.challenge.clone(),
         expires_at: now_secs() + s.config.code_ttl.as_secs() as i64,
+        issued: None,
     };
     if let Err(e) = s.store.add_code(&row).await {
         return store_failed(e);
@@ -839,6 +1112,7 @@ struct TokenForm {
 async fn authenticate_client(
     s: &AuthServer,
     headers: &HeaderMap,
+    addr: Option<IpAddr>,
     f: &TokenForm,
 ) -> Result<Client, Response> {
     let basic = headers
@@ -876,11 +1150,50 @@ async fn authenticate_client(
         (None, Some(id), None) => (id.clone(), None, "none"),
         (None, None, _) => return Err(invalid("the request names no client")),
     };
-    let client = match s.client(&client_id).await {
+    let client = match s.client(&client_id, addr).await {
         Ok(Some(c)) => c,
         Ok(None) => return Err(invalid("unknown client")),
-        Err(e) => return Err(invalid(&e)),
+        Err(Lookup::Limited(wait)) => {
+            let mut r = oauth_error(
+                StatusCode::TOO_MANY_REQUESTS,
+                "temporarily_unavailable",
+                format!(
+                    "too many client metadata documents were fetched; try again in {}",
+                    wait_words(wait)
+                ),
+            );
+            retry_after(&mut r, wait);
+            return Err(r);
+        }
+        Err(Lookup::Failed(e)) => return Err(invalid(&e)),
     };
+    if client.provisioned {
+        // Either way of sending the secret; the secret is an operator's, hashed with argon2.
+        let Some(secret) = secret else {
+            return Err(invalid("this client authenticates with a client secret"));
+        };
+        // Guessing it is guessing a password: wrong secrets count against the address as
+        // failed sign-ins do (not against the client, which a stranger could lock out).
+        if let Some(wait) = addr.and_then(|a| s.signins.addresses.blocked(&a)) {
+            let mut r = oauth_error(
+                StatusCode::TOO_MANY_REQUESTS,
+                "temporarily_unavailable",
+                format!(
+                    "too many failed sign-ins from this address; try again in {}",
+                    wait_words(wait)
+                ),
+            );
+            retry_after(&mut r, wait);
+            return Err(r);
+        }
+        if !verify_argon2(client.secret_hash.clone(), &secret).await {
+            if let Some(a) = addr {
+                s.signins.addresses.hit(a);
+            }
+            return Err(invalid("wrong client secret"));
+        }
+        return Ok(client);
+    }
     if client.auth_method != method {
         return Err(invalid(&format!(
             "this client authenticates with {}, not {method}",
@@ -901,6 +1214,7 @@ async fn authenticate_client(
 
 fn token_response(
     s: &AuthServer,
+    planned: &Planned,
     subject: &str,
     client: &Client,
     scope: &str,
@@ -912,7 +1226,9 @@ fn token_response(
         .with_label_values(&[grant_type])
         .inc();
     let scopes: BTreeSet<String> = scope.split_whitespace().map(str::to_owned).collect();
-    let (access, expires_in) = s.keys.issue(subject, &client.client_id, &scopes);
+    let (access, expires_in) = s
+        .keys
+        .issue_as(planned, subject, &client.client_id, &scopes);
     let mut out = json!({
         "access_token": access,
         "token_type": "Bearer",
@@ -925,9 +1241,11 @@ fn token_response(
     json_response(StatusCode::OK, out)
 }
 
+/// A new refresh token in `family`, recording the access token issued with it.
 async fn new_refresh(
     s: &AuthServer,
     family: &str,
+    planned: &Planned,
     client: &Client,
     subject: &str,
     resource: &str,
@@ -945,14 +1263,20 @@ async fn new_refresh(
         resource: resource.to_owned(),
         scope: scope.to_owned(),
         expires_at: now_secs() + s.config.refresh_ttl.as_secs() as i64,
+        access: Some((planned.jti.clone(), planned.exp)),
     };
     s.store.add_refresh(&row).await.map_err(store_failed)?;
     Ok(Some(token))
 }
 
-async fn token(State(auth): St, headers: HeaderMap, Form(f): Form<TokenForm>) -> Response {
+async fn token(
+    State(auth): St,
+    ClientAddr(addr): ClientAddr,
+    headers: HeaderMap,
+    Form(f): Form<TokenForm>,
+) -> Response {
     let s = server(&auth);
-    let client = match authenticate_client(s, &headers, &f).await {
+    let client = match authenticate_client(s, &headers, addr, &f).await {
         Ok(c) => c,
         Err(r) => return r,
     };
@@ -987,11 +1311,35 @@ async fn token(State(auth): St, headers: HeaderMap, Form(f): Form<TokenForm>) ->
                     "code and code_verifier are required",
                 );
             };
-            let c = match s.store.take_code(&hash_secret(code)).await {
+            // What this redemption will issue is recorded as the code is taken.
+            let planned = s.keys.plan();
+            let issue = Issued {
+                family: random_token(),
+                access_jti: planned.jti.clone(),
+                access_expires_at: planned.exp,
+                kept_until: planned
+                    .exp
+                    .max(now_secs() + s.config.refresh_ttl.as_secs() as i64)
+                    + super::LEEWAY.as_secs() as i64,
+            };
+            let code_hash = hash_secret(code);
+            let c = match s.store.take_code(&code_hash, &issue).await {
                 Ok(Taken::Fresh(c)) => c,
                 Ok(Taken::Reused(c)) => {
-                    tracing::warn!(client_id = %c.client_id, "an authorization code was used twice");
-                    return bad_grant("the code was already used");
+                    // Someone else holds a copy of the code: what its first use gave is revoked
+                    // (OAuth 2.1 §4.1.3).
+                    tracing::warn!(client_id = %c.client_id, user = %c.subject, "an authorization code was used twice; the tokens it gave are revoked");
+                    if let Some(first) = &c.issued
+                        && let Err(e) = revoke_grant(
+                            s,
+                            &first.family,
+                            Some((&first.access_jti, first.access_expires_at)),
+                        )
+                        .await
+                    {
+                        return store_failed(e);
+                    }
+                    return bad_grant("the code was already used; the tokens it gave are revoked");
                 }
                 Ok(Taken::Unknown) => return bad_grant("unknown code"),
                 Err(e) => return store_failed(e),
@@ -1001,6 +1349,11 @@ async fn token(State(auth): St, headers: HeaderMap, Form(f): Form<TokenForm>) ->
             }
             if c.client_id != client.client_id {
                 return bad_grant("the code was issued to another client");
+            }
+            // Gateways may share a database: a code is good only at the gateway (resource and
+            // issuer) that issued it.
+            if c.resource != auth.resource {
+                return bad_grant("the code was issued for another resource");
             }
             if f.redirect_uri.as_deref() != Some(c.redirect_uri.as_str()) {
                 return bad_grant("redirect_uri does not match the authorization request");
@@ -1022,9 +1375,18 @@ async fn token(State(auth): St, headers: HeaderMap, Form(f): Form<TokenForm>) ->
             if !valid_verifier || !constant_time_eq(&computed, &c.challenge) {
                 return bad_grant("the PKCE code_verifier does not match the code_challenge");
             }
+            let allowed = s.allowed_scopes(&client);
+            if let Some(x) = c.scope.split_whitespace().find(|x| !allowed.contains(*x)) {
+                return oauth_error(
+                    StatusCode::BAD_REQUEST,
+                    "invalid_scope",
+                    format!("scope `{x}` is no longer available to this client"),
+                );
+            }
             let refresh = match new_refresh(
                 s,
-                &random_token(),
+                &issue.family,
+                &planned,
                 &client,
                 &c.subject,
                 &c.resource,
@@ -1035,9 +1397,21 @@ async fn token(State(auth): St, headers: HeaderMap, Form(f): Form<TokenForm>) ->
                 Ok(r) => r,
                 Err(r) => return r,
             };
+            // A replay while this was issuing revoked the family before its token existed.
+            match s.store.code_replayed(&code_hash).await {
+                Ok(false) => {}
+                Ok(true) => {
+                    if let Err(e) = revoke_grant(s, &issue.family, None).await {
+                        return store_failed(e);
+                    }
+                    return bad_grant("the code was used twice; the tokens it gave are revoked");
+                }
+                Err(e) => return store_failed(e),
+            }
             tracing::info!(user = %c.subject, client_id = %client.client_id, "tokens issued (authorization code)");
             token_response(
                 s,
+                &planned,
                 &c.subject,
                 &client,
                 &c.scope,
@@ -1053,12 +1427,27 @@ async fn token(State(auth): St, headers: HeaderMap, Form(f): Form<TokenForm>) ->
                     "refresh_token is required",
                 );
             };
-            let r = match s.store.take_refresh(&hash_secret(token)).await {
+            let hash = hash_secret(token);
+            // Gateways may share a database: a refresh token is good only at the gateway
+            // (resource and issuer) that issued it, and only for its client. Checked before the
+            // token is spent, so a token shown to the wrong place stays its holder's.
+            match s.store.refresh(&hash).await {
+                Ok(Some(r)) if r.resource != auth.resource => {
+                    tracing::warn!(client_id = %r.client_id, "a refresh token for another resource was presented");
+                    return bad_grant("the refresh token was issued for another resource");
+                }
+                Ok(Some(r)) if r.client_id != client.client_id => {
+                    return bad_grant("the refresh token was issued to another client");
+                }
+                Ok(_) => {}
+                Err(e) => return store_failed(e),
+            }
+            let r = match s.store.take_refresh(&hash).await {
                 Ok(Taken::Fresh(r)) => r,
                 Ok(Taken::Reused(r)) => {
                     // A rotated-out token came back: someone holds a copy. The whole family goes.
                     tracing::warn!(client_id = %r.client_id, user = %r.subject, "a refresh token was reused; its family is revoked");
-                    if let Err(e) = s.store.revoke_family(&r.family).await {
+                    if let Err(e) = revoke_grant(s, &r.family, None).await {
                         return store_failed(e);
                     }
                     return bad_grant("the refresh token was already used; its grant is revoked");
@@ -1066,17 +1455,27 @@ async fn token(State(auth): St, headers: HeaderMap, Form(f): Form<TokenForm>) ->
                 Ok(Taken::Unknown) => return bad_grant("unknown or revoked refresh token"),
                 Err(e) => return store_failed(e),
             };
-            if r.client_id != client.client_id {
-                return bad_grant("the refresh token was issued to another client");
+            if r.client_id != client.client_id || r.resource != auth.resource {
+                return bad_grant("the refresh token was issued to another client or resource");
             }
             if r.expires_at < now_secs() {
                 return bad_grant("the refresh token has expired");
             }
+            // What the grant allowed, narrowed to what the client may still be given.
+            let allowed = s.allowed_scopes(&client);
             let scope = match &f.scope {
-                None => r.scope.clone(),
+                None => r
+                    .scope
+                    .split_whitespace()
+                    .filter(|x| allowed.contains(*x))
+                    .collect::<Vec<_>>()
+                    .join(" "),
                 Some(asked) => {
                     let granted: BTreeSet<&str> = r.scope.split_whitespace().collect();
-                    if let Some(extra) = asked.split_whitespace().find(|x| !granted.contains(x)) {
+                    if let Some(extra) = asked
+                        .split_whitespace()
+                        .find(|x| !granted.contains(x) || !allowed.contains(*x))
+                    {
                         return oauth_error(
                             StatusCode::BAD_REQUEST,
                             "invalid_scope",
@@ -1086,36 +1485,50 @@ async fn token(State(auth): St, headers: HeaderMap, Form(f): Form<TokenForm>) ->
                     asked.split_whitespace().collect::<Vec<_>>().join(" ")
                 }
             };
-            let refresh =
-                match new_refresh(s, &r.family, &client, &r.subject, &r.resource, &r.scope).await {
-                    Ok(t) => t,
-                    Err(resp) => return resp,
-                };
-            token_response(s, &r.subject, &client, &scope, refresh, "refresh_token")
+            let planned = s.keys.plan();
+            let refresh = match new_refresh(
+                s,
+                &r.family,
+                &planned,
+                &client,
+                &r.subject,
+                &r.resource,
+                &r.scope,
+            )
+            .await
+            {
+                Ok(t) => t,
+                Err(resp) => return resp,
+            };
+            token_response(
+                s,
+                &planned,
+                &r.subject,
+                &client,
+                &scope,
+                refresh,
+                "refresh_token",
+            )
         }
         "client_credentials" => {
-            if client.auth_method == "none" {
+            // Only for clients the operator provisioned, whatever a stored registration says
+            // (registrations from before this rule may name the grant).
+            if !client.provisioned || client.auth_method == "none" {
                 return oauth_error(
                     StatusCode::BAD_REQUEST,
                     "unauthorized_client",
-                    "client_credentials needs a confidential client",
+                    "client_credentials is only for clients provisioned by the operator",
                 );
             }
-            let supported = s.scopes_supported();
+            let allowed = s.allowed_scopes(&client);
             let scope = match &f.scope {
-                None => client
-                    .scope
-                    .clone()
-                    .unwrap_or_else(|| s.config.scopes.join(" ")),
+                None => allowed.iter().cloned().collect::<Vec<_>>().join(" "),
                 Some(asked) => {
-                    if let Some(x) = asked
-                        .split_whitespace()
-                        .find(|x| !supported.iter().any(|y| y == x))
-                    {
+                    if let Some(x) = asked.split_whitespace().find(|x| !allowed.contains(*x)) {
                         return oauth_error(
                             StatusCode::BAD_REQUEST,
                             "invalid_scope",
-                            format!("scope `{x}` is not offered here"),
+                            format!("scope `{x}` is not one this client may be given"),
                         );
                     }
                     asked.split_whitespace().collect::<Vec<_>>().join(" ")
@@ -1124,6 +1537,7 @@ async fn token(State(auth): St, headers: HeaderMap, Form(f): Form<TokenForm>) ->
             tracing::info!(client_id = %client.client_id, "token issued (client credentials)");
             token_response(
                 s,
+                &s.keys.plan(),
                 &client.client_id.clone(),
                 &client,
                 &scope,
@@ -1139,11 +1553,32 @@ async fn token(State(auth): St, headers: HeaderMap, Form(f): Form<TokenForm>) ->
     }
 }
 
-/// Token revocation (RFC 7009): a refresh token revokes its whole grant; an access token is
-/// refused from now on. Unknown tokens get 200 too.
-async fn revoke(State(auth): St, headers: HeaderMap, Form(f): Form<TokenForm>) -> Response {
+/// Revokes a grant: its refresh token family, the access tokens issued with them, and
+/// `access` (a code's first access token, issued with no refresh token when the client has
+/// none).
+async fn revoke_grant(
+    s: &AuthServer,
+    family: &str,
+    access: Option<(&str, i64)>,
+) -> Result<(), AuthStoreError> {
+    let live = s.store.revoke_family(family, now_secs()).await?;
+    for (jti, exp) in live.iter().map(|(j, e)| (j.as_str(), *e)).chain(access) {
+        s.keys.revoke_jti(jti, exp).await?;
+    }
+    Ok(())
+}
+
+/// Token revocation (RFC 7009): a refresh token revokes its whole grant, the access tokens
+/// issued with it included (§2.1); an access token is refused from now on. Unknown tokens get
+/// 200 too.
+async fn revoke(
+    State(auth): St,
+    ClientAddr(addr): ClientAddr,
+    headers: HeaderMap,
+    Form(f): Form<TokenForm>,
+) -> Response {
     let s = server(&auth);
-    let client = match authenticate_client(s, &headers, &f).await {
+    let client = match authenticate_client(s, &headers, addr, &f).await {
         Ok(c) => c,
         Err(r) => return r,
     };
@@ -1156,7 +1591,7 @@ async fn revoke(State(auth): St, headers: HeaderMap, Form(f): Form<TokenForm>) -
     };
     match s.store.refresh(&hash_secret(token)).await {
         Ok(Some(r)) if r.client_id == client.client_id => {
-            if let Err(e) = s.store.revoke_family(&r.family).await {
+            if let Err(e) = revoke_grant(s, &r.family, None).await {
                 return store_failed(e);
             }
             tracing::info!(client_id = %client.client_id, "refresh token revoked");
@@ -1164,12 +1599,40 @@ async fn revoke(State(auth): St, headers: HeaderMap, Form(f): Form<TokenForm>) -
         Ok(_) => {
             if let Ok(p) = auth.validate(token)
                 && p.client_id == client.client_id
-                && s.keys.revoke_access(token)
             {
-                tracing::info!(client_id = %client.client_id, "access token revoked");
+                match s.keys.revoke_access(token).await {
+                    Ok(true) => {
+                        tracing::info!(client_id = %client.client_id, "access token revoked");
+                    }
+                    Ok(false) => {}
+                    Err(e) => return store_failed(e),
+                }
             }
         }
         Err(e) => return store_failed(e),
     }
     no_store(StatusCode::OK.into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn waits_are_said_rounded_up() {
+        let w = |ms| wait_words(Duration::from_millis(ms));
+        assert_eq!(w(300), "1 second");
+        assert_eq!(w(1_200), "2 seconds");
+        assert_eq!(w(59_000), "59 seconds");
+        assert_eq!(w(60_000), "1 minute");
+        assert_eq!(w(61_000), "2 minutes");
+        assert_eq!(w(899_000), "15 minutes");
+    }
+
+    #[test]
+    fn names_are_cut_for_the_log() {
+        assert_eq!(shown("alice"), "alice");
+        let long = "é".repeat(1000);
+        assert_eq!(shown(&long).chars().count(), 64);
+    }
 }

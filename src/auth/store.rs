@@ -1,5 +1,6 @@
 //! The authorization server's state, behind [`AuthStore`]: signing keys, registered clients,
-//! authorization requests waiting for the user, codes, refresh tokens and remembered consent.
+//! authorization requests waiting for the user, codes, refresh tokens, revoked access tokens
+//! and remembered consent.
 //! [`SqlAuthStore`] keeps them through sqlx in the gateway's database (SQLite or PostgreSQL,
 //! `migrations/`), so replicas share them. Codes, refresh tokens and client secrets are kept
 //! only as hashes.
@@ -46,7 +47,11 @@ pub struct Client {
     pub auth_method: String,
     pub grant_types: Vec<String>,
     pub application_type: String,
+    /// The scopes it may be given (RFC 7591 `scope`); `None`: any offered here.
     pub scope: Option<String>,
+    /// Provisioned by the operator (`[[auth.clients]]`, never stored): the only clients that
+    /// may use `client_credentials`. Its secret hash is argon2.
+    pub provisioned: bool,
 }
 
 /// An authorization request waiting for the user to sign in and decide.
@@ -72,6 +77,19 @@ pub struct Code {
     pub scope: String,
     pub challenge: String,
     pub expires_at: i64,
+    /// What its redemption produced (set when it is taken): revoked if it comes back.
+    pub issued: Option<Issued>,
+}
+
+/// The tokens a code's redemption gives: recorded with the code before they are issued.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Issued {
+    /// The refresh token family (whether or not a refresh token is issued).
+    pub family: String,
+    pub access_jti: String,
+    pub access_expires_at: i64,
+    /// How long the redeemed code is kept to recognize a replay.
+    pub kept_until: i64,
 }
 
 /// An issued refresh token. Each use gives a new one in the same family.
@@ -84,6 +102,8 @@ pub struct Refresh {
     pub resource: String,
     pub scope: String,
     pub expires_at: i64,
+    /// The access token issued with it (`jti`, expiry), revoked with its family.
+    pub access: Option<(String, i64)>,
 }
 
 /// What taking a single-use secret found.
@@ -110,14 +130,31 @@ pub trait AuthStore: Send + Sync + 'static {
     fn delete_pending<'a>(&'a self, id: &'a str) -> AuthFuture<'a, ()>;
 
     fn add_code<'a>(&'a self, code: &'a Code) -> AuthFuture<'a, ()>;
-    /// Marks a code used; what it was, and whether it had been used already.
-    fn take_code<'a>(&'a self, code_hash: &'a str) -> AuthFuture<'a, Taken<Code>>;
+    /// Marks a code used, recording what its redemption will issue; what it was (with what a
+    /// first redemption issued), and whether it had been used already.
+    fn take_code<'a>(
+        &'a self,
+        code_hash: &'a str,
+        issue: &'a Issued,
+    ) -> AuthFuture<'a, Taken<Code>>;
+    /// Whether a code was presented again after it was taken. A first redemption asks once
+    /// its refresh token is stored: a replay that revoked the family before that token
+    /// existed did not revoke it.
+    fn code_replayed<'a>(&'a self, code_hash: &'a str) -> AuthFuture<'a, bool>;
 
     fn add_refresh<'a>(&'a self, r: &'a Refresh) -> AuthFuture<'a, ()>;
     /// Marks a refresh token used (rotation); a revoked family's tokens are `Unknown`.
     fn take_refresh<'a>(&'a self, token_hash: &'a str) -> AuthFuture<'a, Taken<Refresh>>;
     fn refresh<'a>(&'a self, token_hash: &'a str) -> AuthFuture<'a, Option<Refresh>>;
-    fn revoke_family<'a>(&'a self, family: &'a str) -> AuthFuture<'a, ()>;
+    /// Revokes a refresh token family; the access tokens issued with its refresh tokens that
+    /// may still be valid at `now` (`jti`, expiry), to be revoked too.
+    fn revoke_family<'a>(&'a self, family: &'a str, now: i64)
+    -> AuthFuture<'a, Vec<(String, i64)>>;
+
+    /// Records an access token (by `jti`) as revoked until `expires_at`.
+    fn add_revocation<'a>(&'a self, jti: &'a str, expires_at: i64) -> AuthFuture<'a, ()>;
+    /// The revoked access tokens that expire at or after `after`: `(jti, expires_at)`.
+    fn revocations(&self, after: i64) -> AuthFuture<'_, Vec<(String, i64)>>;
 
     fn has_consent<'a>(
         &'a self,
@@ -132,7 +169,8 @@ pub trait AuthStore: Send + Sync + 'static {
         scope: &'a str,
     ) -> AuthFuture<'a, ()>;
 
-    /// Forgets expired requests, codes and refresh tokens.
+    /// Forgets expired requests, codes and refresh tokens, and revocations of access tokens
+    /// that expired before `now` minus the leeway (until then they would still validate).
     fn purge(&self, now: i64) -> AuthFuture<'_, ()>;
 }
 
@@ -165,11 +203,29 @@ fn client_row(row: &sqlx::any::AnyRow) -> Result<Client, AuthStoreError> {
         grant_types: unlist(&row.try_get::<String, _>("grant_types")?)?,
         application_type: row.try_get("application_type")?,
         scope: row.try_get("scope")?,
+        provisioned: false,
     })
 }
 
 fn code_row(row: &sqlx::any::AnyRow) -> Result<Code, AuthStoreError> {
+    let issued = match (
+        row.try_get::<Option<String>, _>("family")?,
+        row.try_get::<Option<String>, _>("access_jti")?,
+        row.try_get::<Option<i64>, _>("access_expires_at")?,
+        row.try_get::<Option<i64>, _>("kept_until")?,
+    ) {
+        (Some(family), Some(access_jti), Some(access_expires_at), Some(kept_until)) => {
+            Some(Issued {
+                family,
+                access_jti,
+                access_expires_at,
+                kept_until,
+            })
+        }
+        _ => None,
+    };
     Ok(Code {
+        issued,
         code_hash: row.try_get("code_hash")?,
         client_id: row.try_get("client_id")?,
         subject: row.try_get("subject")?,
@@ -190,6 +246,13 @@ fn refresh_row(row: &sqlx::any::AnyRow) -> Result<Refresh, AuthStoreError> {
         resource: row.try_get("resource")?,
         scope: row.try_get("scope")?,
         expires_at: row.try_get("expires_at")?,
+        access: match (
+            row.try_get::<Option<String>, _>("access_jti")?,
+            row.try_get::<Option<i64>, _>("access_expires_at")?,
+        ) {
+            (Some(jti), Some(exp)) => Some((jti, exp)),
+            _ => None,
+        },
     })
 }
 
@@ -353,29 +416,60 @@ impl AuthStore for SqlAuthStore {
         })
     }
 
-    fn take_code<'a>(&'a self, code_hash: &'a str) -> AuthFuture<'a, Taken<Code>> {
+    fn take_code<'a>(
+        &'a self,
+        code_hash: &'a str,
+        issue: &'a Issued,
+    ) -> AuthFuture<'a, Taken<Code>> {
         Box::pin(async move {
             // The update is the single-use check: of two concurrent exchanges, one changes
-            // the row.
-            let claimed =
-                sqlx::query("UPDATE oauth_codes SET used = 1 WHERE code_hash = $1 AND used = 0")
-                    .bind(code_hash.to_owned())
-                    .execute(&self.pool)
-                    .await?
-                    .rows_affected()
-                    == 1;
+            // the row. It records what this redemption will issue in the same step, so a
+            // replay, however soon, finds what to revoke.
+            let claimed = sqlx::query(
+                "UPDATE oauth_codes SET used = 1, family = $2, access_jti = $3, \
+                 access_expires_at = $4, kept_until = $5 WHERE code_hash = $1 AND used = 0",
+            )
+            .bind(code_hash.to_owned())
+            .bind(issue.family.clone())
+            .bind(issue.access_jti.clone())
+            .bind(issue.access_expires_at)
+            .bind(issue.kept_until)
+            .execute(&self.pool)
+            .await?
+            .rows_affected()
+                == 1;
             let row = sqlx::query(
                 "SELECT code_hash, client_id, subject, redirect_uri, resource, scope, challenge, \
-                 expires_at FROM oauth_codes WHERE code_hash = $1",
+                 expires_at, family, access_jti, access_expires_at, kept_until \
+                 FROM oauth_codes WHERE code_hash = $1",
             )
             .bind(code_hash.to_owned())
             .fetch_optional(&self.pool)
             .await?;
             Ok(match row.as_ref().map(code_row).transpose()? {
                 Some(c) if claimed => Taken::Fresh(c),
-                Some(c) => Taken::Reused(c),
+                Some(c) => {
+                    // Marked replayed, for a first redemption still issuing (see
+                    // `code_replayed`).
+                    sqlx::query("UPDATE oauth_codes SET used = 2 WHERE code_hash = $1")
+                        .bind(code_hash.to_owned())
+                        .execute(&self.pool)
+                        .await?;
+                    Taken::Reused(c)
+                }
                 None => Taken::Unknown,
             })
+        })
+    }
+
+    fn code_replayed<'a>(&'a self, code_hash: &'a str) -> AuthFuture<'a, bool> {
+        Box::pin(async move {
+            let row =
+                sqlx::query("SELECT 1 AS one FROM oauth_codes WHERE code_hash = $1 AND used = 2")
+                    .bind(code_hash.to_owned())
+                    .fetch_optional(&self.pool)
+                    .await?;
+            Ok(row.is_some())
         })
     }
 
@@ -383,7 +477,8 @@ impl AuthStore for SqlAuthStore {
         Box::pin(async move {
             sqlx::query(
                 "INSERT INTO oauth_refresh_tokens (token_hash, family, client_id, subject, resource, \
-                 scope, expires_at, used, revoked) VALUES ($1, $2, $3, $4, $5, $6, $7, 0, 0)",
+                 scope, expires_at, used, revoked, access_jti, access_expires_at) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, 0, 0, $8, $9)",
             )
             .bind(r.token_hash.clone())
             .bind(r.family.clone())
@@ -392,6 +487,8 @@ impl AuthStore for SqlAuthStore {
             .bind(r.resource.clone())
             .bind(r.scope.clone())
             .bind(r.expires_at)
+            .bind(r.access.as_ref().map(|a| a.0.clone()))
+            .bind(r.access.as_ref().map(|a| a.1))
             .execute(&self.pool)
             .await?;
             Ok(())
@@ -410,8 +507,8 @@ impl AuthStore for SqlAuthStore {
             .rows_affected()
                 == 1;
             let row = sqlx::query(
-                "SELECT token_hash, family, client_id, subject, resource, scope, expires_at, revoked \
-                 FROM oauth_refresh_tokens WHERE token_hash = $1",
+                "SELECT token_hash, family, client_id, subject, resource, scope, expires_at, revoked, \
+                 access_jti, access_expires_at FROM oauth_refresh_tokens WHERE token_hash = $1",
             )
             .bind(token_hash.to_owned())
             .fetch_optional(&self.pool)
@@ -434,8 +531,8 @@ impl AuthStore for SqlAuthStore {
     fn refresh<'a>(&'a self, token_hash: &'a str) -> AuthFuture<'a, Option<Refresh>> {
         Box::pin(async move {
             let row = sqlx::query(
-                "SELECT token_hash, family, client_id, subject, resource, scope, expires_at \
-                 FROM oauth_refresh_tokens WHERE token_hash = $1",
+                "SELECT token_hash, family, client_id, subject, resource, scope, expires_at, \
+                 access_jti, access_expires_at FROM oauth_refresh_tokens WHERE token_hash = $1",
             )
             .bind(token_hash.to_owned())
             .fetch_optional(&self.pool)
@@ -444,13 +541,55 @@ impl AuthStore for SqlAuthStore {
         })
     }
 
-    fn revoke_family<'a>(&'a self, family: &'a str) -> AuthFuture<'a, ()> {
+    fn revoke_family<'a>(
+        &'a self,
+        family: &'a str,
+        now: i64,
+    ) -> AuthFuture<'a, Vec<(String, i64)>> {
         Box::pin(async move {
             sqlx::query("UPDATE oauth_refresh_tokens SET revoked = 1 WHERE family = $1")
                 .bind(family.to_owned())
                 .execute(&self.pool)
                 .await?;
+            let rows = sqlx::query(
+                "SELECT access_jti, access_expires_at FROM oauth_refresh_tokens \
+                 WHERE family = $1 AND access_jti IS NOT NULL AND access_expires_at >= $2",
+            )
+            .bind(family.to_owned())
+            .bind(now - super::LEEWAY.as_secs() as i64)
+            .fetch_all(&self.pool)
+            .await?;
+            rows.iter()
+                .map(|r| Ok((r.try_get("access_jti")?, r.try_get("access_expires_at")?)))
+                .collect()
+        })
+    }
+
+    fn add_revocation<'a>(&'a self, jti: &'a str, expires_at: i64) -> AuthFuture<'a, ()> {
+        Box::pin(async move {
+            sqlx::query(
+                "INSERT INTO oauth_revoked_tokens (jti, expires_at) VALUES ($1, $2) \
+                 ON CONFLICT (jti) DO NOTHING",
+            )
+            .bind(jti.to_owned())
+            .bind(expires_at)
+            .execute(&self.pool)
+            .await?;
             Ok(())
+        })
+    }
+
+    fn revocations(&self, after: i64) -> AuthFuture<'_, Vec<(String, i64)>> {
+        Box::pin(async move {
+            let rows = sqlx::query(
+                "SELECT jti, expires_at FROM oauth_revoked_tokens WHERE expires_at >= $1",
+            )
+            .bind(after)
+            .fetch_all(&self.pool)
+            .await?;
+            rows.iter()
+                .map(|r| Ok((r.try_get("jti")?, r.try_get("expires_at")?)))
+                .collect()
         })
     }
 
@@ -498,11 +637,15 @@ impl AuthStore for SqlAuthStore {
         Box::pin(async move {
             for q in [
                 "DELETE FROM oauth_pending WHERE expires_at < $1",
-                "DELETE FROM oauth_codes WHERE expires_at < $1",
+                "DELETE FROM oauth_codes WHERE expires_at < $1 AND (kept_until IS NULL OR kept_until < $1)",
                 "DELETE FROM oauth_refresh_tokens WHERE expires_at < $1",
             ] {
                 sqlx::query(q).bind(now).execute(&self.pool).await?;
             }
+            sqlx::query("DELETE FROM oauth_revoked_tokens WHERE expires_at < $1")
+                .bind(now - super::LEEWAY.as_secs() as i64)
+                .execute(&self.pool)
+                .await?;
             Ok(())
         })
     }

@@ -101,8 +101,15 @@ pub struct AuthSection {
     pub code_ttl_secs: Option<u64>,
     pub cimd_allow_private: Option<bool>,
     pub registrations_per_minute: Option<u32>,
+    pub cimd_fetches_per_minute: Option<u32>,
+    pub cimd_fetches_per_minute_total: Option<u32>,
+    pub failed_signins_per_user: Option<u32>,
+    pub failed_signins_per_address: Option<u32>,
+    pub signin_lockout_secs: Option<u64>,
     #[serde(default)]
     pub users: Vec<super::UserConfig>,
+    #[serde(default)]
+    pub clients: Vec<super::ClientConfig>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -228,7 +228,8 @@ pub enum Command {
     /// Validate the config (given with --config and flags) and exit: 0 when valid, 2 with a
     /// message naming the bad key when not.
     Check,
-    /// Read a password on standard input and print its argon2 hash, for `[[auth.users]]`.
+    /// Read a password on standard input and print its argon2 hash, for `[[auth.users]]`
+    /// and `[[auth.clients]]`.
     HashPassword,
     /// Ask a running gateway's admin listener for `/healthz` (the address from
     /// --admin-listen, its environment variable, or the config file): exit 0 when healthy, 1
@@ -305,6 +306,27 @@ impl std::fmt::Debug for UserConfig {
     }
 }
 
+/// A confidential client the operator provisions (`[[auth.clients]]`): the only kind that may
+/// use the `client_credentials` grant. Self-registered clients (RFC 7591, metadata documents)
+/// never can.
+#[derive(Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClientConfig {
+    pub client_id: String,
+    /// An argon2 PHC string of the client secret (`mcp-gateway hash-password` makes one).
+    pub secret_hash: String,
+    /// The scopes it may be given. [default: `auth.scopes`]
+    pub scopes: Option<Vec<String>>,
+    /// A name for logs.
+    pub name: Option<String>,
+}
+
+impl std::fmt::Debug for ClientConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ClientConfig({})", self.client_id)
+    }
+}
+
 /// OAuth 2.1 settings (`[auth]`).
 #[derive(Debug, Clone)]
 pub struct AuthConfig {
@@ -314,14 +336,26 @@ pub struct AuthConfig {
     /// Scopes every request to `/mcp` needs.
     pub scopes: Vec<String>,
     pub users: Vec<UserConfig>,
+    /// Clients provisioned by the operator (client credentials).
+    pub clients: Vec<ClientConfig>,
     pub access_ttl: Duration,
     pub refresh_ttl: Duration,
     pub code_ttl: Duration,
     /// Let client ID metadata documents be fetched from private and loopback addresses (and
     /// over http on loopback): for development only.
     pub cimd_allow_private: bool,
-    /// Dynamic client registrations accepted per minute (all clients together).
+    /// Dynamic client registrations accepted per minute from one client address (and 20
+    /// times that from all together, a ceiling on what strangers can store).
     pub registrations_per_minute: u32,
+    /// Client ID metadata documents fetched per minute for one client address, and for all
+    /// together (cached documents do not count).
+    pub cimd_fetches_per_minute: u32,
+    pub cimd_fetches_per_minute_total: u32,
+    /// Failed sign-ins a user name, and a client address, may have in `signin_lockout`
+    /// before further sign-ins with it (even right ones) are refused until the window ends.
+    pub failed_signins_per_user: u32,
+    pub failed_signins_per_address: u32,
+    pub signin_lockout: Duration,
 }
 
 impl Default for AuthConfig {
@@ -331,11 +365,17 @@ impl Default for AuthConfig {
             public_url: None,
             scopes: vec!["mcp".into()],
             users: Vec::new(),
+            clients: Vec::new(),
             access_ttl: Duration::from_secs(600),
             refresh_ttl: Duration::from_secs(30 * 24 * 3600),
             code_ttl: Duration::from_secs(60),
             cimd_allow_private: false,
             registrations_per_minute: 30,
+            cimd_fetches_per_minute: 20,
+            cimd_fetches_per_minute_total: 200,
+            failed_signins_per_user: 10,
+            failed_signins_per_address: 30,
+            signin_lockout: Duration::from_secs(900),
         }
     }
 }
@@ -726,6 +766,51 @@ fn auth_config(
             ));
         }
     }
+    let word = |s: &String| !s.is_empty() && !s.contains([' ', '"', '\\']);
+    let mut client_ids = std::collections::BTreeSet::new();
+    for c in &file.clients {
+        let key = format!("auth.clients.{}", c.client_id);
+        if c.client_id.is_empty()
+            || c.client_id.len() > 128
+            || !c.client_id.bytes().all(|b| b.is_ascii_graphic())
+            || c.client_id.contains(':')
+        {
+            return Err(invalid(
+                "auth.clients.client_id",
+                format!(
+                    "`{}` is not a client id: 1 to 128 printable ASCII characters without spaces or `:`",
+                    c.client_id.escape_debug()
+                ),
+            ));
+        }
+        if !client_ids.insert(c.client_id.as_str()) {
+            return Err(invalid(key, "this client_id is given twice"));
+        }
+        // A client_credentials token's subject is its client id: it must not be a user's.
+        if file.users.iter().any(|u| u.name == c.client_id) {
+            return Err(invalid(
+                key,
+                "a client_id may not be a user's name (its tokens would speak for that user)",
+            ));
+        }
+        if argon2::PasswordHash::new(&c.secret_hash).is_err() {
+            return Err(invalid(
+                format!("{key}.secret_hash"),
+                "not an argon2 hash (make one with `mcp-gateway hash-password`)",
+            ));
+        }
+        if c.scopes.as_ref().is_some_and(|s| !s.iter().all(word)) {
+            return Err(invalid(
+                format!("{key}.scopes"),
+                "scopes are non-empty words without spaces or quotes",
+            ));
+        }
+    }
+    let at_least_one = |v: Option<u32>, default: u32, key: &str| match v {
+        Some(0) => Err(invalid(format!("auth.{key}"), "must be at least 1")),
+        Some(n) => Ok(n),
+        None => Ok(default),
+    };
     let secs = |v: Option<u64>, default: Duration, key: &str| match v {
         Some(0) => Err(invalid(format!("auth.{key}"), "must be at least 1")),
         Some(n) => Ok(Duration::from_secs(n)),
@@ -736,6 +821,7 @@ fn auth_config(
         public_url,
         scopes,
         users: file.users,
+        clients: file.clients,
         access_ttl: secs(
             file.access_token_ttl_secs,
             d.access_ttl,
@@ -748,9 +834,36 @@ fn auth_config(
         )?,
         code_ttl: secs(file.code_ttl_secs, d.code_ttl, "code_ttl_secs")?,
         cimd_allow_private: file.cimd_allow_private.unwrap_or(false),
-        registrations_per_minute: file
-            .registrations_per_minute
-            .unwrap_or(d.registrations_per_minute),
+        registrations_per_minute: at_least_one(
+            file.registrations_per_minute,
+            d.registrations_per_minute,
+            "registrations_per_minute",
+        )?,
+        cimd_fetches_per_minute: at_least_one(
+            file.cimd_fetches_per_minute,
+            d.cimd_fetches_per_minute,
+            "cimd_fetches_per_minute",
+        )?,
+        cimd_fetches_per_minute_total: at_least_one(
+            file.cimd_fetches_per_minute_total,
+            d.cimd_fetches_per_minute_total,
+            "cimd_fetches_per_minute_total",
+        )?,
+        failed_signins_per_user: at_least_one(
+            file.failed_signins_per_user,
+            d.failed_signins_per_user,
+            "failed_signins_per_user",
+        )?,
+        failed_signins_per_address: at_least_one(
+            file.failed_signins_per_address,
+            d.failed_signins_per_address,
+            "failed_signins_per_address",
+        )?,
+        signin_lockout: secs(
+            file.signin_lockout_secs,
+            d.signin_lockout,
+            "signin_lockout_secs",
+        )?,
     })
 }
 
@@ -1359,6 +1472,61 @@ mod tests {
         .unwrap();
         let e = Config::merge(&cli(&[]), file).unwrap_err();
         assert!(e.to_string().contains("auth.users.a.password_hash"), "{e}");
+    }
+
+    #[test]
+    fn provisioned_clients_are_checked() {
+        let hash = "$argon2id$v=19$m=19456,t=2,p=1$TjWAhc8wjdae+vBP5NQT9g$iTI0JoWUp/tLsdNm2l75KZd1QY/kLNiZ5XM6eYAZjYs";
+        let load = |clients: &str| {
+            let file = FileConfig::parse(&format!(
+                "[auth]\nmode = \"builtin\"\npublic_url = \"http://127.0.0.1:1/mcp\"\n\
+                 [[auth.users]]\nname = \"alice\"\npassword_hash = \"{hash}\"\n{clients}\
+                 [plugins.p]\ncommand = \"x\"\n"
+            ))
+            .unwrap();
+            Config::merge(&cli(&[]), file)
+        };
+        let c = load(&format!(
+            "[[auth.clients]]\nclient_id = \"robot\"\nsecret_hash = \"{hash}\"\nscopes = [\"mcp\"]\n"
+        ))
+        .unwrap();
+        assert_eq!(c.auth.clients[0].client_id, "robot");
+        assert!(
+            !format!("{:?}", c.auth).contains("argon2"),
+            "no hash in Debug"
+        );
+        for (clients, says) in [
+            (
+                "[[auth.clients]]\nclient_id = \"robot\"\nsecret_hash = \"plain\"\n".to_owned(),
+                "auth.clients.robot.secret_hash",
+            ),
+            (
+                format!("[[auth.clients]]\nclient_id = \"alice\"\nsecret_hash = \"{hash}\"\n"),
+                "user's name",
+            ),
+            (
+                format!(
+                    "[[auth.clients]]\nclient_id = \"https://x/c\"\nsecret_hash = \"{hash}\"\n"
+                ),
+                "not a client id",
+            ),
+            (
+                format!(
+                    "[[auth.clients]]\nclient_id = \"r\"\nsecret_hash = \"{hash}\"\n\
+                     [[auth.clients]]\nclient_id = \"r\"\nsecret_hash = \"{hash}\"\n"
+                ),
+                "given twice",
+            ),
+            (
+                format!(
+                    "[[auth.clients]]\nclient_id = \"r\"\nsecret_hash = \"{hash}\"\nscopes = [\"a b\"]\n"
+                ),
+                "auth.clients.r.scopes",
+            ),
+        ] {
+            let e = load(&clients).unwrap_err();
+            assert!(e.to_string().contains(says), "{says}: {e}");
+        }
     }
 
     #[test]

@@ -60,15 +60,26 @@ fn panicked(cause: Box<dyn std::any::Any + Send + 'static>) -> axum::response::R
         .into_response()
 }
 
-/// The Host and Origin checks (DNS rebinding) for the OAuth endpoints.
+/// The Host and Origin checks (DNS rebinding) for the OAuth endpoints, and the client's
+/// address (behind trusted proxies, the one they name) for their per-address limits.
 async fn host_guard(
     axum::extract::State(gw): axum::extract::State<Arc<Gateway>>,
-    request: axum::extract::Request,
+    mut request: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> axum::response::Response {
     use axum::response::IntoResponse;
-    match gw.guard.check(request.headers(), request.uri()) {
-        Ok(()) => next.run(request).await,
-        Err(e) => e.into_response(),
+    if let Err(e) = gw.guard.check(request.headers(), request.uri()) {
+        return e.into_response();
     }
+    let peer = request
+        .extensions()
+        .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+        .map(|c| c.0.ip().to_canonical());
+    if let Some(peer) = peer {
+        let ip = checks::client_ip(peer, request.headers(), &gw.config.trusted_proxies);
+        request
+            .extensions_mut()
+            .insert(crate::auth::server::ClientIp(ip));
+    }
+    next.run(request).await
 }
