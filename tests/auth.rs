@@ -2047,3 +2047,50 @@ async fn a_person_signs_in_and_consents_in_a_real_browser() {
     let left: Vec<u32> = browser.into_iter().filter(|p| common::alive(*p)).collect();
     assert!(left.is_empty(), "browser processes left running: {left:?}");
 }
+
+#[tokio::test]
+async fn regression_a_401_leaves_its_connection_usable() {
+    // Guards: `/mcp` answered 401 before reading the request's body, and a response sent
+    // with the body unread ends the connection. A client that pooled it (the Python SDK's
+    // OAuth flow: a 401, then discovery and the same request with a token) found it closed
+    // under its next request, when the body came a moment after the head.
+    use std::time::Duration;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let a = AuthGateway::start("", None);
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}).to_string();
+    let mut tcp = tokio::net::TcpStream::connect(&a.gw.addr).await.unwrap();
+    let head = format!(
+        "POST /mcp HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: {}\r\n\r\n",
+        a.gw.addr,
+        body.len()
+    );
+    tcp.write_all(head.as_bytes()).await.unwrap();
+    let mut buf = vec![0u8; 65536];
+    let mut answer = String::new();
+    // An answer before the body has come would be sent with the body unread.
+    if let Ok(n) = tokio::time::timeout(Duration::from_millis(300), tcp.read(&mut buf)).await {
+        answer.push_str(&String::from_utf8_lossy(&buf[..n.unwrap()]));
+    }
+    // The body comes; the connection may already be closed, which is what this guards.
+    let _ = tcp.write_all(body.as_bytes()).await;
+    while !answer.contains("\"jsonrpc\"") {
+        let n = tcp.read(&mut buf).await.unwrap_or(0);
+        assert!(n > 0, "closed before the answer: {answer:?}");
+        answer.push_str(&String::from_utf8_lossy(&buf[..n]));
+    }
+    assert!(answer.starts_with("HTTP/1.1 401"), "{answer}");
+    let next = format!(
+        "GET /.well-known/oauth-protected-resource/mcp HTTP/1.1\r\nHost: {}\r\n\r\n",
+        a.gw.addr
+    );
+    let sent = tcp.write_all(next.as_bytes()).await;
+    let n = tokio::time::timeout(Duration::from_secs(10), tcp.read(&mut buf))
+        .await
+        .expect("an answer")
+        .unwrap_or(0);
+    let second = String::from_utf8_lossy(&buf[..n]);
+    assert!(
+        sent.is_ok() && second.starts_with("HTTP/1.1 200"),
+        "the connection was closed after the 401: {second:?}"
+    );
+}

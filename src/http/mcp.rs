@@ -104,10 +104,14 @@ async fn handle_post(
     conn: Conn,
 ) -> Result<Response, HttpError> {
     gw.guard.check(headers, uri)?;
+    // The body is read before the checks that may refuse the request: hyper ends a
+    // connection whose request body was not all read when its response went out, and a
+    // client that pooled it (a 401, then the same request with a token) finds it closed
+    // under its next request.
+    let bytes = read_body(headers, body, gw.config.max_body_bytes).await?;
     let principal = authorize(gw, headers, uri)?;
     checks::accepts_post(headers)?;
     checks::json_content(headers)?;
-    let bytes = read_body(headers, body, gw.config.max_body_bytes).await?;
     let parsed = jsonrpc::parse_body(&bytes).map_err(HttpError::Parse)?;
     let session_id = session_header(headers)?;
     match era::classify(session_id, &parsed) {
