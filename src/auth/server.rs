@@ -12,7 +12,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::hash::BuildHasher;
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -123,8 +123,7 @@ impl SignInThrottle {
 pub struct ClientIp(pub IpAddr);
 
 /// The client's address for the per-address limits, counted by [`address_key`]: the
-/// [`ClientIp`] the edge found, else the connection's peer; none when the request did not
-/// come through a listener.
+/// [`ClientIp`] the edge found; none when the request did not come through the edge.
 pub struct ClientAddr(pub Option<IpAddr>);
 
 impl<S: Send + Sync> axum::extract::FromRequestParts<S> for ClientAddr {
@@ -135,13 +134,7 @@ impl<S: Send + Sync> axum::extract::FromRequestParts<S> for ClientAddr {
         _: &S,
     ) -> Result<Self, Self::Rejection> {
         let found = parts.extensions.get::<ClientIp>().map(|c| c.0);
-        let peer = || {
-            parts
-                .extensions
-                .get::<axum::extract::ConnectInfo<SocketAddr>>()
-                .map(|c| c.0.ip())
-        };
-        Ok(ClientAddr(found.or_else(peer).map(address_key)))
+        Ok(ClientAddr(found.map(address_key)))
     }
 }
 

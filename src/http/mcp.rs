@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
-use axum::extract::{ConnectInfo, Request, State};
+use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
@@ -21,6 +21,7 @@ use tracing::Instrument;
 
 use super::checks;
 use super::error::HttpError;
+use super::serve::ConnectionContext;
 use super::trace::{self, TraceContext};
 use crate::auth::{AuthError, Principal};
 use crate::config::ResponseMode;
@@ -42,7 +43,7 @@ const SESSION_HEADER: HeaderName = HeaderName::from_static("mcp-session-id");
 const VERSION_HEADER: HeaderName = HeaderName::from_static("mcp-protocol-version");
 const LAST_EVENT_ID: HeaderName = HeaderName::from_static("last-event-id");
 
-/// What the listener tells a request about its connection (`http::serve`).
+/// What the listener tells a request about its connection ([`ConnectionContext`]).
 struct Conn {
     proof: Option<Arc<ReadProof>>,
     cut: Option<Cut>,
@@ -51,13 +52,18 @@ struct Conn {
 }
 
 impl Conn {
-    fn take(extensions: &mut axum::http::Extensions) -> Conn {
-        Conn {
-            proof: extensions.remove::<Arc<ReadProof>>(),
-            cut: extensions.remove::<Cut>(),
-            peer: extensions
-                .remove::<ConnectInfo<SocketAddr>>()
-                .map(|ConnectInfo(a)| a),
+    fn take(parts: &mut axum::http::request::Parts) -> Conn {
+        match parts.extensions.remove::<Arc<ConnectionContext>>() {
+            Some(c) => Conn {
+                proof: c.proof_for(parts.version),
+                cut: Some(c.cut.clone()),
+                peer: Some(c.peer),
+            },
+            None => Conn {
+                proof: None,
+                cut: None,
+                peer: None,
+            },
         }
     }
 }
@@ -67,7 +73,7 @@ impl Conn {
 pub async fn post(State(gw): State<Arc<Gateway>>, request: Request) -> Response {
     let (mut parts, body) = request.into_parts();
     let trace = TraceContext::from_headers(&parts.headers);
-    let conn = Conn::take(&mut parts.extensions);
+    let conn = Conn::take(&mut parts);
     // Boxed: the handler's future is moved several times on its way through axum and hyper,
     // and this one, holding every state of a POST, is kilobytes.
     Box::pin(handle_post(
@@ -84,7 +90,7 @@ pub async fn post(State(gw): State<Arc<Gateway>>, request: Request) -> Response 
 
 pub async fn get(State(gw): State<Arc<Gateway>>, request: Request) -> Response {
     let (mut parts, _) = request.into_parts();
-    let conn = Conn::take(&mut parts.extensions);
+    let conn = Conn::take(&mut parts);
     handle_get(&gw, &parts.uri, &parts.headers, conn)
         .await
         .unwrap_or_else(IntoResponse::into_response)

@@ -73,8 +73,8 @@ async fn host_guard(
     }
     let peer = request
         .extensions()
-        .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
-        .map(|c| c.0.ip().to_canonical());
+        .get::<Arc<serve::ConnectionContext>>()
+        .map(|c| c.peer.ip().to_canonical());
     if let Some(peer) = peer {
         let ip = checks::client_ip(peer, request.headers(), &gw.config.trusted_proxies);
         request

@@ -8,8 +8,10 @@
 //! - Each connection is one task holding only what hyper needs, without axum's per-connection
 //!   wrapper.
 //!
-//! Each HTTP/1 request carries its connection's [`ReadProof`], and coming in proves the
-//! responses before it on the connection were read (see there).
+//! Each request carries its connection's [`ConnectionContext`]: the peer's address, the
+//! [`ReadProof`] (an HTTP/1 request coming in proves the responses before it on the
+//! connection were read, see there), and the [`Cut`]. One per connection, so a request costs
+//! one reference to it.
 //!
 //! Nobody holds a connection for free ([`ConnectionLimits`]): an HTTP/1 request head must
 //! arrive within `header_timeout` (hyper's timer, which also closes a keep-alive connection
@@ -33,13 +35,12 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::Router;
 use axum::body::Body;
-use axum::extract::ConnectInfo;
 use axum::http::{Request, Version};
 use axum::response::Response;
 use bytes::Bytes;
@@ -105,15 +106,16 @@ pub async fn serve(
         if let Err(e) = tcp.set_nodelay(true) {
             tracing::debug!("TCP_NODELAY: {e}");
         }
-        let activity = Arc::new(Activity::default());
-        let cut = Cut::default();
+        let context = Arc::new(ConnectionContext {
+            peer,
+            proof: Arc::default(),
+            cut: Cut::default(),
+            activity: Activity::default(),
+            body_timeout: limits.body_timeout,
+        });
         let service = TowerToHyperService::new(Connection {
             app: app.clone(),
-            proof: Arc::default(),
-            cut: cut.clone(),
-            peer: ConnectInfo(peer),
-            activity: activity.clone(),
-            body_timeout: limits.body_timeout,
+            context: context.clone(),
         });
         let connection = builder
             .serve_connection_with_upgrades(TokioIo::new(tcp), service)
@@ -126,10 +128,10 @@ pub async fn serve(
                 served = connection => if let Err(e) = served {
                     tracing::debug!("connection: {e}");
                 },
-                () = activity.idle_for(idle_timeout) => {
+                () = context.activity.idle_for(idle_timeout) => {
                     tracing::debug!("closing a connection with no request for {} s", idle_timeout.as_secs());
                 }
-                () = cut.fired() => tracing::debug!("closing a connection whose client does not read"),
+                () = context.cut.fired() => tracing::debug!("closing a connection whose client does not read"),
             }
         });
     }
@@ -165,16 +167,29 @@ pub fn within_descriptors(mut limits: ConnectionLimits) -> ConnectionLimits {
     limits
 }
 
-/// The service of one connection: the router, the connection's proof of reading, its cut, its
-/// peer's address, and what it has in flight.
+/// The service of one connection: the router and the connection's context.
 #[derive(Clone)]
 struct Connection {
     app: Router,
-    proof: Arc<ReadProof>,
-    cut: Cut,
-    peer: ConnectInfo<SocketAddr>,
-    activity: Arc<Activity>,
+    context: Arc<ConnectionContext>,
+}
+
+/// What a request learns of its connection, and the connection's own state.
+pub struct ConnectionContext {
+    /// The peer's address (a proxy's, when one is in front).
+    pub peer: SocketAddr,
+    /// Meaningful for HTTP/1 requests only: HTTP/2 ones prove nothing.
+    pub proof: Arc<ReadProof>,
+    pub cut: Cut,
+    activity: Activity,
     body_timeout: Duration,
+}
+
+impl ConnectionContext {
+    /// The proof of reading, for a request of `version`.
+    pub fn proof_for(&self, version: Version) -> Option<Arc<ReadProof>> {
+        (version <= Version::HTTP_11).then(|| self.proof.clone())
+    }
 }
 
 impl Service<Request<Incoming>> for Connection {
@@ -187,37 +202,41 @@ impl Service<Request<Incoming>> for Connection {
     }
 
     fn call(&mut self, request: Request<Incoming>) -> Self::Future {
-        let mut request = request.map(|body| Deadline::new(body, self.body_timeout));
-        request.extensions_mut().insert(self.cut.clone());
-        request.extensions_mut().insert(self.peer);
+        let context = &self.context;
+        let mut request = request.map(|body| Deadline::new(body, context.body_timeout));
         if request.version() <= Version::HTTP_11 {
-            self.proof.next_request();
-            request.extensions_mut().insert(self.proof.clone());
+            context.proof.next_request();
         }
+        request.extensions_mut().insert(context.clone());
         InFlight {
             inner: self.app.call(request),
-            open: Some(Open::new(self.activity.clone())),
+            open: Some(Open::new(context.clone())),
         }
     }
 }
 
-/// A connection's requests in flight: counted from the head's arrival to the end (or drop) of
-/// the response body, and every start and end noted, so that idleness can be seen.
+/// A connection's requests in flight, counted from the head's arrival to the end (or drop) of
+/// the response body, with every start and end noted, so that idleness can be seen. One word:
+/// the low half counts requests in flight, the high half (wrapping) counts starts and ends, so
+/// each is one atomic step.
 #[derive(Default)]
-struct Activity {
-    open: AtomicUsize,
-    changes: AtomicU64,
-}
+struct Activity(AtomicU64);
+
+/// A request starts: one more in flight, one more change.
+const START: u64 = (1 << 32) + 1;
+/// A request ends: one more change, one fewer in flight (adding all ones to the low half takes
+/// one from it and carries one into the high half).
+const END: u64 = (1 << 32) - 1;
 
 impl Activity {
     /// Returns once the connection has had nothing in flight and nothing start or end for
     /// `period` (at most twice `period` after that began).
     async fn idle_for(&self, period: Duration) {
-        let mut seen = self.changes.load(Ordering::Acquire);
+        let mut seen = self.0.load(Ordering::Acquire);
         loop {
             tokio::time::sleep(period).await;
-            let now = self.changes.load(Ordering::Acquire);
-            if now == seen && self.open.load(Ordering::Acquire) == 0 {
+            let now = self.0.load(Ordering::Acquire);
+            if now == seen && now as u32 == 0 {
                 return;
             }
             seen = now;
@@ -226,20 +245,18 @@ impl Activity {
 }
 
 /// One request in flight on its connection, until dropped.
-struct Open(Arc<Activity>);
+struct Open(Arc<ConnectionContext>);
 
 impl Open {
-    fn new(activity: Arc<Activity>) -> Open {
-        activity.open.fetch_add(1, Ordering::AcqRel);
-        activity.changes.fetch_add(1, Ordering::AcqRel);
-        Open(activity)
+    fn new(context: Arc<ConnectionContext>) -> Open {
+        context.activity.0.fetch_add(START, Ordering::AcqRel);
+        Open(context)
     }
 }
 
 impl Drop for Open {
     fn drop(&mut self) {
-        self.0.open.fetch_sub(1, Ordering::AcqRel);
-        self.0.changes.fetch_add(1, Ordering::AcqRel);
+        self.0.activity.0.fetch_add(END, Ordering::AcqRel);
     }
 }
 
@@ -379,4 +396,26 @@ async fn accept_failed(e: &std::io::Error) {
     }
     tracing::warn!("accepting a connection failed: {e}; retrying in 1 s");
     tokio::time::sleep(Duration::from_secs(1)).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn activity_counts_requests_in_flight_and_changes_in_one_word() {
+        let a = Activity::default();
+        a.0.fetch_add(START, Ordering::AcqRel);
+        a.0.fetch_add(START, Ordering::AcqRel);
+        a.0.fetch_add(END, Ordering::AcqRel);
+        let now = a.0.load(Ordering::Acquire);
+        assert_eq!((now as u32, now >> 32), (1, 3));
+        a.0.fetch_add(END, Ordering::AcqRel);
+        let now = a.0.load(Ordering::Acquire);
+        assert_eq!((now as u32, now >> 32), (0, 4));
+        // The change count wraps without touching the count in flight.
+        let wrapped = AtomicU64::new(u64::MAX << 32);
+        wrapped.fetch_add(START, Ordering::AcqRel);
+        assert_eq!(wrapped.load(Ordering::Acquire), 1);
+    }
 }
