@@ -351,9 +351,9 @@ impl Decoder for LineCodec {
                 Some(pos) => {
                     let end = self.scanned + pos;
                     self.scanned = 0;
-                    if self.discarding {
+                    // Over the cap, whether or not its end came in the same read.
+                    if std::mem::take(&mut self.discarding) || end > self.max_line {
                         buf.advance(end + 1);
-                        self.discarding = false;
                         return Ok(Some(Line::TooLong));
                     }
                     let mut line = buf.split_to(end + 1);
@@ -413,5 +413,19 @@ mod tests {
     fn splits_lines() {
         assert_eq!(decode_all(b"a\nb\r\nc"), ["a", "b", "c"]);
         assert_eq!(decode_all(b"\xff\xfe\n{}\n"), ["\u{fffd}\u{fffd}", "{}"]);
+    }
+
+    /// Found by the plugin_stdout fuzz target: a line past the cap whose end came in the same
+    /// read was delivered whole.
+    #[test]
+    fn a_line_past_the_cap_is_dropped_even_when_it_arrives_whole() {
+        let mut codec = LineCodec::with_max_line(8);
+        let mut buf = BytesMut::from(&b"123456789\n12345678\n"[..]);
+        assert_eq!(codec.decode(&mut buf).unwrap(), Some(Line::TooLong));
+        assert_eq!(
+            codec.decode(&mut buf).unwrap(),
+            Some(Line::Data(Bytes::from_static(b"12345678")))
+        );
+        assert_eq!(codec.decode(&mut buf).unwrap(), None);
     }
 }
