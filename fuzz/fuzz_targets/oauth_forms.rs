@@ -15,7 +15,9 @@
 #![no_main]
 
 use std::net::SocketAddr;
+use std::sync::OnceLock;
 
+use axum::Router;
 use axum::body::Body;
 use axum::extract::ConnectInfo;
 use axum::http::{Method, Request, header};
@@ -58,10 +60,7 @@ fuzz_target!(|data: &[u8]| {
 
     let s = setup();
     let (status, answer) = s.runtime.block_on(async {
-        let response = server::router::<()>(s.auth.clone())
-            .oneshot(request)
-            .await
-            .expect("infallible");
+        let response = router().clone().oneshot(request).await.expect("infallible");
         let status = response.status();
         let bytes = response.into_body().collect().await.unwrap().to_bytes();
         (status, bytes)
@@ -95,6 +94,12 @@ fuzz_target!(|data: &[u8]| {
         );
     }
 });
+
+/// The authorization server's routes, built once.
+fn router() -> &'static Router {
+    static ROUTER: OnceLock<Router> = OnceLock::new();
+    ROUTER.get_or_init(|| server::router(setup().auth.clone()))
+}
 
 /// Whether the request carries the confidential clients' secret, in HTTP Basic or the form.
 fn proves_secret(authorization: &[u8], body: &[u8]) -> bool {
