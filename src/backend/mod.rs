@@ -2,7 +2,7 @@
 //!
 //! - [`transport`]: the seam a plugin's bytes cross ([`PluginTransport`]); [`stdio`] is the
 //!   implementation that runs a child process; [`orphans`] finds what its processes left
-//!   outside their group.
+//!   outside their group; [`stderr`] logs what a plugin writes to its stderr.
 //! - [`connection`]: JSON-RPC over a transport: the `initialize` handshake, many requests in
 //!   flight matched back by gateway-assigned ids, and the plugin's own requests and
 //!   notifications handed to whoever listens ([`PluginEvents`]).
@@ -13,7 +13,7 @@
 pub mod connection;
 pub(crate) mod orphans;
 mod pipe_writer;
-mod stderr;
+pub mod stderr;
 pub mod stdio;
 pub mod transport;
 

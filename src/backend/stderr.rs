@@ -55,7 +55,7 @@ pub fn spawn(stderr: ChildStderr, plugin: String, session: String) -> (Tail, Can
 
 /// One line of stderr, whole or cut at [`MAX_LINE`].
 #[derive(Debug, PartialEq)]
-enum Piece {
+pub enum Piece {
     Line(BytesMut),
     Cut(BytesMut),
 }
@@ -63,7 +63,7 @@ enum Piece {
 /// Splits stderr at `\n` and `\r`, skipping empty lines; a line over [`MAX_LINE`] yields its
 /// first [`MAX_LINE`] bytes and the rest is discarded up to its end.
 #[derive(Default)]
-struct StderrCodec {
+pub struct StderrCodec {
     /// Inside a line already cut: bytes are dropped up to the next line end.
     discarding: bool,
     /// Bytes at the front of the buffer already searched for a line end.

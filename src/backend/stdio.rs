@@ -29,7 +29,7 @@ use super::transport::{Inbound, PluginTransport, SendError};
 use crate::config::{PluginConfig, Scheduling};
 
 /// Largest line accepted from a plugin; a longer one is dropped whole (and logged).
-const MAX_LINE: usize = 64 * 1024 * 1024;
+pub const MAX_LINE: usize = 64 * 1024 * 1024;
 
 pub struct StdioTransport {
     plugin: String,
@@ -308,17 +308,37 @@ impl Drop for StdioTransport {
 }
 
 /// One frame of a plugin's stdout.
-enum Line {
+#[derive(Debug, PartialEq, Eq)]
+pub enum Line {
+    /// A line, without its `\n` (or `\r\n`).
     Data(Bytes),
+    /// A line longer than the cap, skipped.
     TooLong,
 }
 
 /// Splits stdout into lines without ever failing on content: a line over [`MAX_LINE`] is
-/// skipped to its end and reported once.
-#[derive(Default)]
-struct LineCodec {
+/// skipped to its end and reported once. Never buffers more than the cap plus one read.
+pub struct LineCodec {
+    max_line: usize,
     discarding: bool,
     scanned: usize,
+}
+
+impl Default for LineCodec {
+    fn default() -> LineCodec {
+        LineCodec::with_max_line(MAX_LINE)
+    }
+}
+
+impl LineCodec {
+    /// A codec with another cap than [`MAX_LINE`] (the fuzz target uses a small one).
+    pub fn with_max_line(max_line: usize) -> LineCodec {
+        LineCodec {
+            max_line,
+            discarding: false,
+            scanned: 0,
+        }
+    }
 }
 
 impl Decoder for LineCodec {
@@ -331,9 +351,9 @@ impl Decoder for LineCodec {
                 Some(pos) => {
                     let end = self.scanned + pos;
                     self.scanned = 0;
-                    if self.discarding {
+                    // Over the cap, whether or not its end came in the same read.
+                    if std::mem::take(&mut self.discarding) || end > self.max_line {
                         buf.advance(end + 1);
-                        self.discarding = false;
                         return Ok(Some(Line::TooLong));
                     }
                     let mut line = buf.split_to(end + 1);
@@ -343,7 +363,7 @@ impl Decoder for LineCodec {
                     }
                     return Ok(Some(Line::Data(line.freeze())));
                 }
-                None if buf.len() > MAX_LINE => {
+                None if buf.len() > self.max_line => {
                     buf.clear();
                     self.scanned = 0;
                     self.discarding = true;
@@ -393,5 +413,19 @@ mod tests {
     fn splits_lines() {
         assert_eq!(decode_all(b"a\nb\r\nc"), ["a", "b", "c"]);
         assert_eq!(decode_all(b"\xff\xfe\n{}\n"), ["\u{fffd}\u{fffd}", "{}"]);
+    }
+
+    /// Found by the plugin_stdout fuzz target: a line past the cap whose end came in the same
+    /// read was delivered whole.
+    #[test]
+    fn a_line_past_the_cap_is_dropped_even_when_it_arrives_whole() {
+        let mut codec = LineCodec::with_max_line(8);
+        let mut buf = BytesMut::from(&b"123456789\n12345678\n"[..]);
+        assert_eq!(codec.decode(&mut buf).unwrap(), Some(Line::TooLong));
+        assert_eq!(
+            codec.decode(&mut buf).unwrap(),
+            Some(Line::Data(Bytes::from_static(b"12345678")))
+        );
+        assert_eq!(codec.decode(&mut buf).unwrap(), None);
     }
 }

@@ -101,15 +101,16 @@ impl Guard {
     }
 }
 
-/// The host part of `host[:port]` (an IPv6 literal keeps its brackets).
+/// The host part of `host[:port]` (an IPv6 literal keeps its brackets). Anything else, such
+/// as text after an IPv6 literal that is not a port, is left whole, so it matches no name.
 fn host_of(authority: &str) -> &str {
-    if authority.starts_with('[') {
-        return authority
-            .find(']')
-            .map_or(authority, |end| &authority[..=end]);
-    }
     match authority.rsplit_once(':') {
-        Some((host, port)) if port.bytes().all(|b| b.is_ascii_digit()) => host,
+        Some((host, port))
+            if port.bytes().all(|b| b.is_ascii_digit())
+                && (!authority.starts_with('[') || host.ends_with(']')) =>
+        {
+            host
+        }
         _ => authority,
     }
 }
@@ -286,6 +287,24 @@ mod tests {
             )
             .unwrap_err();
         assert!(matches!(e, HttpError::ForbiddenOrigin(_)));
+    }
+
+    /// Found by the http_headers fuzz target: an authority that starts like `[::1]` passed
+    /// as the loopback host whatever followed it.
+    #[test]
+    fn an_ipv6_host_is_followed_by_a_port_or_nothing() {
+        let g = guard("127.0.0.1:8080");
+        let uri = Uri::from_static("/mcp");
+        for host in ["[::1]:h8080", "[::1]evil.example.com", "[::1]:80:80"] {
+            assert!(
+                g.check(&headers(&[("host", host)]), &uri).is_err(),
+                "{host}"
+            );
+        }
+        assert!(g.check(&headers(&[("host", "[::1]:")]), &uri).is_ok());
+        let origin = |o: &str| g.check(&headers(&[("host", "[::1]:8080"), ("origin", o)]), &uri);
+        assert!(origin("http://[::1]:6274").is_ok());
+        assert!(origin("http://[::1]evil.example.com").is_err());
     }
 
     #[test]

@@ -27,8 +27,8 @@ use crate::auth::{AuthError, Principal};
 use crate::config::ResponseMode;
 use crate::gateway::Gateway;
 use crate::jsonrpc::{self, Body as RpcBody, Id, Message};
+use crate::protocol;
 use crate::protocol::era::{self, Era};
-use crate::protocol::{self, CLIENT_VERSIONS, DEFAULT_HTTP_VERSION};
 use crate::registry::{View, ViewPlugin};
 use crate::router;
 use crate::session::UnknownStream;
@@ -309,19 +309,7 @@ fn check_version(headers: &HeaderMap, session: &Session) -> Result<(), HttpError
     let v = v.to_str().map_err(|_| {
         HttpError::BadProtocolVersion("MCP-Protocol-Version is not valid text".into())
     })?;
-    if !CLIENT_VERSIONS.contains(&v) {
-        return Err(HttpError::BadProtocolVersion(format!(
-            "Unsupported protocol version: {v} (supported versions: {})",
-            protocol::supported_list()
-        )));
-    }
-    if v != session.version && v != DEFAULT_HTTP_VERSION {
-        return Err(HttpError::BadProtocolVersion(format!(
-            "MCP-Protocol-Version {v} is not the version negotiated for this session ({})",
-            session.version
-        )));
-    }
-    Ok(())
+    protocol::check_version_header(v, session.version).map_err(HttpError::BadProtocolVersion)
 }
 
 async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<Bytes, HttpError> {
@@ -340,14 +328,6 @@ async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<Byte
         }
         Err(e) => Err(HttpError::BodyRead(e.to_string())),
     }
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct InitializeParams {
-    protocol_version: String,
-    capabilities: Box<RawValue>,
-    client_info: Box<RawValue>,
 }
 
 async fn initialize(
@@ -372,37 +352,17 @@ async fn initialize(
             ));
         }
     };
-    let p: InitializeParams = jsonrpc::params_as(params.as_deref()).map_err(|e| {
-        HttpError::InvalidParams(
-            format!("initialize needs protocolVersion, capabilities and clientInfo ({e})"),
-            id.clone(),
-        )
-    })?;
-    if !p.capabilities.get().starts_with('{') || !p.client_info.get().starts_with('{') {
-        return Err(HttpError::InvalidParams(
-            "initialize: capabilities and clientInfo must be objects".into(),
-            id,
-        ));
-    }
+    let hello = protocol::read_initialize(params.as_deref())
+        .map_err(|e| HttpError::InvalidParams(e, id.clone()))?;
     if gw.sessions.len() >= gw.config.session.max_sessions {
         return Err(HttpError::TooManySessions);
     }
-    let version = protocol::negotiate(&p.protocol_version);
+    let version = hello.version;
     let view = gw.registry.ready(gw.probe_wait()).await;
     let result = router::initialize_result(&view, version);
-
-    let mut plugin_params = format!(
-        r#"{{"protocolVersion":"{version}","capabilities":{},"clientInfo":{}}}"#,
-        p.capabilities.get(),
-        p.client_info.get()
-    );
-    // Plugins read one message per line: a client's pretty-printed params go on one line.
-    if memchr::memchr2(b'\n', b'\r', plugin_params.as_bytes()).is_some() {
-        plugin_params = plugin_params.replace(['\n', '\r'], " ");
-    }
     let init = ClientInit {
         version,
-        plugin_params: RawValue::from_string(plugin_params).expect("valid JSON"),
+        plugin_params: hello.plugin_params,
         owner: principal.map(|p| p.subject.clone()),
         client: checks::client_key(
             principal.map(|p| p.subject.as_str()),

@@ -1,7 +1,13 @@
-//! What the gateway knows of MCP itself: protocol versions, their negotiation, and the era a
-//! request belongs to. It holds no state and does no I/O.
+//! What the gateway knows of MCP itself: protocol versions, their negotiation (a client's
+//! `initialize`, the `MCP-Protocol-Version` header), and the era a request belongs to. It
+//! holds no state and does no I/O.
 
 pub mod era;
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+use crate::jsonrpc;
 
 /// Versions the gateway speaks to HTTP clients, newest first.
 pub const CLIENT_VERSIONS: &[&str] = &["2025-11-25", "2025-06-18", "2025-03-26"];
@@ -42,6 +48,67 @@ pub fn supported_list() -> String {
     CLIENT_VERSIONS.join(", ")
 }
 
+/// Checks the `MCP-Protocol-Version` header of a request in a session negotiated at
+/// `negotiated`: it must be a supported version and the session's. The transport's fallback
+/// version ([`DEFAULT_HTTP_VERSION`], what a server assumes for a request without the header)
+/// is accepted on any session: the official conformance suite sends it on sessions it
+/// negotiated at 2025-11-25. The error says what was wrong.
+pub fn check_version_header(value: &str, negotiated: &str) -> Result<(), String> {
+    if !CLIENT_VERSIONS.contains(&value) {
+        return Err(format!(
+            "Unsupported protocol version: {value} (supported versions: {})",
+            supported_list()
+        ));
+    }
+    if value != negotiated && value != DEFAULT_HTTP_VERSION {
+        return Err(format!(
+            "MCP-Protocol-Version {value} is not the version negotiated for this session ({negotiated})"
+        ));
+    }
+    Ok(())
+}
+
+/// A client's `initialize`, read: the version negotiated for it, and the params its
+/// session's plugin instances are initialized with (the client's own capabilities and info,
+/// at that version, on one line).
+#[derive(Debug)]
+pub struct ClientHello {
+    pub version: &'static str,
+    pub plugin_params: Box<RawValue>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct InitializeParams {
+    protocol_version: String,
+    capabilities: Box<RawValue>,
+    client_info: Box<RawValue>,
+}
+
+/// Reads the params of a client's `initialize`; the error is an invalid-params message.
+pub fn read_initialize(params: Option<&RawValue>) -> Result<ClientHello, String> {
+    let p: InitializeParams = jsonrpc::params_as(params).map_err(|e| {
+        format!("initialize needs protocolVersion, capabilities and clientInfo ({e})")
+    })?;
+    if !p.capabilities.get().starts_with('{') || !p.client_info.get().starts_with('{') {
+        return Err("initialize: capabilities and clientInfo must be objects".into());
+    }
+    let version = negotiate(&p.protocol_version);
+    let mut plugin_params = format!(
+        r#"{{"protocolVersion":"{version}","capabilities":{},"clientInfo":{}}}"#,
+        p.capabilities.get(),
+        p.client_info.get()
+    );
+    // Plugins read one message per line: a client's pretty-printed params go on one line.
+    if memchr::memchr2(b'\n', b'\r', plugin_params.as_bytes()).is_some() {
+        plugin_params = plugin_params.replace(['\n', '\r'], " ");
+    }
+    Ok(ClientHello {
+        version,
+        plugin_params: RawValue::from_string(plugin_params).expect("valid JSON"),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -53,5 +120,48 @@ mod tests {
         assert_eq!(negotiate("2024-11-05"), LATEST);
         assert_eq!(negotiate("2026-07-28"), LATEST);
         assert_eq!(negotiate("garbage"), LATEST);
+    }
+
+    #[test]
+    fn version_header_must_be_the_sessions_or_the_fallback() {
+        assert!(check_version_header("2025-06-18", "2025-06-18").is_ok());
+        assert!(check_version_header(DEFAULT_HTTP_VERSION, "2025-11-25").is_ok());
+        let e = check_version_header("2025-06-18", "2025-11-25").unwrap_err();
+        assert!(e.contains("not the version negotiated"), "{e}");
+        let e = check_version_header("2024-11-05", "2025-11-25").unwrap_err();
+        assert!(
+            e.contains("Unsupported protocol version: 2024-11-05"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn initialize_params_go_to_plugins_on_one_line() {
+        let params = RawValue::from_string(
+            "{\n \"protocolVersion\": \"2025-06-18\",\n \"capabilities\": {\"roots\": {}},\n \"clientInfo\": {\"name\": \"c\"}}".into(),
+        )
+        .unwrap();
+        let hello = read_initialize(Some(&params)).unwrap();
+        assert_eq!(hello.version, "2025-06-18");
+        assert_eq!(
+            hello.plugin_params.get(),
+            r#"{"protocolVersion":"2025-06-18","capabilities":{"roots": {}},"clientInfo":{"name": "c"}}"#
+        );
+        let old = RawValue::from_string(
+            r#"{"protocolVersion":"2024-11-05","capabilities":{},"clientInfo":{}}"#.into(),
+        )
+        .unwrap();
+        assert_eq!(read_initialize(Some(&old)).unwrap().version, LATEST);
+        let e = read_initialize(None).unwrap_err();
+        assert!(e.contains("initialize needs protocolVersion"), "{e}");
+        let list = RawValue::from_string(
+            r#"{"protocolVersion":"2025-06-18","capabilities":[],"clientInfo":{}}"#.into(),
+        )
+        .unwrap();
+        assert!(
+            read_initialize(Some(&list))
+                .unwrap_err()
+                .contains("must be objects")
+        );
     }
 }
