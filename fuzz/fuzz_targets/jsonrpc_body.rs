@@ -1,7 +1,8 @@
 //! A POST body to `/mcp`: the JSON-RPC envelope (one message or a batch), the era it belongs
 //! to, and a client's `initialize` params as the gateway reads them.
 //!
-//! Invariants: a refused body gets -32700 or -32600 and an error response that is JSON and
+//! Invariants: a refused body gets -32700, -32600 or (params no plugin could read, with the
+//! request's id) -32602, and an error response that is JSON and
 //! carries the id it could read; every accepted message, written again the way the gateway
 //! writes it to a plugin (or back to the client), is one line of JSON that parses to the same
 //! message; `initialize` params become the plugin's params on one line, at the negotiated
@@ -43,8 +44,15 @@ fuzz_target!(|data: &[u8]| {
 fn refused(e: &ParseError) {
     assert!(matches!(
         e.code(),
-        jsonrpc::code::PARSE_ERROR | jsonrpc::code::INVALID_REQUEST
+        jsonrpc::code::PARSE_ERROR | jsonrpc::code::INVALID_REQUEST | jsonrpc::code::INVALID_PARAMS
     ));
+    // Params no plugin could read (`jsonrpc::limits`) are refused as a request's, with its id.
+    if e.code() == jsonrpc::code::INVALID_PARAMS {
+        assert!(
+            e.id().is_some(),
+            "an invalid-params refusal names its request"
+        );
+    }
     let bytes = jsonrpc::error_bytes(e.id(), e.code(), &e.message());
     match jsonrpc::parse_message(&bytes) {
         Ok(Message::Response {
