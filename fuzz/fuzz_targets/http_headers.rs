@@ -98,7 +98,7 @@ fuzz_target!(|data: &[u8]| {
     }
     if g.public.check(&headers, &uri).is_ok() {
         let host = host.as_deref().unwrap_or_default();
-        assert_eq!(without_port(host), "mcp.example.com");
+        assert!(is_name_with_port(host, "mcp.example.com"), "{host:?}");
         if let Some(o) = &origin {
             assert_eq!(
                 o.split_once("://").map(|(_, a)| a),
@@ -111,17 +111,19 @@ fuzz_target!(|data: &[u8]| {
 
 /// `localhost`, `127.0.0.1` or `[::1]`, with or without a port.
 fn is_loopback(authority: &str) -> bool {
-    ["localhost", "127.0.0.1", "[::1]"].contains(&without_port(authority))
+    ["localhost", "127.0.0.1", "[::1]"]
+        .iter()
+        .any(|name| is_name_with_port(authority, name))
 }
 
-fn without_port(authority: &str) -> &str {
-    match authority.rsplit_once(':') {
-        Some((host, port))
-            if port.bytes().all(|b| b.is_ascii_digit())
-                && (!authority.starts_with('[') || host.ends_with(']')) =>
-        {
-            host
-        }
-        _ => authority,
+/// `authority` is `name`, or `name:` followed by digits. Written apart from the gateway's
+/// own host parsing, so the oracle does not share its mistakes.
+fn is_name_with_port(authority: &str, name: &str) -> bool {
+    match authority.strip_prefix(name) {
+        Some("") => true,
+        Some(rest) => rest
+            .strip_prefix(':')
+            .is_some_and(|port| port.bytes().all(|b| b.is_ascii_digit())),
+        None => false,
     }
 }
