@@ -5,83 +5,10 @@ mod common;
 
 use std::time::Duration;
 
-use common::{FIXTURE, Gateway, alive, wait_until};
+use common::{Admin, FIXTURE, Gateway, alive, run_cli, tool_names, wait_until};
 use serde_json::{Value, json};
 
 const TOKEN: &str = "admin-s3cret";
-
-struct Admin {
-    base: String,
-    http: reqwest::Client,
-}
-
-impl Admin {
-    fn of(gw: &Gateway) -> Admin {
-        Admin {
-            base: format!("http://{}", gw.admin.as_deref().expect("admin API on")),
-            http: reqwest::Client::new(),
-        }
-    }
-
-    async fn send(
-        &self,
-        method: reqwest::Method,
-        path: &str,
-        body: Option<Value>,
-        token: Option<&str>,
-    ) -> (u16, Value) {
-        let mut r = self.http.request(method, format!("{}{path}", self.base));
-        if let Some(t) = token {
-            r = r.bearer_auth(t);
-        }
-        if let Some(b) = body {
-            r = r
-                .header("content-type", "application/json")
-                .body(b.to_string());
-        }
-        let r = r.send().await.unwrap();
-        let status = r.status().as_u16();
-        let text = r.text().await.unwrap();
-        (status, serde_json::from_str(&text).unwrap_or(Value::Null))
-    }
-
-    async fn get(&self, path: &str) -> (u16, Value) {
-        self.send(reqwest::Method::GET, path, None, Some(TOKEN))
-            .await
-    }
-
-    async fn post(&self, path: &str, body: Value) -> (u16, Value) {
-        self.send(reqwest::Method::POST, path, Some(body), Some(TOKEN))
-            .await
-    }
-
-    async fn put(&self, path: &str, body: Value) -> (u16, Value) {
-        self.send(reqwest::Method::PUT, path, Some(body), Some(TOKEN))
-            .await
-    }
-
-    async fn delete(&self, path: &str) -> u16 {
-        self.send(reqwest::Method::DELETE, path, None, Some(TOKEN))
-            .await
-            .0
-    }
-
-    /// Waits until a plugin reports `state`.
-    async fn wait_state(&self, name: &str, state: &str) -> Value {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-        loop {
-            let (_, p) = self.get(&format!("/admin/plugins/{name}")).await;
-            if p["state"] == state {
-                return p;
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "{name} never became {state}: {p}"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-}
 
 /// A gateway with the admin API on and one plugin, `main`, from the command line.
 fn with_main_plugin() -> Gateway {
@@ -113,7 +40,7 @@ fn names(plugins: &Value) -> Vec<String> {
 #[tokio::test]
 async fn the_admin_api_needs_its_token_and_is_not_on_the_public_port() {
     let gw = Gateway::start(&["--admin-token", TOKEN, "--", FIXTURE]);
-    let admin = Admin::of(&gw);
+    let admin = Admin::of(&gw, TOKEN);
     for token in [None, Some("wrong"), Some("")] {
         let (status, body) = admin
             .send(reqwest::Method::GET, "/admin/plugins", None, token)
@@ -144,7 +71,7 @@ async fn plugins_are_added_changed_disabled_and_removed_with_clear_errors() {
         ],
         &[("MY_SECRET", "s3cret-value")],
     );
-    let admin = Admin::of(&gw);
+    let admin = Admin::of(&gw, TOKEN);
     let (status, list) = admin.get("/admin/plugins").await;
     assert_eq!(status, 200);
     assert_eq!(names(&list), ["main"]);
@@ -274,7 +201,7 @@ async fn changes_survive_a_restart(database_url: &str) {
     ];
     {
         let mut gw = Gateway::start(&args);
-        let admin = Admin::of(&gw);
+        let admin = Admin::of(&gw, TOKEN);
         assert_eq!(
             admin
                 .post("/admin/plugins", fixture_plugin("added"))
@@ -290,7 +217,7 @@ async fn changes_survive_a_restart(database_url: &str) {
         assert!(gw.terminate().success());
     }
     let gw = Gateway::start(&args);
-    let admin = Admin::of(&gw);
+    let admin = Admin::of(&gw, TOKEN);
     let (_, list) = admin.get("/admin/plugins").await;
     assert_eq!(names(&list), ["added", "base"], "{list}");
     let base = list["plugins"]
@@ -329,7 +256,7 @@ async fn registry_changes_survive_a_restart_on_postgres() {
 #[tokio::test]
 async fn connected_clients_hear_of_new_plugins_and_see_their_tools() {
     let gw = with_main_plugin();
-    let admin = Admin::of(&gw);
+    let admin = Admin::of(&gw, TOKEN);
     let mut c = gw.client();
     let init = c.initialize().await;
     // One unprefixed plugin: its own server info and instructions.
@@ -354,12 +281,7 @@ async fn connected_clients_hear_of_new_plugins_and_see_their_tools() {
     let mut found = false;
     for i in 0..50 {
         let tools = c.result(10 + i, "tools/list", json!({})).await;
-        let names: Vec<&str> = tools["tools"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|t| t["name"].as_str().unwrap())
-            .collect();
+        let names = tool_names(&tools);
         if names.contains(&"extra__echo") && names.contains(&"main__echo") {
             found = true;
             break;
@@ -381,7 +303,7 @@ async fn connected_clients_hear_of_new_plugins_and_see_their_tools() {
 #[tokio::test]
 async fn removing_or_changing_a_plugin_stops_its_processes() {
     let gw = with_main_plugin();
-    let admin = Admin::of(&gw);
+    let admin = Admin::of(&gw, TOKEN);
     assert_eq!(
         admin
             .post("/admin/plugins", fixture_plugin("extra"))
@@ -436,7 +358,7 @@ async fn reload_applies_a_valid_config_and_refuses_an_invalid_one() {
     let cfg = dir.path().join("gw.toml");
     std::fs::write(&cfg, format!("[plugins.one]\ncommand = \"{FIXTURE}\"\n")).unwrap();
     let gw = Gateway::start(&["--admin-token", TOKEN, "--config", cfg.to_str().unwrap()]);
-    let admin = Admin::of(&gw);
+    let admin = Admin::of(&gw, TOKEN);
     std::fs::write(
         &cfg,
         format!("[plugins.one]\ncommand = \"{FIXTURE}\"\n[plugins.two]\ncommand = \"{FIXTURE}\"\n"),
@@ -455,9 +377,7 @@ async fn reload_applies_a_valid_config_and_refuses_an_invalid_one() {
 
     // SIGHUP reloads too.
     std::fs::write(&cfg, format!("[plugins.three]\ncommand = \"{FIXTURE}\"\n")).unwrap();
-    let _ = std::process::Command::new("kill")
-        .args(["-HUP", &gw.pid().to_string()])
-        .status();
+    gw.signal("-HUP");
     gw.wait_log_count("configuration reloaded", 2).await;
     assert_eq!(names(&admin.get("/admin/plugins").await.1), ["three"]);
 }
@@ -467,7 +387,7 @@ async fn regression_a_registry_change_while_a_plugin_starts_does_not_hang_the_ca
     // Guards: a change during a plugin's start dropped the new process with the request still
     // pending on it: the client never got an answer.
     let gw = with_main_plugin();
-    let admin = Admin::of(&gw);
+    let admin = Admin::of(&gw, TOKEN);
     let slow =
         json!({"name": "slowstart", "command": FIXTURE, "args": ["--start-delay-ms", "1500"]});
     assert_eq!(admin.post("/admin/plugins", slow).await.0, 201);
@@ -517,7 +437,7 @@ async fn regression_overlay_keeps_file_edits_and_refuses_conflicts() {
     )
     .unwrap();
     let gw = Gateway::start(&["--admin-token", TOKEN, "--config", cfg.to_str().unwrap()]);
-    let admin = Admin::of(&gw);
+    let admin = Admin::of(&gw, TOKEN);
     assert_eq!(
         admin.post("/admin/plugins/f/disable", json!({})).await.0,
         200
@@ -582,7 +502,7 @@ async fn regression_a_crash_while_running_is_the_plugins_last_error() {
         ),
     );
     let gw = Gateway::start(&["--config", &cfg, "--admin-token", TOKEN]);
-    let admin = Admin::of(&gw);
+    let admin = Admin::of(&gw, TOKEN);
     let mut c = gw.client();
     c.initialize().await;
     for (i, plugin) in ["own", "pooled"].into_iter().enumerate() {
@@ -620,15 +540,8 @@ async fn regression_a_crash_while_running_is_the_plugins_last_error() {
 /// `mcp-gateway check` on a config file: its exit code and stderr.
 fn check(dir: &tempfile::TempDir, text: &str) -> (i32, String) {
     let path = common::write_config(dir, text);
-    let out = std::process::Command::new(common::GATEWAY)
-        .args(["check", "--config", &path])
-        .env_remove("MCP_GATEWAY_CONFIG")
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    let (code, _, err) = run_cli(&["check", "--config", &path], &[]);
+    (code, err)
 }
 
 #[tokio::test]
@@ -646,7 +559,7 @@ async fn regression_an_empty_prefix_is_refused() {
     );
 
     let gw = with_main_plugin();
-    let admin = Admin::of(&gw);
+    let admin = Admin::of(&gw, TOKEN);
     let mut p = fixture_plugin("b");
     p["prefix"] = json!("");
     let (status, body) = admin.post("/admin/plugins", p).await;
@@ -675,7 +588,7 @@ async fn regression_a_plugin_is_never_given_the_gateways_secrets() {
         &["--plugin-name", "main", "--", FIXTURE],
         &[("MCP_GATEWAY_ADMIN_TOKEN", TOKEN), ("HARMLESS", "visible")],
     );
-    let admin = Admin::of(&gw);
+    let admin = Admin::of(&gw, TOKEN);
     let mut p = fixture_plugin("b");
     p["env"] = json!({"T": "${MCP_GATEWAY_ADMIN_TOKEN}"});
     let (status, body) = admin.post("/admin/plugins", p).await;

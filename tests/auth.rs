@@ -8,346 +8,10 @@ use std::collections::HashMap;
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use common::{FIXTURE, Gateway, Postgres};
+use common::browser::Browserdriver;
+use common::oauth::*;
+use common::{Postgres, free_port, tool_names};
 use serde_json::{Value, json};
-
-const REDIRECT: &str = "http://127.0.0.1:9/callback";
-
-/// A gateway in `builtin` mode on a port chosen first (the public URL names it), with users
-/// alice and bob, the provisioned client `robot` (client credentials, scope `mcp` only), the
-/// fixture as plugin `fix`, and the fixture again as `vault`, whose tools need the `vault`
-/// scope.
-struct AuthGateway {
-    gw: Gateway,
-    base: String,
-    /// The database's URL.
-    db: String,
-    _dir: tempfile::TempDir,
-}
-
-/// The provisioned client's id and secret.
-const ROBOT: (&str, &str) = ("robot", "robot-secret");
-
-/// The argon2 hashes of alice's, bob's and the robot's secrets, made once (argon2 is slow in a
-/// debug build).
-fn hashes() -> &'static [String; 3] {
-    static HASHES: std::sync::OnceLock<[String; 3]> = std::sync::OnceLock::new();
-    HASHES.get_or_init(|| {
-        ["alice-pw", "bob-pw", ROBOT.1].map(mcp_gateway::auth::server::hash_password)
-    })
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-impl AuthGateway {
-    fn start(extra_auth: &str, database_url: Option<&str>) -> AuthGateway {
-        AuthGateway::start_on(free_port(), extra_auth, database_url)
-    }
-
-    fn start_on(port: u16, extra_auth: &str, database_url: Option<&str>) -> AuthGateway {
-        AuthGateway::replica(port, port, extra_auth, database_url)
-    }
-
-    /// A gateway listening on `listen_port` whose public URL names `public_port`: with the
-    /// same database, a replica of the gateway there (the same issuer and resource).
-    fn replica(
-        public_port: u16,
-        listen_port: u16,
-        extra_auth: &str,
-        database_url: Option<&str>,
-    ) -> AuthGateway {
-        AuthGateway::with_flags(public_port, listen_port, extra_auth, database_url, &[])
-    }
-
-    /// [`AuthGateway::replica`] with more command-line flags.
-    fn with_flags(
-        public_port: u16,
-        listen_port: u16,
-        extra_auth: &str,
-        database_url: Option<&str>,
-        flags: &[&str],
-    ) -> AuthGateway {
-        let dir = tempfile::tempdir().unwrap();
-        let base = format!("http://127.0.0.1:{public_port}");
-        let [alice, bob, robot] = hashes();
-        let robot_id = ROBOT.0;
-        let config = format!(
-            "[auth]\nmode = \"builtin\"\npublic_url = \"{base}/mcp\"\n{extra_auth}\n\
-             [[auth.users]]\nname = \"alice\"\npassword_hash = \"{alice}\"\n\
-             [[auth.users]]\nname = \"bob\"\npassword_hash = \"{bob}\"\n\
-             [[auth.clients]]\nclient_id = \"{robot_id}\"\nsecret_hash = \"{robot}\"\nscopes = [\"mcp\"]\n\
-             [plugins.fix]\ncommand = \"{FIXTURE}\"\n\
-             [plugins.vault]\ncommand = \"{FIXTURE}\"\nscope = \"vault\"\n"
-        );
-        let path = common::write_config(&dir, &config);
-        let listen = format!("127.0.0.1:{listen_port}");
-        let db = database_url
-            .map(str::to_owned)
-            .unwrap_or_else(|| format!("sqlite://{}/auth.db?mode=rwc", dir.path().display()));
-        let mut args = vec![
-            "--listen",
-            &listen,
-            "--config",
-            &path,
-            "--database-url",
-            &db,
-            "--admin-token",
-            "admin-secret",
-        ];
-        args.extend_from_slice(flags);
-        let gw = Gateway::start(&args);
-        AuthGateway {
-            gw,
-            base,
-            db,
-            _dir: dir,
-        }
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("{}{path}", self.base)
-    }
-}
-
-async fn get_json(a: &AuthGateway, path: &str) -> Value {
-    let r = http().get(a.url(path)).send().await.unwrap();
-    assert_eq!(r.status(), 200, "{path}");
-    r.json().await.unwrap()
-}
-
-fn http() -> reqwest::Client {
-    reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .unwrap()
-}
-
-/// A client whose connections come from `ip` (on loopback: 127.0.0.1, 127.0.0.2, …), to act
-/// as several client addresses.
-fn http_from(ip: &str) -> reqwest::Client {
-    reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .local_address(ip.parse::<std::net::IpAddr>().unwrap())
-        .build()
-        .unwrap()
-}
-
-async fn register(a: &AuthGateway, meta: Value) -> (u16, Value) {
-    let r = http()
-        .post(a.url("/register"))
-        .json(&meta)
-        .send()
-        .await
-        .unwrap();
-    (r.status().as_u16(), r.json().await.unwrap())
-}
-
-async fn public_client(a: &AuthGateway) -> String {
-    let (status, c) = register(
-        a,
-        json!({"client_name": "Test App", "redirect_uris": [REDIRECT], "token_endpoint_auth_method": "none", "application_type": "native"}),
-    )
-    .await;
-    assert_eq!(status, 201, "{c}");
-    assert!(
-        c.get("client_secret").is_none(),
-        "a public client has no secret"
-    );
-    c["client_id"].as_str().unwrap().to_owned()
-}
-
-async fn token(a: &AuthGateway, form: &[(&str, &str)]) -> (u16, Value) {
-    let r = http()
-        .post(a.url("/token"))
-        .form(form)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.headers()["cache-control"], "no-store");
-    (r.status().as_u16(), r.json().await.unwrap())
-}
-
-fn pkce() -> (String, String) {
-    use sha2::Digest;
-    let verifier = URL_SAFE_NO_PAD.encode(rand::random::<[u8; 32]>());
-    let challenge = URL_SAFE_NO_PAD.encode(sha2::Sha256::digest(verifier.as_bytes()));
-    (verifier, challenge)
-}
-
-fn hidden(html: &str, name: &str) -> String {
-    let at = html
-        .find(&format!("name=\"{name}\" value=\""))
-        .unwrap_or_else(|| panic!("no field {name} in {html}"));
-    let rest = &html[at + name.len() + 15..];
-    rest[..rest.find('"').unwrap()].to_owned()
-}
-
-/// What a browser holds between the pages: the CSRF cookie and the form's fields.
-struct Browser {
-    cookie: String,
-    request: String,
-    csrf: String,
-}
-
-async fn open_authorize(a: &AuthGateway, query: &[(&str, &str)]) -> reqwest::Response {
-    http()
-        .get(a.url("/authorize"))
-        .query(query)
-        .send()
-        .await
-        .unwrap()
-}
-
-async fn login_page(
-    a: &AuthGateway,
-    client_id: &str,
-    challenge: &str,
-    state: &str,
-    scope: &str,
-) -> Browser {
-    let r = open_authorize(
-        a,
-        &[
-            ("response_type", "code"),
-            ("client_id", client_id),
-            ("redirect_uri", REDIRECT),
-            ("code_challenge", challenge),
-            ("code_challenge_method", "S256"),
-            ("state", state),
-            ("scope", scope),
-            ("resource", &a.url("/mcp")),
-        ],
-    )
-    .await;
-    assert_eq!(r.status(), 200);
-    assert_eq!(r.headers()["x-frame-options"], "DENY");
-    let cookie = r.headers()["set-cookie"].to_str().unwrap();
-    assert!(
-        cookie.contains("HttpOnly") && cookie.contains("SameSite=Lax"),
-        "{cookie}"
-    );
-    let cookie = cookie.split(';').next().unwrap().to_owned();
-    let html = r.text().await.unwrap();
-    assert!(
-        html.contains("Test App") && html.contains("127.0.0.1"),
-        "names the client and its redirect host"
-    );
-    Browser {
-        cookie,
-        request: hidden(&html, "request"),
-        csrf: hidden(&html, "csrf"),
-    }
-}
-
-async fn post_form(
-    a: &AuthGateway,
-    b: &Browser,
-    path: &str,
-    fields: &[(&str, &str)],
-) -> reqwest::Response {
-    let mut form = vec![("request", b.request.as_str()), ("csrf", b.csrf.as_str())];
-    form.extend_from_slice(fields);
-    http()
-        .post(a.url(path))
-        .header("cookie", &b.cookie)
-        .form(&form)
-        .send()
-        .await
-        .unwrap()
-}
-
-fn redirect_params(r: &reqwest::Response) -> HashMap<String, String> {
-    assert_eq!(r.status(), 303, "a redirect to the client");
-    let location = r.headers()["location"].to_str().unwrap();
-    assert!(location.starts_with(REDIRECT), "{location}");
-    url::Url::parse(location)
-        .unwrap()
-        .query_pairs()
-        .map(|(k, v)| (k.into_owned(), v.into_owned()))
-        .collect()
-}
-
-/// Signs in as `user` and approves (or finds consent remembered): the code.
-async fn authorize(
-    a: &AuthGateway,
-    client_id: &str,
-    challenge: &str,
-    user: &str,
-    scope: &str,
-) -> String {
-    let b = login_page(a, client_id, challenge, "st-1", scope).await;
-    let r = post_form(
-        a,
-        &b,
-        "/authorize/login",
-        &[("username", user), ("password", &format!("{user}-pw"))],
-    )
-    .await;
-    let r = if r.status() == 200 {
-        let html = r.text().await.unwrap();
-        assert!(html.contains("Allow access") && html.contains(scope.split(' ').next().unwrap()));
-        post_form(a, &b, "/authorize/consent", &[("decision", "approve")]).await
-    } else {
-        r
-    };
-    let p = redirect_params(&r);
-    assert_eq!(p["state"], "st-1");
-    assert_eq!(p["iss"], a.base, "RFC 9207 iss");
-    p["code"].clone()
-}
-
-async fn exchange(a: &AuthGateway, client_id: &str, code: &str, verifier: &str) -> (u16, Value) {
-    token(
-        a,
-        &[
-            ("grant_type", "authorization_code"),
-            ("client_id", client_id),
-            ("code", code),
-            ("code_verifier", verifier),
-            ("redirect_uri", REDIRECT),
-            ("resource", &a.url("/mcp")),
-        ],
-    )
-    .await
-}
-
-async fn refresh_with(a: &AuthGateway, client: &str, refresh: &str) -> (u16, Value) {
-    token(
-        a,
-        &[
-            ("grant_type", "refresh_token"),
-            ("client_id", client),
-            ("refresh_token", refresh),
-        ],
-    )
-    .await
-}
-
-/// An `initialize` at `/mcp` where the gateway listens (a replica's address differs from the
-/// public URL): its status and challenge.
-async fn mcp_status(a: &AuthGateway, token: Option<&str>) -> (u16, String) {
-    let mut r = http()
-        .post(&a.gw.url)
-        .header("content-type", "application/json")
-        .header("accept", common::ACCEPT_BOTH)
-        .body(json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}).to_string());
-    if let Some(t) = token {
-        r = r.bearer_auth(t);
-    }
-    let r = r.send().await.unwrap();
-    let challenge = r
-        .headers()
-        .get("www-authenticate")
-        .map(|v| v.to_str().unwrap().to_owned())
-        .unwrap_or_default();
-    (r.status().as_u16(), challenge)
-}
 
 #[tokio::test]
 async fn metadata_and_challenges_send_a_client_to_the_authorization_server() {
@@ -1191,33 +855,10 @@ async fn no_client_credentials_for_strangers(a: AuthGateway) {
     );
 }
 
-/// A token signed with the gateway's own key but with claims of the test's choosing: the
-/// key is read from the gateway's database (once the gateway serves: it logs its address
-/// before it opens the database).
-async fn forge(db: &str, claims: Value) -> String {
-    sqlx::any::install_default_drivers();
-    let pool = sqlx::AnyPool::connect(db)
-        .await
-        .unwrap_or_else(|e| panic!("{db}: {e}"));
-    let row: (String, String) = sqlx::query_as("SELECT kid, private_der FROM auth_keys")
-        .fetch_one(&pool)
-        .await
-        .unwrap();
-    let der = URL_SAFE_NO_PAD.decode(row.1).unwrap();
-    let mut header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::ES256);
-    header.kid = Some(row.0);
-    jsonwebtoken::encode(
-        &header,
-        &claims,
-        &jsonwebtoken::EncodingKey::from_ec_der(&der),
-    )
-    .unwrap()
-}
-
 #[tokio::test]
 async fn tokens_for_another_audience_expired_or_unsigned_are_refused() {
     let a = AuthGateway::start("", None);
-    let db = format!("sqlite://{}/auth.db?mode=ro", a._dir.path().display());
+    let db = format!("sqlite://{}/auth.db?mode=ro", a.dir.path().display());
     let jwks = http().get(a.url("/jwks.json")).send().await.unwrap();
     assert_eq!(jwks.status(), 200, "serving, with a key");
     let now = mcp_gateway::auth::now_secs();
@@ -1274,7 +915,7 @@ async fn tokens_for_another_audience_expired_or_unsigned_are_refused() {
 #[tokio::test]
 async fn sessions_belong_to_their_subject_and_plugin_scopes_step_up() {
     let a = AuthGateway::start("", None);
-    let db = format!("sqlite://{}/auth.db?mode=ro", a._dir.path().display());
+    let db = format!("sqlite://{}/auth.db?mode=ro", a.dir.path().display());
     let jwks = http().get(a.url("/jwks.json")).send().await.unwrap();
     assert_eq!(jwks.status(), 200, "serving, with a key");
     let now = mcp_gateway::auth::now_secs();
@@ -1298,12 +939,7 @@ async fn sessions_belong_to_their_subject_and_plugin_scopes_step_up() {
 
     // Without the vault scope, vault's tools are hidden and calling one asks for the scope.
     let tools = c.result(2, "tools/list", json!({})).await;
-    let names: Vec<&str> = tools["tools"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t["name"].as_str().unwrap())
-        .collect();
+    let names = tool_names(&tools);
     assert!(
         names.contains(&"fix__echo") && !names.iter().any(|n| n.starts_with("vault__")),
         "{names:?}"
@@ -1390,33 +1026,10 @@ async fn the_official_python_sdk_oauth_client_completes_the_flow() {
     a.gw.wait_log("tokens issued (authorization code)").await;
 }
 
-/// Serves a client ID metadata document at `/client.json` on loopback; its URL. `id` may
-/// differ from the URL, to test that it must not.
-async fn serve_document(id: Option<&str>) -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/client.json", listener.local_addr().unwrap());
-    let doc = json!({
-        "client_id": id.unwrap_or(&url),
-        "client_name": "Document Client",
-        "redirect_uris": [REDIRECT],
-        "token_endpoint_auth_method": "none",
-    });
-    let app = axum::Router::new().route(
-        "/client.json",
-        axum::routing::get(move || {
-            let doc = doc.clone();
-            async move { axum::Json(doc) }
-        }),
-    );
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    url
-}
-
 #[tokio::test]
 async fn client_id_metadata_documents_are_fetched_with_ssrf_guards() {
     // By default: only https, only public addresses; nothing private is fetched.
     let a = AuthGateway::start("", None);
-    let (_, challenge) = pkce();
     let doc = serve_document(None).await;
     let https_private = doc.replace("http://", "https://");
     for (client_id, says) in [
@@ -1429,20 +1042,9 @@ async fn client_id_metadata_documents_are_fetched_with_ssrf_guards() {
         (doc.as_str(), "must be https"),
         ("https://example.com/", "needs a path"),
     ] {
-        let r = open_authorize(
-            &a,
-            &[
-                ("response_type", "code"),
-                ("client_id", client_id),
-                ("redirect_uri", REDIRECT),
-                ("code_challenge", &challenge),
-                ("code_challenge_method", "S256"),
-            ],
-        )
-        .await;
-        assert_eq!(r.status(), 400, "{client_id}");
-        assert!(r.headers().get("location").is_none());
-        let page = r.text().await.unwrap();
+        // No redirect either: `authorize_page` asserts there is no Location.
+        let (status, page) = authorize_page(&a, client_id).await;
+        assert_eq!(status, 400, "{client_id}");
         assert!(page.contains(says), "{client_id}: {page}");
     }
 
@@ -1512,24 +1114,6 @@ async fn client_id_metadata_documents_are_fetched_with_ssrf_guards() {
             .unwrap()
             .contains("is not the URL it was fetched from")
     );
-}
-
-/// The page `/authorize` answers for a metadata-document client id: status and text.
-async fn authorize_page(a: &AuthGateway, client_id: &str) -> (u16, String) {
-    let (_, challenge) = pkce();
-    let r = open_authorize(
-        a,
-        &[
-            ("response_type", "code"),
-            ("client_id", client_id),
-            ("redirect_uri", REDIRECT),
-            ("code_challenge", &challenge),
-            ("code_challenge_method", "S256"),
-        ],
-    )
-    .await;
-    assert!(r.headers().get("location").is_none());
-    (r.status().as_u16(), r.text().await.unwrap())
 }
 
 /// Issue 19, defect 21: loopback written as IPv6 is never connected to (a listener there
@@ -1771,203 +1355,6 @@ async fn grants_stay_with_their_resource(db: &str) {
         401,
         "A's token is not for B"
     );
-}
-
-/// Revokes an access token of the provisioned client (RFC 7009).
-async fn revoke_as_robot(a: &AuthGateway, token: &str) {
-    let r = http()
-        .post(a.url("/revoke"))
-        .form(&[
-            ("client_id", ROBOT.0),
-            ("client_secret", ROBOT.1),
-            ("token", token),
-        ])
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
-}
-
-async fn rotate(a: &AuthGateway) -> String {
-    let admin = a.gw.admin.as_ref().expect("admin API on");
-    let r = reqwest::Client::new()
-        .post(format!("http://{admin}/admin/auth/rotate-keys"))
-        .bearer_auth("admin-secret")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
-    let v: Value = r.json().await.unwrap();
-    v["current_kid"].as_str().unwrap().to_owned()
-}
-
-/// A token for the provisioned client, by client credentials (client_secret_post).
-async fn robot_token(a: &AuthGateway) -> String {
-    let (status, t) = token(
-        a,
-        &[
-            ("grant_type", "client_credentials"),
-            ("client_id", ROBOT.0),
-            ("client_secret", ROBOT.1),
-        ],
-    )
-    .await;
-    assert_eq!(status, 200, "{t}");
-    t["access_token"].as_str().unwrap().to_owned()
-}
-
-/// A WebDriver session on Debian's chromium, through chromedriver's HTTP API.
-struct Browserdriver {
-    driver: std::process::Child,
-    base: String,
-    session: String,
-    http: reqwest::Client,
-    _profile: tempfile::TempDir,
-}
-
-impl Browserdriver {
-    async fn start() -> Browserdriver {
-        let port = free_port();
-        let driver = std::process::Command::new("/usr/bin/chromedriver")
-            .arg(format!("--port={port}"))
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .expect(
-                "chromedriver (Debian's chromium-driver, installed by scripts/install-test-deps)",
-            );
-        let base = format!("http://127.0.0.1:{port}");
-        let http = reqwest::Client::new();
-        let ready = || async {
-            let r = http.get(format!("{base}/status")).send().await.ok()?;
-            let v: Value = r.json().await.ok()?;
-            v["value"]["ready"].as_bool()
-        };
-        for _ in 0..500 {
-            if ready().await == Some(true) {
-                break;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        }
-        let profile = tempfile::tempdir().unwrap();
-        let caps = json!({"capabilities": {"alwaysMatch": {"browserName": "chrome", "goog:chromeOptions": {
-            "binary": "/usr/bin/chromium",
-            "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                     "--disable-quic", "--no-first-run", "--disable-background-networking",
-                     "--disable-component-update", "--disable-sync",
-                     format!("--user-data-dir={}", profile.path().display())]}}}});
-        let r: Value = http
-            .post(format!("{base}/session"))
-            .json(&caps)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        let session = r["value"]["sessionId"]
-            .as_str()
-            .unwrap_or_else(|| panic!("no WebDriver session: {r}"))
-            .to_owned();
-        Browserdriver {
-            driver,
-            base,
-            session,
-            http,
-            _profile: profile,
-        }
-    }
-
-    async fn cmd(&self, path: &str, body: Value) -> Value {
-        let r: Value = self
-            .http
-            .post(format!("{}/session/{}{path}", self.base, self.session))
-            .json(&body)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        r["value"].clone()
-    }
-
-    async fn goto(&self, url: &str) {
-        self.cmd("/url", json!({"url": url})).await;
-    }
-
-    /// The element matching `css`, waiting for the page that has it.
-    async fn find(&self, css: &str) -> String {
-        for _ in 0..500 {
-            let v = self
-                .cmd("/element", json!({"using": "css selector", "value": css}))
-                .await;
-            if let Some(id) = v["element-6066-11e4-a52e-4f735466cecf"].as_str() {
-                return id.to_owned();
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        }
-        let source = self
-            .http
-            .get(format!("{}/session/{}/source", self.base, self.session))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
-        panic!("no element {css} on the page: {source}");
-    }
-
-    async fn type_into(&self, css: &str, text: &str) {
-        let e = self.find(css).await;
-        self.cmd(&format!("/element/{e}/value"), json!({"text": text}))
-            .await;
-    }
-
-    async fn click(&self, css: &str) {
-        let e = self.find(css).await;
-        self.cmd(&format!("/element/{e}/click"), json!({})).await;
-    }
-}
-
-impl Browserdriver {
-    /// Every process of this browser: chromedriver's descendants (chromium and its helpers),
-    /// and whatever names the browser's own profile directory, should one have left the tree.
-    fn processes(&self) -> Vec<u32> {
-        let mut pids = common::descendants(self.driver.id());
-        let profile = self._profile.path().to_string_lossy().into_owned();
-        for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-            let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
-                continue;
-            };
-            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-            if String::from_utf8_lossy(&cmdline).contains(&profile) && !pids.contains(&pid) {
-                pids.push(pid);
-            }
-        }
-        pids.retain(|p| common::alive(*p));
-        pids
-    }
-}
-
-impl Drop for Browserdriver {
-    /// Kills chromium and every helper of it as well as chromedriver, which alone would leave
-    /// them running after the suite; this runs when a test fails too.
-    fn drop(&mut self) {
-        use nix::sys::signal::{Signal, kill};
-        use nix::unistd::Pid;
-        let browser = self.processes();
-        for pid in &browser {
-            let _ = kill(Pid::from_raw(*pid as i32), Signal::SIGKILL);
-        }
-        let _ = self.driver.kill();
-        let _ = self.driver.wait();
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while browser.iter().any(|p| common::alive(*p)) && std::time::Instant::now() < deadline {
-            std::thread::sleep(std::time::Duration::from_millis(20));
-        }
-    }
 }
 
 #[tokio::test]

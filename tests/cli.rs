@@ -3,30 +3,9 @@
 
 mod common;
 
-use std::process::Command;
-
-use common::{FIXTURE, GATEWAY, Gateway};
+use common::{FIXTURE, Gateway};
+use common::{run_cli as gateway, write_file as write};
 use serde_json::json;
-
-fn gateway(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
-    let mut cmd = Command::new(GATEWAY);
-    cmd.args(args).env_remove("MCP_GATEWAY_CONFIG");
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    let out = cmd.output().unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-fn write(dir: &tempfile::TempDir, name: &str, text: &str) -> String {
-    let p = dir.path().join(name);
-    std::fs::write(&p, text).unwrap();
-    p.to_str().unwrap().to_owned()
-}
 
 #[test]
 fn check_accepts_good_configs_and_names_bad_keys() {

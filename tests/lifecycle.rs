@@ -11,15 +11,6 @@ use std::time::{Duration, Instant};
 use common::{GATEWAY, Gateway, alive, descendants};
 use serde_json::json;
 
-fn signal(gw: &Gateway, sig: &str) {
-    let ok = Command::new("kill")
-        .args([sig, &gw.pid().to_string()])
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok, "kill {sig}");
-}
-
 async fn wait_exit(gw: &mut Gateway, within: Duration) -> std::process::ExitStatus {
     let deadline = Instant::now() + within;
     loop {
@@ -49,7 +40,7 @@ async fn sigterm_mid_call_drains_completes_the_call_and_leaves_no_child() {
     let children = descendants(gw.pid());
     assert!(!children.is_empty(), "the plugin runs as a child");
 
-    signal(&gw, "-TERM");
+    gw.signal("-TERM");
 
     // The GET stream is told to come back later, then closed.
     let retry = get.next().await.expect("a retry event before the close");
@@ -101,7 +92,7 @@ async fn a_grace_period_that_runs_out_still_stops_everything() {
     let children = descendants(gw.pid());
     assert!(!children.is_empty());
     let started = Instant::now();
-    signal(&gw, "-INT");
+    gw.signal("-INT");
     let status = wait_exit(&mut gw, Duration::from_secs(30)).await;
     assert_eq!(status.code(), Some(0), "log:\n{}", gw.log());
     assert!(

@@ -5,7 +5,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{FIXTURE, Gateway, alive, descendants, wait_until};
+use common::{Admin, FIXTURE, Gateway, alive, descendants, tool_names, wait_until};
 use serde_json::json;
 
 use common::write_config as config;
@@ -23,12 +23,7 @@ async fn filtered_tools_are_hidden_and_refused() {
     let mut c = gw.client();
     c.initialize().await;
     let tools = c.result(1, "tools/list", json!({})).await;
-    let mut names: Vec<&str> = tools["tools"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t["name"].as_str().unwrap())
-        .collect();
+    let mut names = tool_names(&tools);
     names.sort();
     assert_eq!(names, ["echo", "pid"]);
     assert_eq!(
@@ -232,19 +227,7 @@ async fn a_plugin_that_keeps_crashing_trips_the_breaker_and_others_keep_working(
     );
     gw.wait_log("circuit breaker is open").await;
     // Reported by the admin API.
-    let admin = format!(
-        "http://{}/admin/plugins/flaky",
-        gw.admin.as_deref().unwrap()
-    );
-    let p: serde_json::Value = reqwest::Client::new()
-        .get(admin)
-        .bearer_auth("t")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let (_, p) = Admin::of(&gw, "t").get("/admin/plugins/flaky").await;
     assert_eq!(p["state"], "failed", "{p}");
     assert!(p["breaker_open_secs"].as_u64().is_some());
     assert!(p["restarts"].as_u64().unwrap() >= 5);

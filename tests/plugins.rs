@@ -6,7 +6,9 @@ mod common;
 
 use std::time::Duration;
 
-use common::{FIXTURE, Gateway, alive, descendants, wait_until};
+use common::{
+    Admin, FIXTURE, Gateway, alive, descendants, rss_kib, stat_fields, tool_names, wait_until,
+};
 use serde_json::json;
 
 #[tokio::test]
@@ -151,12 +153,7 @@ async fn a_plugin_that_fails_to_start_leaves_the_others_working() {
     let mut c = gw.client();
     c.initialize().await;
     let tools = c.result(1, "tools/list", json!({})).await;
-    let names: Vec<&str> = tools["tools"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t["name"].as_str().unwrap())
-        .collect();
+    let names = tool_names(&tools);
     assert!(names.contains(&"good__echo"), "{names:?}");
     assert!(
         !names
@@ -360,16 +357,6 @@ async fn regression_shutdown_does_not_wait_for_json_mode_calls() {
     );
 }
 
-/// The resident memory of a process, in KiB.
-fn rss_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap()
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmRSS in /proc/PID/status")
-}
-
 #[tokio::test]
 async fn regression_stderr_without_newlines_stays_bounded() {
     // Guards: a plugin writing stderr without a newline grew the gateway without limit (the
@@ -521,16 +508,7 @@ async fn regression_a_failed_start_tells_the_client_only_that_it_failed() {
     assert_eq!(r.error_code(), -32603);
     // The operator still sees it all: in the logs and the admin API.
     gw.wait_log("the db password is hunter2").await;
-    let admin = gw.admin.as_deref().unwrap();
-    let p: serde_json::Value = reqwest::Client::new()
-        .get(format!("http://{admin}/admin/plugins/flaky"))
-        .bearer_auth("t")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let (_, p) = Admin::of(&gw, "t").get("/admin/plugins/flaky").await;
     assert!(p["last_error"].as_str().unwrap().contains("hunter2"), "{p}");
 }
 
@@ -545,13 +523,6 @@ impl Drop for KillOnDrop {
                 .status();
         }
     }
-}
-
-/// `/proc/PID/stat` fields after the command name: state, ppid, pgrp, session, ...
-fn stat_fields(pid: u32) -> Option<Vec<String>> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let (_, rest) = stat.rsplit_once(')')?;
-    Some(rest.split_whitespace().map(str::to_owned).collect())
 }
 
 #[tokio::test]
@@ -615,16 +586,7 @@ async fn regression_a_missing_cwd_is_reported_as_such() {
     );
     let gw = Gateway::start(&["--config", &cfg, "--admin-token", "t"]);
     gw.wait_log("/nonexistent/workdir").await;
-    let admin = gw.admin.as_deref().unwrap();
-    let p: serde_json::Value = reqwest::Client::new()
-        .get(format!("http://{admin}/admin/plugins/lost"))
-        .bearer_auth("t")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let (_, p) = Admin::of(&gw, "t").get("/admin/plugins/lost").await;
     let last = p["last_error"].as_str().unwrap_or_default();
     assert!(
         last.contains("working directory") && last.contains("/nonexistent/workdir"),

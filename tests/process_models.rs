@@ -6,7 +6,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{FIXTURE, Gateway, descendants, wait_until};
+use common::{Admin, FIXTURE, Gateway, descendants, sched_policy, wait_until};
 use serde_json::json;
 
 use common::write_config as config;
@@ -235,20 +235,18 @@ async fn regression_stopping_or_losing_a_shared_process_is_not_held_against_it()
         ),
     );
     let gw = Gateway::start(&["--config", &cfg, "--admin-token", "t"]);
-    let admin = format!("http://{}/admin/plugins/s", gw.admin.as_deref().unwrap());
-    let http = reqwest::Client::new();
+    let admin = Admin::of(&gw, "t");
     let mut c = gw.client();
     c.initialize().await;
     for i in 0..3 {
         c.tool_text(i, "s__echo", json!({"text": "up"})).await;
-        let r = http
-            .put(&admin)
-            .bearer_auth("t")
-            .json(&json!({"command": FIXTURE, "process_model": "shared", "args": ["--name", format!("v{i}")]}))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), 200);
+        let (status, _) = admin
+            .put(
+                "/admin/plugins/s",
+                json!({"command": FIXTURE, "process_model": "shared", "args": ["--name", format!("v{i}")]}),
+            )
+            .await;
+        assert_eq!(status, 200);
         // Wait for the new definition to be usable.
         for k in 0..100 {
             let r = c
@@ -264,15 +262,7 @@ async fn regression_stopping_or_losing_a_shared_process_is_not_held_against_it()
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
-    let p: serde_json::Value = http
-        .get(&admin)
-        .bearer_auth("t")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let (_, p) = admin.get("/admin/plugins/s").await;
     assert_eq!(p["restarts"], 0, "{p}");
     assert_ne!(p["state"], "failed");
     // The shared process dies: its place is free for the other plugin at once.
@@ -295,18 +285,6 @@ async fn regression_stopping_or_losing_a_shared_process_is_not_held_against_it()
     assert!(ok, "the dead shared process still held the only place");
 }
 
-/// The kernel scheduling policy of a process (`/proc/PID/stat` field 41): 0 normal, 3 batch.
-fn policy(pid: u32) -> u32 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-    let (_, rest) = stat.rsplit_once(')').unwrap();
-    // Fields after the command start at field 3.
-    rest.split_whitespace()
-        .nth(41 - 3)
-        .unwrap()
-        .parse()
-        .unwrap()
-}
-
 #[tokio::test]
 async fn plugin_processes_run_under_sched_batch_unless_configured_normal() {
     let dir = tempfile::tempdir().unwrap();
@@ -317,7 +295,11 @@ async fn plugin_processes_run_under_sched_batch_unless_configured_normal() {
         ),
     );
     let gw = Gateway::start(&["--config", &cfg]);
-    assert_eq!(policy(gw.pid()), 0, "the gateway itself keeps the default");
+    assert_eq!(
+        sched_policy(gw.pid()),
+        0,
+        "the gateway itself keeps the default"
+    );
     let mut c = gw.client();
     c.initialize().await;
     let mut seen = Vec::new();
@@ -330,7 +312,7 @@ async fn plugin_processes_run_under_sched_batch_unless_configured_normal() {
             .await
             .parse()
             .unwrap();
-        assert_eq!(policy(pid), want, "{tool}");
+        assert_eq!(sched_policy(pid), want, "{tool}");
         seen.push(pid);
     }
     assert!(seen.iter().all(|p| descendants(gw.pid()).contains(p)));
