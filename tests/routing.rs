@@ -1,25 +1,25 @@
 //! Several plugins behind one `/mcp`: merged capabilities, prefixed tool and prompt names,
 //! resources routed by URI, merged lists paginated with opaque cursors, completions and
-//! logging levels sent to the plugins they concern.
+//! logging levels sent to the plugins they concern. Served in the test's process: nothing here
+//! needs the binary's logs or its process.
 
 mod common;
 
-use common::{FIXTURE, Gateway};
+use common::{FIXTURE, InProcess};
+
 use serde_json::{Value, json};
 
 /// Two fixture plugins, `alpha` (paginating by 4) and `beta` (prefix `b`), plus extra TOML.
-fn two_plugins(extra: &str) -> (Gateway, tempfile::TempDir) {
+async fn two_plugins(extra: &str) -> (InProcess, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("gw.toml");
-    std::fs::write(
-        &config,
-        format!(
+    let config = common::write_config(
+        &dir,
+        &format!(
             "{extra}\n[plugins.alpha]\ncommand = \"{FIXTURE}\"\nargs = [\"--page-size\", \"4\", \"--name\", \"alpha-server\"]\n\
              [plugins.beta]\ncommand = \"{FIXTURE}\"\nargs = [\"--name\", \"beta-server\"]\nprefix = \"b\"\n"
         ),
-    )
-    .unwrap();
-    (Gateway::start(&["--config", config.to_str().unwrap()]), dir)
+    );
+    (InProcess::start(&["--config", &config]).await, dir)
 }
 
 async fn all_pages(c: &common::Client, method: &str, key: &str) -> (Vec<Value>, usize) {
@@ -40,7 +40,7 @@ async fn all_pages(c: &common::Client, method: &str, key: &str) -> (Vec<Value>, 
 
 #[tokio::test]
 async fn tools_and_prompts_are_prefixed_and_routed() {
-    let (gw, _dir) = two_plugins("");
+    let (gw, _dir) = two_plugins("").await;
     let mut c = gw.client();
     let init = c.initialize().await;
     assert_eq!(init["serverInfo"]["name"], "mcp-gateway");
@@ -104,11 +104,12 @@ async fn tools_and_prompts_are_prefixed_and_routed() {
         .result(8, "completion/complete", json!({"ref": {"type": "ref/prompt", "name": "alpha__test_prompt_with_arguments"}, "argument": {"name": "arg1", "value": "t"}}))
         .await;
     assert!(done["completion"]["values"].is_array());
+    gw.stop().await;
 }
 
 #[tokio::test]
 async fn cursors_are_opaque_and_checked() {
-    let (gw, _dir) = two_plugins("");
+    let (gw, _dir) = two_plugins("").await;
     let mut c = gw.client();
     c.initialize().await;
     let first = c.result(1, "tools/list", json!({})).await;
@@ -121,11 +122,12 @@ async fn cursors_are_opaque_and_checked() {
         let r = c.call(2, "tools/list", json!({"cursor": bad})).await;
         assert_eq!(r.error_code(), -32602, "cursor {bad:?}");
     }
+    gw.stop().await;
 }
 
 #[tokio::test]
 async fn resources_are_routed_by_uri_and_lists_merged() {
-    let (gw, _dir) = two_plugins("");
+    let (gw, _dir) = two_plugins("").await;
     let mut c = gw.client();
     c.initialize().await;
     // Read before any list: the gateway learns who serves the URI.
@@ -168,11 +170,12 @@ async fn resources_are_routed_by_uri_and_lists_merged() {
         )
         .await;
     assert_eq!(r, json!({}));
+    gw.stop().await;
 }
 
 #[tokio::test]
 async fn logging_level_reaches_running_and_later_plugins() {
-    let (gw, _dir) = two_plugins("");
+    let (gw, _dir) = two_plugins("").await;
     let mut c = gw.client();
     c.initialize().await;
     // alpha is running before the level is set; beta starts after.
@@ -201,11 +204,12 @@ async fn logging_level_reaches_running_and_later_plugins() {
         beta, "warning",
         "replayed to a plugin started after setLevel"
     );
+    gw.stop().await;
 }
 
 #[tokio::test]
 async fn separator_and_prefix_are_configurable() {
-    let (gw, _dir) = two_plugins("separator = \".\"");
+    let (gw, _dir) = two_plugins("separator = \".\"").await;
     let mut c = gw.client();
     c.initialize().await;
     assert_eq!(
@@ -216,11 +220,12 @@ async fn separator_and_prefix_are_configurable() {
         c.tool_text(2, "alpha.echo", json!({"text": "dot"})).await,
         "dot"
     );
+    gw.stop().await;
 }
 
 #[tokio::test]
 async fn a_single_plugin_is_not_prefixed_and_passes_through() {
-    let gw = Gateway::fixture(&[], &["--page-size", "5"]);
+    let gw = InProcess::fixture(&[], &["--page-size", "5"]).await;
     let mut c = gw.client();
     let init = c.initialize().await;
     assert_eq!(init["serverInfo"]["name"], "mcp-fixture-server");
@@ -249,6 +254,7 @@ async fn a_single_plugin_is_not_prefixed_and_passes_through() {
     );
     assert_eq!(schema["properties"]["address"]["$ref"], "#/$defs/address");
     assert_eq!(schema["additionalProperties"], false);
+    gw.stop().await;
 }
 
 #[tokio::test]
@@ -256,13 +262,11 @@ async fn regression_a_prefix_that_begins_another_routes_to_the_right_plugin() {
     // Guards: names were split at the first separator, so `a___counter` (plugin `a_`) went to
     // plugin `a` as `_counter`.
     let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("gw.toml");
-    std::fs::write(
-        &config,
-        format!("[plugins.a]\ncommand = \"{FIXTURE}\"\n[plugins.a_]\ncommand = \"{FIXTURE}\"\n"),
-    )
-    .unwrap();
-    let gw = Gateway::start(&["--config", config.to_str().unwrap()]);
+    let config = common::write_config(
+        &dir,
+        &format!("[plugins.a]\ncommand = \"{FIXTURE}\"\n[plugins.a_]\ncommand = \"{FIXTURE}\"\n"),
+    );
+    let gw = InProcess::start(&["--config", &config]).await;
     let mut c = gw.client();
     c.initialize().await;
     assert_eq!(c.tool_text(1, "a___counter", json!({})).await, "1");
@@ -272,4 +276,5 @@ async fn regression_a_prefix_that_begins_another_routes_to_the_right_plugin() {
         "1",
         "plugin `a` is another process"
     );
+    gw.stop().await;
 }

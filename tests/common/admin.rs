@@ -4,9 +4,27 @@
 
 use std::time::Duration;
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
-use super::Endpoints;
+use super::{Endpoints, FIXTURE};
+
+/// The admin token of the admin API's tests.
+pub const ADMIN_TOKEN: &str = "admin-s3cret";
+
+/// Flags for a gateway with the admin API on and one plugin, `main`, from the command line.
+pub const WITH_MAIN_PLUGIN: [&str; 6] = [
+    "--admin-token",
+    ADMIN_TOKEN,
+    "--plugin-name",
+    "main",
+    "--",
+    FIXTURE,
+];
+
+/// The admin API's definition of a fixture plugin called `name` (and naming itself so).
+pub fn fixture_plugin(name: &str) -> Value {
+    json!({"name": name, "command": FIXTURE, "args": ["--name", name]})
+}
 
 /// GET on the admin listener, with no token: status and body.
 pub async fn admin_get(gw: &impl Endpoints, path: &str) -> (u16, String) {

@@ -25,6 +25,7 @@
 pub mod admin;
 pub mod browser;
 pub mod client;
+pub mod inprocess;
 pub mod oauth;
 pub mod postgres;
 pub mod process;
@@ -36,6 +37,8 @@ pub mod sse;
 pub use admin::{Admin, metric_in};
 #[allow(unused_imports)]
 pub use client::*;
+#[allow(unused_imports)]
+pub use inprocess::InProcess;
 #[allow(unused_imports)]
 pub use postgres::Postgres;
 #[allow(unused_imports)]
@@ -64,6 +67,18 @@ pub trait Endpoints {
     fn mcp_url(&self) -> String {
         format!("http://{}/mcp", self.public_addr())
     }
+}
+
+/// Records which harness this test binary uses, and fails the test that would use the other
+/// one too: an in-process gateway kills the child processes it did not start when it stops
+/// (see `inprocess`), so the two never share a process.
+pub fn claim_harness(name: &'static str) {
+    static HARNESS: std::sync::OnceLock<&'static str> = std::sync::OnceLock::new();
+    let first = HARNESS.get_or_init(|| name);
+    assert_eq!(
+        *first, name,
+        "this test binary already uses the {first} harness: put tests that need the {name} one in a file of their own"
+    );
 }
 
 /// Where `scripts/install-test-deps` puts Node 22, npm packages and the Python venv.

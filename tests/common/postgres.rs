@@ -29,6 +29,8 @@ impl Postgres {
     }
 
     pub fn create(what: &str) -> Postgres {
+        // `psql` runs as a child process: an in-process gateway could reap it under us.
+        super::claim_harness("child-process");
         let server = std::env::var("MCP_GATEWAY_TEST_POSTGRES")
             .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432".into());
         let name = format!("mcpgw_test_{what}_{}", std::process::id());

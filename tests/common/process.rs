@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::admin::{admin_get, metric_in};
-use super::{Client, Endpoints, FIXTURE, GATEWAY, wait_until};
+use super::{Client, Endpoints, FIXTURE, GATEWAY, claim_harness, wait_until};
 
 /// A running gateway process.
 pub struct Gateway {
@@ -64,6 +64,7 @@ impl Gateway {
         env: &[(&str, &str)],
         cwd: Option<&std::path::Path>,
     ) -> Gateway {
+        claim_harness("child-process");
         let db_dir = tempfile::tempdir().unwrap();
         let mut cmd = match wrapper {
             [] => Command::new(GATEWAY),
@@ -272,6 +273,7 @@ fn send_signal(pid: u32, sig: &str) -> bool {
 /// no config file from the test's environment: its exit code (-1 for a signal), stdout and
 /// stderr.
 pub fn run_cli(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
+    claim_harness("child-process");
     let mut cmd = Command::new(GATEWAY);
     cmd.args(args).env_remove("MCP_GATEWAY_CONFIG");
     for (k, v) in env {
