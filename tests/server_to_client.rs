@@ -1,16 +1,17 @@
 //! What plugins send on their own: requests to the client (sampling, elicitation, roots),
 //! progress and logs, list changes. Each reaches the client on exactly one stream: the POST
 //! stream of the related request while it is open, else the GET stream; the client's answers
-//! go back to the plugin that asked.
+//! go back to the plugin that asked. Served in the test's process; the two checks that wait on
+//! the gateway's log are in `server_to_client_process.rs`.
 
 mod common;
 
-use common::{Events, Gateway};
+use common::{Events, InProcess};
 use serde_json::json;
 
 #[tokio::test]
 async fn sampling_round_trip_on_the_call_stream() {
-    let gw = Gateway::fixture(&[], &[]);
+    let gw = InProcess::fixture(&[], &[]).await;
     let mut c = gw.client();
     c.initialize().await;
     let mut events = c
@@ -37,11 +38,12 @@ async fn sampling_round_trip_on_the_call_stream() {
         .post(&json!({"jsonrpc": "2.0", "id": id, "result": {}}))
         .await;
     assert_eq!(again.status, 400);
+    gw.stop().await;
 }
 
 #[tokio::test]
 async fn client_errors_and_roots_travel_back() {
-    let gw = Gateway::fixture(&[], &[]);
+    let gw = InProcess::fixture(&[], &[]).await;
     let mut c = gw.client();
     c.initialize().await;
     let mut events = c
@@ -78,11 +80,12 @@ async fn client_errors_and_roots_travel_back() {
             .unwrap()
             .contains("User response")
     );
+    gw.stop().await;
 }
 
 #[tokio::test]
 async fn logs_and_progress_go_on_the_call_stream_list_changes_on_the_get_stream() {
-    let gw = Gateway::fixture(&[], &[]);
+    let gw = InProcess::fixture(&[], &[]).await;
     let mut c = gw.client();
     c.initialize().await;
     let get = c.get_stream().await;
@@ -130,11 +133,12 @@ async fn logs_and_progress_go_on_the_call_stream_list_changes_on_the_get_stream(
     );
     let changed = get.next().await.unwrap();
     assert_eq!(changed["method"], "notifications/tools/list_changed");
+    gw.stop().await;
 }
 
 #[tokio::test]
 async fn messages_wait_for_a_get_stream_when_none_is_open() {
-    let gw = Gateway::fixture(&[], &[]);
+    let gw = InProcess::fixture(&[], &[]).await;
     let mut c = gw.client();
     c.initialize().await;
     c.tool_text(1, "notify_changed", json!({})).await;
@@ -143,11 +147,12 @@ async fn messages_wait_for_a_get_stream_when_none_is_open() {
         get.next().await.unwrap()["method"],
         "notifications/tools/list_changed"
     );
+    gw.stop().await;
 }
 
 #[tokio::test]
 async fn json_response_mode_sends_one_body_and_the_rest_on_get() {
-    let gw = Gateway::fixture(&["--response-mode", "json"], &[]);
+    let gw = InProcess::fixture(&["--response-mode", "json"], &[]).await;
     let mut c = gw.client();
     c.initialize().await;
     let mut get = Events::new(c.get_stream().await);
@@ -169,6 +174,7 @@ async fn json_response_mode_sends_one_body_and_the_rest_on_get() {
         assert_eq!(p["method"], "notifications/progress");
         assert_eq!(p["params"]["progressToken"], 9);
     }
+    gw.stop().await;
 }
 
 #[tokio::test]
@@ -177,7 +183,7 @@ async fn concurrent_calls_each_get_their_own_answer() {
     // say which call a plugin request belongs to, so the gateway may carry a request on the
     // GET stream; what must hold is that each request reaches the client exactly once and each
     // call ends with the answer to its own question.
-    let gw = Gateway::fixture(&[], &[]);
+    let gw = InProcess::fixture(&[], &[]).await;
     let mut c = gw.client();
     c.initialize().await;
     let (asks_tx, mut asks_rx) = tokio::sync::mpsc::unbounded_channel();
@@ -235,53 +241,7 @@ async fn concurrent_calls_each_get_their_own_answer() {
         );
     }
     assert!(asks_rx.try_recv().is_err(), "no request delivered twice");
-}
-
-#[tokio::test]
-async fn regression_json_mode_plugin_requests_without_a_stream_fail_fast() {
-    // Guards: in JSON mode with no GET stream, a plugin's elicitation waited forever in the
-    // backlog, and so did the client's call.
-    let gw = Gateway::fixture(&["--response-mode", "json"], &[]);
-    let mut c = gw.client();
-    c.initialize().await;
-    let r = c
-        .call(
-            1,
-            "tools/call",
-            json!({"name": "test_elicitation", "arguments": {"message": "anyone?"}}),
-        )
-        .await;
-    assert_eq!(
-        r.last()["result"]["content"][0]["text"],
-        "User response: null",
-        "{r:?}"
-    );
-    gw.wait_log("no client stream open").await;
-}
-
-#[tokio::test]
-async fn regression_json_mode_cancelled_request_gets_an_error_body() {
-    let gw = Gateway::fixture(&["--response-mode", "json"], &[]);
-    let mut c = gw.client();
-    c.initialize().await;
-    let slow = c.spawn_slow(9, 60000);
-    gw.wait_log("slow request").await;
-    assert_eq!(
-        c.notify("notifications/cancelled", json!({"requestId": 9}))
-            .await
-            .status,
-        202
-    );
-    let r = slow.await.unwrap();
-    assert_eq!(r.status, 200);
-    assert_eq!(r.last()["id"], 9);
-    assert!(
-        r.last()["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("cancelled"),
-        "{r:?}"
-    );
+    gw.stop().await;
 }
 
 /// The `notifications/message` texts of a reply.
@@ -306,7 +266,7 @@ async fn regression_a_log_level_set_before_a_plugin_starts_holds_for_every_insta
             common::FIXTURE
         ),
     );
-    let gw = Gateway::start(&["--config", &cfg]);
+    let gw = InProcess::start(&["--config", &cfg]).await;
     let mut c = gw.client();
     c.initialize().await;
     let r = c
@@ -356,4 +316,5 @@ async fn regression_a_log_level_set_before_a_plugin_starts_holds_for_every_insta
         )
         .await;
     assert_eq!(logs(&r), ["d at debug"]);
+    gw.stop().await;
 }
