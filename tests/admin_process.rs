@@ -24,17 +24,7 @@ fn names(plugins: &Value) -> Vec<String> {
 
 #[tokio::test]
 async fn plugins_are_added_changed_disabled_and_removed_with_clear_errors() {
-    let gw = Gateway::start_with_env(
-        &[
-            "--admin-token",
-            ADMIN_TOKEN,
-            "--plugin-name",
-            "main",
-            "--",
-            FIXTURE,
-        ],
-        &[("MY_SECRET", "s3cret-value")],
-    );
+    let gw = Gateway::start_with_env(&WITH_MAIN_PLUGIN, &[("MY_SECRET", "s3cret-value")]);
     let admin = Admin::of(&gw, ADMIN_TOKEN);
     let (status, list) = admin.get("/admin/plugins").await;
     assert_eq!(status, 200);
