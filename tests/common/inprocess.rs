@@ -6,8 +6,9 @@
 //! global to a process, shared by every gateway in it), logs (nothing is captured), signals,
 //! exit codes, the process tree, or the command line. Those stay on the child-process harness
 //! (`process`), and never in the same test binary as this one: the gateway makes the test
-//! process the subreaper of plugin processes, and when it stops it kills the children it did
-//! not start itself, which would include child-process gateways.
+//! process the subreaper of plugin processes, reaps whichever child of it exits (under a
+//! `Command::output` waiting for it), and when it stops kills every child it did not start
+//! itself, child-process gateways included.
 
 use clap::Parser;
 use mcp_gateway::config::{Cli, Config};

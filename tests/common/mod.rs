@@ -7,9 +7,11 @@
 //! - `process`: the `mcp-gateway` binary on 127.0.0.1:0 (start, wrappers, logs, signals,
 //!   metrics, the command line).
 //! - `inprocess`: `mcp_gateway::server::Server` on 127.0.0.1:0 inside the test, for checks that
-//!   need no child process of their own. Never mixed with `process` in one test binary: the
-//!   gateway makes its process the subreaper of plugin processes and kills what it adopted
-//!   when it stops, which would take the child-process gateways with it.
+//!   need no child process of their own. Never mixed with `process` (nor with `psql` or other
+//!   commands) in one test binary: the gateway makes its process the subreaper of plugin
+//!   processes, reaps any child of the process that exits, and when it stops kills every
+//!   child it did not start itself, child-process gateways included. [`claim_harness`] fails
+//!   a test binary that tries.
 //! - `client`: the hand-rolled transport client and raw requests.
 //! - `sse`: the SSE parser and live streams.
 //! - `admin`: the admin listener (probes, metrics text, the admin API).

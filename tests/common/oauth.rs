@@ -2,8 +2,9 @@
 //! person's browser would go through them: dynamic registration, PKCE, the authorize page,
 //! sign-in and consent forms (cookie and CSRF field), the token endpoint (codes, refresh,
 //! client credentials), revocation, key rotation, and tokens forged with the gateway's own key.
-//! Helpers return what the server answered and assert only what every caller relies on; the
-//! checks themselves are the tests' own.
+//! Helpers return what the server answered; the few checks inside them (the sign-in page's
+//! frame and cookie attributes, a redirect's state and issuer, `no-store` on token answers)
+//! hold for every flow that passes through them. Everything else is the tests' to assert.
 
 use std::collections::HashMap;
 
