@@ -6,6 +6,7 @@
 //! build and inspect one.
 
 mod file;
+mod stream;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -15,9 +16,8 @@ use std::time::Duration;
 use clap::{Parser, Subcommand, ValueEnum};
 use serde::{Deserialize, Serialize};
 
-use crate::stream::{ReplayLimits, StreamSettings};
-
 pub use file::FileConfig;
+pub use stream::{ReplayLimits, StreamSettings};
 
 /// Serves stdio MCP servers ("plugins") over Streamable HTTP at one `/mcp` endpoint.
 ///

@@ -29,39 +29,14 @@ use bytes::Bytes;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+// How streams behave is a setting, so it lives in `config`; re-exported for old paths.
+pub use crate::config::StreamSettings;
 pub use by_number::ByNumber;
 pub use event_id::{EventId, EventIdError};
 pub use read_proof::ReadProof;
 pub use store::{
     EventStore, MemoryEventStore, ReplayError, ReplayLimits, SessionEvents, StreamKey,
 };
-
-/// How streams behave, from the config.
-#[derive(Debug, Clone)]
-pub struct StreamSettings {
-    /// Interval of keep-alive comments on idle connections.
-    pub keep_alive: Duration,
-    /// Whether events carry ids and are kept for `Last-Event-ID` resumption.
-    pub resumable: bool,
-    /// The `retry:` advice sent to clients (2025-11-25 and later) before the gateway closes a
-    /// connection, and with the priming event.
-    pub retry: Duration,
-    /// Polling mode (2025-11-25): close a connection after this long, the stream going on.
-    pub poll_after: Option<Duration>,
-    /// How long a finished stream stays resumable. Having written the last event to a
-    /// connection does not prove the client read it: a connection can be dead before the
-    /// gateway notices.
-    pub linger: Duration,
-    /// At most this many finished streams linger in a session; past it the oldest is released
-    /// at once. Set to the session's replay budget in events: each lingering stream kept at
-    /// least one event, so past that many the oldest have lost theirs to the budget already,
-    /// and keeping them would only hold memory.
-    pub max_lingering: usize,
-    /// How long a POST's SSE response waits for its answers before its headers go out. A
-    /// quick answer then leaves in the same write as the headers (one body with a length)
-    /// instead of a write for the headers and another for the events.
-    pub hold: Duration,
-}
 
 /// What a stream hands its connection.
 #[derive(Debug)]

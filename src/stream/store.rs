@@ -12,12 +12,15 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use bytes::Bytes;
 use dashmap::DashMap;
 
 use super::by_number::ByNumber;
+
+// The bounds are settings, so they live in `config`; re-exported for the store's users.
+pub use crate::config::ReplayLimits;
 
 /// A stream of a session.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -82,28 +85,6 @@ pub trait SessionEvents: Send + Sync + 'static {
 
     /// Forgets a stream's events.
     fn release(&self, stream: u64);
-}
-
-/// Bounds on what is kept for replay.
-#[derive(Debug, Clone)]
-pub struct ReplayLimits {
-    pub max_events_per_stream: usize,
-    pub max_bytes_per_stream: usize,
-    pub max_events_per_session: usize,
-    pub max_bytes_per_session: usize,
-    pub max_age: Duration,
-}
-
-impl Default for ReplayLimits {
-    fn default() -> Self {
-        ReplayLimits {
-            max_events_per_stream: 10_000,
-            max_bytes_per_stream: 4 * 1024 * 1024,
-            max_events_per_session: 50_000,
-            max_bytes_per_session: 16 * 1024 * 1024,
-            max_age: Duration::from_secs(600),
-        }
-    }
 }
 
 /// No position: a stream with no event kept, or the last event of its stream.
@@ -502,6 +483,8 @@ impl SessionEvents for MemorySession {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     fn key(session: &str, stream: u64) -> StreamKey {
