@@ -5,6 +5,9 @@
 
 use std::time::Duration;
 
+use super::file::StreamSection;
+use super::{Cli, ConfigError, invalid};
+
 /// How streams behave, from the config.
 #[derive(Debug, Clone)]
 pub struct StreamSettings {
@@ -52,4 +55,72 @@ impl Default for ReplayLimits {
             max_age: Duration::from_secs(600),
         }
     }
+}
+
+/// The `[stream]` section over the flags: the streams' behaviour and the replay bounds.
+pub(super) fn stream_and_replay(
+    cli: &Cli,
+    fs: &StreamSection,
+) -> Result<(StreamSettings, ReplayLimits), ConfigError> {
+    let keep_alive = cli.sse_keep_alive_secs.or(fs.keep_alive_secs).unwrap_or(15);
+    if keep_alive == 0 {
+        return Err(invalid("stream.keep_alive_secs", "must be at least 1"));
+    }
+    let retry_ms = cli.sse_retry_ms.or(fs.retry_ms).unwrap_or(1000);
+    let poll_after_ms = cli.sse_poll_after_ms.or(fs.poll_after_ms);
+    if poll_after_ms == Some(0) {
+        return Err(invalid(
+            "stream.poll_after_ms",
+            "must be at least 1 (leave it out to turn polling off)",
+        ));
+    }
+    let defaults = ReplayLimits::default();
+    let replay = ReplayLimits {
+        max_events_per_stream: cli
+            .replay_max_events
+            .or(fs.replay_max_events)
+            .unwrap_or(defaults.max_events_per_stream),
+        max_bytes_per_stream: cli
+            .replay_max_bytes
+            .or(fs.replay_max_bytes)
+            .unwrap_or(defaults.max_bytes_per_stream),
+        max_events_per_session: cli
+            .replay_session_max_events
+            .or(fs.replay_session_max_events)
+            .unwrap_or(defaults.max_events_per_session),
+        max_bytes_per_session: cli
+            .replay_session_max_bytes
+            .or(fs.replay_session_max_bytes)
+            .unwrap_or(defaults.max_bytes_per_session),
+        max_age: cli
+            .replay_max_age_secs
+            .or(fs.replay_max_age_secs)
+            .map_or(defaults.max_age, Duration::from_secs),
+    };
+    let stream = StreamSettings {
+        keep_alive: Duration::from_secs(keep_alive),
+        resumable: cli.sse_resumable.or(fs.resumable).unwrap_or(true),
+        retry: Duration::from_millis(retry_ms),
+        poll_after: poll_after_ms.map(Duration::from_millis),
+        linger: Duration::from_millis(cli.sse_linger_ms.or(fs.linger_ms).unwrap_or(5000)),
+        hold: Duration::from_millis(cli.sse_hold_ms.or(fs.hold_ms).unwrap_or(5)),
+        max_lingering: replay.max_events_per_session,
+    };
+    for (key, limit) in [
+        ("stream.replay_max_events", replay.max_events_per_stream),
+        ("stream.replay_max_bytes", replay.max_bytes_per_stream),
+        (
+            "stream.replay_session_max_events",
+            replay.max_events_per_session,
+        ),
+        (
+            "stream.replay_session_max_bytes",
+            replay.max_bytes_per_session,
+        ),
+    ] {
+        if limit == 0 {
+            return Err(invalid(key, "must be at least 1"));
+        }
+    }
+    Ok((stream, replay))
 }
