@@ -17,8 +17,9 @@ use crate::config::{Config, ConfigError};
 use crate::http;
 use crate::registry::store::{PluginStore, SqlPluginStore, StoreError};
 use crate::registry::{Registry, RegistryError};
-use crate::session::SessionManager;
+use crate::session::{MemorySessionStore, SessionManager, SessionStore};
 use crate::stream::{EventStore, MemoryEventStore};
+use crate::supervisor::Supervisor;
 
 /// Most connections the admin listener holds at once: probes and scrapes need few, and a
 /// flood of them must not take the descriptors the public listener and the plugins use.
@@ -95,12 +96,15 @@ impl Gateway {
             }));
         }
         let store: Arc<dyn EventStore> = Arc::new(MemoryEventStore::new(config.replay.clone()));
+        let records: Arc<dyn SessionStore> = Arc::new(MemorySessionStore::default());
+        let supervisor = Supervisor::new(registry.clone(), config.max_children);
         let sessions = SessionManager::new(
             config.session.clone(),
             store,
+            records,
             config.stream.clone(),
             config.replay.max_age,
-            registry.clone(),
+            supervisor,
         );
         let s = Arc::downgrade(&sessions);
         registry.on_change(move |view| {
