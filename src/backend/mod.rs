@@ -8,7 +8,8 @@
 //!   notifications handed to whoever listens ([`PluginEvents`]).
 //!
 //! This layer knows nothing of HTTP or sessions; it must never block a plugin's reader on a
-//! slow client.
+//! slow client. It is the mechanism (spawn, speak JSON-RPC, stop); when a plugin is started,
+//! restarted or refused is decided by [`crate::supervisor`].
 
 pub mod connection;
 pub(crate) mod orphans;

@@ -5,7 +5,10 @@
 //! stream. A request to the client gets an id of the session's own (the client sees no
 //! plugin's ids) and is refused at once when the client did not declare the capability it
 //! needs or no stream can carry it; the client's answer goes back to the instance that asked.
-//! List changes clear what the session learned of resource routes.
+//! A `resources/list_changed` clears what the session learned of resource routes.
+//!
+//! Relaying never waits for the client: a message no stream can take now waits on the GET
+//! stream (a notification) or is refused to the plugin (a request).
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;

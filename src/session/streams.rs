@@ -4,8 +4,9 @@
 //! over, or until it is abandoned; a finished one leaves memory and lingers only as its
 //! events in the store, rebuilt from them if a client resumes it.
 //!
-//! The table is behind one short lock never held across an await; the reaper sweeps it a
-//! few times a second. It must never hold a stream's own lock while taking the table's.
+//! The table is behind one short synchronous lock, never held across an await; the reaper
+//! sweeps it a few times a second. It holds streams, never a stream's events (those are the
+//! event store's).
 
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
