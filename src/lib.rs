@@ -36,8 +36,9 @@ pub mod metrics;
 pub mod protocol;
 pub mod registry;
 pub mod router;
+pub mod server;
 pub mod session;
 pub mod stream;
 pub mod supervisor;
 
-pub use gateway::run;
+pub use server::run;
