@@ -64,6 +64,9 @@ pub trait SessionStore: Send + Sync + 'static {
     /// The record of a session, if the store has it.
     fn get<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<SessionRecord>>;
     /// Records that a session was used at `at`; nothing if the store has no such session.
+    /// The manager does not call it per request: in this process the live session's own
+    /// idle clock decides when it ends. It is for a store several replicas share, whose
+    /// cadence the cluster mode decides (the reaper's period, not a request's).
     fn touch<'a>(&'a self, id: &'a str, at: SystemTime) -> StoreFuture<'a, ()>;
     /// Forgets a session; nothing if the store has no such session.
     fn remove<'a>(&'a self, id: &'a str) -> StoreFuture<'a, ()>;
