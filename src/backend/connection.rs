@@ -13,8 +13,8 @@
 //! its request by caller and id. What a caller is (a session) is for the layers above.
 //!
 //! The pending map sits behind a short synchronous lock never held across an await. One task
-//! reads the plugin's output ([`inbound`]); when the plugin goes, every request still pending
-//! fails with an error that names the plugin. [`events`] holds the listener seam, [`Related`]
+//! reads the plugin's output (`connection/inbound.rs`); when the plugin goes, every request still pending
+//! fails with an error that names the plugin. `connection/events.rs` holds the listener seam, [`Related`]
 //! and [`Caller`]; this file the connection and what goes towards the plugin.
 
 use std::collections::HashMap;

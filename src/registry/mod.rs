@@ -7,15 +7,15 @@
 //! even while an operator edits the registry. A change runs the registered listener (the
 //! gateway tells sessions, which stop instances of plugins that went away and notify clients).
 //!
-//! Each plugin is probed once, when it appears or changes ([`probe`]): started, initialized
+//! Each plugin is probed once, when it appears or changes (`probe.rs`): started, initialized
 //! with the gateway's own client capabilities, asked for its tools, and stopped. A client's
 //! `initialize` is answered from these answers; a session gets its own instance only when it
 //! first uses the plugin.
 //!
-//! - [`entry`]: one plugin, its probe state, and the record of its processes ([`PluginStats`]).
-//! - [`view`]: the snapshot readers take.
-//! - [`probe`]: the start-up probe and the `initialize` params the gateway sends for itself.
-//! - [`store`]: where the admin API's changes are persisted.
+//! - `entry.rs`: one plugin, its probe state, and the record of its processes ([`PluginStats`]).
+//! - `view.rs`: the snapshot readers take.
+//! - `probe.rs`: the start-up probe and the `initialize` params the gateway sends for itself.
+//! - [`store`] (`store.rs`): where the admin API's changes are persisted.
 //!
 //! The registry says which plugins exist; it never runs one for a client. Plugin processes
 //! (starting them under the limits, restarting with backoff, the crash breaker, shared and

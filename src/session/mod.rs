@@ -4,18 +4,18 @@
 //! plugins sent to the client; this file holds the [`Session`] type and its lifetime (made by
 //! the [`SessionManager`], used, idle, ended). The rest is by job:
 //!
-//! - [`plugins`]: the session's plugin slots: an instance on first use, asked of the
+//! - `plugins.rs`: the session's plugin slots: an instance on first use, asked of the
 //!   [`crate::supervisor`] (which starts, restarts with backoff, breaks circuits and keeps the
 //!   pools), stopped when the registry changes or the instance idles; what the client asked
 //!   of the session (log level, subscriptions) replayed to a new instance.
-//! - [`streams`]: the stream table: the GET stream (number 0) and one per POST answered as
+//! - `streams.rs`: the stream table: the GET stream (number 0) and one per POST answered as
 //!   SSE, kept until delivered or abandoned so a client can resume them.
-//! - [`relay`]: what plugins send on their own (notifications, requests to the client), each
+//! - `relay.rs`: what plugins send on their own (notifications, requests to the client), each
 //!   on exactly one stream: the related request's when that is certain, else the GET stream;
 //!   and the client's answers back to the plugin that asked.
 //! - [`routes`]: which plugin serves which resource URI for this session.
 //! - [`store`]: the session record behind the [`SessionStore`] seam.
-//! - [`manager`]: all sessions: creation under caps, lookup, ending, the reaper.
+//! - `manager.rs` ([`SessionManager`]): all sessions: creation under caps, lookup, ending, the reaper.
 //!
 //! A session never holds a lock across an await except a slot's start lock, which only
 //! orders concurrent first uses of the same plugin in the same session.
@@ -50,7 +50,7 @@ use crate::registry::{Registry, View};
 use crate::stream::{
     Buffering, EventStore, SessionEvents, Stream, StreamHooks, StreamKey, StreamSettings,
 };
-use crate::supervisor::{Running, Slot, Supervisor};
+use crate::supervisor::{Slot, Supervisor};
 
 /// Hands out each session's [`Caller`] key: unique in this process.
 static NEXT_CALLER: AtomicU64 = AtomicU64::new(1);
@@ -239,8 +239,7 @@ impl Session {
             .drain()
             .map(|(_, s)| s)
             .collect();
-        let running: Vec<Running> = slots.iter().filter_map(|s| s.take_running()).collect();
-        futures_util::future::join_all(running.iter().map(|r| r.conn.shutdown())).await;
+        futures_util::future::join_all(slots.iter().map(|s| s.shutdown())).await;
         tracing::info!(session = %self.id, "session ended");
     }
 }

@@ -1,13 +1,13 @@
 //! Plugin supervision: every plugin process a client's request can reach is started, counted,
-//! restarted and stopped here.
+//! restarted, and stopped (through its slot or its pool) here.
 //!
 //! The supervisor owns:
 //! - starting an instance ([`Supervisor::start`]): refused while the plugin's crash breaker
 //!   is open or a limit is met, then spawned and initialized by the backend;
-//! - the [limits](limits) on running processes, per plugin and for the gateway;
-//! - the crash [breaker](breaker);
-//! - [restarts](restart) with backoff of one owner's instance ([`Slot`]);
-//! - the [pools](pools) of processes that are no one session's own: shared and warm.
+//! - the limits (`limits.rs`) on running processes, per plugin and for the gateway;
+//! - the crash [`breaker`];
+//! - restarts with backoff (`restart.rs`) of one owner's instance ([`Slot`]);
+//! - the pools (`pools.rs`) of processes that are no one session's own: shared and warm.
 //!
 //! Sessions ask it for instances and keep them in their slots; the [`crate::backend`] is the
 //! mechanism (spawn a child, speak JSON-RPC with it, stop it) and decides nothing about when.

@@ -90,6 +90,13 @@ impl Slot {
         }
     }
 
+    /// Stops the slot's instance and waits until it is gone.
+    pub async fn shutdown(&self) {
+        if let Some(running) = self.take_running() {
+            running.conn.shutdown().await;
+        }
+    }
+
     /// Waits for the right to start the slot's instance: one start at a time.
     pub async fn starting(&self) -> tokio::sync::MutexGuard<'_, ()> {
         self.start_lock.lock().await
