@@ -16,8 +16,9 @@ use crate::auth::store::AuthStoreError;
 use crate::config::{Config, ConfigError};
 use crate::registry::store::{PluginStore, SqlPluginStore, StoreError};
 use crate::registry::{Registry, RegistryError};
-use crate::session::SessionManager;
+use crate::session::{MemorySessionStore, SessionManager, SessionStore};
 use crate::stream::{EventStore, MemoryEventStore};
+use crate::supervisor::Supervisor;
 
 /// Re-reads the configuration (a reload: SIGHUP or `POST /admin/reload`).
 pub type Reloader = Box<dyn Fn() -> Result<Config, ConfigError> + Send + Sync>;
@@ -89,12 +90,15 @@ impl Gateway {
             }));
         }
         let store: Arc<dyn EventStore> = Arc::new(MemoryEventStore::new(config.replay.clone()));
+        let records: Arc<dyn SessionStore> = Arc::new(MemorySessionStore::default());
+        let supervisor = Supervisor::new(registry.clone(), config.max_children);
         let sessions = SessionManager::new(
             config.session.clone(),
             store,
+            records,
             config.stream.clone(),
             config.replay.max_age,
-            registry.clone(),
+            supervisor,
         );
         let s = Arc::downgrade(&sessions);
         registry.on_change(move |view| {

@@ -12,6 +12,8 @@
 //! - [`session`]: legacy-era sessions, each with its own plugin instances and GET stream.
 //! - [`stream`]: the streams towards a client and how they become responses.
 //! - [`router`]: which plugin serves a request; merged lists; name prefixes.
+//! - [`supervisor`]: plugin processes: started under limits, restarted with backoff, the
+//!   crash breaker, shared and warm pools.
 //! - [`backend`]: plugins: the stdio child process and JSON-RPC multiplexing.
 //! - [`registry`]: which plugins exist (config file and admin API, persisted) and what each
 //!   said of itself when probed.
@@ -37,5 +39,6 @@ pub mod router;
 pub mod server;
 pub mod session;
 pub mod stream;
+pub mod supervisor;
 
 pub use server::run;

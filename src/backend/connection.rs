@@ -5,11 +5,17 @@
 //! plugin's result bytes are forwarded with only the id swapped), or to a gateway task waiting
 //! on it. A progress token a client sent is replaced by the request's plugin-side id, so the
 //! plugin's progress notifications find their stream through the same map. The plugin's own
-//! requests and notifications go to a [`PluginEvents`] listener (the session).
+//! requests and notifications go to a [`PluginEvents`] listener, whoever set it.
+//!
+//! Each client request is forwarded for a [`Caller`], a key the connection is handed and
+//! only ever compares: whether all requests in flight are one caller's decides how certain
+//! the stream a plugin's own message is given with is ([`Related`]), and a cancellation finds
+//! its request by caller and id. What a caller is (a session) is for the layers above.
 //!
 //! The pending map sits behind a short synchronous lock never held across an await. One task
-//! reads the plugin's output; when the plugin goes, every request still pending fails with an
-//! error that names the plugin.
+//! reads the plugin's output (`connection/inbound.rs`); when the plugin goes, every request still pending
+//! fails with an error that names the plugin. `connection/events.rs` holds the listener seam, [`Related`]
+//! and [`Caller`]; this file the connection and what goes towards the plugin.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -17,68 +23,29 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use bytes::Bytes;
-use futures_util::StreamExt;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use tokio::sync::oneshot;
 
+mod events;
+mod inbound;
+
+pub use events::{Caller, LIST_CHANGES, PluginEvents, Related};
+
 use super::BackendError;
 use super::transport::{Inbound, PluginTransport, SendError};
-use crate::jsonrpc::{self, Id, Message, Outcome, code};
+use crate::jsonrpc::{self, Id, code};
 use crate::metrics::{InFlight, PluginMetrics};
 use crate::stream::Sink;
-
-/// Listens to what a plugin sends on its own initiative.
-pub trait PluginEvents: Send + Sync + 'static {
-    /// A request from the plugin to the client (`sampling/createMessage`, `elicitation/create`,
-    /// `roots/list`, `ping`), with the client stream it relates to.
-    fn plugin_request(
-        &self,
-        conn: &Arc<PluginConnection>,
-        id: Id,
-        method: &str,
-        params: Option<&RawValue>,
-        related: Related,
-    );
-
-    /// A notification from the plugin (progress already routed).
-    fn plugin_notification(
-        &self,
-        conn: &Arc<PluginConnection>,
-        message: Bytes,
-        method: &str,
-        related: Related,
-    );
-
-    /// The plugin is gone (crashed or stopped).
-    fn plugin_exited(&self, conn: &Arc<PluginConnection>);
-}
-
-/// The client stream a plugin's own message relates to, judged from the client requests in
-/// flight on the plugin.
-#[derive(Debug, Clone)]
-pub enum Related {
-    /// The message itself names a client request in flight here (a progress token): this is
-    /// that request's stream, whoever else has requests in flight.
-    Named(Sink),
-    /// No client request is in flight.
-    None,
-    /// All requests in flight are one session's, and this is the one stream among them that
-    /// can carry the message (or, when none can, one of them: the session's GET stream then
-    /// carries it).
-    Exact(Sink),
-    /// All requests in flight are one session's, on several streams; this is the newest. The
-    /// session prefers its GET stream then.
-    Ambiguous(Sink),
-    /// Requests of several sessions are in flight (a shared plugin): the message cannot be
-    /// given to any of them safely.
-    Unattributable,
-}
+use inbound::{expire_requests, read_loop};
 
 /// Where a plugin's answer goes.
 enum Pending {
     /// Back to a client: the client's id replaces ours.
     Client {
+        /// Whose request it is: requests of several callers in flight make a plugin's own
+        /// message unattributable, and a cancellation must come from the same caller.
+        caller: Caller,
         client_id: Id,
         sink: Sink,
         progress_token: Option<Box<RawValue>>,
@@ -120,8 +87,8 @@ fn empty_object() -> Box<RawValue> {
 pub struct PluginConnection {
     /// The plugin's name, for error messages and logs.
     name: Arc<str>,
-    /// The session it serves, for logs.
-    session: Arc<str>,
+    /// Whom it serves, for logs (a session id, or `shared`, `warm`, `probe`).
+    label: Arc<str>,
     transport: Box<dyn PluginTransport>,
     pending: Mutex<HashMap<u64, Pending>>,
     next_id: AtomicU64,
@@ -145,14 +112,14 @@ impl PluginConnection {
     /// next.
     pub fn new(
         name: Arc<str>,
-        session: Arc<str>,
+        label: Arc<str>,
         transport: Box<dyn PluginTransport>,
         inbound: Inbound,
         events: Option<Weak<dyn PluginEvents>>,
         request_timeout: Duration,
     ) -> Arc<PluginConnection> {
         let conn = Arc::new(PluginConnection {
-            session,
+            label,
             transport,
             pending: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
@@ -255,10 +222,17 @@ impl PluginConnection {
         result
     }
 
-    /// Forwards a client's request; the answer goes to `sink` under the client's id. On
+    /// Forwards `caller`'s request; the answer goes to `sink` under the client's id. On
     /// failure to send, an error response is queued on the sink instead, so the client always
     /// gets an answer.
-    pub fn forward(&self, client_id: Id, method: &str, params: Option<&RawValue>, sink: &Sink) {
+    pub fn forward(
+        &self,
+        caller: Caller,
+        client_id: Id,
+        method: &str,
+        params: Option<&RawValue>,
+        sink: &Sink,
+    ) {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         // The progress token the plugin sees is the request's own id on this connection, so
         // its progress notifications find their way back through the pending map.
@@ -270,6 +244,7 @@ impl PluginConnection {
             None => (None, None),
         };
         let pending = Pending::Client {
+            caller,
             client_id: client_id.clone(),
             sink: sink.clone(),
             progress_token,
@@ -307,11 +282,11 @@ impl PluginConnection {
         let _ = self.transport.send(message, None);
     }
 
-    /// Cancels a client's request in flight here: the plugin is told, and the request's stream
+    /// Cancels `caller`'s request in flight here: the plugin is told, and the request's stream
     /// stops waiting for it. False when no such request is pending.
     pub fn cancel_client_request(
         &self,
-        session: &str,
+        caller: Caller,
         client_id: &Id,
         reason: Option<&RawValue>,
     ) -> bool {
@@ -319,8 +294,10 @@ impl PluginConnection {
             let mut pending = self.pending.lock().expect("pending lock");
             let key = pending.iter().find_map(|(k, p)| match p {
                 Pending::Client {
-                    client_id: c, sink, ..
-                } if c == client_id && sink.session_id() == session => Some(*k),
+                    caller: from,
+                    client_id: c,
+                    ..
+                } if c == client_id && *from == caller => Some(*k),
                 _ => None,
             });
             key.and_then(|k| pending.remove(&k).map(|p| (k, p)))
@@ -353,41 +330,6 @@ impl PluginConnection {
         self.stopping.load(Ordering::Acquire)
     }
 
-    /// Where a message the plugin sends on its own most likely belongs. Stdio carries no link
-    /// from a plugin's request or log to the client request that caused it, so only one
-    /// stream in flight is certain; with several it is a guess.
-    fn related(&self) -> Related {
-        let pending = self.pending.lock().expect("pending lock");
-        let mut session: Option<&Sink> = None;
-        let mut newest: Option<(u64, &Sink)> = None;
-        let mut streams = 0;
-        for (k, p) in pending.iter() {
-            let Pending::Client { sink, .. } = p else {
-                continue;
-            };
-            match session {
-                None => session = Some(sink),
-                Some(s) if s.session_id() != sink.session_id() => return Related::Unattributable,
-                Some(_) => {}
-            }
-            if sink.carries_messages() {
-                if newest.is_none_or(|(_, s)| !s.same_stream(sink)) {
-                    streams += 1;
-                }
-                if newest.is_none_or(|(n, _)| *k > n) {
-                    newest = Some((*k, sink));
-                }
-            }
-        }
-        match (newest, streams, session) {
-            (None, _, None) => Related::None,
-            // The session's requests are on streams that cannot carry it: its GET stream can.
-            (None, _, Some(s)) => Related::Exact(s.clone()),
-            (Some((_, s)), 1, _) => Related::Exact(s.clone()),
-            (Some((_, s)), _, _) => Related::Ambiguous(s.clone()),
-        }
-    }
-
     fn register(&self, pending: Pending) -> Result<u64, BackendError> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         self.insert(id, pending).map(|()| id)
@@ -413,7 +355,7 @@ impl PluginConnection {
         Err(match e {
             SendError::Closed => self.gone_error(),
             SendError::Full { messages, bytes } => {
-                tracing::warn!(plugin = %self.name, session = %self.session, "a request was refused: the plugin is not reading its input ({messages} messages, {bytes} bytes wait for it)");
+                tracing::warn!(plugin = %self.name, session = %self.label, "a request was refused: the plugin is not reading its input ({messages} messages, {bytes} bytes wait for it)");
                 BackendError::NotReading {
                     plugin: self.name.to_string(),
                     messages,
@@ -515,216 +457,4 @@ fn swap_progress_token(params: &RawValue, id: u64) -> Option<(Box<RawValue>, Box
     let token = RawValue::from_string(token.to_string()).ok()?;
     let rewritten = RawValue::from_string(value.to_string()).ok()?;
     Some((token, rewritten))
-}
-
-/// Fails client requests past their deadline: the client gets an error, the plugin is told
-/// to stop working on it. One light task per connection, so the hot path arms no timer.
-async fn expire_requests(conn: Weak<PluginConnection>, timeout: Duration) {
-    let period = (timeout / 4).clamp(Duration::from_millis(10), Duration::from_secs(1));
-    loop {
-        tokio::time::sleep(period).await;
-        let Some(conn) = conn.upgrade().filter(|c| c.is_alive()) else {
-            return;
-        };
-        let now = std::time::Instant::now();
-        let expired: Vec<(u64, Pending)> = {
-            let mut pending = conn.pending.lock().expect("pending lock");
-            let ids: Vec<u64> = pending
-                .iter()
-                .filter(|(_, p)| matches!(p, Pending::Client { deadline, .. } if *deadline <= now))
-                .map(|(k, _)| *k)
-                .collect();
-            ids.into_iter()
-                .filter_map(|k| pending.remove(&k).map(|p| (k, p)))
-                .collect()
-        };
-        for (id, p) in expired {
-            let Pending::Client {
-                client_id, sink, ..
-            } = p
-            else {
-                continue;
-            };
-            conn.metrics.timeouts.inc();
-            tracing::warn!(plugin = %conn.name, session = %conn.session, "request {client_id} timed out after {} s", timeout.as_secs());
-            sink.respond(jsonrpc::error_bytes(
-                Some(&client_id),
-                code::REQUEST_TIMEOUT,
-                &format!(
-                    "Request timed out: plugin '{}' did not answer within {} s",
-                    conn.name,
-                    timeout.as_secs()
-                ),
-            ));
-            if conn.transport.withdraw(id) {
-                // It never left the queue: the plugin does not know of it.
-                continue;
-            }
-            let params = RawValue::from_string(
-                serde_json::json!({ "requestId": id, "reason": "timed out" }).to_string(),
-            )
-            .expect("valid JSON");
-            conn.notify("notifications/cancelled", Some(&params));
-        }
-    }
-}
-
-async fn read_loop(conn: Weak<PluginConnection>, mut inbound: Inbound) {
-    while let Some(line) = inbound.next().await {
-        let Some(conn) = conn.upgrade() else { return };
-        conn.handle_line(line);
-    }
-    let Some(conn) = conn.upgrade() else { return };
-    conn.alive.store(false, Ordering::Release);
-    let reason = conn.transport.wait_exit_reason().await;
-    let pending: Vec<Pending> = conn
-        .pending
-        .lock()
-        .expect("pending lock")
-        .drain()
-        .map(|(_, p)| p)
-        .collect();
-    if !pending.is_empty() {
-        tracing::warn!(plugin = %conn.name, session = %conn.session, "plugin exited ({reason}) with {} request(s) in flight", pending.len());
-    }
-    let message = format!(
-        "plugin '{}' exited while handling the request ({reason})",
-        conn.name
-    );
-    for p in pending {
-        match p {
-            Pending::Client {
-                client_id, sink, ..
-            } => {
-                sink.respond(jsonrpc::error_bytes(
-                    Some(&client_id),
-                    code::INTERNAL_ERROR,
-                    &message,
-                ));
-            }
-            Pending::Internal(tx) => {
-                let _ = tx.send(Err(CallError::Backend(BackendError::Exited {
-                    plugin: conn.name.to_string(),
-                    reason: reason.clone(),
-                })));
-            }
-        }
-    }
-    if let Some(events) = conn.events() {
-        events.plugin_exited(&conn);
-    }
-}
-
-impl PluginConnection {
-    fn handle_line(self: &Arc<Self>, line: Bytes) {
-        self.touch();
-        let message = match jsonrpc::parse_message(&line) {
-            Ok(m) => m,
-            Err(e) => {
-                let shown = String::from_utf8_lossy(&line[..line.len().min(200)]).into_owned();
-                tracing::warn!(plugin = %self.name, session = %self.session, "dropped a line that is not JSON-RPC ({}): {shown}", e.message());
-                return;
-            }
-        };
-        match message {
-            Message::Response { id, outcome } => self.handle_response(id, outcome),
-            Message::Request { id, method, params } => match self.events() {
-                Some(events) => {
-                    events.plugin_request(self, id, &method, params.as_deref(), self.related())
-                }
-                None => self.answer_unlistened(id, &method),
-            },
-            Message::Notification { method, params } => {
-                if method == "notifications/progress" && self.route_progress(params.as_deref()) {
-                    return;
-                }
-                if let Some(events) = self.events() {
-                    events.plugin_notification(self, line, &method, self.related());
-                }
-            }
-        }
-    }
-
-    fn handle_response(&self, id: Id, outcome: Outcome) {
-        let Some(pending) = id.as_u64().and_then(|n| self.take(n)) else {
-            tracing::debug!(plugin = %self.name, session = %self.session, "response to no pending request (id {id}); dropped");
-            return;
-        };
-        match pending {
-            Pending::Client {
-                client_id,
-                sink,
-                timer,
-                ..
-            } => {
-                timer.observe();
-                let bytes = match &outcome {
-                    Outcome::Result(r) => jsonrpc::result_bytes(client_id.raw(), r),
-                    Outcome::Error(e) => jsonrpc::error_object_bytes(client_id.raw(), e),
-                };
-                sink.respond(bytes);
-            }
-            Pending::Internal(tx) => {
-                let _ = tx.send(match outcome {
-                    Outcome::Result(r) => Ok(r),
-                    Outcome::Error(e) => Err(CallError::Rpc(e.get().to_owned())),
-                });
-            }
-        }
-    }
-
-    /// Sends a progress notification to the stream of the request whose token it carries,
-    /// with the client's token restored. False when it matches no request.
-    fn route_progress(self: &Arc<Self>, params: Option<&RawValue>) -> bool {
-        let Some(params) = params else { return false };
-        let Ok(mut value) = serde_json::from_str::<serde_json::Value>(params.get()) else {
-            return false;
-        };
-        let Some(n) = value
-            .get("progressToken")
-            .and_then(serde_json::Value::as_u64)
-        else {
-            return false;
-        };
-        let target = {
-            let pending = self.pending.lock().expect("pending lock");
-            match pending.get(&n) {
-                Some(Pending::Client {
-                    sink,
-                    progress_token: Some(token),
-                    ..
-                }) => Some((sink.clone(), token.clone())),
-                _ => None,
-            }
-        };
-        let Some((sink, token)) = target else {
-            return false;
-        };
-        value["progressToken"] = serde_json::from_str(token.get()).unwrap_or_default();
-        let params = RawValue::from_string(value.to_string()).expect("valid JSON");
-        let bytes = jsonrpc::request_bytes(None, "notifications/progress", Some(&params));
-        if let Err(bytes) = sink.message(bytes)
-            && let Some(events) = self.events()
-        {
-            // The request's stream cannot carry it (JSON mode, or the client left): the
-            // session's GET stream can.
-            events.plugin_notification(self, bytes, "notifications/progress", Related::Named(sink));
-        }
-        true
-    }
-
-    /// Answers a plugin request when nobody listens (the start-up probe): `ping` gets `{}`,
-    /// anything else a method-not-found error.
-    fn answer_unlistened(&self, id: Id, method: &str) {
-        let bytes = if method == "ping" {
-            jsonrpc::result_bytes(id.raw(), &empty_object())
-        } else {
-            jsonrpc::error_bytes(
-                Some(&id),
-                code::METHOD_NOT_FOUND,
-                &format!("{method} is not available while the gateway probes this plugin"),
-            )
-        };
-        self.send_raw(bytes);
-    }
 }

@@ -8,7 +8,8 @@
 //!   notifications handed to whoever listens ([`PluginEvents`]).
 //!
 //! This layer knows nothing of HTTP or sessions; it must never block a plugin's reader on a
-//! slow client.
+//! slow client. It is the mechanism (spawn, speak JSON-RPC, stop); when a plugin is started,
+//! restarted or refused is decided by [`crate::supervisor`].
 
 pub mod connection;
 pub(crate) mod orphans;
@@ -122,16 +123,17 @@ use crate::config::PluginConfig;
 
 /// Starts a plugin and runs its `initialize` handshake. On failure the child is stopped and
 /// the error carries the last lines of its stderr (for the logs, never for a client).
+/// `label` says whom it serves in the logs.
 pub async fn start_plugin(
     config: &PluginConfig,
-    session: Arc<str>,
+    label: Arc<str>,
     init_params: &RawValue,
     events: Option<Weak<dyn PluginEvents>>,
 ) -> Result<Arc<PluginConnection>, BackendError> {
-    let (transport, inbound) = stdio::StdioTransport::spawn(config, &session)?;
+    let (transport, inbound) = stdio::StdioTransport::spawn(config, &label)?;
     let conn = PluginConnection::new(
         Arc::from(config.name.as_str()),
-        session,
+        label,
         Box::new(transport),
         inbound,
         events,

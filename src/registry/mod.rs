@@ -7,230 +7,39 @@
 //! even while an operator edits the registry. A change runs the registered listener (the
 //! gateway tells sessions, which stop instances of plugins that went away and notify clients).
 //!
-//! Each plugin is probed once, when it appears or changes: started, initialized with the
-//! gateway's own client capabilities, asked for its tools, and stopped. A client's
-//! `initialize` is answered from these answers; a session starts its own instance only when
-//! it first uses the plugin.
+//! Each plugin is probed once, when it appears or changes (`probe.rs`): started, initialized
+//! with the gateway's own client capabilities, asked for its tools, and stopped. A client's
+//! `initialize` is answered from these answers; a session gets its own instance only when it
+//! first uses the plugin.
+//!
+//! - `entry.rs`: one plugin, its probe state, and the record of its processes ([`PluginStats`]).
+//! - `view.rs`: the snapshot readers take.
+//! - `probe.rs`: the start-up probe and the `initialize` params the gateway sends for itself.
+//! - [`store`] (`store.rs`): where the admin API's changes are persisted.
+//!
+//! The registry says which plugins exist; it never runs one for a client. Plugin processes
+//! (starting them under the limits, restarting with backoff, the crash breaker, shared and
+//! warm pools) are the supervisor's: [`crate::supervisor`].
 
+mod entry;
+mod probe;
 pub mod store;
+mod view;
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use serde_json::value::RawValue;
 use tokio::sync::watch;
 
-use crate::backend::start_plugin;
-use crate::config::{Config, PluginConfig};
-use crate::protocol;
+pub use entry::{PluginEntry, PluginInfo, PluginStats, ProbeState, Source};
+pub use probe::gateway_init_params;
+use probe::{REPROBE_AFTER, probe};
 use store::{Overlay, PluginStore, StoreError};
+pub use view::{View, ViewPlugin};
 
-/// How long after a failed probe a new session may trigger another.
-const REPROBE_AFTER: Duration = Duration::from_secs(30);
-
-/// What a plugin said of itself.
-#[derive(Debug)]
-pub struct PluginInfo {
-    pub protocol_version: String,
-    pub capabilities: serde_json::Value,
-    pub server_info: Box<RawValue>,
-    pub instructions: Option<String>,
-    /// Its tools, as listed when probed (for counts and change detection).
-    pub tools: usize,
-}
-
-#[derive(Debug, Clone)]
-pub enum ProbeState {
-    /// The first probe is running: a client's `initialize` waits for it.
-    Pending,
-    Ready(Arc<PluginInfo>),
-    Failed {
-        /// All of it, for the logs and the admin API.
-        error: String,
-        /// Which plugin and what failed, for those without a token (`/readyz`): no command
-        /// line, no stderr.
-        summary: String,
-        at: Instant,
-    },
-    /// A failed plugin is probed again; sessions created meanwhile go without it.
-    Reprobing,
-}
-
-/// Where a plugin was declared.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Source {
-    Config,
-    Api,
-}
-
-/// Crashes in this window trip the breaker...
-const BREAKER_WINDOW: Duration = Duration::from_secs(60);
-/// ...when there are this many, a client's own processes counting once per client (a client
-/// must not be able to shut a plugin off for everyone by crashing its own instance)...
-const BREAKER_CRASHES: usize = 5;
-/// ...and it stays open this long before one more start is tried.
-const BREAKER_COOLDOWN: Duration = Duration::from_secs(30);
-
-/// Counters about one plugin, across all its processes.
-#[derive(Debug, Default)]
-pub struct PluginStats {
-    /// Processes running now (probes excluded), counted from before they start.
-    pub running: AtomicUsize,
-    pub starts: AtomicU64,
-    pub crashes: AtomicU64,
-    pub last_error: Mutex<Option<String>>,
-    breaker: Mutex<Breaker>,
-}
-
-#[derive(Debug, Default)]
-struct Breaker {
-    /// Recent crashes, and whose process each was (`None`: one every client shares).
-    recent: std::collections::VecDeque<(Instant, Option<Arc<str>>)>,
-    open_until: Option<Instant>,
-}
-
-impl PluginStats {
-    /// Records a crash (or a failed start) of a process of `client`'s own (a session's
-    /// instance, started with the client's `initialize` params), or of one every client
-    /// shares (`None`); true when it trips the breaker.
-    pub fn crashed(&self, client: Option<&Arc<str>>) -> bool {
-        self.crashes.fetch_add(1, Ordering::Relaxed);
-        let mut b = self.breaker.lock().expect("breaker lock");
-        let now = Instant::now();
-        b.recent.push_back((now, client.cloned()));
-        while b
-            .recent
-            .front()
-            .is_some_and(|(t, _)| now.duration_since(*t) > BREAKER_WINDOW)
-        {
-            b.recent.pop_front();
-        }
-        let mut clients = std::collections::HashSet::new();
-        let counted = b
-            .recent
-            .iter()
-            .filter(|(_, c)| c.as_ref().is_none_or(|c| clients.insert(c.clone())))
-            .count();
-        if counted >= BREAKER_CRASHES {
-            b.open_until = Some(now + BREAKER_COOLDOWN);
-            b.recent.clear();
-            return true;
-        }
-        false
-    }
-
-    /// How long the breaker stays open, if it is.
-    pub fn breaker_open(&self) -> Option<Duration> {
-        let b = self.breaker.lock().expect("breaker lock");
-        b.open_until
-            .and_then(|t| t.checked_duration_since(Instant::now()))
-    }
-}
-
-/// A started (or starting) process, counted against the limits until dropped.
-pub struct Reservation {
-    stats: Arc<PluginStats>,
-    total: Arc<AtomicUsize>,
-}
-
-impl Drop for Reservation {
-    fn drop(&mut self) {
-        self.stats.running.fetch_sub(1, Ordering::Relaxed);
-        self.total.fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
-/// One plugin.
-#[derive(Debug)]
-pub struct PluginEntry {
-    pub config: PluginConfig,
-    pub source: Source,
-    pub enabled: bool,
-    /// Changes whenever the plugin is redefined: a session's instance of an older generation
-    /// is stopped and started afresh.
-    pub generation: u64,
-    state: watch::Sender<ProbeState>,
-    pub stats: Arc<PluginStats>,
-}
-
-impl PluginEntry {
-    pub fn name(&self) -> &str {
-        &self.config.name
-    }
-
-    pub fn state(&self) -> ProbeState {
-        self.state.borrow().clone()
-    }
-
-    /// Counts a process started for a session or a pool.
-    pub fn record_start(&self) {
-        self.stats.starts.fetch_add(1, Ordering::Relaxed);
-        crate::metrics::get()
-            .plugin_starts
-            .with_label_values(&[self.name()])
-            .inc();
-    }
-
-    /// Counts a crash (or a failed start) of `client`'s own process, or of a shared one
-    /// (`None`); true when it trips the breaker.
-    pub fn record_crash(&self, client: Option<&Arc<str>>) -> bool {
-        crate::metrics::get()
-            .plugin_crashes
-            .with_label_values(&[self.name()])
-            .inc();
-        self.stats.crashed(client)
-    }
-}
-
-/// A usable plugin, as a view shows it.
-#[derive(Debug, Clone)]
-pub struct ViewPlugin {
-    pub entry: Arc<PluginEntry>,
-    pub info: Arc<PluginInfo>,
-    /// Prefix of its tool and prompt names, if names are prefixed.
-    pub prefix: Option<String>,
-}
-
-impl ViewPlugin {
-    pub fn name(&self) -> &str {
-        self.entry.name()
-    }
-
-    pub fn has_capability(&self, name: &str) -> bool {
-        self.info
-            .capabilities
-            .get(name)
-            .is_some_and(|c| !c.is_null())
-    }
-}
-
-/// The usable plugins at one moment.
-#[derive(Debug)]
-pub struct View {
-    pub plugins: Vec<ViewPlugin>,
-    pub separator: Arc<str>,
-    /// What `initialize` answers with this view, all but the protocol version: the router
-    /// makes it on first use, and every later session of the view takes it as it is.
-    pub initialize: OnceLock<Box<str>>,
-}
-
-impl View {
-    pub fn find(&self, name: &str) -> Option<&ViewPlugin> {
-        self.plugins.iter().find(|p| p.name() == name)
-    }
-
-    /// The same view without the plugins `hide` picks (names keep their prefixes).
-    pub fn without(&self, hide: impl Fn(&ViewPlugin) -> bool) -> View {
-        View {
-            plugins: self.plugins.iter().filter(|p| !hide(p)).cloned().collect(),
-            separator: self.separator.clone(),
-            initialize: OnceLock::new(),
-        }
-    }
-}
+use crate::config::{Config, PluginConfig};
 
 /// Why a registry change was refused.
 #[derive(Debug, thiserror::Error)]
@@ -256,9 +65,6 @@ pub struct Registry {
     separator: Arc<str>,
     generation: AtomicU64,
     listener: Mutex<Option<Listener>>,
-    /// Plugin processes running (or starting) now, all plugins together.
-    total_running: Arc<AtomicUsize>,
-    max_children: Option<usize>,
     /// Serializes publishing views.
     publishing: Mutex<()>,
     /// Serializes changes (API calls, reloads), so each is applied whole.
@@ -299,40 +105,12 @@ impl Registry {
             separator: Arc::from(config.separator.as_str()),
             generation: AtomicU64::new(1),
             listener: Mutex::new(None),
-            total_running: Arc::new(AtomicUsize::new(0)),
-            max_children: config.max_children,
             publishing: Mutex::new(()),
             change: tokio::sync::Mutex::new(()),
             me: me.clone(),
         });
         registry.install(merge(&config.plugins, overlay));
         registry
-    }
-
-    /// Counts one more process of `entry` against the limits, or says which limit it meets.
-    pub fn reserve(&self, entry: &PluginEntry) -> Result<Reservation, String> {
-        let total = self.total_running.fetch_add(1, Ordering::AcqRel) + 1;
-        let own = entry.stats.running.fetch_add(1, Ordering::AcqRel) + 1;
-        let reservation = Reservation {
-            stats: entry.stats.clone(),
-            total: self.total_running.clone(),
-        };
-        if let Some(max) = entry.config.max_children.filter(|m| own > *m) {
-            return Err(format!(
-                "it runs its limit of {max} processes (max_children)"
-            ));
-        }
-        if let Some(max) = self.max_children.filter(|m| total > *m) {
-            return Err(format!(
-                "the gateway runs its limit of {max} plugin processes (max_children)"
-            ));
-        }
-        Ok(reservation)
-    }
-
-    /// Plugin processes running now, all plugins together.
-    pub fn total_running(&self) -> usize {
-        self.total_running.load(Ordering::Relaxed)
     }
 
     /// Called with the new view after every change.
@@ -643,82 +421,4 @@ fn merge(
         }
     }
     out
-}
-
-/// The `initialize` params the gateway sends on its own behalf.
-pub fn gateway_init_params() -> Box<RawValue> {
-    let params = serde_json::json!({
-        "protocolVersion": protocol::LATEST,
-        "capabilities": { "roots": { "listChanged": true }, "sampling": {}, "elicitation": {} },
-        "clientInfo": { "name": "mcp-gateway", "version": env!("CARGO_PKG_VERSION") },
-    });
-    RawValue::from_string(params.to_string()).expect("valid JSON")
-}
-
-async fn probe(entry: &PluginEntry) -> ProbeState {
-    let started = Instant::now();
-    let result = start_plugin(
-        &entry.config,
-        Arc::from("probe"),
-        &gateway_init_params(),
-        None,
-    )
-    .await;
-    match result {
-        Ok(conn) => {
-            let init = conn.info().expect("initialized");
-            let capabilities: serde_json::Value =
-                serde_json::from_str(init.capabilities.get()).unwrap_or_default();
-            let tools = if capabilities.get("tools").is_some() {
-                match tokio::time::timeout(
-                    entry.config.startup_timeout,
-                    conn.call("tools/list", None),
-                )
-                .await
-                {
-                    Ok(Ok(raw)) => serde_json::from_str::<serde_json::Value>(raw.get())
-                        .ok()
-                        .and_then(|v| {
-                            let tools = v.get("tools")?.as_array()?;
-                            Some(
-                                tools
-                                    .iter()
-                                    .filter_map(|t| t.get("name")?.as_str())
-                                    .filter(|n| entry.config.allows_tool(n))
-                                    .count(),
-                            )
-                        })
-                        .unwrap_or(0),
-                    _ => 0,
-                }
-            } else {
-                0
-            };
-            let info = PluginInfo {
-                protocol_version: init.protocol_version.clone(),
-                capabilities,
-                server_info: init.server_info.clone(),
-                instructions: init.instructions.clone(),
-                tools,
-            };
-            conn.shutdown().await;
-            tracing::info!(
-                plugin = %entry.name(),
-                version = %info.protocol_version,
-                tools,
-                "plugin probed in {} ms",
-                started.elapsed().as_millis()
-            );
-            ProbeState::Ready(Arc::new(info))
-        }
-        Err(e) => {
-            tracing::error!(plugin = %entry.name(), command = %entry.config.command_line(), "{e}; its tools are absent until it starts");
-            *entry.stats.last_error.lock().expect("stats lock") = Some(e.to_string());
-            ProbeState::Failed {
-                error: e.to_string(),
-                summary: e.client_message(),
-                at: Instant::now(),
-            }
-        }
-    }
 }

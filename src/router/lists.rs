@@ -6,8 +6,6 @@
 //! session does not have, is invalid params. Resource results also teach the session which
 //! plugin serves which URI.
 
-use std::collections::HashMap;
-
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use bytes::Bytes;
@@ -17,7 +15,7 @@ use serde_json::value::RawValue;
 use super::names;
 use crate::jsonrpc::{self, Id, code};
 use crate::registry::{View, ViewPlugin};
-use crate::session::Session;
+use crate::session::{ResourceRoutes, Session};
 
 /// Pages fetched per plugin when learning resource routes, at most.
 const LEARN_PAGES: usize = 50;
@@ -25,53 +23,6 @@ const LEARN_PAGES: usize = 50;
 const RELEARN_AFTER: std::time::Duration = std::time::Duration::from_secs(10);
 /// How long one plugin's page may take before the merged list goes on without it.
 const PAGE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
-
-/// Which plugin serves which resource URI, as learned from list results.
-#[derive(Debug, Default)]
-pub struct ResourceRoutes {
-    /// URI to plugin name.
-    exact: HashMap<String, String>,
-    /// URI template and plugin name.
-    templates: Vec<(String, String)>,
-    /// When every plugin's lists were last read in full for an unknown URI: at most once per
-    /// [`RELEARN_AFTER`], so unknown URIs cannot make the gateway list everything each time.
-    learned_at: Option<std::time::Instant>,
-}
-
-impl ResourceRoutes {
-    pub fn find(&self, uri: &str) -> Option<&str> {
-        self.exact.get(uri).map(String::as_str).or_else(|| {
-            self.templates
-                .iter()
-                .find(|(t, _)| names::template_matches(t, uri))
-                .map(|(_, plugin)| plugin.as_str())
-        })
-    }
-
-    pub fn clear(&mut self) {
-        self.exact.clear();
-        self.templates.clear();
-        self.learned_at = None;
-    }
-
-    fn learn(&mut self, kind: &Kind, plugin: &str, item: &Value) {
-        match kind.key {
-            "resources" => {
-                if let Some(uri) = item.get("uri").and_then(Value::as_str) {
-                    self.exact.insert(uri.to_owned(), plugin.to_owned());
-                }
-            }
-            "resourceTemplates" => {
-                if let Some(t) = item.get("uriTemplate").and_then(Value::as_str)
-                    && !self.templates.iter().any(|(x, p)| x == t && p == plugin)
-                {
-                    self.templates.push((t.to_owned(), plugin.to_owned()));
-                }
-            }
-            _ => {}
-        }
-    }
-}
 
 struct Kind {
     /// The result's array key.
@@ -83,6 +34,23 @@ struct Kind {
 }
 
 impl Kind {
+    /// Teaches `routes` what `item` of a `plugin`'s list of this kind says.
+    fn learn(&self, routes: &mut ResourceRoutes, plugin: &str, item: &Value) {
+        match self.key {
+            "resources" => {
+                if let Some(uri) = item.get("uri").and_then(Value::as_str) {
+                    routes.learn_uri(plugin, uri);
+                }
+            }
+            "resourceTemplates" => {
+                if let Some(t) = item.get("uriTemplate").and_then(Value::as_str) {
+                    routes.learn_template(plugin, t);
+                }
+            }
+            _ => {}
+        }
+    }
+
     fn of(method: &str) -> Kind {
         match method {
             "tools/list" => Kind {
@@ -159,7 +127,7 @@ pub async fn merged(
             .cloned()
             .unwrap_or_default()
         {
-            routes.learn(&kind, s.name(), &item);
+            kind.learn(&mut routes, s.name(), &item);
             if kind.key == "tools"
                 && !item
                     .get("name")
@@ -193,15 +161,13 @@ pub async fn merged(
 /// Lists every resource and template of every plugin (bounded), to route a URI nobody
 /// claimed yet.
 pub async fn learn_resources(session: &Session, view: &View) {
-    {
-        let mut routes = session.routes.lock().expect("routes lock");
-        if routes
-            .learned_at
-            .is_some_and(|t| t.elapsed() < RELEARN_AFTER)
-        {
-            return;
-        }
-        routes.learned_at = Some(std::time::Instant::now());
+    let claimed = session
+        .routes
+        .lock()
+        .expect("routes lock")
+        .claim_listing(RELEARN_AFTER);
+    if !claimed {
+        return;
     }
     let work = view
         .plugins
@@ -230,7 +196,7 @@ async fn learn_one(session: &Session, plugin: &ViewPlugin, method: &str) {
                 .into_iter()
                 .flatten()
             {
-                routes.learn(&kind, plugin.name(), item);
+                kind.learn(&mut routes, plugin.name(), item);
             }
         }
         match page.get("nextCursor").and_then(Value::as_str) {

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-pub use lists::ResourceRoutes;
+pub use crate::session::ResourceRoutes;
 
 use crate::config::ResponseMode;
 use crate::jsonrpc::{self, Id, code};
@@ -148,7 +148,7 @@ async fn forward(
             if let Some(p) = params.as_deref() {
                 track_subscription(session, plugin.name(), method, p);
             }
-            conn.forward(id, method, params.as_deref(), sink);
+            conn.forward(session.caller, id, method, params.as_deref(), sink);
         }
         Err(e) => {
             sink.respond(jsonrpc::error_bytes(

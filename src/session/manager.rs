@@ -1,22 +1,31 @@
 //! All sessions of this gateway: creation under a cap, in total and per client (a token
 //! subject, or an address), lookup by id, ending (by DELETE, by idleness, or sooner when no
-//! request followed `initialize`, at shutdown). Ending a session stops its plugins in the background; the task
-//! tracker lets shutdown wait for every one of them.
+//! request followed `initialize`, at shutdown). Ending a session stops its plugins in the
+//! background; the task tracker lets shutdown wait for every one of them.
+//!
+//! Each session's record goes into the [`SessionStore`] once, when it is created, and leaves
+//! it when the session ends; requests never touch the store. The manager is also how the
+//! [`Supervisor`]'s shared processes reach sessions ([`Listeners`]).
 
+use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use base64::Engine;
 use dashmap::DashMap;
+use futures_util::FutureExt;
 use rand::RngCore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::{ClientInit, Pools, Session};
+use super::store::{SessionRecord, SessionStore, SessionStoreError};
+use super::{ClientInit, Session};
+use crate::backend::PluginEvents;
 use crate::config::SessionConfig;
-use crate::registry::{Registry, View};
-use crate::stream::{EventStore, StreamSettings};
+use crate::registry::View;
+use crate::stream::{EventStore, Sink, StreamSettings};
+use crate::supervisor::{Listeners, Supervisor};
 
 /// Why no session was created.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,39 +48,48 @@ pub struct SessionManager {
     config: SessionConfig,
     /// Where sessions' stream events are kept for replay.
     pub store: Arc<dyn EventStore>,
+    /// Where sessions' records are kept: written at creation, removed at the end.
+    pub records: Arc<dyn SessionStore>,
     stream_settings: StreamSettings,
     /// How long a stream nobody resumes is kept (the replay age limit).
     abandon_after: Duration,
-    /// Shared and warm plugin processes.
-    pub pools: Arc<Pools>,
+    /// Starts and restarts plugin instances; keeps the shared and warm processes.
+    pub supervisor: Arc<Supervisor>,
     tasks: TaskTracker,
 }
 
 impl SessionManager {
+    /// The manager of sessions served by `supervisor`'s plugins; it becomes the supervisor's
+    /// [`Listeners`].
     pub fn new(
         config: SessionConfig,
         store: Arc<dyn EventStore>,
+        records: Arc<dyn SessionStore>,
         stream_settings: StreamSettings,
         abandon_after: Duration,
-        registry: Arc<Registry>,
+        supervisor: Arc<Supervisor>,
     ) -> Arc<SessionManager> {
-        Arc::new_cyclic(|me| SessionManager {
+        let manager = Arc::new(SessionManager {
             sessions: DashMap::default(),
             count: AtomicUsize::new(0),
             per_client: DashMap::default(),
             config,
             store,
+            records,
             stream_settings,
             abandon_after,
-            pools: Pools::new(registry, me.clone()),
+            supervisor,
             tasks: TaskTracker::new(),
-        })
+        });
+        let listeners: std::sync::Weak<dyn Listeners> = Arc::downgrade(&manager) as _;
+        manager.supervisor.listen(listeners);
+        manager
     }
 
+    /// Creates a session for a client's `initialize`, and records it in the store.
     pub fn create(
         &self,
-        init: ClientInit,
-        registry: Arc<Registry>,
+        mut init: ClientInit,
         gateway_shutdown: &CancellationToken,
     ) -> Result<Arc<Session>, TooManySessions> {
         if self.count.fetch_add(1, Ordering::AcqRel) >= self.config.max_sessions {
@@ -87,16 +105,30 @@ impl SessionManager {
             }
             *held += 1;
         }
+        let id = new_session_id();
+        let now = SystemTime::now();
+        let record = SessionRecord {
+            id: id.clone(),
+            version: init.version,
+            init_params: std::mem::take(&mut init.client_params),
+            owner: init.owner.clone(),
+            created: now,
+            last_used: now,
+        };
         let session = Session::new(
-            new_session_id(),
+            id,
             init,
-            registry,
-            self.pools.clone(),
+            self.supervisor.clone(),
             gateway_shutdown.child_token(),
             self.store.clone(),
             self.stream_settings.clone(),
         );
         self.sessions.insert(session.id.clone(), session.clone());
+        let records = self.records.clone();
+        self.finish(
+            "recording the session",
+            async move { records.put(record).await },
+        );
         crate::metrics::get().sessions_opened.inc();
         tracing::info!(session = %session.id, version = session.version, "session created");
         Ok(session)
@@ -122,6 +154,10 @@ impl SessionManager {
         self.per_client.remove_if_mut(&session.client, |_, held| {
             *held -= 1;
             *held == 0
+        });
+        let (records, id) = (self.records.clone(), session.id.clone());
+        self.finish("forgetting the session", async move {
+            records.remove(&id).await
         });
         let s = session.clone();
         self.tasks.spawn(async move { s.end().await });
@@ -162,13 +198,13 @@ impl SessionManager {
                 s.reap_idle_plugins();
             }
             self.store.expire();
-            self.pools.reap();
+            self.supervisor.reap();
         }
     }
 
     /// Tells every session the registry changed.
     pub fn registry_changed(&self, view: &View) {
-        self.pools.apply(view);
+        self.supervisor.apply(view);
         for s in self.sessions.iter() {
             s.registry_changed(view);
         }
@@ -187,7 +223,43 @@ impl SessionManager {
         }
         self.tasks.close();
         self.tasks.wait().await;
-        self.pools.shutdown().await;
+        self.supervisor.shutdown().await;
+    }
+
+    /// Lets a store's call finish: at once when it can (the in-memory store's always do, so
+    /// nothing is spawned), else in the background, where shutdown waits for it. A failure
+    /// is logged; the session lives on in this process either way.
+    fn finish(
+        &self,
+        what: &'static str,
+        call: impl Future<Output = Result<(), SessionStoreError>> + Send + 'static,
+    ) {
+        fn report(what: &str, r: Result<(), SessionStoreError>) {
+            if let Err(e) = r {
+                tracing::warn!("{what}: {e}");
+            }
+        }
+        let mut call = Box::pin(call);
+        match call.as_mut().now_or_never() {
+            Some(r) => report(what, r),
+            None => {
+                self.tasks.spawn(async move { report(what, call.await) });
+            }
+        }
+    }
+}
+
+impl Listeners for SessionManager {
+    fn owner_of(&self, sink: &Sink) -> Option<Arc<dyn PluginEvents>> {
+        self.get(sink.session_id())
+            .map(|s| s as Arc<dyn PluginEvents>)
+    }
+
+    fn everyone(&self) -> Vec<Arc<dyn PluginEvents>> {
+        self.sessions
+            .iter()
+            .map(|s| s.clone() as Arc<dyn PluginEvents>)
+            .collect()
     }
 }
 
@@ -200,7 +272,58 @@ fn new_session_id() -> Arc<str> {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::value::RawValue;
+
     use super::*;
+    use crate::config::Config;
+    use crate::registry::Registry;
+    use crate::registry::store::MemoryPluginStore;
+    use crate::session::MemorySessionStore;
+    use crate::stream::MemoryEventStore;
+
+    #[tokio::test]
+    async fn a_sessions_record_is_kept_from_initialize_until_it_ends() {
+        let config = Config::with_plugins(Vec::new());
+        let registry = Registry::with_overlay(
+            &config,
+            Arc::new(MemoryPluginStore::default()),
+            &Default::default(),
+        );
+        let records = Arc::new(MemorySessionStore::default());
+        let manager = SessionManager::new(
+            config.session.clone(),
+            Arc::new(MemoryEventStore::new(config.replay.clone())),
+            records.clone(),
+            config.stream.clone(),
+            config.replay.max_age,
+            Supervisor::new(registry, None),
+        );
+        // Pretty-printed, as a client may send it: kept exactly so.
+        let sent = "{\n  \"protocolVersion\": \"2025-06-18\",\n  \"capabilities\": {},\n  \"clientInfo\": {\"name\": \"c\", \"version\": \"1\"}\n}";
+        let init = ClientInit {
+            version: "2025-06-18",
+            plugin_params: RawValue::from_string("{}".into()).unwrap(),
+            client_params: RawValue::from_string(sent.into()).unwrap(),
+            owner: Some("alice".into()),
+            client: Arc::from("alice"),
+        };
+        let session = manager.create(init, &CancellationToken::new()).unwrap();
+        let record = records
+            .get(&session.id)
+            .now_or_never()
+            .expect("complete at once")
+            .unwrap()
+            .expect("recorded when created");
+        assert_eq!(record.id, session.id);
+        assert_eq!(record.version, "2025-06-18");
+        assert_eq!(record.init_params.get(), sent);
+        assert_eq!(record.owner.as_deref(), Some("alice"));
+        assert_eq!(record.created, record.last_used);
+
+        assert!(manager.end(&session.id).is_some());
+        assert!(records.is_empty(), "removed when the session ends");
+        manager.shutdown().await;
+    }
 
     #[test]
     fn session_ids_are_long_visible_ascii_and_distinct() {

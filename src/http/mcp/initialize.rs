@@ -50,6 +50,7 @@ pub(super) async fn initialize(
     let init = ClientInit {
         version,
         plugin_params: hello.plugin_params,
+        client_params: params.unwrap_or_default(),
         owner: principal.map(|p| p.subject.clone()),
         client: checks::client_key(
             principal.map(|p| p.subject.as_str()),
@@ -60,7 +61,7 @@ pub(super) async fn initialize(
     };
     let session = gw
         .sessions
-        .create(init, gw.registry.clone(), &gw.shutdown)
+        .create(init, &gw.shutdown)
         .map_err(|e| match e {
             TooManySessions::Gateway => HttpError::TooManySessions,
             TooManySessions::Client(n) => HttpError::TooManySessionsForClient(n),

@@ -12,22 +12,32 @@
 //!   of demand, each handed whole to the next session that needs one, and replaced.
 //!
 //! Every process here counts against the plugin's limits like a session's own.
+//!
+//! What a shared process sends reaches sessions only through [`Listeners`]: this file never
+//! names a session.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use bytes::Bytes;
 use serde_json::value::RawValue;
 
-use super::{Running, SessionManager, start_running};
+use super::limits::Limits;
+use super::{Listeners, Running, breaker, start};
+use crate::backend::connection::LIST_CHANGES;
 use crate::backend::{BackendError, PluginConnection, PluginEvents, Related};
 use crate::config::ProcessModel;
 use crate::jsonrpc::{self, Id, code};
 use crate::registry::{PluginEntry, Registry, View, ViewPlugin, gateway_init_params};
+use crate::stream::Sink;
 
-pub struct Pools {
+/// The shared and the warm pools, by plugin name.
+pub(super) struct Pools {
+    /// Which plugins exist now: a process started for a definition that changed meanwhile
+    /// is not kept.
     registry: Arc<Registry>,
+    limits: Limits,
     shared: Mutex<HashMap<String, Arc<SharedPool>>>,
     warm: Mutex<HashMap<String, Arc<WarmPool>>>,
     events: Arc<SharedEvents>,
@@ -53,13 +63,18 @@ struct WarmPool {
 }
 
 impl Pools {
-    pub fn new(registry: Arc<Registry>, manager: Weak<SessionManager>) -> Arc<Pools> {
+    pub(super) fn new(
+        registry: Arc<Registry>,
+        limits: Limits,
+        listeners: Arc<OnceLock<Weak<dyn Listeners>>>,
+    ) -> Arc<Pools> {
         Arc::new_cyclic(|pools| Pools {
             registry: registry.clone(),
+            limits,
             shared: Mutex::new(HashMap::new()),
             warm: Mutex::new(HashMap::new()),
             events: Arc::new(SharedEvents {
-                manager,
+                listeners,
                 registry: Arc::downgrade(&registry),
                 pools: pools.clone(),
             }),
@@ -83,7 +98,7 @@ impl Pools {
     }
 
     /// Drops warm processes that died while waiting, and tops the pools up.
-    pub fn reap(&self) {
+    pub(super) fn reap(&self) {
         let pools: Vec<Arc<WarmPool>> = self
             .warm
             .lock()
@@ -101,7 +116,10 @@ impl Pools {
     }
 
     /// A running process of a shared plugin, started if need be (round robin over the pool).
-    pub async fn shared(&self, plugin: &ViewPlugin) -> Result<Arc<PluginConnection>, BackendError> {
+    pub(super) async fn shared(
+        &self,
+        plugin: &ViewPlugin,
+    ) -> Result<Arc<PluginConnection>, BackendError> {
         let pool = {
             let mut pools = self.shared.lock().expect("pools lock");
             match pools.get(plugin.name()) {
@@ -132,8 +150,8 @@ impl Pools {
         // A process that died stops counting against the limits before its successor starts.
         member.running.lock().expect("member lock").take();
         let events: Weak<dyn PluginEvents> = Arc::downgrade(&self.events) as Weak<dyn PluginEvents>;
-        let running = start_running(
-            &self.registry,
+        let running = start(
+            &self.limits,
             &pool.entry,
             Arc::from("shared"),
             &gateway_init_params(),
@@ -158,7 +176,7 @@ impl Pools {
     }
 
     /// Every running process of every shared pool.
-    pub fn shared_conns(&self) -> Vec<Arc<PluginConnection>> {
+    pub(super) fn shared_conns(&self) -> Vec<Arc<PluginConnection>> {
         self.shared
             .lock()
             .expect("pools lock")
@@ -168,7 +186,7 @@ impl Pools {
     }
 
     /// A warm process of a per-session plugin, if one is ready; a replacement starts.
-    pub(crate) fn take_warm(&self, plugin: &ViewPlugin) -> Option<Running> {
+    pub(super) fn take_warm(&self, plugin: &ViewPlugin) -> Option<Running> {
         if plugin.entry.config.warm == 0 {
             return None;
         }
@@ -193,7 +211,7 @@ impl Pools {
 
     /// Brings the pools in line with the registry: pools of plugins that left or changed
     /// stop; warm pools fill up.
-    pub fn apply(&self, view: &View) {
+    pub(super) fn apply(&self, view: &View) {
         let current = |name: &str, generation: u64| {
             view.find(name)
                 .is_some_and(|p| p.entry.generation == generation)
@@ -243,10 +261,10 @@ impl Pools {
                 return;
             }
             pool.filling.fetch_add(1, Ordering::AcqRel);
-            let (pool, registry) = (pool.clone(), self.registry.clone());
+            let (pool, limits) = (pool.clone(), self.limits.clone());
             tokio::spawn(async move {
-                let started = start_running(
-                    &registry,
+                let started = start(
+                    &limits,
                     &pool.entry,
                     Arc::from("warm"),
                     &gateway_init_params(),
@@ -266,7 +284,7 @@ impl Pools {
     }
 
     /// Stops every pooled process and waits for them.
-    pub async fn shutdown(&self) {
+    pub(super) async fn shutdown(&self) {
         let mut running: Vec<Running> = Vec::new();
         for pool in self
             .shared
@@ -328,18 +346,23 @@ impl WarmPool {
 
 /// Routes what a shared process sends on its own to the sessions it concerns.
 struct SharedEvents {
-    manager: Weak<SessionManager>,
+    /// The sessions, once the session manager has named itself.
+    listeners: Arc<OnceLock<Weak<dyn Listeners>>>,
     registry: Weak<Registry>,
     pools: Weak<Pools>,
 }
 
 impl SharedEvents {
-    fn session_of(&self, sink: &crate::stream::Sink) -> Option<Arc<super::Session>> {
-        self.manager.upgrade()?.get(sink.session_id())
+    fn listeners(&self) -> Option<Arc<dyn Listeners>> {
+        self.listeners.get().and_then(Weak::upgrade)
     }
 
-    fn everyone(&self) -> Vec<Arc<super::Session>> {
-        self.manager.upgrade().map(|m| m.all()).unwrap_or_default()
+    fn session_of(&self, sink: &Sink) -> Option<Arc<dyn PluginEvents>> {
+        self.listeners()?.owner_of(sink)
+    }
+
+    fn everyone(&self) -> Vec<Arc<dyn PluginEvents>> {
+        self.listeners().map(|l| l.everyone()).unwrap_or_default()
     }
 }
 
@@ -380,7 +403,7 @@ impl PluginEvents for SharedEvents {
     ) {
         // About the plugin, not a request: every session hears it. A cancellation is mapped
         // only by the session that holds the request it cancels.
-        if super::LIST_CHANGES.contains(&method) || method == "notifications/cancelled" {
+        if LIST_CHANGES.contains(&method) || method == "notifications/cancelled" {
             for s in self.everyone() {
                 s.plugin_notification(conn, message.clone(), method, Related::None);
             }
@@ -416,7 +439,7 @@ impl PluginEvents for SharedEvents {
         tracing::warn!(plugin = %conn.name(), "a shared plugin process exited ({report}); it restarts on the next request");
         if let Some(entry) = self.registry.upgrade().and_then(|r| r.get(conn.name())) {
             *entry.stats.last_error.lock().expect("stats lock") = Some(report);
-            if entry.record_crash(None) {
+            if breaker::record_crash(&entry, None) {
                 tracing::error!(plugin = %conn.name(), "plugin keeps crashing: the circuit breaker is open");
             }
         }

@@ -1,0 +1,83 @@
+//! What a plugin sends on its own initiative, and who hears it: the [`PluginEvents`]
+//! listener a connection is given, the stream each message most likely relates to
+//! ([`Related`]), and the [`Caller`] key requests are forwarded under.
+//!
+//! Nothing here knows what a listener or a caller is above the backend (a session, a shared
+//! pool's router).
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use serde_json::value::RawValue;
+
+use super::PluginConnection;
+use crate::jsonrpc::Id;
+use crate::stream::Sink;
+
+/// Listens to what a plugin sends on its own initiative.
+pub trait PluginEvents: Send + Sync + 'static {
+    /// A request from the plugin to the client (`sampling/createMessage`, `elicitation/create`,
+    /// `roots/list`, `ping`), with the client stream it relates to.
+    fn plugin_request(
+        &self,
+        conn: &Arc<PluginConnection>,
+        id: Id,
+        method: &str,
+        params: Option<&RawValue>,
+        related: Related,
+    );
+
+    /// A notification from the plugin (progress already routed).
+    fn plugin_notification(
+        &self,
+        conn: &Arc<PluginConnection>,
+        message: Bytes,
+        method: &str,
+        related: Related,
+    );
+
+    /// The plugin is gone (crashed or stopped).
+    fn plugin_exited(&self, conn: &Arc<PluginConnection>);
+}
+
+/// Notifications about a plugin's lists and resources, not about any request: above, they go
+/// to a session's GET stream (and, from a shared plugin, to every session). The three list
+/// changes come first.
+pub const LIST_CHANGES: [&str; 4] = [
+    "notifications/tools/list_changed",
+    "notifications/prompts/list_changed",
+    "notifications/resources/list_changed",
+    "notifications/resources/updated",
+];
+
+/// The client stream a plugin's own message relates to, judged from the client requests in
+/// flight on the plugin.
+#[derive(Debug, Clone)]
+pub enum Related {
+    /// The message itself names a client request in flight here (a progress token): this is
+    /// that request's stream, whoever else has requests in flight.
+    Named(Sink),
+    /// No client request is in flight.
+    None,
+    /// All requests in flight are one [`Caller`]'s, and this is the one stream among them
+    /// that can carry the message (or, when none can, one of them: the caller's own stream,
+    /// a session's GET stream, then carries it).
+    Exact(Sink),
+    /// All requests in flight are one caller's, on several streams; this is the newest. The
+    /// listener prefers its own stream then.
+    Ambiguous(Sink),
+    /// Requests of several callers are in flight (a shared plugin): the message cannot be
+    /// given to any of them safely.
+    Unattributable,
+}
+
+/// Whose client request this is: an opaque key, handed in with each forwarded request and
+/// only compared. One per session today; the connection never looks inside.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Caller(u64);
+
+impl Caller {
+    pub fn new(key: u64) -> Caller {
+        Caller(key)
+    }
+}

@@ -1,0 +1,107 @@
+//! One plugin as the registry holds it: its definition, where it was declared, its probe's
+//! outcome, and the record of its processes that the admin API and the metrics show.
+//!
+//! The record ([`PluginStats`]) is written by the supervisor ([`crate::supervisor`]), which
+//! starts, counts and breaks circuits; this file only keeps it, so that it outlives a
+//! redefinition of the plugin. It must never decide anything about processes.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, AtomicUsize};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::value::RawValue;
+use tokio::sync::watch;
+
+use crate::config::PluginConfig;
+
+/// What a plugin said of itself.
+#[derive(Debug)]
+pub struct PluginInfo {
+    pub protocol_version: String,
+    pub capabilities: serde_json::Value,
+    pub server_info: Box<RawValue>,
+    pub instructions: Option<String>,
+    /// Its tools, as listed when probed (for counts and change detection).
+    pub tools: usize,
+}
+
+#[derive(Debug, Clone)]
+pub enum ProbeState {
+    /// The first probe is running: a client's `initialize` waits for it.
+    Pending,
+    Ready(Arc<PluginInfo>),
+    Failed {
+        /// All of it, for the logs and the admin API.
+        error: String,
+        /// Which plugin and what failed, for those without a token (`/readyz`): no command
+        /// line, no stderr.
+        summary: String,
+        at: Instant,
+    },
+    /// A failed plugin is probed again; sessions created meanwhile go without it.
+    Reprobing,
+}
+
+/// Where a plugin was declared.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Source {
+    Config,
+    Api,
+}
+
+/// Counters about one plugin, across all its processes. The supervisor writes them; the
+/// admin API and the metrics read them.
+#[derive(Debug, Default)]
+pub struct PluginStats {
+    /// Processes running now (probes excluded), counted from before they start.
+    pub running: AtomicUsize,
+    pub starts: AtomicU64,
+    pub crashes: AtomicU64,
+    pub last_error: Mutex<Option<String>>,
+    /// The crash breaker's state, kept here so it survives a redefinition like the counters
+    /// do. When it trips and for how long is [`crate::supervisor::breaker`]'s to decide.
+    pub(crate) breaker: Mutex<BreakerState>,
+}
+
+/// What the crash breaker remembers of one plugin.
+#[derive(Debug, Default)]
+pub(crate) struct BreakerState {
+    /// Recent crashes, and whose process each was (`None`: one every client shares).
+    pub(crate) recent: VecDeque<(Instant, Option<Arc<str>>)>,
+    /// Until when no new process is started, once the breaker has tripped.
+    pub(crate) open_until: Option<Instant>,
+}
+
+impl PluginStats {
+    /// How long the breaker stays open, if it is.
+    pub fn breaker_open(&self) -> Option<Duration> {
+        let b = self.breaker.lock().expect("breaker lock");
+        b.open_until
+            .and_then(|t| t.checked_duration_since(Instant::now()))
+    }
+}
+
+/// One plugin.
+#[derive(Debug)]
+pub struct PluginEntry {
+    pub config: PluginConfig,
+    pub source: Source,
+    pub enabled: bool,
+    /// Changes whenever the plugin is redefined: a session's instance of an older generation
+    /// is stopped and started afresh.
+    pub generation: u64,
+    pub(super) state: watch::Sender<ProbeState>,
+    pub stats: Arc<PluginStats>,
+}
+
+impl PluginEntry {
+    pub fn name(&self) -> &str {
+        &self.config.name
+    }
+
+    pub fn state(&self) -> ProbeState {
+        self.state.borrow().clone()
+    }
+}

@@ -1,0 +1,97 @@
+//! The start-up probe: each plugin is started once when it appears or changes, initialized
+//! with the gateway's own client capabilities, asked for its tools, and stopped. What it said
+//! becomes the entry's [`ProbeState`], from which a client's `initialize` is answered.
+//!
+//! A probe is not an instance: it is not counted against the limits, never restarted, and
+//! not subject to the crash breaker (those are [`crate::supervisor`]'s). It must never serve a
+//! client's request.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::value::RawValue;
+
+use super::{PluginEntry, PluginInfo, ProbeState};
+use crate::backend::start_plugin;
+use crate::protocol;
+
+/// How long after a failed probe a new session may trigger another.
+pub(super) const REPROBE_AFTER: Duration = Duration::from_secs(30);
+
+/// The `initialize` params the gateway sends on its own behalf.
+pub fn gateway_init_params() -> Box<RawValue> {
+    let params = serde_json::json!({
+        "protocolVersion": protocol::LATEST,
+        "capabilities": { "roots": { "listChanged": true }, "sampling": {}, "elicitation": {} },
+        "clientInfo": { "name": "mcp-gateway", "version": env!("CARGO_PKG_VERSION") },
+    });
+    RawValue::from_string(params.to_string()).expect("valid JSON")
+}
+
+pub(super) async fn probe(entry: &PluginEntry) -> ProbeState {
+    let started = Instant::now();
+    let result = start_plugin(
+        &entry.config,
+        Arc::from("probe"),
+        &gateway_init_params(),
+        None,
+    )
+    .await;
+    match result {
+        Ok(conn) => {
+            let init = conn.info().expect("initialized");
+            let capabilities: serde_json::Value =
+                serde_json::from_str(init.capabilities.get()).unwrap_or_default();
+            let tools = if capabilities.get("tools").is_some() {
+                match tokio::time::timeout(
+                    entry.config.startup_timeout,
+                    conn.call("tools/list", None),
+                )
+                .await
+                {
+                    Ok(Ok(raw)) => serde_json::from_str::<serde_json::Value>(raw.get())
+                        .ok()
+                        .and_then(|v| {
+                            let tools = v.get("tools")?.as_array()?;
+                            Some(
+                                tools
+                                    .iter()
+                                    .filter_map(|t| t.get("name")?.as_str())
+                                    .filter(|n| entry.config.allows_tool(n))
+                                    .count(),
+                            )
+                        })
+                        .unwrap_or(0),
+                    _ => 0,
+                }
+            } else {
+                0
+            };
+            let info = PluginInfo {
+                protocol_version: init.protocol_version.clone(),
+                capabilities,
+                server_info: init.server_info.clone(),
+                instructions: init.instructions.clone(),
+                tools,
+            };
+            conn.shutdown().await;
+            tracing::info!(
+                plugin = %entry.name(),
+                version = %info.protocol_version,
+                tools,
+                "plugin probed in {} ms",
+                started.elapsed().as_millis()
+            );
+            ProbeState::Ready(Arc::new(info))
+        }
+        Err(e) => {
+            tracing::error!(plugin = %entry.name(), command = %entry.config.command_line(), "{e}; its tools are absent until it starts");
+            *entry.stats.last_error.lock().expect("stats lock") = Some(e.to_string());
+            ProbeState::Failed {
+                error: e.to_string(),
+                summary: e.client_message(),
+                at: Instant::now(),
+            }
+        }
+    }
+}

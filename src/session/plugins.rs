@@ -1,0 +1,255 @@
+//! A session's plugin slots: one per plugin it has used, holding that plugin's instance for
+//! this session. An instance is asked of the [`crate::supervisor`] on first use (and after a
+//! crash, once the slot's backoff is over), then brought up to what the client asked of the
+//! session (its log level, its resource subscriptions). Slots of plugins that left or changed
+//! stop when the registry changes; instances idle past their plugin's idle timeout stop.
+//!
+//! This file never starts a process itself, nor decides when one may start: that is the
+//! supervisor's.
+
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use serde_json::value::RawValue;
+
+use super::Session;
+use crate::backend::connection::LIST_CHANGES;
+use crate::backend::{BackendError, PluginConnection, PluginEvents, Related};
+use crate::config::ProcessModel;
+use crate::jsonrpc::{self, Id};
+use crate::registry::{View, ViewPlugin};
+use crate::supervisor::{Slot, changed};
+
+/// Longest wait for a starting instance to take the session's log level.
+const SET_LEVEL_WAIT: Duration = Duration::from_secs(2);
+
+impl Session {
+    /// This session's slot for a plugin of the view; a slot of an older definition is
+    /// replaced (its instance stops in the background).
+    fn slot(&self, plugin: &ViewPlugin) -> Arc<Slot> {
+        let mut slots = self.slots.lock().expect("slots lock");
+        if let Some(s) = slots.get(plugin.name())
+            && s.entry.generation == plugin.entry.generation
+        {
+            return s.clone();
+        }
+        let slot = Arc::new(Slot::new(plugin));
+        if let Some(old) = slots.insert(plugin.name().to_owned(), slot.clone()) {
+            old.stop();
+        }
+        slot
+    }
+
+    /// The running instance of a plugin in this session, if any.
+    pub fn current(&self, plugin: &str) -> Option<Arc<PluginConnection>> {
+        self.slots
+            .lock()
+            .expect("slots lock")
+            .get(plugin)
+            .and_then(|s| s.current())
+    }
+
+    /// The session's running instance of a plugin, started (or restarted) if need be: the
+    /// supervisor hands it over (a shared one is the pool's, never put in a slot).
+    pub async fn plugin(&self, plugin: &ViewPlugin) -> Result<Arc<PluginConnection>, BackendError> {
+        if !self.registry.is_current(plugin) {
+            return Err(changed(plugin));
+        }
+        if plugin.entry.config.process_model == ProcessModel::Shared {
+            return self.supervisor.shared(plugin).await;
+        }
+        let s = self.slot(plugin);
+        if let Some(c) = s.current() {
+            return Ok(c);
+        }
+        let _starting = s.starting().await;
+        if let Some(c) = s.current() {
+            return Ok(c);
+        }
+        s.wait_backoff(&self.id).await;
+        let gone = || BackendError::Unavailable {
+            plugin: s.entry.name().to_owned(),
+            reason: "the session has ended".into(),
+        };
+        if self.closed.is_cancelled() {
+            return Err(gone());
+        }
+        let events: Weak<dyn PluginEvents> = self.me.clone();
+        let running = self
+            .supervisor
+            .instance(
+                plugin,
+                &s,
+                self.id.clone(),
+                &self.plugin_params,
+                &self.client,
+                events,
+            )
+            .await?;
+        let conn = running.conn.clone();
+        // The client's level reaches the plugin before any request does.
+        self.replay_log_level(&s, &conn).await;
+        let still_current = self
+            .slots
+            .lock()
+            .expect("slots lock")
+            .get(plugin.name())
+            .is_some_and(|cur| Arc::ptr_eq(cur, &s));
+        if !still_current {
+            // The registry changed while the process started: it is not needed.
+            running.conn.shutdown().await;
+            return Err(changed(plugin));
+        }
+        s.put(running);
+        if self.closed.is_cancelled() {
+            // Ended while starting: the end did not see this instance.
+            s.stop();
+            return Err(gone());
+        }
+        self.replay_state(&s, &conn);
+        Ok(conn)
+    }
+
+    /// Instances running now.
+    pub fn running(&self) -> Vec<Arc<PluginConnection>> {
+        self.slots
+            .lock()
+            .expect("slots lock")
+            .values()
+            .filter_map(|s| s.current())
+            .collect()
+    }
+
+    /// The registry changed: instances of plugins that left the view, or whose definition
+    /// changed, stop; the client is told its lists changed.
+    pub fn registry_changed(&self, view: &View) {
+        let stale: Vec<Arc<Slot>> = {
+            let mut slots = self.slots.lock().expect("slots lock");
+            let names: Vec<String> = slots
+                .iter()
+                .filter(|(name, s)| {
+                    view.find(name)
+                        .is_none_or(|p| p.entry.generation != s.entry.generation)
+                })
+                .map(|(name, _)| name.clone())
+                .collect();
+            names.iter().filter_map(|n| slots.remove(n)).collect()
+        };
+        for s in &stale {
+            s.stop();
+        }
+        self.routes.lock().expect("routes lock").clear();
+        for method in &LIST_CHANGES[..3] {
+            let _ = self.deliver(
+                jsonrpc::request_bytes(None, method, None),
+                Related::None,
+                false,
+            );
+        }
+    }
+
+    /// Stops instances unused for longer than their plugin's idle timeout (they start again
+    /// on next use; this is not a crash).
+    pub fn reap_idle_plugins(&self) {
+        let idle: Vec<Arc<Slot>> = self
+            .slots
+            .lock()
+            .expect("slots lock")
+            .values()
+            .filter(|s| {
+                s.entry.config.idle_timeout.is_some_and(|t| {
+                    s.current()
+                        .and_then(|c| c.idle_for())
+                        .is_some_and(|d| d > t)
+                })
+            })
+            .cloned()
+            .collect();
+        for s in idle {
+            tracing::info!(plugin = %s.entry.name(), session = %self.id, "stopping an idle plugin process");
+            s.stop();
+        }
+    }
+
+    /// Tells a (re)started or warm instance the session's log level before anything else, and
+    /// waits briefly for it to be taken, so it logs at that level from its first request even
+    /// if it handles requests concurrently.
+    async fn replay_log_level(&self, slot: &Slot, conn: &PluginConnection) {
+        let Some(level) = self.log_level.params() else {
+            return;
+        };
+        if !slot.has_capability("logging") {
+            return;
+        }
+        let call = conn.call("logging/setLevel", Some(&level));
+        let wait = slot.entry.config.startup_timeout.min(SET_LEVEL_WAIT);
+        match tokio::time::timeout(wait, call).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => {
+                tracing::debug!(plugin = %conn.name(), session = %self.id, "logging/setLevel: {e}")
+            }
+            Err(_) => {
+                tracing::debug!(plugin = %conn.name(), session = %self.id, "logging/setLevel: no answer")
+            }
+        }
+    }
+
+    /// Brings a (re)started plugin up to what the client asked of the session (its log level
+    /// is sent before, by [`Session::replay_log_level`]).
+    fn replay_state(&self, slot: &Slot, conn: &Arc<PluginConnection>) {
+        let uris: Vec<String> = self
+            .subscriptions
+            .lock()
+            .expect("subscriptions lock")
+            .iter()
+            .filter(|(p, _)| p == slot.entry.name())
+            .map(|(_, u)| u.clone())
+            .collect();
+        for uri in uris {
+            let c = conn.clone();
+            let params = RawValue::from_string(serde_json::json!({ "uri": uri }).to_string())
+                .expect("valid JSON");
+            tokio::spawn(async move { c.call("resources/subscribe", Some(&params)).await });
+        }
+    }
+
+    pub fn set_log_level(&self, params: Box<RawValue>) {
+        self.log_level.set(params);
+    }
+
+    pub fn subscription(&self, plugin: &str, uri: &str, on: bool) {
+        let mut subs = self.subscriptions.lock().expect("subscriptions lock");
+        if on {
+            subs.insert((plugin.to_owned(), uri.to_owned()));
+        } else {
+            subs.remove(&(plugin.to_owned(), uri.to_owned()));
+        }
+    }
+
+    /// Cancels a client request in flight on any of this session's plugins (its own or
+    /// shared).
+    pub fn cancel(&self, id: &Id, reason: Option<&RawValue>) -> bool {
+        self.running()
+            .iter()
+            .chain(self.supervisor.shared_conns().iter())
+            .any(|c| c.cancel_client_request(self.caller, id, reason))
+    }
+
+    /// One of the session's instances exited: out of its slot; unless the gateway stopped
+    /// it (or the session is ending), a crash, and it restarts on the next request.
+    pub(super) fn instance_exited(&self, conn: &Arc<PluginConnection>) {
+        let slot = self
+            .slots
+            .lock()
+            .expect("slots lock")
+            .values()
+            .find(|s| s.holds(conn))
+            .cloned();
+        if let Some(slot) = slot {
+            slot.take_running();
+            if !self.closed.is_cancelled() && !conn.is_stopping() {
+                slot.crashed(conn, &self.client, &self.id);
+            }
+        }
+    }
+}

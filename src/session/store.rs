@@ -1,0 +1,73 @@
+//! The session record and the seam it is kept behind ([`SessionStore`]).
+//!
+//! A record is what another process would need to take a session over: its id, the version
+//! negotiated, the client's `initialize` params exactly as they came (a plugin instance can be
+//! initialized again from them), the token subject that owns it, and when it was created and
+//! last used. The live session (its streams, its plugin instances) is never in the store.
+//!
+//! The session manager writes a record once, when `initialize` creates the session, and
+//! removes it when the session ends (DELETE, idleness, shutdown); nothing on a request's way
+//! touches the store. [`MemorySessionStore`] is the default; the cluster mode adds one in Redis
+//! behind the same trait.
+//!
+//! The methods return boxed futures (no `async-trait`): a networked store needs them. The
+//! in-memory one does its work before returning, so the manager's calls complete at once, in
+//! the order they were made, and nothing is spawned. A store whose calls finish later is run
+//! in the background; it must itself keep one session's calls in order (a put, then its
+//! remove).
+
+mod memory;
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use serde_json::value::RawValue;
+
+pub use memory::MemorySessionStore;
+
+/// What a store's call resolves to.
+pub type StoreFuture<'a, T> =
+    Pin<Box<dyn Future<Output = Result<T, SessionStoreError>> + Send + 'a>>;
+
+/// Why a store could not do what it was asked.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum SessionStoreError {
+    /// The store could not be reached or refused the call; the text is for the logs.
+    #[error("the session store is unavailable: {0}")]
+    Unavailable(String),
+}
+
+/// One session as the store keeps it.
+#[derive(Debug, Clone)]
+pub struct SessionRecord {
+    /// The `Mcp-Session-Id`.
+    pub id: Arc<str>,
+    /// The protocol version negotiated in `initialize` (one of [`crate::protocol`]'s).
+    pub version: &'static str,
+    /// The params of the client's `initialize`, exactly as received: a plugin instance can
+    /// be initialized from them wherever the session is served.
+    pub init_params: Box<RawValue>,
+    /// The token subject that opened the session, if authorization is on: only it may use
+    /// the session.
+    pub owner: Option<String>,
+    pub created: SystemTime,
+    /// When the session was last used, as far as the store was told.
+    pub last_used: SystemTime,
+}
+
+/// Where session records are kept (see the module's doc).
+pub trait SessionStore: Send + Sync + 'static {
+    /// Keeps a record, replacing any with the same id.
+    fn put(&self, record: SessionRecord) -> StoreFuture<'_, ()>;
+    /// The record of a session, if the store has it.
+    fn get<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<SessionRecord>>;
+    /// Records that a session was used at `at`; nothing if the store has no such session.
+    /// The manager does not call it per request: in this process the live session's own
+    /// idle clock decides when it ends. It is for a store several replicas share, whose
+    /// cadence the cluster mode decides (the reaper's period, not a request's).
+    fn touch<'a>(&'a self, id: &'a str, at: SystemTime) -> StoreFuture<'a, ()>;
+    /// Forgets a session; nothing if the store has no such session.
+    fn remove<'a>(&'a self, id: &'a str) -> StoreFuture<'a, ()>;
+}
