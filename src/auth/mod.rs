@@ -15,6 +15,7 @@
 pub mod cimd;
 pub mod keys;
 pub mod pages;
+pub mod redirect;
 pub mod resource;
 pub mod server;
 pub mod store;

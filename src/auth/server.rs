@@ -29,6 +29,7 @@ use serde_json::{Value, json};
 use super::cimd::{self, Fetcher};
 use super::keys::{KeyRing, Planned, REVOCATION_REFRESH};
 use super::pages::{self, ClientView};
+use super::redirect::{is_loopback_host, valid_redirect_uri};
 use super::store::{AuthStore, AuthStoreError, Client, Code, Issued, Pending, Refresh, Taken};
 use super::throttle::{Throttle, address_key};
 use super::{Auth, constant_time_eq, hash_secret, now_secs, random_token, same_resource};
@@ -395,31 +396,6 @@ impl AuthServer {
         self.registrations_total.acquire(())?;
         self.registrations.hit(key);
         Ok(())
-    }
-}
-
-/// Redirect URIs the server accepts: https, or http on a loopback host (native apps), no
-/// fragment.
-pub fn valid_redirect_uri(uri: &str) -> Result<(), String> {
-    let u = url::Url::parse(uri).map_err(|e| format!("redirect URI `{uri}`: {e}"))?;
-    if u.fragment().is_some() {
-        return Err(format!("redirect URI `{uri}` has a fragment"));
-    }
-    match u.scheme() {
-        "https" if u.host().is_some() => Ok(()),
-        "http" if is_loopback_host(&u) => Ok(()),
-        _ => Err(format!(
-            "redirect URI `{uri}` must be https, or http on a loopback address"
-        )),
-    }
-}
-
-fn is_loopback_host(u: &url::Url) -> bool {
-    match u.host() {
-        Some(url::Host::Domain(d)) => d.eq_ignore_ascii_case("localhost"),
-        Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
-        Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
-        None => false,
     }
 }
 
