@@ -12,13 +12,13 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 
-use super::super::pages::{self, ClientView};
-use super::super::redirect::is_loopback_host;
-use super::super::store::{Client, Pending};
-use super::super::{hash_secret, now_secs, random_token, same_resource};
 use super::error::refused;
 use super::pending::{PENDING_TTL, Request};
 use super::{ClientAddr, OAuthError, PageError, St, no_store, server};
+use crate::auth::pages::{self, ClientView};
+use crate::auth::redirect::is_loopback_host;
+use crate::auth::store::{Client, Pending};
+use crate::auth::{hash_secret, now_secs, random_token, same_resource};
 
 #[derive(Deserialize)]
 pub(super) struct AuthorizeQuery {

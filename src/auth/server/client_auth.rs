@@ -10,12 +10,12 @@ use axum::http::{HeaderMap, header};
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 
-use super::super::store::Client;
-use super::super::{constant_time_eq, hash_secret};
 use super::error::wait_words;
 use super::signin::verify_argon2;
 use super::token::TokenForm;
 use super::{AuthServer, Lookup, OAuthError};
+use crate::auth::store::Client;
+use crate::auth::{constant_time_eq, hash_secret};
 
 /// Authenticates the client of a token or revocation request: HTTP Basic, form credentials,
 /// or (a public client) its id alone.

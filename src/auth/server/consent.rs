@@ -9,11 +9,11 @@ use axum::http::HeaderMap;
 use axum::response::Response;
 use serde::Deserialize;
 
-use super::super::store::{AuthStoreError, Code};
-use super::super::{hash_secret, now_secs, random_token};
 use super::authorize::{back_to_client, refuse_to_client};
 use super::pending::{Request, pending_for};
 use super::{AuthServer, ClientAddr, OAuthError, PageError, St, server};
+use crate::auth::store::{AuthStoreError, Code};
+use crate::auth::{hash_secret, now_secs, random_token};
 
 #[derive(Deserialize)]
 pub(super) struct ConsentForm {

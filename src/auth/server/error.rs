@@ -17,9 +17,9 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
-use super::super::pages;
-use super::super::store::AuthStoreError;
 use super::{Lookup, json_response};
+use crate::auth::pages;
+use crate::auth::store::AuthStoreError;
 
 /// An OAuth error: its kind says the `error` code and the HTTP status; the text is the
 /// `error_description`.

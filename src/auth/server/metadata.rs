@@ -8,8 +8,8 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
-use super::super::pages;
 use super::{AuthServer, St, json_response, server};
+use crate::auth::pages;
 
 impl AuthServer {
     fn metadata(&self) -> Value {

@@ -11,9 +11,9 @@ use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::Response;
 use serde::{Deserialize, Serialize};
 
-use super::super::store::{Client, Pending};
-use super::super::{constant_time_eq, hash_secret, now_secs};
 use super::{AuthServer, PageError};
+use crate::auth::store::{Client, Pending};
+use crate::auth::{constant_time_eq, hash_secret, now_secs};
 
 /// How long a person has to sign in and decide.
 pub(super) const PENDING_TTL: Duration = Duration::from_secs(600);

@@ -13,11 +13,11 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use serde_json::{Value, json};
 
-use super::super::redirect::valid_redirect_uri;
-use super::super::store::Client;
-use super::super::{hash_secret, now_secs, random_token};
 use super::error::wait_words;
 use super::{AuthServer, ClientAddr, OAuthError, St, json_response, server};
+use crate::auth::redirect::valid_redirect_uri;
+use crate::auth::store::Client;
+use crate::auth::{hash_secret, now_secs, random_token};
 
 impl AuthServer {
     /// A registration slot in the current minute for the client at `addr` (and for all

@@ -7,11 +7,11 @@ use axum::extract::{Form, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 
-use super::super::store::AuthStoreError;
-use super::super::{hash_secret, now_secs};
 use super::client_auth::authenticate_client;
 use super::token::TokenForm;
 use super::{AuthServer, ClientAddr, OAuthError, St, no_store, server};
+use crate::auth::store::AuthStoreError;
+use crate::auth::{hash_secret, now_secs};
 
 /// Revokes a grant: its refresh token family, the access tokens issued with them, and
 /// `access` (a code's first access token, issued with no refresh token when the client has

@@ -14,13 +14,13 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use serde::Deserialize;
 
-use super::super::pages;
-use super::super::throttle::Throttle;
 use super::authorize::client_view;
 use super::consent::issue_code;
 use super::error::{refused, retry_after, wait_words};
 use super::pending::pending_for;
 use super::{ADDRESS_TABLE, ClientAddr, PageError, St, server};
+use crate::auth::pages;
+use crate::auth::throttle::Throttle;
 use crate::config::AuthConfig;
 
 /// Failed sign-ins, counted per user name and per client address.

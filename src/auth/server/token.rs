@@ -16,13 +16,14 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::super::keys::Planned;
-use super::super::same_resource;
-use super::super::store::{AuthStoreError, Client, Issued, Refresh, Taken};
-use super::super::{Auth, LEEWAY, constant_time_eq, hash_secret, now_secs, random_token};
 use super::client_auth::authenticate_client;
 use super::revoke::revoke_grant;
 use super::{AuthServer, ClientAddr, OAuthError, St, json_response, server};
+use crate::auth::keys::Planned;
+use crate::auth::store::{AuthStoreError, Client, Issued, Refresh, Taken};
+use crate::auth::{
+    Auth, LEEWAY, constant_time_eq, hash_secret, now_secs, random_token, same_resource,
+};
 
 /// The form of the token and revocation endpoints.
 #[derive(Deserialize, Default)]
