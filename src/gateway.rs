@@ -1,29 +1,24 @@
-//! The gateway's shared state, and its lifetime: open the database and the registry, start
-//! the idle reaper and the admin listener, serve until told to stop, drain within a grace
-//! period, then end every session and wait for every plugin to be gone.
+//! The gateway's shared state: the config, the registry of plugins, the sessions, authorization
+//! and the tokens that mark a stop. [`Gateway::new`] assembles it (opening the database and
+//! the registry); the listeners that serve it, and its lifetime, are in [`crate::server`].
+//!
+//! It sits below the HTTP edge and the admin listener, which both hold it as their state; it
+//! must never import them.
 
-use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
 
-use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::auth::Auth;
 use crate::auth::store::AuthStoreError;
 use crate::config::{Config, ConfigError};
 use crate::database::{Database, DatabaseError};
-use crate::http;
 use crate::registry::store::PluginStore;
 use crate::registry::{Registry, RegistryError};
 use crate::session::SessionManager;
 use crate::stream::{EventStore, MemoryEventStore};
-
-/// Most connections the admin listener holds at once: probes and scrapes need few, and a
-/// flood of them must not take the descriptors the public listener and the plugins use.
-const ADMIN_MAX_CONNECTIONS: usize = 256;
 
 /// Re-reads the configuration (a reload: SIGHUP or `POST /admin/reload`).
 pub type Reloader = Box<dyn Fn() -> Result<Config, ConfigError> + Send + Sync>;
@@ -35,7 +30,6 @@ pub struct Gateway {
     pub registry: Arc<Registry>,
     pub plugin_store: Arc<dyn PluginStore>,
     pub sessions: Arc<SessionManager>,
-    pub guard: http::checks::Guard,
     /// Cancelled when the gateway stops: sessions' streams close.
     pub shutdown: CancellationToken,
     /// Cancelled when a stop begins: readiness fails, the public listener stops accepting,
@@ -115,13 +109,17 @@ impl Gateway {
             registry,
             plugin_store,
             sessions,
-            guard: http::checks::Guard::new(&config),
             shutdown: CancellationToken::new(),
             draining: CancellationToken::new(),
             serving: AtomicBool::new(false),
             reloader,
             config,
         }))
+    }
+
+    /// Marks the public listener as serving (readiness may pass).
+    pub fn mark_serving(&self) {
+        self.serving.store(true, Ordering::Release);
     }
 
     /// Whether the public listener is serving.
@@ -152,118 +150,4 @@ impl Gateway {
         tracing::info!("configuration reloaded");
         Ok(())
     }
-}
-
-/// Serves on `listener` until `shutdown` resolves, then stops in order: readiness fails and
-/// no new connection is accepted; GET streams are told to reconnect (`retry:`) and closed;
-/// requests in flight get up to `shutdown_grace` to finish; whatever is left is closed; then
-/// every plugin is stopped (stdin close, SIGTERM, SIGKILL) and waited for.
-pub async fn run(
-    listener: TcpListener,
-    config: Config,
-    reloader: Option<Reloader>,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> Result<(), StartError> {
-    // Both ports are taken before the database opens and plugins are probed: a port in use
-    // fails the start at once.
-    let addr = config.admin.listen;
-    let admin = TcpListener::bind(addr)
-        .await
-        .map_err(|source| StartError::AdminListen { addr, source })?;
-    let gateway = Gateway::new(config, reloader).await?;
-    let admin_addr = admin.local_addr()?;
-    let public_addr = listener.local_addr()?;
-
-    tokio::spawn(gateway.sessions.clone().reap_idle(gateway.shutdown.clone()));
-    spawn_reload_on_hangup(gateway.clone());
-    if let Some(server) = &gateway.auth.server {
-        tokio::spawn(server.clone().maintain(gateway.shutdown.clone()));
-    }
-    // The admin listener outlives the drain: probes see "not ready" and Prometheus can scrape
-    // until the gateway has stopped.
-    let app = crate::admin::router(gateway.clone());
-    let admin_limits = crate::config::ConnectionLimits {
-        max_connections: ADMIN_MAX_CONNECTIONS,
-        ..gateway.config.connections.clone()
-    };
-    let admin_server = tokio::spawn(http::serve::serve(
-        admin,
-        app,
-        admin_limits,
-        gateway.shutdown.clone(),
-    ));
-    tracing::info!(
-        "admin listener on http://{admin_addr} (/healthz, /readyz, /metrics{})",
-        if gateway.config.admin.token.is_some() {
-            ", /admin"
-        } else {
-            "; admin API off: no token"
-        }
-    );
-
-    let app = http::router(gateway.clone());
-    let mut server = tokio::spawn(http::serve::serve(
-        listener,
-        app,
-        http::serve::within_descriptors(gateway.config.connections.clone()),
-        gateway.draining.clone(),
-    ));
-    gateway.serving.store(true, Ordering::Release);
-    tracing::info!("listening on http://{public_addr}/mcp");
-
-    let mut finished = tokio::select! {
-        () = shutdown => None,
-        served = &mut server => Some(served),
-    };
-    let grace = gateway.config.shutdown_grace;
-    if finished.is_none() {
-        tracing::info!(
-            "shutting down: no new connections, streams told to reconnect, up to {} s for requests in flight",
-            grace.as_secs()
-        );
-        gateway.draining.cancel();
-        match tokio::time::timeout(grace, &mut server).await {
-            Ok(served) => finished = Some(served),
-            Err(_) => {
-                tracing::warn!("the grace period ended with requests still in flight: closing them")
-            }
-        }
-    }
-    gateway.draining.cancel();
-    gateway.shutdown.cancel();
-    if finished.is_none() {
-        // Streams end once the shutdown token fires; connections close right after.
-        finished = tokio::time::timeout(Duration::from_secs(2), &mut server)
-            .await
-            .ok();
-        server.abort();
-    }
-    tracing::info!("stopping plugins");
-    gateway.sessions.shutdown().await;
-    // An admin connection that will not close (a hung scraper) does not hold the exit.
-    let _ = tokio::time::timeout(Duration::from_secs(2), admin_server).await;
-    tracing::info!("stopped");
-    match finished {
-        Some(Ok(served)) => Ok(served?),
-        Some(Err(join)) => Err(StartError::Io(std::io::Error::other(join))),
-        None => Ok(()),
-    }
-}
-
-fn spawn_reload_on_hangup(gateway: Arc<Gateway>) {
-    use tokio::signal::unix::{SignalKind, signal};
-    let Ok(mut hangup) = signal(SignalKind::hangup()) else {
-        return;
-    };
-    tokio::spawn(async move {
-        loop {
-            tokio::select! {
-                _ = hangup.recv() => {
-                    tracing::info!("SIGHUP: reloading the configuration");
-                    let _ = gateway.reload().await;
-                }
-                () = gateway.shutdown.cancelled() => return,
-            }
-        }
-    });
 }

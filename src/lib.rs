@@ -37,7 +37,8 @@ pub mod metrics;
 pub mod protocol;
 pub mod registry;
 pub mod router;
+pub mod server;
 pub mod session;
 pub mod stream;
 
-pub use gateway::run;
+pub use server::run;

@@ -1,14 +1,15 @@
 //! The admin listener, on its own address (never the public port).
 //!
-//! Without a token: `GET /healthz`, `GET /readyz` and `GET /metrics` ([`probes`]), for
-//! orchestrators and Prometheus. Behind a bearer token, the admin API: `GET /admin/plugins`
-//! lists every plugin with its state; `POST /admin/plugins` adds one (409 if the name exists);
-//! `GET|PUT|DELETE /admin/plugins/{name}` reads, replaces or removes one;
+//! Without a token: `GET /healthz` and `GET /readyz` ([`probes`]) for orchestrators, and
+//! `GET /metrics` ([`metrics`]) for Prometheus. Behind a bearer token, the admin API:
+//! `GET /admin/plugins` lists every plugin with its state; `POST /admin/plugins` adds one (409
+//! if the name exists); `GET|PUT|DELETE /admin/plugins/{name}` reads, replaces or removes one;
 //! `POST /admin/plugins/{name}/enable|disable`; `POST /admin/reload` re-reads the config file;
 //! `POST /admin/auth/rotate-keys`. Without a configured token the admin API answers 404. JSON
 //! in and out; every refusal says what was wrong. Secret values never leave: environment
 //! values are shown only as the `${VAR}` references they are made of.
 
+mod metrics;
 mod probes;
 
 use std::sync::Arc;
@@ -32,7 +33,7 @@ pub fn router(gateway: Arc<Gateway>) -> Router {
     let probes = Router::new()
         .route("/healthz", get(probes::healthz))
         .route("/readyz", get(probes::readyz))
-        .route("/metrics", get(probes::metrics));
+        .route("/metrics", get(metrics::metrics));
     let api = if gateway.config.admin.token.is_some() {
         api_router(gateway.clone())
     } else {

@@ -1,5 +1,5 @@
-//! What orchestrators and Prometheus ask of the admin listener, without a token: `/healthz`
-//! (the process is alive and answering), `/readyz` (it should get traffic) and `/metrics`.
+//! What orchestrators ask of the admin listener, without a token: `/healthz` (the process is
+//! alive and answering) and `/readyz` (it should get traffic).
 //!
 //! Readiness needs the public listener serving and not draining, the database answering, and
 //! not every plugin failed; a `503` body lists each check and says what is wrong (a failed
@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::State;
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
@@ -87,13 +87,4 @@ pub async fn readyz(State(gw): State<Arc<Gateway>>) -> Response {
         StatusCode::SERVICE_UNAVAILABLE
     };
     (status, axum::Json(body)).into_response()
-}
-
-pub async fn metrics(State(gw): State<Arc<Gateway>>) -> Response {
-    let mut response = crate::metrics::render(&gw).into_response();
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
-    );
-    response
 }

@@ -84,7 +84,12 @@ impl BackendError {
     pub fn code(&self) -> i64 {
         match self {
             BackendError::Timeout { .. } => crate::jsonrpc::code::REQUEST_TIMEOUT,
-            _ => crate::jsonrpc::code::INTERNAL_ERROR,
+            BackendError::Spawn { .. }
+            | BackendError::Initialize { .. }
+            | BackendError::StartFailed { .. }
+            | BackendError::Exited { .. }
+            | BackendError::NotReading { .. }
+            | BackendError::Unavailable { .. } => crate::jsonrpc::code::INTERNAL_ERROR,
         }
     }
 

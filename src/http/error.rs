@@ -46,7 +46,8 @@ pub enum HttpError {
     BadLastEventId(String),
     #[error("Gone: Last-Event-ID cannot be resumed: {0}. Re-send the request instead")]
     Gone(String),
-    #[error("Service Unavailable: the event store failed: {0}")]
+    /// The store's own words stay in the logs: with a shared store they can name its address.
+    #[error("Service Unavailable: the event store failed; retry later")]
     EventStore(String),
     #[error("Service Unavailable: the gateway holds its maximum number of sessions; retry later")]
     TooManySessions,
@@ -83,22 +84,57 @@ impl HttpError {
         }
     }
 
+    /// The JSON-RPC error code of the body. Refusals of the transport itself (headers, body,
+    /// session limits, resumption) are the implementation-defined server error; each case is
+    /// named so a new refusal must choose.
     pub fn code(&self) -> i64 {
         match self {
             HttpError::Parse(e) => e.code(),
             HttpError::InvalidRequest(..) => code::INVALID_REQUEST,
             HttpError::InvalidParams(..) => code::INVALID_PARAMS,
             HttpError::SessionNotFound => code::SESSION_NOT_FOUND,
-            _ => code::SERVER_ERROR,
+            HttpError::ForbiddenOrigin(_)
+            | HttpError::ForbiddenHost(_)
+            | HttpError::NotAcceptable(_)
+            | HttpError::UnsupportedMediaType
+            | HttpError::PayloadTooLarge(_)
+            | HttpError::BodyRead(_)
+            | HttpError::BodyTimeout(_)
+            | HttpError::MissingSession(_)
+            | HttpError::BadProtocolVersion(_)
+            | HttpError::Conflict(_)
+            | HttpError::BadLastEventId(_)
+            | HttpError::Gone(_)
+            | HttpError::EventStore(_)
+            | HttpError::TooManySessions
+            | HttpError::TooManySessionsForClient(_)
+            | HttpError::Auth(..) => code::SERVER_ERROR,
         }
     }
 
+    /// The request's id, when the refusal came after it was read.
     fn id(&self) -> Option<&Id> {
         match self {
             HttpError::Parse(e) => e.id(),
             HttpError::InvalidRequest(_, id) => id.as_ref(),
             HttpError::InvalidParams(_, id) => Some(id),
-            _ => None,
+            HttpError::ForbiddenOrigin(_)
+            | HttpError::ForbiddenHost(_)
+            | HttpError::NotAcceptable(_)
+            | HttpError::UnsupportedMediaType
+            | HttpError::PayloadTooLarge(_)
+            | HttpError::BodyRead(_)
+            | HttpError::BodyTimeout(_)
+            | HttpError::MissingSession(_)
+            | HttpError::SessionNotFound
+            | HttpError::BadProtocolVersion(_)
+            | HttpError::Conflict(_)
+            | HttpError::BadLastEventId(_)
+            | HttpError::Gone(_)
+            | HttpError::EventStore(_)
+            | HttpError::TooManySessions
+            | HttpError::TooManySessionsForClient(_)
+            | HttpError::Auth(..) => None,
         }
     }
 }
@@ -106,6 +142,9 @@ impl HttpError {
 impl IntoResponse for HttpError {
     fn into_response(self) -> Response {
         let status = self.status();
+        if let HttpError::EventStore(cause) = &self {
+            tracing::error!("the event store failed: {cause}");
+        }
         if status.is_server_error() || status == StatusCode::FORBIDDEN {
             tracing::warn!(status = status.as_u16(), "{self}");
         } else {

@@ -12,6 +12,7 @@ mod mcp;
 pub mod serve;
 pub mod trace;
 
+use std::ops::Deref;
 use std::sync::Arc;
 
 use axum::Router;
@@ -19,15 +20,34 @@ use axum::routing::post;
 
 use crate::gateway::Gateway;
 
+/// What the public handlers hold: the gateway's state, and the edge's own checks built from
+/// its config once.
+pub struct Edge {
+    gateway: Arc<Gateway>,
+    /// The Host and Origin allow-lists (DNS rebinding).
+    guard: checks::Guard,
+}
+
+impl Deref for Edge {
+    type Target = Gateway;
+    fn deref(&self) -> &Gateway {
+        &self.gateway
+    }
+}
+
 /// The public router: `/mcp`, and with authorization on, the OAuth metadata and (built-in
 /// mode) the authorization server's endpoints, behind the same Host check.
 pub fn router(gateway: Arc<Gateway>) -> Router {
+    let edge = Arc::new(Edge {
+        guard: checks::Guard::new(&gateway.config),
+        gateway,
+    });
     let mcp = Router::new()
         .route("/mcp", post(mcp::post).get(mcp::get).delete(mcp::delete))
-        .with_state(gateway.clone());
-    let app = if gateway.auth.enabled() {
-        let oauth = crate::auth::server::router(gateway.auth.clone()).layer(
-            axum::middleware::from_fn_with_state(gateway.clone(), host_guard),
+        .with_state(edge.clone());
+    let app = if edge.auth.enabled() {
+        let oauth = crate::auth::server::router(edge.auth.clone()).layer(
+            axum::middleware::from_fn_with_state(edge.clone(), host_guard),
         );
         mcp.merge(oauth)
     } else {
@@ -63,7 +83,7 @@ fn panicked(cause: Box<dyn std::any::Any + Send + 'static>) -> axum::response::R
 /// The Host and Origin checks (DNS rebinding) for the OAuth endpoints, and the client's
 /// address (behind trusted proxies, the one they name) for their per-address limits.
 async fn host_guard(
-    axum::extract::State(gw): axum::extract::State<Arc<Gateway>>,
+    axum::extract::State(gw): axum::extract::State<Arc<Edge>>,
     mut request: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> axum::response::Response {

@@ -1,15 +1,15 @@
 //! Prometheus metrics, served as text on the admin listener's `/metrics` (never on the public
 //! port).
 //!
-//! Counters and histograms are bumped where things happen: the HTTP edge ([`record_http`], called by
-//! [`crate::http::trace::ObserveLayer`]),
-//! plugin connections, the plugin registry, resumption and authorization. Gauges that describe
-//! the state of the gateway (sessions, replay buffers, plugin processes) are read from that
-//! state when scraped ([`render`]), so they can never drift from it. Every label takes values
+//! A leaf: it imports no other module of the gateway, so every layer may count. Counters and
+//! histograms are bumped where things happen: the HTTP edge ([`record_http`], called by the
+//! HTTP layer's observer), plugin connections, the plugin registry, resumption and
+//! authorization. Gauges that describe the state of the gateway (sessions, replay buffers,
+//! plugin processes) are set from that state by the admin listener when scraped, so they can
+//! never drift from it; [`encode_text`] then writes them all out. Every label takes values
 //! from a bounded set: routes are matched paths, never raw URIs; JSON-RPC methods outside the
 //! spec's own are counted as `other`; plugin names come from the operator's configuration.
 
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, LazyLock, OnceLock};
 use std::time::Instant;
 
@@ -17,9 +17,6 @@ use prometheus::{
     Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
     IntGaugeVec, Opts, Registry, TextEncoder,
 };
-
-use crate::gateway::Gateway;
-use crate::registry::ProbeState;
 
 /// Latency buckets, in seconds: from a fast in-memory answer (half a millisecond) to a slow
 /// tool call (a minute).
@@ -222,31 +219,12 @@ impl Metrics {
     }
 }
 
-/// The metrics in Prometheus's text format, the state gauges read from `gw` first.
-pub fn render(gw: &Gateway) -> String {
-    let m = get();
-    m.sessions_active.set(gw.sessions.len() as i64);
-    let (events, bytes) = gw.sessions.store.usage();
-    m.replay_events.set(events as i64);
-    m.replay_bytes.set(bytes as i64);
-    // Plugins removed from the registry drop out of the state gauges.
-    m.plugin_processes.reset();
-    m.plugin_up.reset();
-    m.plugin_breaker_open.reset();
-    for entry in gw.registry.entries() {
-        let name = [entry.name()];
-        m.plugin_processes
-            .with_label_values(&name)
-            .set(entry.stats.running.load(Ordering::Relaxed) as i64);
-        let up = matches!(entry.state(), ProbeState::Ready(_));
-        m.plugin_up.with_label_values(&name).set(i64::from(up));
-        m.plugin_breaker_open
-            .with_label_values(&name)
-            .set(i64::from(entry.stats.breaker_open().is_some()));
-    }
+/// The metrics in Prometheus's text format. The state gauges are set by the caller first
+/// (the admin listener reads them from the gateway's state when scraped).
+pub fn encode_text() -> String {
     let mut out = Vec::new();
     TextEncoder::new()
-        .encode(&m.registry.gather(), &mut out)
+        .encode(&get().registry.gather(), &mut out)
         .expect("text encoding into memory");
     String::from_utf8(out).expect("the text format is UTF-8")
 }

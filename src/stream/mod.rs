@@ -9,59 +9,42 @@
 //! answered (or dropped on cancellation); when its last event has gone out on a connection, the
 //! stream and its buffer are released.
 //!
-//! The producer side ([`Sink`]) never blocks: it appends and sends on an unbounded channel
-//! under a short lock that is never held across an await.
+//! The producer side ([`Sink`]) never blocks: it appends and sends on the connection's queue
+//! without waiting, under a short lock that is never held across an await.
+//!
+//! Where things are: this file holds the [`Stream`] state machine (its state, hooks and
+//! release); `sink` the producing end and how an event is taken in; `connection` the
+//! consuming end (cursors, the live queue, attach and detach); `sse` the wire (SSE encoding,
+//! the SSE or JSON response); `store` the replay buffers behind [`EventStore`]; `event_id`,
+//! `read_proof` and `by_number` one job each. Besides `config` (its settings) and `metrics`
+//! (the open-streams gauge) it imports no other module of the crate.
 
 mod by_number;
+mod connection;
 mod event_id;
 mod read_proof;
+mod sink;
+mod sse;
 pub mod store;
 
-use std::collections::VecDeque;
-use std::convert::Infallible;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use axum::http::{HeaderName, HeaderValue, header};
-use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
-use tokio::sync::mpsc;
-use tokio_util::sync::CancellationToken;
 
+use self::connection::Conn;
+
+// How streams behave is a setting, so it lives in `config`; re-exported for old paths.
+pub use crate::config::StreamSettings;
 pub use by_number::ByNumber;
+pub use connection::{AttachError, Attached, Cursor, Cut, LIVE_QUEUE_BYTES, StreamGuard};
 pub use event_id::{EventId, EventIdError};
 pub use read_proof::ReadProof;
+pub use sink::Sink;
+pub use sse::{Opening, collect_responses, sse_response};
 pub use store::{
     EventStore, MemoryEventStore, ReplayError, ReplayLimits, SessionEvents, StreamKey,
 };
-
-/// How streams behave, from the config.
-#[derive(Debug, Clone)]
-pub struct StreamSettings {
-    /// Interval of keep-alive comments on idle connections.
-    pub keep_alive: Duration,
-    /// Whether events carry ids and are kept for `Last-Event-ID` resumption.
-    pub resumable: bool,
-    /// The `retry:` advice sent to clients (2025-11-25 and later) before the gateway closes a
-    /// connection, and with the priming event.
-    pub retry: Duration,
-    /// Polling mode (2025-11-25): close a connection after this long, the stream going on.
-    pub poll_after: Option<Duration>,
-    /// How long a finished stream stays resumable. Having written the last event to a
-    /// connection does not prove the client read it: a connection can be dead before the
-    /// gateway notices.
-    pub linger: Duration,
-    /// At most this many finished streams linger in a session; past it the oldest is released
-    /// at once. Set to the session's replay budget in events: each lingering stream kept at
-    /// least one event, so past that many the oldest have lost theirs to the budget already,
-    /// and keeping them would only hold memory.
-    pub max_lingering: usize,
-    /// How long a POST's SSE response waits for its answers before its headers go out. A
-    /// quick answer then leaves in the same write as the headers (one body with a length)
-    /// instead of a write for the headers and another for the events.
-    pub hold: Duration,
-}
 
 /// What a stream hands its connection.
 #[derive(Debug)]
@@ -104,34 +87,6 @@ pub enum Buffering {
     UntilDelivered,
 }
 
-/// Frames a connection may have queued before it counts as too slow and is dropped (the
-/// client then resumes from the store).
-const LIVE_QUEUE: usize = 1024;
-
-/// Bytes a connection writing to a socket may have queued, likewise. One event larger than
-/// this still goes out on a connection that has nothing queued.
-pub const LIVE_QUEUE_BYTES: usize = 4 * 1024 * 1024;
-
-/// Closes the HTTP connection a stream goes out on. A client that stops reading leaves its
-/// connection holding what was queued for it for as long as the socket lives; when it falls
-/// [`LIVE_QUEUE`] events or [`LIVE_QUEUE_BYTES`] behind, the stream drops the connection and
-/// fires this, and the listener (`http::serve`), which watches it for each connection, closes
-/// the connection. The client resumes from the store. On HTTP/2 the connection's other
-/// streams end with it, and their clients resume likewise.
-#[derive(Debug, Clone, Default)]
-pub struct Cut(CancellationToken);
-
-impl Cut {
-    /// Resolves once the connection is to be closed.
-    pub async fn fired(&self) {
-        self.0.cancelled().await;
-    }
-
-    fn fire(&self) {
-        self.0.cancel();
-    }
-}
-
 /// How a stream tells its session about its end.
 pub trait StreamHooks: Send + Sync {
     /// The stream went out to its end on a connection at `at`: release it after the linger
@@ -157,109 +112,11 @@ struct Inner {
     detached_at: Option<Instant>,
 }
 
-struct Conn {
-    id: u64,
-    tx: mpsc::Sender<Frame>,
-    /// Bytes of the events in `tx`'s queue.
-    queued: Arc<AtomicUsize>,
-    cut: Option<Cut>,
-}
-
-/// A connection's end of its live queue: the frames, and the bytes they hold.
-struct Live {
-    rx: mpsc::Receiver<Frame>,
-    queued: Arc<AtomicUsize>,
-}
-
-impl Live {
-    async fn recv(&mut self) -> Option<Frame> {
-        let frame = self.rx.recv().await;
-        if let Some(f) = &frame {
-            self.took(f);
-        }
-        frame
-    }
-
-    fn try_recv(&mut self) -> Result<Frame, mpsc::error::TryRecvError> {
-        let frame = self.rx.try_recv();
-        if let Ok(f) = &frame {
-            self.took(f);
-        }
-        frame
-    }
-
-    fn took(&self, frame: &Frame) {
-        self.queued.fetch_sub(frame.bytes(), Ordering::AcqRel);
-    }
-}
-
 impl Frame {
     fn bytes(&self) -> usize {
         match self {
             Frame::Event { data, .. } => data.len(),
             Frame::End => 0,
-        }
-    }
-}
-
-/// Where a new connection starts reading.
-#[derive(Debug, Clone, Copy)]
-pub enum Cursor {
-    /// From the first event (a new POST stream).
-    Start,
-    /// After what earlier connections were handed (a GET stream opened again); refused while
-    /// another connection listens.
-    Undelivered,
-    /// After this sequence (`Last-Event-ID`).
-    After(u64),
-}
-
-/// Why a connection could not attach.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum AttachError {
-    #[error("that stream has ended and its events were released")]
-    Released,
-    #[error("no event {0} was ever sent on that stream")]
-    BeyondEnd(u64),
-    #[error("a connection is already open on that stream")]
-    Busy,
-    #[error(transparent)]
-    Replay(#[from] ReplayError),
-}
-
-/// A connection attached to a stream, with the events to replay before the live ones.
-/// Dropping it detaches the connection.
-pub struct Attached(Option<AttachedParts>);
-
-struct AttachedParts {
-    stream: Arc<Stream>,
-    conn: u64,
-    /// The sequence the connection starts after.
-    after: u64,
-    rx: Live,
-    replay: Vec<(u64, Bytes)>,
-}
-
-impl Attached {
-    /// The id a priming event carries: the position this connection starts after, marked
-    /// with the connection's number so it is no other event's id.
-    pub fn cursor_id(&self) -> EventId {
-        let p = self.0.as_ref().expect("not taken");
-        EventId {
-            prime: Some(p.conn),
-            ..p.stream.event_id(p.after)
-        }
-    }
-
-    fn take(mut self) -> AttachedParts {
-        self.0.take().expect("taken once")
-    }
-}
-
-impl Drop for Attached {
-    fn drop(&mut self) {
-        if let Some(p) = &self.0 {
-            p.stream.detach(p.conn, false);
         }
     }
 }
@@ -330,69 +187,6 @@ impl Stream {
         self.buffering != Buffering::None
     }
 
-    /// Adds an event: kept in the store when buffered, sent to the connection if one is
-    /// attached. A message (not a response) comes back when the stream can take none: it is
-    /// released, unbuffered without a connection, or already answered in full (its
-    /// connection is ending).
-    fn push(&self, data: Bytes, response: bool) -> Result<(), Bytes> {
-        let mut g = self.lock();
-        let closed = g.released || (!response && g.owed == Some(0));
-        if closed || (!self.buffered() && g.conn.is_none()) {
-            if response {
-                Self::count_response(&mut g);
-            }
-            return Err(data);
-        }
-        let seq = g.next_seq;
-        g.next_seq += 1;
-        if self.buffered() {
-            self.events.append(self.key.stream, seq, data.clone());
-        }
-        Self::send(&mut g, Frame::Event { seq, data });
-        if response {
-            Self::count_response(&mut g);
-        }
-        Ok(())
-    }
-
-    /// Sends to the attached connection; one that is gone, or too slow to keep up, is
-    /// dropped, and a slow one closed (a buffered stream's client resumes from the store).
-    fn send(g: &mut Inner, frame: Frame) {
-        let Some(c) = &g.conn else { return };
-        let bytes = frame.bytes();
-        let queued = c.queued.fetch_add(bytes, Ordering::AcqRel);
-        // A queue that is not written to a socket (a JSON answer being collected) is drained
-        // as it fills: only a socket's reader can fall behind in bytes.
-        let sent = if c.cut.is_some() && queued > 0 && queued + bytes > LIVE_QUEUE_BYTES {
-            Err(true)
-        } else {
-            c.tx.try_send(frame)
-                .map_err(|e| matches!(e, mpsc::error::TrySendError::Full(_)))
-        };
-        if let Err(too_slow) = sent {
-            c.queued.fetch_sub(bytes, Ordering::AcqRel);
-            if too_slow {
-                tracing::debug!(
-                    "a client fell {LIVE_QUEUE} events or {LIVE_QUEUE_BYTES} bytes behind: its connection is closed"
-                );
-                if let Some(cut) = &c.cut {
-                    cut.fire();
-                }
-            }
-            g.conn = None;
-            g.detached_at = Some(Instant::now());
-        }
-    }
-
-    fn count_response(g: &mut Inner) {
-        if let Some(n) = g.owed.as_mut() {
-            *n = n.saturating_sub(1);
-            if *n == 0 {
-                Self::send(g, Frame::End);
-            }
-        }
-    }
-
     /// Whether a connection is attached and listening now.
     pub fn has_connection(&self) -> bool {
         self.lock().conn.as_ref().is_some_and(|c| !c.tx.is_closed())
@@ -411,153 +205,6 @@ impl Stream {
 
     pub fn is_released(&self) -> bool {
         self.lock().released
-    }
-
-    /// Attaches a new connection (replacing any other: the client knows it lost it) and reads
-    /// what it must replay from the store. A cursor whose events are gone is refused before
-    /// the current connection is touched. `cut` closes the connection if its client falls
-    /// too far behind (none where the events are not written to a socket).
-    pub async fn attach(
-        self: &Arc<Self>,
-        from: Cursor,
-        cut: Option<Cut>,
-    ) -> Result<Attached, AttachError> {
-        let (tx, rx) = mpsc::channel(LIVE_QUEUE);
-        let queued = Arc::new(AtomicUsize::new(0));
-        let rx = Live {
-            rx,
-            queued: queued.clone(),
-        };
-        let (conn, after, upto, skip_evicted) = {
-            let mut g = self.lock();
-            if g.released {
-                return Err(AttachError::Released);
-            }
-            let upto = g.next_seq;
-            let (after, skip_evicted) = match from {
-                Cursor::Start => (0, false),
-                Cursor::Undelivered if g.conn.as_ref().is_some_and(|c| !c.tx.is_closed()) => {
-                    return Err(AttachError::Busy);
-                }
-                // What was evicted before anyone came for it is skipped, not fatal.
-                Cursor::Undelivered => (g.delivered, true),
-                Cursor::After(seq) if seq >= upto => return Err(AttachError::BeyondEnd(seq)),
-                Cursor::After(seq) => {
-                    if self.buffered() {
-                        let oldest = self.events.oldest_kept(self.key.stream).unwrap_or(upto);
-                        if seq + 1 < oldest {
-                            return Err(ReplayError::Evicted {
-                                oldest_kept: oldest,
-                            }
-                            .into());
-                        }
-                    }
-                    (seq, false)
-                }
-            };
-            g.attaches += 1;
-            let id = g.attaches;
-            if g.owed == Some(0) {
-                let _ = tx.try_send(Frame::End);
-            }
-            // The previous connection's channel closes: its response ends.
-            g.conn = Some(Conn {
-                id,
-                tx,
-                queued,
-                cut,
-            });
-            g.detached_at = None;
-            (id, after, upto, skip_evicted)
-        };
-        // A new stream, or a cursor at its end: nothing to read back.
-        let replay = if self.buffered() && after + 1 < upto {
-            match self
-                .events
-                .replay(self.key.stream, after, upto, skip_evicted)
-                .await
-            {
-                Ok(events) => {
-                    let skipped = events.first().map_or(upto, |(s, _)| *s) - after - 1;
-                    if skip_evicted && skipped > 0 && events.len() as u64 + after + 1 < upto {
-                        tracing::warn!(
-                            stream = self.key.stream,
-                            "events were evicted before a client came for them"
-                        );
-                    }
-                    events
-                }
-                Err(e) => {
-                    self.detach(conn, false);
-                    return Err(e.into());
-                }
-            }
-        } else {
-            Vec::new()
-        };
-        Ok(Attached(Some(AttachedParts {
-            stream: self.clone(),
-            conn,
-            after,
-            rx,
-            replay,
-        })))
-    }
-
-    /// A connection went away; `finished` when it carried the stream to its end. An
-    /// unbuffered stream is released with its connection; a buffered one that finished
-    /// lingers (its session releases it later), one that did not waits to be resumed. True
-    /// when the stream ended on this connection and now lingers.
-    fn detach(&self, conn: u64, finished: bool) -> bool {
-        let (release, linger, at) = {
-            let mut g = self.lock();
-            let mut at = None;
-            if g.conn.as_ref().is_some_and(|c| c.id == conn) {
-                g.conn = None;
-                at = Some(Instant::now());
-                g.detached_at = at;
-            }
-            let ends = !g.released && g.owed.is_some() && (finished || !self.buffered());
-            let release = ends && !self.buffered();
-            if release {
-                g.released = true;
-            }
-            (release, ends && self.buffered(), at)
-        };
-        if release {
-            self.release_buffer();
-        } else if linger && let Some(h) = &self.hooks {
-            h.finished(self.key.stream, at.unwrap_or_else(Instant::now));
-            return true;
-        }
-        false
-    }
-
-    /// Detaches connection `conn`, which carried the stream to its end when `finished`; a
-    /// stream that lingers is then released when `proof` shows the client read it.
-    fn detach_with_proof(self: &Arc<Self>, conn: u64, finished: bool, proof: Option<&ReadProof>) {
-        if self.detach(conn, finished)
-            && let Some(proof) = proof
-        {
-            proof.ended(self.clone());
-        }
-    }
-
-    /// The client read this finished stream to its end ([`ReadProof`]).
-    fn read(&self) {
-        if let Some(hooks) = &self.hooks {
-            hooks.read(self.key.stream);
-        }
-    }
-
-    fn delivered(&self, seq: u64) {
-        if self.tracks_delivery {
-            let mut g = self.lock();
-            g.delivered = g.delivered.max(seq);
-        }
-        if self.buffering == Buffering::UntilDelivered {
-            self.events.trim(self.key.stream, seq);
-        }
     }
 
     /// Releases the stream if no connection is attached (its linger time is over), in one
@@ -599,387 +246,10 @@ impl Stream {
     }
 }
 
-/// The producing end of a stream: what the router and plugin connections write to.
-#[derive(Clone)]
-pub struct Sink(Arc<Stream>);
-
-impl std::fmt::Debug for Sink {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Sink({:?})", self.0.key)
-    }
-}
-
-impl Sink {
-    pub fn new(stream: Arc<Stream>) -> Sink {
-        Sink(stream)
-    }
-
-    /// Adds a response. False when it could not be kept or sent.
-    pub fn respond(&self, bytes: Bytes) -> bool {
-        self.0.push(bytes, true).is_ok()
-    }
-
-    /// Marks one request as ended without a response.
-    pub fn dropped(&self) {
-        Stream::count_response(&mut self.0.lock());
-    }
-
-    /// Adds a request or notification; gives the bytes back when this stream cannot carry it
-    /// (JSON mode, released, or unbuffered without a connection).
-    pub fn message(&self, bytes: Bytes) -> Result<(), Bytes> {
-        if !self.0.sse {
-            return Err(bytes);
-        }
-        self.0.push(bytes, false)
-    }
-
-    /// Whether requests and notifications can go on this stream now.
-    pub fn carries_messages(&self) -> bool {
-        self.0.sse && {
-            let g = self.0.lock();
-            !g.released && g.owed != Some(0) && (self.0.buffered() || g.conn.is_some())
-        }
-    }
-
-    /// Whether both ends belong to the same stream.
-    pub fn same_stream(&self, other: &Sink) -> bool {
-        Arc::ptr_eq(&self.0, &other.0)
-    }
-
-    /// The session the stream belongs to.
-    pub fn session_id(&self) -> &str {
-        &self.0.key.session
-    }
-}
-
-/// Counts a session's open connections while one lives (an open one keeps a session from
-/// being idle).
-#[derive(Debug)]
-pub struct StreamGuard(Arc<AtomicUsize>);
-
-impl StreamGuard {
-    pub fn new(counter: Arc<AtomicUsize>) -> StreamGuard {
-        counter.fetch_add(1, Ordering::Relaxed);
-        StreamGuard(counter)
-    }
-}
-
-impl Drop for StreamGuard {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
-/// How a connection's SSE body begins and behaves.
-pub struct Opening {
-    /// Send a priming event (an id and empty data) first: clients at 2025-11-25 or later, on
-    /// a resumable stream. Carries the cursor the client resumes from.
-    pub priming: Option<EventId>,
-    /// Send `retry:` (at the start and before a polling close): clients at 2025-11-25 or later.
-    pub retry: Option<Duration>,
-    /// Put ids on events.
-    pub ids: bool,
-    /// Close the connection after this long, the stream going on (polling mode).
-    pub poll_after: Option<Duration>,
-    pub keep_alive: Duration,
-    /// Wait this long for live events before the response starts (see
-    /// [`StreamSettings::hold`]); zero for a connection that must open at once.
-    pub hold: Duration,
-    /// When this fires (the gateway begins to stop), the connection sends `retry:` and ends,
-    /// the stream going on, so the client reconnects (to another replica behind a load
-    /// balancer). `None` for a POST's stream, which ends with its answers.
-    pub drain: Option<CancellationToken>,
-    /// The HTTP/1 connection's proof of reading: a stream that ends on this connection is
-    /// released at the connection's next request.
-    pub proof: Option<Arc<ReadProof>>,
-}
-
-/// Turns an attached connection into an SSE response: priming, replay, then live events,
-/// until the stream ends, the connection is replaced, `closed` fires or polling closes it.
-/// When the stream ends within `opening.hold`, the whole of it goes out as one body.
-pub async fn sse_response(
-    attached: Attached,
-    opening: Opening,
-    closed: CancellationToken,
-    guard: StreamGuard,
-) -> Response {
-    let AttachedParts {
-        stream,
-        conn,
-        mut rx,
-        replay,
-        ..
-    } = attached.take();
-    let mut first: VecDeque<(Option<u64>, Bytes)> = VecDeque::new();
-    match (opening.priming, opening.retry) {
-        (Some(id), retry) => first.push_back((None, encode(Some(id), retry, Some(b"")))),
-        (None, Some(r)) => first.push_back((None, encode(None, Some(r), None))),
-        (None, None) => {}
-    }
-    for (seq, data) in replay {
-        let id = opening.ids.then(|| stream.event_id(seq));
-        first.push_back((Some(seq), encode(id, None, Some(&data))));
-    }
-    // Whatever comes within the hold goes out with the headers.
-    let mut ended = None;
-    if !opening.hold.is_zero()
-        && let Ok(frame) = tokio::time::timeout(opening.hold, rx.recv()).await
-    {
-        let mut frame = frame;
-        loop {
-            match frame {
-                Some(Frame::Event { seq, data }) => {
-                    let id = opening.ids.then(|| stream.event_id(seq));
-                    first.push_back((Some(seq), encode(id, None, Some(&data))));
-                }
-                Some(Frame::End) => break ended = Some(true),
-                // Another connection took over, or the stream was released.
-                None => break ended = Some(false),
-            }
-            match rx.try_recv() {
-                Ok(f) => frame = Some(f),
-                Err(mpsc::error::TryRecvError::Empty) => break,
-                Err(mpsc::error::TryRecvError::Disconnected) => frame = None,
-            }
-        }
-    }
-    if let Some(finished) = ended {
-        let mut body = Vec::with_capacity(first.iter().map(|(_, b)| b.len()).sum());
-        for (seq, chunk) in &first {
-            if let Some(seq) = seq {
-                stream.delivered(*seq);
-            }
-            body.extend_from_slice(chunk);
-        }
-        stream.detach_with_proof(conn, finished, opening.proof.as_deref());
-        drop(guard);
-        return sse_headers(axum::body::Body::from(body).into_response());
-    }
-    let now = tokio::time::Instant::now();
-    let state = Body {
-        stream,
-        conn,
-        rx,
-        first,
-        ids: opening.ids,
-        retry: opening.retry,
-        poll_at: opening.poll_after.map(|d| now + d),
-        drain: opening.drain,
-        keep_alive: opening.keep_alive,
-        quiet_since: now,
-        closing: false,
-        finished: false,
-        proof: opening.proof,
-        closed,
-        _guard: guard,
-        _open: crate::metrics::SseOpen::new(),
-    };
-    let body = futures_util::stream::unfold(state, |mut st| async move {
-        let chunk = st.next().await?;
-        Some((Ok::<_, Infallible>(chunk), st))
-    });
-    sse_headers(axum::body::Body::from_stream(body).into_response())
-}
-
-/// Tells a proxy in front (nginx) not to buffer the stream. A constant, so the name is
-/// checked at compile time, not on every response.
-const ACCEL_BUFFERING: HeaderName = HeaderName::from_static("x-accel-buffering");
-
-fn sse_headers(mut response: Response) -> Response {
-    let headers = response.headers_mut();
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/event-stream"),
-    );
-    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    headers.insert(ACCEL_BUFFERING, HeaderValue::from_static("no"));
-    response
-}
-
-/// One SSE event. Data lines split at any line break, so no payload can end the event early
-/// (a JSON-RPC message from a plugin is one line, and is copied as it is).
-fn encode(id: Option<EventId>, retry: Option<Duration>, data: Option<&[u8]>) -> Bytes {
-    let mut out = Vec::with_capacity(data.map_or(0, <[u8]>::len) + 64);
-    if let Some(id) = id {
-        out.extend_from_slice(b"id: ");
-        id.write_to(&mut out);
-        out.push(b'\n');
-    }
-    if let Some(r) = retry {
-        out.extend_from_slice(b"retry: ");
-        out.extend_from_slice(itoa::Buffer::new().format(r.as_millis()).as_bytes());
-        out.push(b'\n');
-    }
-    if let Some(mut data) = data {
-        loop {
-            let end = memchr::memchr2(b'\n', b'\r', data);
-            out.extend_from_slice(b"data: ");
-            out.extend_from_slice(&data[..end.unwrap_or(data.len())]);
-            out.push(b'\n');
-            match end {
-                Some(end) => data = &data[end + 1..],
-                None => break,
-            }
-        }
-    }
-    out.push(b'\n');
-    Bytes::from(out)
-}
-
-/// One connection's body.
-struct Body {
-    stream: Arc<Stream>,
-    conn: u64,
-    rx: Live,
-    /// Priming and replayed events, sent before the live ones.
-    first: VecDeque<(Option<u64>, Bytes)>,
-    ids: bool,
-    retry: Option<Duration>,
-    poll_at: Option<tokio::time::Instant>,
-    drain: Option<CancellationToken>,
-    keep_alive: Duration,
-    /// When the connection last carried anything: a keep-alive comment follows a quiet spell.
-    quiet_since: tokio::time::Instant,
-    /// A polling close was announced: end at the next poll.
-    closing: bool,
-    finished: bool,
-    proof: Option<Arc<ReadProof>>,
-    closed: CancellationToken,
-    _guard: StreamGuard,
-    /// Counted in the open-streams gauge while the response streams.
-    _open: crate::metrics::SseOpen,
-}
-
-impl Body {
-    async fn next(&mut self) -> Option<Bytes> {
-        if self.closing {
-            return None;
-        }
-        if let Some((seq, chunk)) = self.first.pop_front() {
-            if let Some(seq) = seq {
-                self.stream.delivered(seq);
-            }
-            return Some(chunk);
-        }
-        let poll = async {
-            match self.poll_at {
-                Some(at) => tokio::time::sleep_until(at).await,
-                None => std::future::pending().await,
-            }
-        };
-        let drain = async {
-            match &self.drain {
-                Some(token) => token.cancelled().await,
-                None => std::future::pending().await,
-            }
-        };
-        let chunk = tokio::select! {
-            biased;
-            frame = self.rx.recv() => match frame {
-                Some(Frame::Event { seq, data }) => {
-                    self.stream.delivered(seq);
-                    let id = self.ids.then(|| self.stream.event_id(seq));
-                    encode(id, None, Some(&data))
-                }
-                Some(Frame::End) => {
-                    self.finished = true;
-                    return None;
-                }
-                // Another connection took over, or the stream was released.
-                None => return None,
-            },
-            () = self.closed.cancelled() => return None,
-            () = drain => {
-                // The gateway is stopping: the client is to come back (elsewhere) with
-                // Last-Event-ID after `retry`.
-                self.closing = true;
-                encode(None, Some(self.retry.unwrap_or(Duration::from_secs(1))), None)
-            }
-            () = poll => {
-                // Polling: the connection ends, the stream goes on; the client reconnects
-                // with Last-Event-ID after `retry`.
-                self.closing = true;
-                encode(None, Some(self.retry.unwrap_or(Duration::from_secs(1))), None)
-            }
-            () = tokio::time::sleep_until(self.quiet_since + self.keep_alive) => Bytes::from_static(b":\n\n"),
-        };
-        self.quiet_since = tokio::time::Instant::now();
-        Some(chunk)
-    }
-}
-
-impl Drop for Body {
-    fn drop(&mut self) {
-        self.stream
-            .detach_with_proof(self.conn, self.finished, self.proof.as_deref());
-    }
-}
-
-/// Collects the responses of a JSON-mode POST: until its stream ends or `closed` fires (the
-/// session or the gateway ends).
-pub async fn collect_responses(attached: Attached, closed: &CancellationToken) -> Vec<Bytes> {
-    let AttachedParts {
-        stream,
-        conn,
-        mut rx,
-        ..
-    } = attached.take();
-    let mut out = Vec::new();
-    let mut finished = false;
-    loop {
-        let frame = tokio::select! {
-            frame = rx.recv() => frame,
-            () = closed.cancelled() => None,
-        };
-        match frame {
-            Some(Frame::Event { data, .. }) => out.push(data),
-            Some(Frame::End) => {
-                finished = true;
-                break;
-            }
-            None => break,
-        }
-    }
-    stream.detach(conn, finished);
-    out
-}
-
 #[cfg(test)]
 mod tests {
+    use super::connection::LIVE_QUEUE;
     use super::*;
-
-    #[test]
-    fn encoding() {
-        let id = EventId {
-            tag: 1,
-            stream: 2,
-            seq: 0,
-            prime: None,
-        };
-        assert_eq!(
-            &encode(Some(id), Some(Duration::from_millis(1500)), Some(b""))[..],
-            b"id: 00000001-2-0\nretry: 1500\ndata: \n\n"
-        );
-        assert_eq!(
-            &encode(None, None, Some(b"{\"a\":\r1}\nx"))[..],
-            b"data: {\"a\":\ndata: 1}\ndata: x\n\n"
-        );
-        let primed = EventId {
-            tag: 0x9f3a_12c0,
-            stream: 3,
-            seq: u64::MAX,
-            prime: Some(20),
-        };
-        assert_eq!(
-            &encode(Some(primed), None, Some(b"x\r\n"))[..],
-            format!("id: {primed}\ndata: x\ndata: \ndata: \n\n").as_bytes()
-        );
-        assert_eq!(primed.to_string(), "9f3a12c0-3-18446744073709551615-p20");
-        assert_eq!(
-            &encode(None, Some(Duration::from_secs(1)), None)[..],
-            b"retry: 1000\n\n"
-        );
-    }
 
     fn stream(owed: Option<usize>, buffered: bool) -> (Arc<Stream>, Arc<MemoryEventStore>) {
         let store = Arc::new(MemoryEventStore::new(ReplayLimits::default()));

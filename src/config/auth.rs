@@ -1,0 +1,392 @@
+//! The `[auth]` section: how `/mcp` is authorized, the built-in authorization server's
+//! users, provisioned clients, lifetimes and rate limits, merged over the flags and checked
+//! against the listen address. Plain data: the `auth` module does the authorizing.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use clap::ValueEnum;
+use serde::{Deserialize, Serialize};
+
+use super::file::AuthSection;
+use super::{Cli, ConfigError, invalid};
+
+/// How `/mcp` is authorized.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AuthMode {
+    /// No authorization (loopback quick start).
+    #[default]
+    None,
+    /// The gateway is resource server and authorization server.
+    Builtin,
+}
+
+/// A user who can sign in at the built-in authorization server.
+#[derive(Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UserConfig {
+    pub name: String,
+    /// An argon2 PHC string (`mcp-gateway hash-password` makes one).
+    pub password_hash: String,
+}
+
+impl std::fmt::Debug for UserConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "UserConfig({})", self.name)
+    }
+}
+
+/// A confidential client the operator provisions (`[[auth.clients]]`): the only kind that may
+/// use the `client_credentials` grant. Self-registered clients (RFC 7591, metadata documents)
+/// never can.
+#[derive(Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClientConfig {
+    pub client_id: String,
+    /// An argon2 PHC string of the client secret (`mcp-gateway hash-password` makes one).
+    pub secret_hash: String,
+    /// The scopes it may be given. [default: `auth.scopes`]
+    pub scopes: Option<Vec<String>>,
+    /// A name for logs.
+    pub name: Option<String>,
+}
+
+impl std::fmt::Debug for ClientConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ClientConfig({})", self.client_id)
+    }
+}
+
+/// OAuth 2.1 settings (`[auth]`).
+#[derive(Debug, Clone)]
+pub struct AuthConfig {
+    pub mode: AuthMode,
+    /// The public URL of `/mcp`.
+    pub public_url: Option<url::Url>,
+    /// Scopes every request to `/mcp` needs.
+    pub scopes: Vec<String>,
+    pub users: Vec<UserConfig>,
+    /// Clients provisioned by the operator (client credentials).
+    pub clients: Vec<ClientConfig>,
+    pub access_ttl: Duration,
+    pub refresh_ttl: Duration,
+    pub code_ttl: Duration,
+    /// Let client ID metadata documents be fetched from private and loopback addresses (and
+    /// over http on loopback): for development only.
+    pub cimd_allow_private: bool,
+    /// Dynamic client registrations accepted per minute from one client address (and 20
+    /// times that from all together, a ceiling on what strangers can store).
+    pub registrations_per_minute: u32,
+    /// Client ID metadata documents fetched per minute for one client address, and for all
+    /// together (cached documents do not count).
+    pub cimd_fetches_per_minute: u32,
+    pub cimd_fetches_per_minute_total: u32,
+    /// Failed sign-ins a user name, and a client address, may have in `signin_lockout`
+    /// before further sign-ins with it (even right ones) are refused until the window ends.
+    pub failed_signins_per_user: u32,
+    pub failed_signins_per_address: u32,
+    pub signin_lockout: Duration,
+}
+
+impl Default for AuthConfig {
+    fn default() -> Self {
+        AuthConfig {
+            mode: AuthMode::None,
+            public_url: None,
+            scopes: vec!["mcp".into()],
+            users: Vec::new(),
+            clients: Vec::new(),
+            access_ttl: Duration::from_secs(600),
+            refresh_ttl: Duration::from_secs(30 * 24 * 3600),
+            code_ttl: Duration::from_secs(60),
+            cimd_allow_private: false,
+            registrations_per_minute: 30,
+            cimd_fetches_per_minute: 20,
+            cimd_fetches_per_minute_total: 200,
+            failed_signins_per_user: 10,
+            failed_signins_per_address: 30,
+            signin_lockout: Duration::from_secs(900),
+        }
+    }
+}
+
+/// The `[auth]` settings over the flags, validated against the listen address.
+pub(super) fn auth_config(
+    cli: &Cli,
+    file: AuthSection,
+    listen: SocketAddr,
+) -> Result<AuthConfig, ConfigError> {
+    let d = AuthConfig::default();
+    let mode = cli.auth_mode.or(file.mode).unwrap_or_default();
+    let allow_unauthenticated =
+        cli.allow_unauthenticated || file.allow_unauthenticated == Some(true);
+    if mode == AuthMode::None && !listen.ip().is_loopback() && !allow_unauthenticated {
+        return Err(invalid(
+            "auth.mode",
+            format!(
+                "listening on {listen}, beyond loopback, without authorization: set auth.mode = \"builtin\" (--auth-mode builtin), or allow it explicitly with auth.allow_unauthenticated = true (--allow-unauthenticated)"
+            ),
+        ));
+    }
+    let public_url = match cli.public_url.clone().or(file.public_url) {
+        None if mode == AuthMode::Builtin => {
+            return Err(invalid(
+                "auth.public_url",
+                "auth.mode = \"builtin\" needs the public URL of /mcp, e.g. https://mcp.example.com/mcp",
+            ));
+        }
+        None => None,
+        Some(u) => {
+            let url = url::Url::parse(&u)
+                .map_err(|e| invalid("auth.public_url", format!("`{u}` is not a URL: {e}")))?;
+            let loopback = match url.host() {
+                Some(url::Host::Domain(d)) => d.eq_ignore_ascii_case("localhost"),
+                Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+                Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+                None => false,
+            };
+            if url.scheme() != "https" && !(url.scheme() == "http" && loopback) {
+                return Err(invalid(
+                    "auth.public_url",
+                    "must be https (plain http only on loopback, for development)",
+                ));
+            }
+            if url.query().is_some() || url.fragment().is_some() || !url.username().is_empty() {
+                return Err(invalid(
+                    "auth.public_url",
+                    "must have no query, fragment or credentials",
+                ));
+            }
+            Some(url)
+        }
+    };
+    let scopes = file.scopes.unwrap_or(d.scopes);
+    if scopes
+        .iter()
+        .any(|s| s.is_empty() || s.contains([' ', '"', '\\']))
+    {
+        return Err(invalid(
+            "auth.scopes",
+            "scopes are non-empty words without spaces or quotes",
+        ));
+    }
+    for u in &file.users {
+        if argon2::PasswordHash::new(&u.password_hash).is_err() {
+            return Err(invalid(
+                format!("auth.users.{}.password_hash", u.name),
+                "not an argon2 hash (make one with `mcp-gateway hash-password`)",
+            ));
+        }
+    }
+    let word = |s: &String| !s.is_empty() && !s.contains([' ', '"', '\\']);
+    let mut client_ids = std::collections::BTreeSet::new();
+    for c in &file.clients {
+        let key = format!("auth.clients.{}", c.client_id);
+        if c.client_id.is_empty()
+            || c.client_id.len() > 128
+            || !c.client_id.bytes().all(|b| b.is_ascii_graphic())
+            || c.client_id.contains(':')
+        {
+            return Err(invalid(
+                "auth.clients.client_id",
+                format!(
+                    "`{}` is not a client id: 1 to 128 printable ASCII characters without spaces or `:`",
+                    c.client_id.escape_debug()
+                ),
+            ));
+        }
+        if !client_ids.insert(c.client_id.as_str()) {
+            return Err(invalid(key, "this client_id is given twice"));
+        }
+        // A client_credentials token's subject is its client id: it must not be a user's.
+        if file.users.iter().any(|u| u.name == c.client_id) {
+            return Err(invalid(
+                key,
+                "a client_id may not be a user's name (its tokens would speak for that user)",
+            ));
+        }
+        if argon2::PasswordHash::new(&c.secret_hash).is_err() {
+            return Err(invalid(
+                format!("{key}.secret_hash"),
+                "not an argon2 hash (make one with `mcp-gateway hash-password`)",
+            ));
+        }
+        if c.scopes.as_ref().is_some_and(|s| !s.iter().all(word)) {
+            return Err(invalid(
+                format!("{key}.scopes"),
+                "scopes are non-empty words without spaces or quotes",
+            ));
+        }
+    }
+    let at_least_one = |v: Option<u32>, default: u32, key: &str| match v {
+        Some(0) => Err(invalid(format!("auth.{key}"), "must be at least 1")),
+        Some(n) => Ok(n),
+        None => Ok(default),
+    };
+    let secs = |v: Option<u64>, default: Duration, key: &str| match v {
+        Some(0) => Err(invalid(format!("auth.{key}"), "must be at least 1")),
+        Some(n) => Ok(Duration::from_secs(n)),
+        None => Ok(default),
+    };
+    Ok(AuthConfig {
+        mode,
+        public_url,
+        scopes,
+        users: file.users,
+        clients: file.clients,
+        access_ttl: secs(
+            file.access_token_ttl_secs,
+            d.access_ttl,
+            "access_token_ttl_secs",
+        )?,
+        refresh_ttl: secs(
+            file.refresh_token_ttl_secs,
+            d.refresh_ttl,
+            "refresh_token_ttl_secs",
+        )?,
+        code_ttl: secs(file.code_ttl_secs, d.code_ttl, "code_ttl_secs")?,
+        cimd_allow_private: file.cimd_allow_private.unwrap_or(false),
+        registrations_per_minute: at_least_one(
+            file.registrations_per_minute,
+            d.registrations_per_minute,
+            "registrations_per_minute",
+        )?,
+        cimd_fetches_per_minute: at_least_one(
+            file.cimd_fetches_per_minute,
+            d.cimd_fetches_per_minute,
+            "cimd_fetches_per_minute",
+        )?,
+        cimd_fetches_per_minute_total: at_least_one(
+            file.cimd_fetches_per_minute_total,
+            d.cimd_fetches_per_minute_total,
+            "cimd_fetches_per_minute_total",
+        )?,
+        failed_signins_per_user: at_least_one(
+            file.failed_signins_per_user,
+            d.failed_signins_per_user,
+            "failed_signins_per_user",
+        )?,
+        failed_signins_per_address: at_least_one(
+            file.failed_signins_per_address,
+            d.failed_signins_per_address,
+            "failed_signins_per_address",
+        )?,
+        signin_lockout: secs(
+            file.signin_lockout_secs,
+            d.signin_lockout,
+            "signin_lockout_secs",
+        )?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::tests::cli;
+    use crate::config::{Config, FileConfig};
+
+    #[test]
+    fn authorization_settings_are_checked() {
+        let beyond = ["--listen", "0.0.0.0:8080", "--allowed-hosts", "h"];
+        let e = Config::load(&cli(&[&beyond[..], &["--", "x"]].concat())).unwrap_err();
+        assert!(e.to_string().contains("auth.mode"), "{e}");
+        let e = Config::load(&cli(
+            &[&beyond[..], &["--auth-mode", "builtin", "--", "x"]].concat()
+        ))
+        .unwrap_err();
+        assert!(e.to_string().contains("auth.public_url"), "{e}");
+        let e = Config::load(&cli(&[
+            &beyond[..],
+            &[
+                "--auth-mode",
+                "builtin",
+                "--public-url",
+                "http://h/mcp",
+                "--",
+                "x",
+            ],
+        ]
+        .concat()))
+        .unwrap_err();
+        assert!(e.to_string().contains("https"), "{e}");
+        let c = Config::load(&cli(&[
+            &beyond[..],
+            &[
+                "--auth-mode",
+                "builtin",
+                "--public-url",
+                "https://h/mcp",
+                "--",
+                "x",
+            ],
+        ]
+        .concat()))
+        .unwrap();
+        assert_eq!(c.auth.mode, AuthMode::Builtin);
+        assert_eq!(c.auth.scopes, ["mcp"]);
+        let file = FileConfig::parse(
+            "[auth]\nmode = \"builtin\"\npublic_url = \"http://127.0.0.1:1/mcp\"\n\
+             [[auth.users]]\nname = \"a\"\npassword_hash = \"plain\"\n\
+             [plugins.p]\ncommand = \"x\"\n",
+        )
+        .unwrap();
+        let e = Config::merge(&cli(&[]), file).unwrap_err();
+        assert!(e.to_string().contains("auth.users.a.password_hash"), "{e}");
+    }
+
+    #[test]
+    fn provisioned_clients_are_checked() {
+        let hash = "$argon2id$v=19$m=19456,t=2,p=1$TjWAhc8wjdae+vBP5NQT9g$iTI0JoWUp/tLsdNm2l75KZd1QY/kLNiZ5XM6eYAZjYs";
+        let load = |clients: &str| {
+            let file = FileConfig::parse(&format!(
+                "[auth]\nmode = \"builtin\"\npublic_url = \"http://127.0.0.1:1/mcp\"\n\
+                 [[auth.users]]\nname = \"alice\"\npassword_hash = \"{hash}\"\n{clients}\
+                 [plugins.p]\ncommand = \"x\"\n"
+            ))
+            .unwrap();
+            Config::merge(&cli(&[]), file)
+        };
+        let c = load(&format!(
+            "[[auth.clients]]\nclient_id = \"robot\"\nsecret_hash = \"{hash}\"\nscopes = [\"mcp\"]\n"
+        ))
+        .unwrap();
+        assert_eq!(c.auth.clients[0].client_id, "robot");
+        assert!(
+            !format!("{:?}", c.auth).contains("argon2"),
+            "no hash in Debug"
+        );
+        for (clients, says) in [
+            (
+                "[[auth.clients]]\nclient_id = \"robot\"\nsecret_hash = \"plain\"\n".to_owned(),
+                "auth.clients.robot.secret_hash",
+            ),
+            (
+                format!("[[auth.clients]]\nclient_id = \"alice\"\nsecret_hash = \"{hash}\"\n"),
+                "user's name",
+            ),
+            (
+                format!(
+                    "[[auth.clients]]\nclient_id = \"https://x/c\"\nsecret_hash = \"{hash}\"\n"
+                ),
+                "not a client id",
+            ),
+            (
+                format!(
+                    "[[auth.clients]]\nclient_id = \"r\"\nsecret_hash = \"{hash}\"\n\
+                     [[auth.clients]]\nclient_id = \"r\"\nsecret_hash = \"{hash}\"\n"
+                ),
+                "given twice",
+            ),
+            (
+                format!(
+                    "[[auth.clients]]\nclient_id = \"r\"\nsecret_hash = \"{hash}\"\nscopes = [\"a b\"]\n"
+                ),
+                "auth.clients.r.scopes",
+            ),
+        ] {
+            let e = load(&clients).unwrap_err();
+            assert!(e.to_string().contains(says), "{says}: {e}");
+        }
+    }
+}

@@ -1,0 +1,421 @@
+//! Plugins: the validated [`PluginConfig`], its wire form [`PluginSpec`] (a TOML
+//! `[plugins.NAME]` table, an admin API body, a stored row), the checks every definition
+//! passes, and `${NAME}` expansion of a plugin's environment. Nothing here starts a process.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::ValueEnum;
+use serde::{Deserialize, Serialize};
+
+use super::{Cli, ConfigError, invalid};
+
+/// How a plugin's answers go to the client (`response_mode`, `--response-mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ResponseMode {
+    /// An SSE stream: progress, logs and requests related to the call, then the result.
+    Sse,
+    /// One JSON body with the result; anything the plugin sends meanwhile goes to the GET
+    /// stream.
+    Json,
+}
+
+/// One stdio MCP server behind the gateway.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PluginConfig {
+    pub name: String,
+    pub command: String,
+    pub args: Vec<String>,
+    pub env: BTreeMap<String, String>,
+    pub cwd: Option<PathBuf>,
+    /// Prefix of its tool and prompt names; `None` means the plugin's name, and no prefix at
+    /// all when it is the only plugin.
+    pub prefix: Option<String>,
+    pub response_mode: ResponseMode,
+    /// How long starting and initializing the child may take.
+    pub startup_timeout: Duration,
+    /// How long the child gets to exit after its stdin closes, and again after SIGTERM.
+    pub shutdown_grace: Duration,
+    /// How long a client's request may take; then it gets an error and the plugin is sent
+    /// `notifications/cancelled`.
+    pub request_timeout: Duration,
+    /// Tools shown and callable: only these, when given.
+    pub tools_allow: Option<Vec<String>>,
+    /// Tools hidden and refused.
+    pub tools_deny: Vec<String>,
+    /// Most processes of this plugin at once (all sessions).
+    pub max_children: Option<usize>,
+    /// A session's instance unused this long is stopped (started again on next use).
+    pub idle_timeout: Option<Duration>,
+    /// How the plugin's processes serve sessions.
+    pub process_model: ProcessModel,
+    /// `shared`: how many processes share the load.
+    pub pool_size: usize,
+    /// `per_session`: instances kept started and initialized ahead of demand.
+    pub warm: usize,
+    /// A scope a token needs to see and call this plugin's tools (with `auth.mode`).
+    pub scope: Option<String>,
+    /// The kernel scheduling policy of the plugin's processes.
+    pub scheduling: Scheduling,
+}
+
+/// How the kernel schedules a plugin's processes (Linux; elsewhere it has no effect).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Scheduling {
+    /// `SCHED_BATCH`: the same share of the CPU, but a plugin woken by a request does not
+    /// preempt the thread that woke it. The gateway's threads finish what they are doing
+    /// (answering clients, writing to other plugins) before the plugin runs, instead of
+    /// switching to it at every message.
+    #[default]
+    Batch,
+    /// The kernel's default policy (`SCHED_OTHER`).
+    Normal,
+}
+
+/// How a plugin's processes serve sessions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProcessModel {
+    /// One process per session, started on the session's first use (isolation).
+    #[default]
+    PerSession,
+    /// One process (or a pool) for all sessions: for servers safe to share.
+    Shared,
+}
+
+impl PluginConfig {
+    /// A plugin with the defaults, for quick mode and tests.
+    pub fn new(name: impl Into<String>, command: impl Into<String>, args: Vec<String>) -> Self {
+        PluginConfig {
+            name: name.into(),
+            command: command.into(),
+            args,
+            env: BTreeMap::new(),
+            cwd: None,
+            prefix: None,
+            response_mode: ResponseMode::Sse,
+            startup_timeout: Duration::from_secs(60),
+            shutdown_grace: Duration::from_secs(2),
+            request_timeout: Duration::from_secs(300),
+            tools_allow: None,
+            tools_deny: Vec::new(),
+            max_children: None,
+            idle_timeout: None,
+            process_model: ProcessModel::PerSession,
+            pool_size: 1,
+            warm: 0,
+            scope: None,
+            scheduling: Scheduling::Batch,
+        }
+    }
+
+    /// Whether the tool filters let `tool` through.
+    pub fn allows_tool(&self, tool: &str) -> bool {
+        self.tools_allow
+            .as_ref()
+            .is_none_or(|a| a.iter().any(|t| t == tool))
+            && !self.tools_deny.iter().any(|t| t == tool)
+    }
+
+    /// Whether any tool filter is set.
+    pub fn filters_tools(&self) -> bool {
+        self.tools_allow.is_some() || !self.tools_deny.is_empty()
+    }
+
+    /// The command line as one string, for logs.
+    pub fn command_line(&self) -> String {
+        std::iter::once(self.command.as_str())
+            .chain(self.args.iter().map(String::as_str))
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+}
+
+/// A plugin's definition as written in TOML (`[plugins.NAME]`), sent to the admin API, and
+/// stored: everything but the name.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PluginSpec {
+    pub command: String,
+    #[serde(default)]
+    pub args: Vec<String>,
+    /// Values may reference the gateway's environment (`${GITHUB_TOKEN}`).
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<PathBuf>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefix: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub response_mode: Option<ResponseMode>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub startup_timeout_secs: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shutdown_grace_secs: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_timeout_secs: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tools_allow: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tools_deny: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_children: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_timeout_secs: Option<u64>,
+    #[serde(default)]
+    pub process_model: ProcessModel,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pool_size: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warm: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scope: Option<String>,
+    #[serde(default)]
+    pub scheduling: Scheduling,
+    /// Only meaningful in a config file (the API has enable/disable).
+    #[serde(default = "yes", skip_serializing)]
+    pub enabled: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl PluginSpec {
+    pub fn into_config(self, name: String) -> PluginConfig {
+        let mut c = PluginConfig::new(name, self.command, self.args);
+        c.env = self.env;
+        c.cwd = self.cwd;
+        c.prefix = self.prefix;
+        if let Some(m) = self.response_mode {
+            c.response_mode = m;
+        }
+        if let Some(s) = self.startup_timeout_secs {
+            c.startup_timeout = Duration::from_secs(s);
+        }
+        if let Some(s) = self.shutdown_grace_secs {
+            c.shutdown_grace = Duration::from_secs(s);
+        }
+        if let Some(s) = self.request_timeout_secs {
+            c.request_timeout = Duration::from_secs(s);
+        }
+        c.tools_allow = self.tools_allow;
+        c.tools_deny = self.tools_deny;
+        c.max_children = self.max_children;
+        c.idle_timeout = self.idle_timeout_secs.map(Duration::from_secs);
+        c.process_model = self.process_model;
+        c.pool_size = self.pool_size.unwrap_or(1);
+        c.warm = self.warm.unwrap_or(0);
+        c.scope = self.scope;
+        c.scheduling = self.scheduling;
+        c
+    }
+
+    pub fn from_config(c: &PluginConfig) -> PluginSpec {
+        PluginSpec {
+            command: c.command.clone(),
+            args: c.args.clone(),
+            env: c.env.clone(),
+            cwd: c.cwd.clone(),
+            prefix: c.prefix.clone(),
+            response_mode: Some(c.response_mode),
+            startup_timeout_secs: Some(c.startup_timeout.as_secs()),
+            shutdown_grace_secs: Some(c.shutdown_grace.as_secs()),
+            request_timeout_secs: Some(c.request_timeout.as_secs()),
+            tools_allow: c.tools_allow.clone(),
+            tools_deny: c.tools_deny.clone(),
+            max_children: c.max_children,
+            idle_timeout_secs: c.idle_timeout.map(|d| d.as_secs()),
+            process_model: c.process_model,
+            pool_size: Some(c.pool_size),
+            warm: Some(c.warm),
+            scope: c.scope.clone(),
+            scheduling: c.scheduling,
+            enabled: true,
+        }
+    }
+}
+
+/// The gateway's own environment variables that hold a secret: a plugin may not name them
+/// in its `env`, and does not inherit them.
+pub const SECRET_ENV_VARS: &[&str] = &["MCP_GATEWAY_ADMIN_TOKEN", "MCP_GATEWAY_DATABASE_URL"];
+
+/// Replaces each `${NAME}` in `value` with the gateway's environment variable NAME. Secrets
+/// stay out of config files and the database this way.
+pub fn expand_env(value: &str, lookup: impl Fn(&str) -> Option<String>) -> Result<String, String> {
+    let mut out = String::with_capacity(value.len());
+    let mut rest = value;
+    while let Some(start) = rest.find("${") {
+        out.push_str(&rest[..start]);
+        let after = &rest[start + 2..];
+        let end = after
+            .find('}')
+            .ok_or_else(|| format!("`{value}` has an unclosed `${{`"))?;
+        let name = &after[..end];
+        if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+            return Err(format!("`${{{name}}}` is not a variable name"));
+        }
+        out.push_str(
+            &lookup(name)
+                .ok_or_else(|| format!("`${{{name}}}` is not set in the gateway's environment"))?,
+        );
+        rest = &after[end + 1..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+/// Checks one plugin's definition (name, command, prefix, env).
+pub fn validate_plugin(p: &PluginConfig, separator: &str) -> Result<(), ConfigError> {
+    let key = |k: &str| format!("plugins.{}.{k}", p.name);
+    if p.name.is_empty()
+        || !p
+            .name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+    {
+        return Err(invalid(
+            format!("plugins.{}", p.name),
+            "a plugin name is letters, digits, '-' and '_'",
+        ));
+    }
+    if p.command.trim().is_empty() {
+        return Err(invalid(key("command"), "must not be empty"));
+    }
+    if p.pool_size == 0 {
+        return Err(invalid(key("pool_size"), "must be at least 1"));
+    }
+    if p.process_model == ProcessModel::Shared && p.warm > 0 {
+        return Err(invalid(
+            key("warm"),
+            "a warm pool is for per_session plugins; a shared one is started once",
+        ));
+    }
+    if p.prefix.as_deref().is_some_and(|x| x.trim().is_empty()) {
+        return Err(invalid(
+            key("prefix"),
+            "must not be empty (names would start with the separator); leave it out to use the plugin's name",
+        ));
+    }
+    for (var, value) in &p.env {
+        let named = std::cell::RefCell::new(None);
+        let _ = expand_env(value, |n| {
+            if SECRET_ENV_VARS.contains(&n) {
+                named.borrow_mut().get_or_insert_with(|| n.to_owned());
+            }
+            Some(String::new())
+        });
+        if let Some(secret) = named.into_inner() {
+            return Err(invalid(
+                key(&format!("env.{var}")),
+                format!(
+                    "refers to `${{{secret}}}`, a secret of the gateway's own; a plugin may not be given it"
+                ),
+            ));
+        }
+    }
+    let prefix = p.prefix.as_deref().unwrap_or(&p.name);
+    if prefix.contains(separator) {
+        return Err(invalid(
+            key("prefix"),
+            format!(
+                "`{prefix}` contains the separator `{separator}`, so names could not be split back"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The plugins section: the file's plugins and the quick-mode one, each checked, their
+/// prefixes distinct.
+pub(super) fn plugins(
+    cli: &Cli,
+    mut plugins: Vec<PluginConfig>,
+    separator: &str,
+) -> Result<Vec<PluginConfig>, ConfigError> {
+    if let Some((command, args)) = cli.command_line.split_first() {
+        let name = cli.plugin_name.clone().unwrap_or_else(|| "stdio".into());
+        if plugins.iter().any(|p| p.name == name) {
+            return Err(invalid(
+                "plugin_name",
+                format!(
+                    "the quick-mode plugin's name `{name}` is taken by the config file; pick another with --plugin-name"
+                ),
+            ));
+        }
+        let mut p = PluginConfig::new(name, command.clone(), args.to_vec());
+        if let Some(mode) = cli.response_mode {
+            p.response_mode = mode;
+        }
+        plugins.push(p);
+    }
+    if plugins.is_empty() {
+        return Err(ConfigError::NoPlugins);
+    }
+    for p in &plugins {
+        validate_plugin(p, separator)?;
+    }
+    let mut prefixes = std::collections::HashMap::new();
+    for p in &plugins {
+        let prefix = p.prefix.as_deref().unwrap_or(&p.name);
+        if let Some(other) = prefixes.insert(prefix, &p.name) {
+            return Err(invalid(
+                format!("plugins.{}.prefix", p.name),
+                format!(
+                    "`{prefix}` is also the prefix of plugin `{other}`; each plugin needs its own"
+                ),
+            ));
+        }
+    }
+    Ok(plugins)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::tests::cli;
+    use crate::config::{Config, FileConfig};
+
+    #[test]
+    fn prefixes_must_differ() {
+        let mut b = PluginConfig::new("b", "y", vec![]);
+        b.prefix = Some("a".into());
+        let file = FileConfig {
+            plugins: vec![PluginConfig::new("a", "x", vec![]), b],
+            ..FileConfig::default()
+        };
+        let e = Config::merge(&cli(&[]), file).unwrap_err();
+        assert!(e.to_string().contains("plugins.b.prefix"), "{e}");
+    }
+
+    #[test]
+    fn tool_filters() {
+        let mut p = PluginConfig::new("a", "x", vec![]);
+        assert!(p.allows_tool("any") && !p.filters_tools());
+        p.tools_deny = vec!["rm".into()];
+        assert!(!p.allows_tool("rm") && p.allows_tool("ls"));
+        p.tools_allow = Some(vec!["ls".into(), "rm".into()]);
+        assert!(p.allows_tool("ls") && !p.allows_tool("rm") && !p.allows_tool("cat"));
+    }
+
+    #[test]
+    fn env_references_expand() {
+        let lookup = |n: &str| (n == "TOKEN").then(|| "s3cret".to_owned());
+        assert_eq!(expand_env("${TOKEN}", lookup).unwrap(), "s3cret");
+        assert_eq!(
+            expand_env("Bearer ${TOKEN}!", lookup).unwrap(),
+            "Bearer s3cret!"
+        );
+        assert_eq!(expand_env("plain", lookup).unwrap(), "plain");
+        assert!(
+            expand_env("${MISSING}", lookup)
+                .unwrap_err()
+                .contains("MISSING")
+        );
+        assert!(expand_env("${TOKEN", lookup).is_err());
+        assert!(expand_env("${A-B}", lookup).is_err());
+    }
+}

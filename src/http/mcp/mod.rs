@@ -1,0 +1,197 @@
+//! `/mcp`: the Streamable HTTP transport, legacy era (2025-03-26 .. 2025-11-25).
+//!
+//! POST carries JSON-RPC: `initialize` opens a session; in a session, responses and
+//! notifications get 202, requests get one JSON body or an SSE stream that ends after the last
+//! response. GET opens the session's stream for server-initiated messages; DELETE ends the
+//! session. Which era a POST belongs to is decided by [`crate::protocol::era`] alone.
+//!
+//! - [`post`]: a POST's body, era, messages, batching and the shape of its answer.
+//! - [`initialize`]: a new session.
+//! - [`get`]: the GET stream and resumption by `Last-Event-ID`.
+//! - [`step_up`]: which plugins a token's scopes reach.
+//!
+//! This file holds the three handlers, DELETE, and what they share: the session header, the
+//! version header, the token, and how a stream's connection opens.
+
+mod get;
+mod initialize;
+mod post;
+mod step_up;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, Uri, header};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+
+use super::Edge;
+use super::error::HttpError;
+use super::serve::ConnectionContext;
+use super::trace::{self, TraceContext};
+use crate::auth::Principal;
+use crate::protocol;
+use crate::session::Session;
+use crate::stream::{Cut, EventId, Opening, ReadProof};
+use get::handle_get;
+use post::handle_post;
+
+// Names, not strings: a lookup by `&str` parses and lowercases the name on every request.
+const SESSION_HEADER: HeaderName = HeaderName::from_static("mcp-session-id");
+const VERSION_HEADER: HeaderName = HeaderName::from_static("mcp-protocol-version");
+const LAST_EVENT_ID: HeaderName = HeaderName::from_static("last-event-id");
+
+/// What the listener tells a request about its connection ([`ConnectionContext`]).
+struct Conn {
+    proof: Option<Arc<ReadProof>>,
+    cut: Option<Cut>,
+    /// The peer's address (a proxy's, when one is in front).
+    peer: Option<SocketAddr>,
+}
+
+impl Conn {
+    fn take(parts: &mut axum::http::request::Parts) -> Conn {
+        match parts.extensions.remove::<Arc<ConnectionContext>>() {
+            Some(c) => Conn {
+                proof: c.proof_for(parts.version),
+                cut: Some(c.cut.clone()),
+                peer: Some(c.peer),
+            },
+            None => Conn {
+                proof: None,
+                cut: None,
+                peer: None,
+            },
+        }
+    }
+}
+
+// The handlers take the whole request: axum's `HeaderMap` and `Uri` extractors clone them.
+
+pub async fn post(State(gw): State<Arc<Edge>>, request: Request) -> Response {
+    let (mut parts, body) = request.into_parts();
+    let trace = TraceContext::from_headers(&parts.headers);
+    let conn = Conn::take(&mut parts);
+    // Boxed: the handler's future is moved several times on its way through axum and hyper,
+    // and this one, holding every state of a POST, is kilobytes.
+    Box::pin(handle_post(
+        &gw,
+        &parts.uri,
+        &parts.headers,
+        body,
+        trace,
+        conn,
+    ))
+    .await
+    .unwrap_or_else(IntoResponse::into_response)
+}
+
+pub async fn get(State(gw): State<Arc<Edge>>, request: Request) -> Response {
+    let (mut parts, _) = request.into_parts();
+    let conn = Conn::take(&mut parts);
+    handle_get(&gw, &parts.uri, &parts.headers, conn)
+        .await
+        .unwrap_or_else(IntoResponse::into_response)
+}
+
+pub async fn delete(State(gw): State<Arc<Edge>>, request: Request) -> Response {
+    let (parts, _) = request.into_parts();
+    handle_delete(&gw, &parts.uri, &parts.headers).unwrap_or_else(IntoResponse::into_response)
+}
+
+/// The request's token, checked (with authorization on): who it speaks for.
+fn authorize(gw: &Edge, headers: &HeaderMap, uri: &Uri) -> Result<Option<Principal>, HttpError> {
+    gw.auth.authenticate(headers, uri).map_err(|e| {
+        let c = gw.auth.challenge(&e);
+        HttpError::Auth(e, c)
+    })
+}
+
+/// A session, if it exists and belongs to the request's subject: another subject's session
+/// is as unknown to it as one that never existed.
+fn owned_session(
+    gw: &Edge,
+    id: &str,
+    principal: Option<&Principal>,
+) -> Result<Arc<Session>, HttpError> {
+    let session = gw.sessions.get(id).ok_or(HttpError::SessionNotFound)?;
+    trace::record_session(&session.id);
+    if session.owner.as_deref() != principal.map(|p| p.subject.as_str()) {
+        tracing::warn!(session = %session.id, "a session was used with another subject's token");
+        return Err(HttpError::SessionNotFound);
+    }
+    Ok(session)
+}
+
+/// How a new connection of this session starts: priming and `retry:` for clients at
+/// 2025-11-25 or later, event ids when resumable, polling when configured.
+fn opening(session: &Session, priming: Option<EventId>, hold: bool) -> Opening {
+    let settings = &session.stream_settings;
+    let current = protocol::primes_streams(session.version);
+    Opening {
+        priming: priming.filter(|_| current && settings.resumable),
+        retry: current.then_some(settings.retry),
+        ids: settings.resumable,
+        poll_after: settings
+            .poll_after
+            .filter(|_| current && settings.resumable),
+        keep_alive: settings.keep_alive,
+        hold: if hold { settings.hold } else { Duration::ZERO },
+        drain: None,
+        proof: None,
+    }
+}
+
+fn handle_delete(gw: &Edge, uri: &Uri, headers: &HeaderMap) -> Result<Response, HttpError> {
+    gw.guard.check(headers, uri)?;
+    let principal = authorize(gw, headers, uri)?;
+    let session = require_session(gw, headers, principal.as_ref())?;
+    check_version(headers, &session)?;
+    gw.sessions
+        .end(&session.id)
+        .ok_or(HttpError::SessionNotFound)?;
+    Ok(StatusCode::OK.into_response())
+}
+
+fn session_header(headers: &HeaderMap) -> Result<Option<&str>, HttpError> {
+    match headers.get(&SESSION_HEADER) {
+        None => Ok(None),
+        // A value with bytes outside visible ASCII cannot name any session.
+        Some(v) => v.to_str().map(Some).map_err(|_| HttpError::SessionNotFound),
+    }
+}
+
+fn require_session(
+    gw: &Edge,
+    headers: &HeaderMap,
+    principal: Option<&Principal>,
+) -> Result<Arc<Session>, HttpError> {
+    let id = session_header(headers)?
+        .ok_or_else(|| HttpError::MissingSession(protocol::supported_list()))?;
+    owned_session(gw, id, principal)
+}
+
+/// `MCP-Protocol-Version`, when sent, must be a supported version and the session's. The
+/// transport's fallback version (2025-03-26, what a server assumes for a request without the
+/// header) is accepted on any session: the official conformance suite sends it on sessions it
+/// negotiated at 2025-11-25.
+fn check_version(headers: &HeaderMap, session: &Session) -> Result<(), HttpError> {
+    let Some(v) = headers.get(&VERSION_HEADER) else {
+        return Ok(());
+    };
+    let v = v.to_str().map_err(|_| {
+        HttpError::BadProtocolVersion("MCP-Protocol-Version is not valid text".into())
+    })?;
+    protocol::check_version_header(v, session.version).map_err(HttpError::BadProtocolVersion)
+}
+
+fn json_response(status: StatusCode, body: Bytes) -> Response {
+    let mut response = (status, body).into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
+}

@@ -1,0 +1,198 @@
+//! The gateway's lifetime: take both ports, assemble the [`Gateway`], serve the public and
+//! admin listeners until told to stop, drain within a grace period, then end every session and
+//! wait for every plugin to be gone.
+//!
+//! [`run`] is the whole of it for the binary. Tests that need no child process call
+//! [`Server::bind`] on a `127.0.0.1:0` listener, read the two addresses, and then
+//! [`Server::serve`] with a shutdown future of their own. This is the top of the house: it
+//! imports the edges ([`crate::http`], [`crate::admin`]) and the state below them, and nothing
+//! imports it.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+
+use crate::config::{Config, ConnectionLimits};
+use crate::gateway::{Gateway, Reloader, StartError};
+use crate::http;
+
+/// Most connections the admin listener holds at once: probes and scrapes need few, and a
+/// flood of them must not take the descriptors the public listener and the plugins use.
+const ADMIN_MAX_CONNECTIONS: usize = 256;
+
+/// A gateway whose ports are taken and whose state is assembled, not yet serving.
+pub struct Server {
+    gateway: Arc<Gateway>,
+    public: TcpListener,
+    admin: TcpListener,
+    public_addr: SocketAddr,
+    admin_addr: SocketAddr,
+}
+
+/// Serves on `listener` until `shutdown` resolves; see [`Server::serve`].
+pub async fn run(
+    listener: TcpListener,
+    config: Config,
+    reloader: Option<Reloader>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), StartError> {
+    Server::bind(listener, config, reloader)
+        .await?
+        .serve(shutdown)
+        .await
+}
+
+impl Server {
+    /// Takes the admin port from the config (the public one is `listener`), then opens the
+    /// database and the registry. Both ports are taken before the database opens and plugins
+    /// are probed: a port in use fails the start at once.
+    pub async fn bind(
+        listener: TcpListener,
+        config: Config,
+        reloader: Option<Reloader>,
+    ) -> Result<Server, StartError> {
+        let addr = config.admin.listen;
+        let admin = TcpListener::bind(addr)
+            .await
+            .map_err(|source| StartError::AdminListen { addr, source })?;
+        let admin_addr = admin.local_addr()?;
+        let public_addr = listener.local_addr()?;
+        let gateway = Gateway::new(config, reloader).await?;
+        Ok(Server {
+            gateway,
+            public: listener,
+            admin,
+            public_addr,
+            admin_addr,
+        })
+    }
+
+    /// Where `/mcp` is served.
+    pub fn public_addr(&self) -> SocketAddr {
+        self.public_addr
+    }
+
+    /// Where the probes, the metrics and the admin API are served.
+    pub fn admin_addr(&self) -> SocketAddr {
+        self.admin_addr
+    }
+
+    /// The state both listeners serve.
+    pub fn gateway(&self) -> &Arc<Gateway> {
+        &self.gateway
+    }
+
+    /// Serves until `shutdown` resolves, then stops in order: readiness fails and no new
+    /// connection is accepted; GET streams are told to reconnect (`retry:`) and closed;
+    /// requests in flight get up to `shutdown_grace` to finish; whatever is left is closed;
+    /// then every plugin is stopped (stdin close, SIGTERM, SIGKILL) and waited for.
+    pub async fn serve(
+        self,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> Result<(), StartError> {
+        let Server {
+            gateway,
+            public,
+            admin,
+            public_addr,
+            admin_addr,
+        } = self;
+        tokio::spawn(gateway.sessions.clone().reap_idle(gateway.shutdown.clone()));
+        spawn_reload_on_hangup(gateway.clone());
+        if let Some(server) = &gateway.auth.server {
+            tokio::spawn(server.clone().maintain(gateway.shutdown.clone()));
+        }
+        // The admin listener outlives the drain: probes see "not ready" and Prometheus can
+        // scrape until the gateway has stopped.
+        let app = crate::admin::router(gateway.clone());
+        let admin_limits = ConnectionLimits {
+            max_connections: ADMIN_MAX_CONNECTIONS,
+            ..gateway.config.connections.clone()
+        };
+        let admin_server = tokio::spawn(http::serve::serve(
+            admin,
+            app,
+            admin_limits,
+            gateway.shutdown.clone(),
+        ));
+        tracing::info!(
+            "admin listener on http://{admin_addr} (/healthz, /readyz, /metrics{})",
+            if gateway.config.admin.token.is_some() {
+                ", /admin"
+            } else {
+                "; admin API off: no token"
+            }
+        );
+
+        let app = http::router(gateway.clone());
+        let mut server = tokio::spawn(http::serve::serve(
+            public,
+            app,
+            http::serve::within_descriptors(gateway.config.connections.clone()),
+            gateway.draining.clone(),
+        ));
+        gateway.mark_serving();
+        tracing::info!("listening on http://{public_addr}/mcp");
+
+        let mut finished = tokio::select! {
+            () = shutdown => None,
+            served = &mut server => Some(served),
+        };
+        let grace = gateway.config.shutdown_grace;
+        if finished.is_none() {
+            tracing::info!(
+                "shutting down: no new connections, streams told to reconnect, up to {} s for requests in flight",
+                grace.as_secs()
+            );
+            gateway.draining.cancel();
+            match tokio::time::timeout(grace, &mut server).await {
+                Ok(served) => finished = Some(served),
+                Err(_) => {
+                    tracing::warn!(
+                        "the grace period ended with requests still in flight: closing them"
+                    )
+                }
+            }
+        }
+        gateway.draining.cancel();
+        gateway.shutdown.cancel();
+        if finished.is_none() {
+            // Streams end once the shutdown token fires; connections close right after.
+            finished = tokio::time::timeout(Duration::from_secs(2), &mut server)
+                .await
+                .ok();
+            server.abort();
+        }
+        tracing::info!("stopping plugins");
+        gateway.sessions.shutdown().await;
+        // An admin connection that will not close (a hung scraper) does not hold the exit.
+        let _ = tokio::time::timeout(Duration::from_secs(2), admin_server).await;
+        tracing::info!("stopped");
+        match finished {
+            Some(Ok(served)) => Ok(served?),
+            Some(Err(join)) => Err(StartError::Io(std::io::Error::other(join))),
+            None => Ok(()),
+        }
+    }
+}
+
+fn spawn_reload_on_hangup(gateway: Arc<Gateway>) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let Ok(mut hangup) = signal(SignalKind::hangup()) else {
+        return;
+    };
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                _ = hangup.recv() => {
+                    tracing::info!("SIGHUP: reloading the configuration");
+                    let _ = gateway.reload().await;
+                }
+                () = gateway.shutdown.cancelled() => return,
+            }
+        }
+    });
+}

@@ -1,0 +1,318 @@
+//! A connection attached to a stream: where it starts reading ([`Cursor`]), its bounded live
+//! queue, the [`Cut`] that closes a client that stops reading, the [`Attached`] handle that
+//! detaches it when dropped, and the [`StreamGuard`] that counts it for its session. The
+//! attach and detach steps of the [`Stream`] state machine live here.
+//!
+//! Nothing here writes to a socket: `sse` turns an attached connection into a response.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Instant;
+
+use bytes::Bytes;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::{Buffering, EventId, Frame, ReadProof, ReplayError, Stream};
+
+/// Frames a connection may have queued before it counts as too slow and is dropped (the
+/// client then resumes from the store).
+pub(super) const LIVE_QUEUE: usize = 1024;
+
+/// Bytes a connection writing to a socket may have queued, likewise. One event larger than
+/// this still goes out on a connection that has nothing queued.
+pub const LIVE_QUEUE_BYTES: usize = 4 * 1024 * 1024;
+
+/// Closes the HTTP connection a stream goes out on. A client that stops reading leaves its
+/// connection holding what was queued for it for as long as the socket lives; when it falls
+/// [`LIVE_QUEUE`] events or [`LIVE_QUEUE_BYTES`] behind, the stream drops the connection and
+/// fires this, and the listener (`http::serve`), which watches it for each connection, closes
+/// the connection. The client resumes from the store. On HTTP/2 the connection's other
+/// streams end with it, and their clients resume likewise.
+#[derive(Debug, Clone, Default)]
+pub struct Cut(pub(super) CancellationToken);
+
+impl Cut {
+    /// Resolves once the connection is to be closed.
+    pub async fn fired(&self) {
+        self.0.cancelled().await;
+    }
+
+    pub(super) fn fire(&self) {
+        self.0.cancel();
+    }
+}
+
+/// The connection attached now, as its stream sees it: the sending end of its live queue.
+pub(super) struct Conn {
+    /// Which attach this is: a late detach by a replaced connection leaves this one alone.
+    pub(super) id: u64,
+    pub(super) tx: mpsc::Sender<Frame>,
+    /// Bytes of the events in `tx`'s queue.
+    pub(super) queued: Arc<AtomicUsize>,
+    /// Closes the HTTP connection when its client falls behind; `None` where the events are
+    /// not written to a socket.
+    pub(super) cut: Option<Cut>,
+}
+
+/// A connection's end of its live queue: the frames, and the bytes they hold.
+pub(super) struct Live {
+    pub(super) rx: mpsc::Receiver<Frame>,
+    pub(super) queued: Arc<AtomicUsize>,
+}
+
+impl Live {
+    pub(super) async fn recv(&mut self) -> Option<Frame> {
+        let frame = self.rx.recv().await;
+        if let Some(f) = &frame {
+            self.took(f);
+        }
+        frame
+    }
+
+    pub(super) fn try_recv(&mut self) -> Result<Frame, mpsc::error::TryRecvError> {
+        let frame = self.rx.try_recv();
+        if let Ok(f) = &frame {
+            self.took(f);
+        }
+        frame
+    }
+
+    fn took(&self, frame: &Frame) {
+        self.queued.fetch_sub(frame.bytes(), Ordering::AcqRel);
+    }
+}
+
+/// Where a new connection starts reading.
+#[derive(Debug, Clone, Copy)]
+pub enum Cursor {
+    /// From the first event (a new POST stream).
+    Start,
+    /// After what earlier connections were handed (a GET stream opened again); refused while
+    /// another connection listens.
+    Undelivered,
+    /// After this sequence (`Last-Event-ID`).
+    After(u64),
+}
+
+/// Why a connection could not attach.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AttachError {
+    #[error("that stream has ended and its events were released")]
+    Released,
+    #[error("no event {0} was ever sent on that stream")]
+    BeyondEnd(u64),
+    #[error("a connection is already open on that stream")]
+    Busy,
+    #[error(transparent)]
+    Replay(#[from] ReplayError),
+}
+
+/// A connection attached to a stream, with the events to replay before the live ones.
+/// Dropping it detaches the connection.
+pub struct Attached(pub(super) Option<AttachedParts>);
+
+pub(super) struct AttachedParts {
+    pub(super) stream: Arc<Stream>,
+    pub(super) conn: u64,
+    /// The sequence the connection starts after.
+    pub(super) after: u64,
+    pub(super) rx: Live,
+    pub(super) replay: Vec<(u64, Bytes)>,
+}
+
+impl Attached {
+    /// The id a priming event carries: the position this connection starts after, marked
+    /// with the connection's number so it is no other event's id.
+    pub fn cursor_id(&self) -> EventId {
+        let p = self.0.as_ref().expect("not taken");
+        EventId {
+            prime: Some(p.conn),
+            ..p.stream.event_id(p.after)
+        }
+    }
+
+    pub(super) fn take(mut self) -> AttachedParts {
+        self.0.take().expect("taken once")
+    }
+}
+
+impl Drop for Attached {
+    fn drop(&mut self) {
+        if let Some(p) = &self.0 {
+            p.stream.detach(p.conn, false);
+        }
+    }
+}
+
+impl Stream {
+    /// Attaches a new connection (replacing any other: the client knows it lost it) and reads
+    /// what it must replay from the store. A cursor whose events are gone is refused before
+    /// the current connection is touched. `cut` closes the connection if its client falls
+    /// too far behind (none where the events are not written to a socket).
+    pub async fn attach(
+        self: &Arc<Self>,
+        from: Cursor,
+        cut: Option<Cut>,
+    ) -> Result<Attached, AttachError> {
+        let (tx, rx) = mpsc::channel(LIVE_QUEUE);
+        let queued = Arc::new(AtomicUsize::new(0));
+        let rx = Live {
+            rx,
+            queued: queued.clone(),
+        };
+        let (conn, after, upto, skip_evicted) = {
+            let mut g = self.lock();
+            if g.released {
+                return Err(AttachError::Released);
+            }
+            let upto = g.next_seq;
+            let (after, skip_evicted) = match from {
+                Cursor::Start => (0, false),
+                Cursor::Undelivered if g.conn.as_ref().is_some_and(|c| !c.tx.is_closed()) => {
+                    return Err(AttachError::Busy);
+                }
+                // What was evicted before anyone came for it is skipped, not fatal.
+                Cursor::Undelivered => (g.delivered, true),
+                Cursor::After(seq) if seq >= upto => return Err(AttachError::BeyondEnd(seq)),
+                Cursor::After(seq) => {
+                    if self.buffered() {
+                        let oldest = self.events.oldest_kept(self.key.stream).unwrap_or(upto);
+                        if seq + 1 < oldest {
+                            return Err(ReplayError::Evicted {
+                                oldest_kept: oldest,
+                            }
+                            .into());
+                        }
+                    }
+                    (seq, false)
+                }
+            };
+            g.attaches += 1;
+            let id = g.attaches;
+            if g.owed == Some(0) {
+                let _ = tx.try_send(Frame::End);
+            }
+            // The previous connection's channel closes: its response ends.
+            g.conn = Some(Conn {
+                id,
+                tx,
+                queued,
+                cut,
+            });
+            g.detached_at = None;
+            (id, after, upto, skip_evicted)
+        };
+        // A new stream, or a cursor at its end: nothing to read back.
+        let replay = if self.buffered() && after + 1 < upto {
+            match self
+                .events
+                .replay(self.key.stream, after, upto, skip_evicted)
+                .await
+            {
+                Ok(events) => {
+                    let skipped = events.first().map_or(upto, |(s, _)| *s) - after - 1;
+                    if skip_evicted && skipped > 0 && events.len() as u64 + after + 1 < upto {
+                        tracing::warn!(
+                            stream = self.key.stream,
+                            "events were evicted before a client came for them"
+                        );
+                    }
+                    events
+                }
+                Err(e) => {
+                    self.detach(conn, false);
+                    return Err(e.into());
+                }
+            }
+        } else {
+            Vec::new()
+        };
+        Ok(Attached(Some(AttachedParts {
+            stream: self.clone(),
+            conn,
+            after,
+            rx,
+            replay,
+        })))
+    }
+
+    /// A connection went away; `finished` when it carried the stream to its end. An
+    /// unbuffered stream is released with its connection; a buffered one that finished
+    /// lingers (its session releases it later), one that did not waits to be resumed. True
+    /// when the stream ended on this connection and now lingers.
+    pub(super) fn detach(&self, conn: u64, finished: bool) -> bool {
+        let (release, linger, at) = {
+            let mut g = self.lock();
+            let mut at = None;
+            if g.conn.as_ref().is_some_and(|c| c.id == conn) {
+                g.conn = None;
+                at = Some(Instant::now());
+                g.detached_at = at;
+            }
+            let ends = !g.released && g.owed.is_some() && (finished || !self.buffered());
+            let release = ends && !self.buffered();
+            if release {
+                g.released = true;
+            }
+            (release, ends && self.buffered(), at)
+        };
+        if release {
+            self.release_buffer();
+        } else if linger && let Some(h) = &self.hooks {
+            h.finished(self.key.stream, at.unwrap_or_else(Instant::now));
+            return true;
+        }
+        false
+    }
+
+    /// Detaches connection `conn`, which carried the stream to its end when `finished`; a
+    /// stream that lingers is then released when `proof` shows the client read it.
+    pub(super) fn detach_with_proof(
+        self: &Arc<Self>,
+        conn: u64,
+        finished: bool,
+        proof: Option<&ReadProof>,
+    ) {
+        if self.detach(conn, finished)
+            && let Some(proof) = proof
+        {
+            proof.ended(self.clone());
+        }
+    }
+
+    /// The client read this finished stream to its end ([`ReadProof`]).
+    pub(super) fn read(&self) {
+        if let Some(hooks) = &self.hooks {
+            hooks.read(self.key.stream);
+        }
+    }
+
+    pub(super) fn delivered(&self, seq: u64) {
+        if self.tracks_delivery {
+            let mut g = self.lock();
+            g.delivered = g.delivered.max(seq);
+        }
+        if self.buffering == Buffering::UntilDelivered {
+            self.events.trim(self.key.stream, seq);
+        }
+    }
+}
+
+/// Counts a session's open connections while one lives (an open one keeps a session from
+/// being idle).
+#[derive(Debug)]
+pub struct StreamGuard(Arc<AtomicUsize>);
+
+impl StreamGuard {
+    pub fn new(counter: Arc<AtomicUsize>) -> StreamGuard {
+        counter.fetch_add(1, Ordering::Relaxed);
+        StreamGuard(counter)
+    }
+}
+
+impl Drop for StreamGuard {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}

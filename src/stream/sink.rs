@@ -1,0 +1,135 @@
+//! The producing end of a stream: [`Sink`], the handle the router and plugin connections
+//! write events into, and the steps of the [`Stream`] state machine that take an event in and
+//! hand it to the attached connection.
+//!
+//! It never blocks: an event is appended to the store and sent on the connection's bounded
+//! queue under the stream's short lock, never held across an await; a connection too slow to
+//! keep up is dropped (and cut), not waited for.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use bytes::Bytes;
+use tokio::sync::mpsc;
+
+use super::connection::LIVE_QUEUE;
+use super::{Frame, Inner, LIVE_QUEUE_BYTES, Stream};
+
+impl Stream {
+    /// Adds an event: kept in the store when buffered, sent to the connection if one is
+    /// attached. A message (not a response) comes back when the stream can take none: it is
+    /// released, unbuffered without a connection, or already answered in full (its
+    /// connection is ending).
+    fn push(&self, data: Bytes, response: bool) -> Result<(), Bytes> {
+        let mut g = self.lock();
+        let closed = g.released || (!response && g.owed == Some(0));
+        if closed || (!self.buffered() && g.conn.is_none()) {
+            if response {
+                Self::count_response(&mut g);
+            }
+            return Err(data);
+        }
+        let seq = g.next_seq;
+        g.next_seq += 1;
+        if self.buffered() {
+            self.events.append(self.key.stream, seq, data.clone());
+        }
+        Self::send(&mut g, Frame::Event { seq, data });
+        if response {
+            Self::count_response(&mut g);
+        }
+        Ok(())
+    }
+
+    /// Sends to the attached connection; one that is gone, or too slow to keep up, is
+    /// dropped, and a slow one closed (a buffered stream's client resumes from the store).
+    fn send(g: &mut Inner, frame: Frame) {
+        let Some(c) = &g.conn else { return };
+        let bytes = frame.bytes();
+        let queued = c.queued.fetch_add(bytes, Ordering::AcqRel);
+        // A queue that is not written to a socket (a JSON answer being collected) is drained
+        // as it fills: only a socket's reader can fall behind in bytes.
+        let sent = if c.cut.is_some() && queued > 0 && queued + bytes > LIVE_QUEUE_BYTES {
+            Err(true)
+        } else {
+            c.tx.try_send(frame)
+                .map_err(|e| matches!(e, mpsc::error::TrySendError::Full(_)))
+        };
+        if let Err(too_slow) = sent {
+            c.queued.fetch_sub(bytes, Ordering::AcqRel);
+            if too_slow {
+                tracing::debug!(
+                    "a client fell {LIVE_QUEUE} events or {LIVE_QUEUE_BYTES} bytes behind: its connection is closed"
+                );
+                if let Some(cut) = &c.cut {
+                    cut.fire();
+                }
+            }
+            g.conn = None;
+            g.detached_at = Some(Instant::now());
+        }
+    }
+
+    fn count_response(g: &mut Inner) {
+        if let Some(n) = g.owed.as_mut() {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                Self::send(g, Frame::End);
+            }
+        }
+    }
+}
+
+/// The producing end of a stream: what the router and plugin connections write to.
+#[derive(Clone)]
+pub struct Sink(Arc<Stream>);
+
+impl std::fmt::Debug for Sink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Sink({:?})", self.0.key)
+    }
+}
+
+impl Sink {
+    pub fn new(stream: Arc<Stream>) -> Sink {
+        Sink(stream)
+    }
+
+    /// Adds a response. False when it could not be kept or sent.
+    pub fn respond(&self, bytes: Bytes) -> bool {
+        self.0.push(bytes, true).is_ok()
+    }
+
+    /// Marks one request as ended without a response.
+    pub fn dropped(&self) {
+        Stream::count_response(&mut self.0.lock());
+    }
+
+    /// Adds a request or notification; gives the bytes back when this stream cannot carry it
+    /// (JSON mode, released, or unbuffered without a connection).
+    pub fn message(&self, bytes: Bytes) -> Result<(), Bytes> {
+        if !self.0.sse {
+            return Err(bytes);
+        }
+        self.0.push(bytes, false)
+    }
+
+    /// Whether requests and notifications can go on this stream now.
+    pub fn carries_messages(&self) -> bool {
+        self.0.sse && {
+            let g = self.0.lock();
+            !g.released && g.owed != Some(0) && (self.0.buffered() || g.conn.is_some())
+        }
+    }
+
+    /// Whether both ends belong to the same stream.
+    pub fn same_stream(&self, other: &Sink) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+
+    /// The session the stream belongs to.
+    pub fn session_id(&self) -> &str {
+        &self.0.key.session
+    }
+}

@@ -1,0 +1,331 @@
+//! What a connection sends: SSE encoding of events, and the HTTP response built from an
+//! attached connection ([`sse_response`]: priming, replay, live events, keep-alives, polling
+//! and drain closes), or the responses of a JSON-mode POST ([`collect_responses`]).
+//!
+//! Events are copied into the body as the bytes the plugin sent; nothing here parses them.
+
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::http::{HeaderName, HeaderValue, header};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::connection::{AttachedParts, Live};
+use super::{Attached, EventId, Frame, ReadProof, Stream, StreamGuard};
+
+/// How a connection's SSE body begins and behaves.
+pub struct Opening {
+    /// Send a priming event (an id and empty data) first: clients at 2025-11-25 or later, on
+    /// a resumable stream. Carries the cursor the client resumes from.
+    pub priming: Option<EventId>,
+    /// Send `retry:` (at the start and before a polling close): clients at 2025-11-25 or later.
+    pub retry: Option<Duration>,
+    /// Put ids on events.
+    pub ids: bool,
+    /// Close the connection after this long, the stream going on (polling mode).
+    pub poll_after: Option<Duration>,
+    pub keep_alive: Duration,
+    /// Wait this long for live events before the response starts (see
+    /// [`StreamSettings::hold`](crate::config::StreamSettings::hold)); zero for a connection that must open at once.
+    pub hold: Duration,
+    /// When this fires (the gateway begins to stop), the connection sends `retry:` and ends,
+    /// the stream going on, so the client reconnects (to another replica behind a load
+    /// balancer). `None` for a POST's stream, which ends with its answers.
+    pub drain: Option<CancellationToken>,
+    /// The HTTP/1 connection's proof of reading: a stream that ends on this connection is
+    /// released at the connection's next request.
+    pub proof: Option<Arc<ReadProof>>,
+}
+
+/// Turns an attached connection into an SSE response: priming, replay, then live events,
+/// until the stream ends, the connection is replaced, `closed` fires or polling closes it.
+/// When the stream ends within `opening.hold`, the whole of it goes out as one body.
+pub async fn sse_response(
+    attached: Attached,
+    opening: Opening,
+    closed: CancellationToken,
+    guard: StreamGuard,
+) -> Response {
+    let AttachedParts {
+        stream,
+        conn,
+        mut rx,
+        replay,
+        ..
+    } = attached.take();
+    let mut first: VecDeque<(Option<u64>, Bytes)> = VecDeque::new();
+    match (opening.priming, opening.retry) {
+        (Some(id), retry) => first.push_back((None, encode(Some(id), retry, Some(b"")))),
+        (None, Some(r)) => first.push_back((None, encode(None, Some(r), None))),
+        (None, None) => {}
+    }
+    for (seq, data) in replay {
+        let id = opening.ids.then(|| stream.event_id(seq));
+        first.push_back((Some(seq), encode(id, None, Some(&data))));
+    }
+    // Whatever comes within the hold goes out with the headers.
+    let mut ended = None;
+    if !opening.hold.is_zero()
+        && let Ok(frame) = tokio::time::timeout(opening.hold, rx.recv()).await
+    {
+        let mut frame = frame;
+        loop {
+            match frame {
+                Some(Frame::Event { seq, data }) => {
+                    let id = opening.ids.then(|| stream.event_id(seq));
+                    first.push_back((Some(seq), encode(id, None, Some(&data))));
+                }
+                Some(Frame::End) => break ended = Some(true),
+                // Another connection took over, or the stream was released.
+                None => break ended = Some(false),
+            }
+            match rx.try_recv() {
+                Ok(f) => frame = Some(f),
+                Err(mpsc::error::TryRecvError::Empty) => break,
+                Err(mpsc::error::TryRecvError::Disconnected) => frame = None,
+            }
+        }
+    }
+    if let Some(finished) = ended {
+        let mut body = Vec::with_capacity(first.iter().map(|(_, b)| b.len()).sum());
+        for (seq, chunk) in &first {
+            if let Some(seq) = seq {
+                stream.delivered(*seq);
+            }
+            body.extend_from_slice(chunk);
+        }
+        stream.detach_with_proof(conn, finished, opening.proof.as_deref());
+        drop(guard);
+        return sse_headers(axum::body::Body::from(body).into_response());
+    }
+    let now = tokio::time::Instant::now();
+    let state = Body {
+        stream,
+        conn,
+        rx,
+        first,
+        ids: opening.ids,
+        retry: opening.retry,
+        poll_at: opening.poll_after.map(|d| now + d),
+        drain: opening.drain,
+        keep_alive: opening.keep_alive,
+        quiet_since: now,
+        closing: false,
+        finished: false,
+        proof: opening.proof,
+        closed,
+        _guard: guard,
+        _open: crate::metrics::SseOpen::new(),
+    };
+    let body = futures_util::stream::unfold(state, |mut st| async move {
+        let chunk = st.next().await?;
+        Some((Ok::<_, Infallible>(chunk), st))
+    });
+    sse_headers(axum::body::Body::from_stream(body).into_response())
+}
+
+/// Tells a proxy in front (nginx) not to buffer the stream. A constant, so the name is
+/// checked at compile time, not on every response.
+const ACCEL_BUFFERING: HeaderName = HeaderName::from_static("x-accel-buffering");
+
+fn sse_headers(mut response: Response) -> Response {
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    headers.insert(ACCEL_BUFFERING, HeaderValue::from_static("no"));
+    response
+}
+
+/// One SSE event. Data lines split at any line break, so no payload can end the event early
+/// (a JSON-RPC message from a plugin is one line, and is copied as it is).
+fn encode(id: Option<EventId>, retry: Option<Duration>, data: Option<&[u8]>) -> Bytes {
+    let mut out = Vec::with_capacity(data.map_or(0, <[u8]>::len) + 64);
+    if let Some(id) = id {
+        out.extend_from_slice(b"id: ");
+        id.write_to(&mut out);
+        out.push(b'\n');
+    }
+    if let Some(r) = retry {
+        out.extend_from_slice(b"retry: ");
+        out.extend_from_slice(itoa::Buffer::new().format(r.as_millis()).as_bytes());
+        out.push(b'\n');
+    }
+    if let Some(mut data) = data {
+        loop {
+            let end = memchr::memchr2(b'\n', b'\r', data);
+            out.extend_from_slice(b"data: ");
+            out.extend_from_slice(&data[..end.unwrap_or(data.len())]);
+            out.push(b'\n');
+            match end {
+                Some(end) => data = &data[end + 1..],
+                None => break,
+            }
+        }
+    }
+    out.push(b'\n');
+    Bytes::from(out)
+}
+
+/// One connection's body.
+struct Body {
+    stream: Arc<Stream>,
+    conn: u64,
+    rx: Live,
+    /// Priming and replayed events, sent before the live ones.
+    first: VecDeque<(Option<u64>, Bytes)>,
+    ids: bool,
+    retry: Option<Duration>,
+    poll_at: Option<tokio::time::Instant>,
+    drain: Option<CancellationToken>,
+    keep_alive: Duration,
+    /// When the connection last carried anything: a keep-alive comment follows a quiet spell.
+    quiet_since: tokio::time::Instant,
+    /// A polling close was announced: end at the next poll.
+    closing: bool,
+    finished: bool,
+    proof: Option<Arc<ReadProof>>,
+    closed: CancellationToken,
+    _guard: StreamGuard,
+    /// Counted in the open-streams gauge while the response streams.
+    _open: crate::metrics::SseOpen,
+}
+
+impl Body {
+    async fn next(&mut self) -> Option<Bytes> {
+        if self.closing {
+            return None;
+        }
+        if let Some((seq, chunk)) = self.first.pop_front() {
+            if let Some(seq) = seq {
+                self.stream.delivered(seq);
+            }
+            return Some(chunk);
+        }
+        let poll = async {
+            match self.poll_at {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        let drain = async {
+            match &self.drain {
+                Some(token) => token.cancelled().await,
+                None => std::future::pending().await,
+            }
+        };
+        let chunk = tokio::select! {
+            biased;
+            frame = self.rx.recv() => match frame {
+                Some(Frame::Event { seq, data }) => {
+                    self.stream.delivered(seq);
+                    let id = self.ids.then(|| self.stream.event_id(seq));
+                    encode(id, None, Some(&data))
+                }
+                Some(Frame::End) => {
+                    self.finished = true;
+                    return None;
+                }
+                // Another connection took over, or the stream was released.
+                None => return None,
+            },
+            () = self.closed.cancelled() => return None,
+            () = drain => {
+                // The gateway is stopping: the client is to come back (elsewhere) with
+                // Last-Event-ID after `retry`.
+                self.closing = true;
+                encode(None, Some(self.retry.unwrap_or(Duration::from_secs(1))), None)
+            }
+            () = poll => {
+                // Polling: the connection ends, the stream goes on; the client reconnects
+                // with Last-Event-ID after `retry`.
+                self.closing = true;
+                encode(None, Some(self.retry.unwrap_or(Duration::from_secs(1))), None)
+            }
+            () = tokio::time::sleep_until(self.quiet_since + self.keep_alive) => Bytes::from_static(b":\n\n"),
+        };
+        self.quiet_since = tokio::time::Instant::now();
+        Some(chunk)
+    }
+}
+
+impl Drop for Body {
+    fn drop(&mut self) {
+        self.stream
+            .detach_with_proof(self.conn, self.finished, self.proof.as_deref());
+    }
+}
+
+/// Collects the responses of a JSON-mode POST: until its stream ends or `closed` fires (the
+/// session or the gateway ends).
+pub async fn collect_responses(attached: Attached, closed: &CancellationToken) -> Vec<Bytes> {
+    let AttachedParts {
+        stream,
+        conn,
+        mut rx,
+        ..
+    } = attached.take();
+    let mut out = Vec::new();
+    let mut finished = false;
+    loop {
+        let frame = tokio::select! {
+            frame = rx.recv() => frame,
+            () = closed.cancelled() => None,
+        };
+        match frame {
+            Some(Frame::Event { data, .. }) => out.push(data),
+            Some(Frame::End) => {
+                finished = true;
+                break;
+            }
+            None => break,
+        }
+    }
+    stream.detach(conn, finished);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn encoding() {
+        let id = EventId {
+            tag: 1,
+            stream: 2,
+            seq: 0,
+            prime: None,
+        };
+        assert_eq!(
+            &encode(Some(id), Some(Duration::from_millis(1500)), Some(b""))[..],
+            b"id: 00000001-2-0\nretry: 1500\ndata: \n\n"
+        );
+        assert_eq!(
+            &encode(None, None, Some(b"{\"a\":\r1}\nx"))[..],
+            b"data: {\"a\":\ndata: 1}\ndata: x\n\n"
+        );
+        let primed = EventId {
+            tag: 0x9f3a_12c0,
+            stream: 3,
+            seq: u64::MAX,
+            prime: Some(20),
+        };
+        assert_eq!(
+            &encode(Some(primed), None, Some(b"x\r\n"))[..],
+            format!("id: {primed}\ndata: x\ndata: \ndata: \n\n").as_bytes()
+        );
+        assert_eq!(primed.to_string(), "9f3a12c0-3-18446744073709551615-p20");
+        assert_eq!(
+            &encode(None, Some(Duration::from_secs(1)), None)[..],
+            b"retry: 1000\n\n"
+        );
+    }
+}

@@ -1,0 +1,90 @@
+//! Replay storage for SSE streams, behind [`EventStore`].
+//!
+//! Appends are synchronous and never fail: the stream that owns the events numbers them, so a
+//! store that talks to a server (Redis streams, `XADD key <seq> ...`, for several replicas)
+//! can queue appends and pipeline them in the background. Replays are rare (a client
+//! reconnecting) and asynchronous. [`MemoryEventStore`] keeps events in this process, bounded
+//! per stream (count, bytes), per session (bytes) and by age; what falls out is evicted, and a
+//! replay that would need it reports [`ReplayError::Evicted`] rather than silently skipping.
+//!
+//! Where things are: this file holds the seam (the [`EventStore`] and [`SessionEvents`]
+//! traits and their types); `memory` the in-process store, and `session_log` the one-log-per-
+//! session structure it keeps each session's events in.
+
+mod memory;
+mod session_log;
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+// The bounds are settings, so they live in `config`; re-exported for the store's users.
+pub use crate::config::ReplayLimits;
+pub use memory::MemoryEventStore;
+
+/// A stream of a session.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct StreamKey {
+    pub session: Arc<str>,
+    pub stream: u64,
+}
+
+/// Why events cannot be replayed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ReplayError {
+    /// Events after the cursor are no longer kept (limits or age), or the stream's buffer was
+    /// released.
+    #[error("events after that cursor are no longer kept (the oldest kept is {oldest_kept})")]
+    Evicted { oldest_kept: u64 },
+    #[error("the event store failed: {0}")]
+    Backend(String),
+}
+
+pub type ReplayFuture<'a> =
+    Pin<Box<dyn Future<Output = Result<Vec<(u64, Bytes)>, ReplayError>> + Send + 'a>>;
+
+pub trait EventStore: Send + Sync + 'static {
+    /// The events of one session: its streams keep this and use it without finding the
+    /// session again on every event. Made on first use; after [`release_session`] it still
+    /// works but holds nothing the store counts or replays.
+    ///
+    /// [`release_session`]: EventStore::release_session
+    fn session(&self, id: &Arc<str>) -> Arc<dyn SessionEvents>;
+
+    /// Evicts events past their age everywhere (periodic maintenance).
+    fn expire(&self);
+
+    /// Forgets every stream of a session.
+    fn release_session(&self, session: &str);
+
+    /// Events and bytes held now, for metrics.
+    fn usage(&self) -> (usize, usize);
+}
+
+/// One session's events, by stream number.
+pub trait SessionEvents: Send + Sync + 'static {
+    /// Keeps event `seq` of a stream. Sequences of one stream arrive in increasing order.
+    fn append(&self, stream: u64, seq: u64, data: Bytes);
+
+    /// The events with `after < seq < before`, in order. `Evicted` when any of them is gone,
+    /// unless `skip_evicted`, which returns what is still kept.
+    fn replay(&self, stream: u64, after: u64, before: u64, skip_evicted: bool) -> ReplayFuture<'_>;
+
+    /// The lowest sequence still kept for a stream that ever had events, when the store can
+    /// tell without waiting (checked before a connection is swapped for a resuming one).
+    fn oldest_kept(&self, stream: u64) -> Option<u64>;
+
+    /// The sequence a stream's next event would have, when the store still knows the stream
+    /// (`None` once it is released or never had an event). A finished stream that is no longer
+    /// in memory is rebuilt from this when a client resumes it.
+    fn next_seq(&self, stream: u64) -> Option<u64>;
+
+    /// Forgets a stream's events up to and including `through` (delivered, not kept for
+    /// replay when resumption is off).
+    fn trim(&self, stream: u64, through: u64);
+
+    /// Forgets a stream's events.
+    fn release(&self, stream: u64);
+}
