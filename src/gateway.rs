@@ -14,7 +14,8 @@ use tokio_util::sync::CancellationToken;
 use crate::auth::Auth;
 use crate::auth::store::AuthStoreError;
 use crate::config::{Config, ConfigError};
-use crate::registry::store::{PluginStore, SqlPluginStore, StoreError};
+use crate::database::{Database, DatabaseError};
+use crate::registry::store::PluginStore;
 use crate::registry::{Registry, RegistryError};
 use crate::session::{MemorySessionStore, SessionManager, SessionStore};
 use crate::stream::{EventStore, MemoryEventStore};
@@ -44,7 +45,7 @@ pub struct Gateway {
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
     #[error(transparent)]
-    Store(#[from] StoreError),
+    Database(#[from] DatabaseError),
     #[error("authorization: {0}")]
     Auth(#[from] AuthStoreError),
     #[error(transparent)]
@@ -75,11 +76,10 @@ impl Gateway {
         config: Config,
         reloader: Option<Reloader>,
     ) -> Result<Arc<Gateway>, StartError> {
-        let sql = SqlPluginStore::connect(&config.database_url).await?;
-        let pool = sql.pool();
-        let plugin_store: Arc<dyn PluginStore> = Arc::new(sql);
+        let database = Database::connect(&config.database_url).await?;
+        let plugin_store = database.plugin_store();
         let registry = Registry::load(&config, plugin_store.clone()).await?;
-        let auth = Arc::new(Auth::new(config.auth.clone(), pool).await?);
+        let auth = Arc::new(Auth::new(config.auth.clone(), database.auth_store()).await?);
         if let Some(server) = &auth.server {
             let r = registry.clone();
             server.set_scope_source(Box::new(move || {

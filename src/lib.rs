@@ -20,6 +20,8 @@
 //! - [`admin`]: the admin listener: health and readiness probes, Prometheus metrics, and the
 //!   admin API.
 //! - [`metrics`]: what the gateway counts and measures, in Prometheus's format.
+//! - [`database`]: the one SQL database (SQLite or PostgreSQL): opened and migrated once,
+//!   lending the registry's and the authorization server's stores behind their traits.
 //!
 //! [`config`] turns flags, environment and files into a validated [`config::Config`];
 //! [`logs`] sets up the log lines; [`gateway::run`] serves the config until told to stop.
@@ -28,6 +30,7 @@ pub mod admin;
 pub mod auth;
 pub mod backend;
 pub mod config;
+pub mod database;
 pub mod gateway;
 pub mod http;
 pub mod jsonrpc;

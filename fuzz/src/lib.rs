@@ -5,10 +5,10 @@
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use mcp_gateway::auth::store::{AuthStore, SqlAuthStore, StoredKey};
+use mcp_gateway::auth::store::StoredKey;
 use mcp_gateway::auth::{Auth, hash_secret};
 use mcp_gateway::config::{AuthConfig, AuthMode};
-use mcp_gateway::registry::store::SqlPluginStore;
+use mcp_gateway::database::Database;
 
 /// The public URL of `/mcp`: the tokens' audience; their issuer is its origin.
 pub const PUBLIC_URL: &str = "https://gw.example.com/mcp";
@@ -39,11 +39,11 @@ pub fn setup() -> &'static Setup {
             .build()
             .expect("a runtime");
         let auth = runtime.block_on(async {
-            let pool = SqlPluginStore::connect("sqlite::memory:")
+            let database = Database::connect("sqlite::memory:")
                 .await
-                .expect("in-memory SQLite")
-                .pool();
-            SqlAuthStore::new(pool.clone())
+                .expect("in-memory SQLite");
+            let store = database.auth_store();
+            store
                 .add_key(&StoredKey {
                     kid: KID.into(),
                     private_der: PRIVATE_DER.into(),
@@ -68,7 +68,7 @@ pub fn setup() -> &'static Setup {
                 .bind(secret)
                 .bind(method)
                 .bind(grants)
-                .execute(&pool)
+                .execute(database.pool())
                 .await
                 .expect("a client is stored");
             }
@@ -81,7 +81,7 @@ pub fn setup() -> &'static Setup {
                 access_ttl: Duration::from_secs(600),
                 ..AuthConfig::default()
             };
-            Auth::new(config, pool).await.expect("the authorization server")
+            Auth::new(config, store).await.expect("the authorization server")
         });
         Setup {
             runtime,

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use dashmap::DashMap;
 use serde::Deserialize;
 
-use super::server::valid_redirect_uri;
+use super::redirect::valid_redirect_uri;
 use super::store::Client;
 use super::throttle::Throttle;
 

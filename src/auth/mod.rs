@@ -9,12 +9,17 @@
 //! to the metadata and, on missing scope, to step-up authorization. The authorization server
 //! ([`server`]) serves RFC 8414 metadata, client registration (RFC 7591, and client ID
 //! metadata documents, [`cimd`]), the login and consent pages ([`pages`]), `/token`,
-//! `/revoke` and `/jwks.json`; its state is in the database ([`store`]), its signing keys in
-//! [`keys`].
+//! `/revoke` and `/jwks.json`; its state is behind the [`store::AuthStore`] trait (the SQL
+//! implementation is lent by the `database` module), its signing keys in [`keys`], and the
+//! rules for redirect URIs in [`redirect`].
+//!
+//! Auth sits low: it imports only `config` and `metrics`, never the gateway, the registry or
+//! the database.
 
 pub mod cimd;
 pub mod keys;
 pub mod pages;
+pub mod redirect;
 pub mod resource;
 pub mod server;
 pub mod store;
@@ -100,11 +105,11 @@ impl Auth {
         }
     }
 
-    /// Builds the authorization for `config`: for `builtin`, the server with its keys and
-    /// its store on `pool`.
+    /// Builds the authorization for `config`: for `builtin`, the server with its keys, its
+    /// state in `store` (unused when authorization is off).
     pub async fn new(
         config: AuthConfig,
-        pool: sqlx::AnyPool,
+        store: Arc<dyn store::AuthStore>,
     ) -> Result<Auth, store::AuthStoreError> {
         if config.mode == AuthMode::None {
             return Ok(Auth::off(config));
@@ -119,7 +124,6 @@ impl Auth {
             "{issuer}/.well-known/oauth-protected-resource{}",
             public.path().trim_end_matches('/')
         );
-        let store: Arc<dyn store::AuthStore> = Arc::new(store::SqlAuthStore::new(pool));
         let keys = Arc::new(
             keys::KeyRing::load(
                 store.clone(),

@@ -1,0 +1,92 @@
+//! The authorization request kept while the person signs in and decides: the validated
+//! request ([`Request`]) is stored with the hash of a CSRF token, and the token itself goes to
+//! the browser both in the form and in a cookie the page cannot read. A form comes back with
+//! both; [`pending_for`] finds the request only if they match each other and the stored hash,
+//! and the request has not expired. This module never decides what the person is allowed.
+
+use std::net::IpAddr;
+use std::time::Duration;
+
+use axum::http::{HeaderMap, HeaderValue, header};
+use axum::response::Response;
+use serde::{Deserialize, Serialize};
+
+use super::{AuthServer, PageError};
+use crate::auth::store::{Client, Pending};
+use crate::auth::{constant_time_eq, hash_secret, now_secs};
+
+/// How long a person has to sign in and decide.
+pub(super) const PENDING_TTL: Duration = Duration::from_secs(600);
+
+/// A validated authorization request, kept while the person decides.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(super) struct Request {
+    pub client_id: String,
+    pub redirect_uri: String,
+    pub state: Option<String>,
+    pub scopes: Vec<String>,
+    pub challenge: String,
+    pub resource: String,
+}
+
+impl AuthServer {
+    fn csrf_cookie(&self) -> &'static str {
+        if self.secure_cookies {
+            "__Host-mcpgw-csrf"
+        } else {
+            "mcpgw-csrf"
+        }
+    }
+
+    /// Sets the cookie that carries a pending request's CSRF token.
+    pub(super) fn set_csrf(&self, response: &mut Response, csrf: &str) {
+        let secure = if self.secure_cookies { "; Secure" } else { "" };
+        let cookie = format!(
+            "{}={csrf}; Path=/; HttpOnly; SameSite=Lax; Max-Age={}{secure}",
+            self.csrf_cookie(),
+            PENDING_TTL.as_secs()
+        );
+        if let Ok(v) = HeaderValue::from_str(&cookie) {
+            response.headers_mut().append(header::SET_COOKIE, v);
+        }
+    }
+
+    fn cookie<'h>(&self, headers: &'h HeaderMap) -> Option<&'h str> {
+        let name = self.csrf_cookie();
+        headers
+            .get_all(header::COOKIE)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(';'))
+            .filter_map(|kv| kv.trim().split_once('='))
+            .find(|(k, _)| *k == name)
+            .map(|(_, v)| v)
+    }
+}
+
+/// The pending request a form names, its CSRF token checked against the cookie and the
+/// stored hash.
+pub(super) async fn pending_for(
+    s: &AuthServer,
+    headers: &HeaderMap,
+    addr: Option<IpAddr>,
+    id: &str,
+    csrf: &str,
+) -> Result<(Pending, Request, Client), PageError> {
+    let expired = || PageError::Invalid("this sign-in expired or was already used".into());
+    let p = match s.store.pending(id).await? {
+        Some(p) if p.expires_at >= now_secs() => p,
+        _ => return Err(expired()),
+    };
+    let cookie_ok = s.cookie(headers).is_some_and(|c| constant_time_eq(c, csrf));
+    if !cookie_ok || !constant_time_eq(&hash_secret(csrf), &p.csrf_hash) {
+        return Err(PageError::CrossSite);
+    }
+    let request: Request = serde_json::from_str(&p.request).map_err(|_| expired())?;
+    let client = match s.client(&request.client_id, addr).await {
+        Ok(Some(c)) => c,
+        Err(e @ super::Lookup::Limited(_)) => return Err(e.into()),
+        _ => return Err(PageError::Invalid("the client is no longer known".into())),
+    };
+    Ok((p, request, client))
+}
