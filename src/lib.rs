@@ -2,29 +2,36 @@
 //!
 //! # Layout
 //!
-//! A request's way through the gateway, in module order:
+//! The modules are layers: each imports only those listed below it (`tests/layers.rs` fails
+//! on an import that points up, so there is no loop). From the top, a request's way through
+//! the gateway:
 //!
-//! - [`http`]: the endpoint; Host/Origin/Accept/Content-Type checks; status codes; SSE or JSON.
-//! - [`auth`]: OAuth 2.1: the bearer token of every request (resource server) and, built in,
-//!   the authorization server that issues them.
-//! - [`protocol`]: versions, negotiation, and the one place a request's era is decided.
-//! - [`jsonrpc`]: envelope parsing that leaves params and results as raw JSON.
-//! - [`session`]: legacy-era sessions, each with its own plugin instances and GET stream.
-//! - [`stream`]: the streams towards a client and how they become responses.
+//! - [`server`]: start-up and the listeners' lifetime: [`run`], or [`server::Server`] for a
+//!   gateway inside a test; the drain and the stop.
+//! - [`admin`]: the admin listener: health and readiness probes, `/metrics`, the admin API.
+//! - [`http`]: the public endpoint `/mcp` (POST, GET, DELETE); Host/Origin/Accept/Content-Type
+//!   checks; status codes; SSE or JSON; connection timeouts and limits.
+//! - [`gateway`]: the shared state both listeners serve (config, registry, sessions, auth).
 //! - [`router`]: which plugin serves a request; merged lists; name prefixes.
-//! - [`supervisor`]: plugin processes: started under limits, restarted with backoff, the
-//!   crash breaker, shared and warm pools.
-//! - [`backend`]: plugins: the stdio child process and JSON-RPC multiplexing.
-//! - [`registry`]: which plugins exist (config file and admin API, persisted) and what each
-//!   said of itself when probed.
-//! - [`admin`]: the admin listener: health and readiness probes, Prometheus metrics, and the
-//!   admin API.
-//! - [`metrics`]: what the gateway counts and measures, in Prometheus's format.
+//! - [`session`]: legacy-era sessions, each with its plugin instances and streams; the
+//!   session record kept behind [`session::SessionStore`].
+//! - [`supervisor`]: plugin supervision in one place: instances started under limits,
+//!   restarted with backoff, the crash breaker, shared and warm pools.
 //! - [`database`]: the one SQL database (SQLite or PostgreSQL): opened and migrated once,
 //!   lending the registry's and the authorization server's stores behind their traits.
-//!
-//! [`config`] turns flags, environment and files into a validated [`config::Config`];
-//! [`logs`] sets up the log lines; [`gateway::run`] serves the config until told to stop.
+//! - [`registry`]: which plugins exist (config file and admin API, persisted) and what each
+//!   said of itself when probed.
+//! - [`auth`]: OAuth 2.1: the bearer token of every request (resource server) and, built in,
+//!   the authorization server that issues them.
+//! - [`backend`]: a plugin instance: the stdio child process and JSON-RPC multiplexing,
+//!   behind [`backend::PluginTransport`]; it knows nothing of sessions.
+//! - [`stream`]: the streams towards a client, their event ids, replay behind
+//!   [`stream::EventStore`], and how they become SSE or JSON responses.
+//! - [`protocol`]: versions, negotiation, and the one place a request's era is decided;
+//!   [`logs`] sets up the log lines.
+//! - [`jsonrpc`] (envelope parsing that leaves params and results as raw JSON), [`metrics`]
+//!   (what the gateway counts, in Prometheus's format) and [`config`] (flags, environment and
+//!   files into a validated [`config::Config`]) are leaves: they import no other module.
 
 pub mod admin;
 pub mod auth;
