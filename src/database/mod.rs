@@ -108,6 +108,7 @@ impl Database {
 
     /// The pool itself, for tools that write rows directly (the fuzz targets' fixtures); the
     /// gateway goes through the stores.
+    #[doc(hidden)]
     pub fn pool(&self) -> &AnyPool {
         &self.pool
     }

@@ -89,7 +89,7 @@ impl SessionManager {
     /// Creates a session for a client's `initialize`, and records it in the store.
     pub fn create(
         &self,
-        mut init: ClientInit,
+        init: ClientInit,
         gateway_shutdown: &CancellationToken,
     ) -> Result<Arc<Session>, TooManySessions> {
         if self.count.fetch_add(1, Ordering::AcqRel) >= self.config.max_sessions {
@@ -110,7 +110,7 @@ impl SessionManager {
         let record = SessionRecord {
             id: id.clone(),
             version: init.version,
-            init_params: std::mem::take(&mut init.client_params),
+            init_params: init.plugin_params.clone(),
             owner: init.owner.clone(),
             created: now,
             last_used: now,
@@ -123,12 +123,14 @@ impl SessionManager {
             self.store.clone(),
             self.stream_settings.clone(),
         );
-        self.sessions.insert(session.id.clone(), session.clone());
+        // Recorded before it can be found, so no end of it (DELETE, a reap, shutdown) can
+        // come before its record is put.
         let records = self.records.clone();
         self.finish(
             "recording the session",
             async move { records.put(record).await },
         );
+        self.sessions.insert(session.id.clone(), session.clone());
         crate::metrics::get().sessions_opened.inc();
         tracing::info!(session = %session.id, version = session.version, "session created");
         Ok(session)
@@ -298,12 +300,10 @@ mod tests {
             config.replay.max_age,
             Supervisor::new(registry, None),
         );
-        // Pretty-printed, as a client may send it: kept exactly so.
-        let sent = "{\n  \"protocolVersion\": \"2025-06-18\",\n  \"capabilities\": {},\n  \"clientInfo\": {\"name\": \"c\", \"version\": \"1\"}\n}";
+        let sent = r#"{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"c","version":"1"}}"#;
         let init = ClientInit {
             version: "2025-06-18",
-            plugin_params: RawValue::from_string("{}".into()).unwrap(),
-            client_params: RawValue::from_string(sent.into()).unwrap(),
+            plugin_params: RawValue::from_string(sent.into()).unwrap().into(),
             owner: Some("alice".into()),
             client: Arc::from("alice"),
         };

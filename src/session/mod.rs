@@ -59,11 +59,9 @@ static NEXT_CALLER: AtomicU64 = AtomicU64::new(1);
 pub struct ClientInit {
     pub version: &'static str,
     /// `initialize` params for plugins: the negotiated version, the client's capabilities and
-    /// client info.
-    pub plugin_params: Box<RawValue>,
-    /// The client's `initialize` params exactly as received, for the session's record (see
-    /// [`SessionRecord::init_params`]).
-    pub client_params: Box<RawValue>,
+    /// client info. Shared with the session's record ([`SessionRecord::init_params`]), so a
+    /// session holds them once.
+    pub plugin_params: Arc<RawValue>,
     /// The token subject that opened the session (with authorization on): only it may use
     /// the session.
     pub owner: Option<String>,
@@ -76,7 +74,7 @@ pub struct Session {
     pub id: Arc<str>,
     pub version: &'static str,
     /// What its plugin instances are initialized with (see [`ClientInit::plugin_params`]).
-    plugin_params: Box<RawValue>,
+    plugin_params: Arc<RawValue>,
     /// The registry: which plugins exist now.
     pub registry: Arc<Registry>,
     /// Where its instances come from: started, restarted, or taken from a warm pool; and the
@@ -275,8 +273,7 @@ mod tests {
             Arc::from("session-1"),
             ClientInit {
                 version: "2025-11-25",
-                plugin_params: RawValue::from_string("{}".into()).unwrap(),
-                client_params: RawValue::from_string("{}".into()).unwrap(),
+                plugin_params: RawValue::from_string("{}".into()).unwrap().into(),
                 owner: None,
                 client: Arc::from("test"),
             },

@@ -1,7 +1,7 @@
 //! The session record and the seam it is kept behind ([`SessionStore`]).
 //!
 //! A record is what another process would need to take a session over: its id, the version
-//! negotiated, the client's `initialize` params exactly as they came (a plugin instance can be
+//! negotiated, the `initialize` params its plugin instances are given (an instance can be
 //! initialized again from them), the token subject that owns it, and when it was created and
 //! last used. The live session (its streams, its plugin instances) is never in the store.
 //!
@@ -46,9 +46,12 @@ pub struct SessionRecord {
     pub id: Arc<str>,
     /// The protocol version negotiated in `initialize` (one of [`crate::protocol`]'s).
     pub version: &'static str,
-    /// The params of the client's `initialize`, exactly as received: a plugin instance can
-    /// be initialized from them wherever the session is served.
-    pub init_params: Box<RawValue>,
+    /// The `initialize` params the session's plugin instances are initialized with (the
+    /// negotiated version, the client's capabilities and client info, as
+    /// [`crate::protocol::read_initialize`] accepted them): an instance can be initialized
+    /// from them wherever the session is served. Only what the gateway read is kept, not
+    /// whatever else a client put in its `initialize`, and it is shared with the live session.
+    pub init_params: Arc<RawValue>,
     /// The token subject that opened the session, if authorization is on: only it may use
     /// the session.
     pub owner: Option<String>,

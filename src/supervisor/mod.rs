@@ -84,7 +84,8 @@ impl Supervisor {
     /// Names who hears what shared processes send on their own (once; later calls are
     /// ignored).
     pub fn listen(&self, listeners: Weak<dyn Listeners>) {
-        let _ = self.listeners.set(listeners);
+        let first = self.listeners.set(listeners).is_ok();
+        debug_assert!(first, "a supervisor has one set of listeners");
     }
 
     /// The registry whose plugins it runs.

@@ -49,8 +49,7 @@ pub(super) async fn initialize(
     let result = router::initialize_result(&view, version);
     let init = ClientInit {
         version,
-        plugin_params: hello.plugin_params,
-        client_params: params.unwrap_or_default(),
+        plugin_params: hello.plugin_params.into(),
         owner: principal.map(|p| p.subject.clone()),
         client: checks::client_key(
             principal.map(|p| p.subject.as_str()),

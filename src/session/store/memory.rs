@@ -71,7 +71,8 @@ mod tests {
 "clientInfo":{"name":"c","version":"1"}}"#
                     .into(),
             )
-            .unwrap(),
+            .unwrap()
+            .into(),
             owner: owner.map(str::to_owned),
             created: now,
             last_used: now,
