@@ -17,7 +17,7 @@ use crate::config::{Config, ConfigError};
 use crate::database::{Database, DatabaseError};
 use crate::registry::store::PluginStore;
 use crate::registry::{Registry, RegistryError};
-use crate::session::{MemorySessionStore, SessionManager, SessionStore};
+use crate::session::SessionManager;
 use crate::stream::{EventStore, MemoryEventStore};
 use crate::supervisor::Supervisor;
 
@@ -90,12 +90,13 @@ impl Gateway {
             }));
         }
         let store: Arc<dyn EventStore> = Arc::new(MemoryEventStore::new(config.replay.clone()));
-        let records: Arc<dyn SessionStore> = Arc::new(MemorySessionStore::default());
         let supervisor = Supervisor::new(registry.clone(), config.max_children);
         let sessions = SessionManager::new(
             config.session.clone(),
             store,
-            records,
+            // One replica: the live sessions are the whole record (cluster mode adds a
+            // store the replicas share).
+            None,
             config.stream.clone(),
             config.replay.max_age,
             supervisor,

@@ -3,8 +3,10 @@
 //! request followed `initialize`, at shutdown). Ending a session stops its plugins in the
 //! background; the task tracker lets shutdown wait for every one of them.
 //!
-//! Each session's record goes into the [`SessionStore`] once, when it is created, and leaves
-//! it when the session ends; requests never touch the store. The manager is also how the
+//! With a [`SessionStore`] (one that replicas share), each session's record goes into it
+//! once, when it is created, and leaves it when the session ends; requests never touch the
+//! store. On one replica there is none: the table of live sessions is all there is to know,
+//! and a record beside each would be a second copy of it (3 MB more at 10,000 sessions). The manager is also how the
 //! [`Supervisor`]'s shared processes reach sessions ([`Listeners`]).
 
 use std::future::Future;
@@ -48,8 +50,9 @@ pub struct SessionManager {
     config: SessionConfig,
     /// Where sessions' stream events are kept for replay.
     pub store: Arc<dyn EventStore>,
-    /// Where sessions' records are kept: written at creation, removed at the end.
-    pub records: Arc<dyn SessionStore>,
+    /// Where sessions' records are kept for other replicas, if anywhere: written at
+    /// creation, removed at the end.
+    pub records: Option<Arc<dyn SessionStore>>,
     stream_settings: StreamSettings,
     /// How long a stream nobody resumes is kept (the replay age limit).
     abandon_after: Duration,
@@ -64,7 +67,7 @@ impl SessionManager {
     pub fn new(
         config: SessionConfig,
         store: Arc<dyn EventStore>,
-        records: Arc<dyn SessionStore>,
+        records: Option<Arc<dyn SessionStore>>,
         stream_settings: StreamSettings,
         abandon_after: Duration,
         supervisor: Arc<Supervisor>,
@@ -106,15 +109,18 @@ impl SessionManager {
             *held += 1;
         }
         let id = new_session_id();
-        let now = SystemTime::now();
-        let record = SessionRecord {
-            id: id.clone(),
-            version: init.version,
-            init_params: init.plugin_params.clone(),
-            owner: init.owner.clone(),
-            created: now,
-            last_used: now,
-        };
+        let record = self.records.clone().map(|records| {
+            let now = SystemTime::now();
+            let record = SessionRecord {
+                id: id.clone(),
+                version: init.version,
+                init_params: init.plugin_params.clone(),
+                owner: init.owner.clone(),
+                created: now,
+                last_used: now,
+            };
+            (records, record)
+        });
         let session = Session::new(
             id,
             init,
@@ -125,11 +131,12 @@ impl SessionManager {
         );
         // Recorded before it can be found, so no end of it (DELETE, a reap, shutdown) can
         // come before its record is put.
-        let records = self.records.clone();
-        self.finish(
-            "recording the session",
-            async move { records.put(record).await },
-        );
+        if let Some((records, record)) = record {
+            self.finish(
+                "recording the session",
+                async move { records.put(record).await },
+            );
+        }
         self.sessions.insert(session.id.clone(), session.clone());
         crate::metrics::get().sessions_opened.inc();
         tracing::info!(session = %session.id, version = session.version, "session created");
@@ -157,10 +164,12 @@ impl SessionManager {
             *held -= 1;
             *held == 0
         });
-        let (records, id) = (self.records.clone(), session.id.clone());
-        self.finish("forgetting the session", async move {
-            records.remove(&id).await
-        });
+        if let Some(records) = self.records.clone() {
+            let id = session.id.clone();
+            self.finish("forgetting the session", async move {
+                records.remove(&id).await
+            });
+        }
         let s = session.clone();
         self.tasks.spawn(async move { s.end().await });
         Some(session)
@@ -295,7 +304,7 @@ mod tests {
         let manager = SessionManager::new(
             config.session.clone(),
             Arc::new(MemoryEventStore::new(config.replay.clone())),
-            records.clone(),
+            Some(records.clone()),
             config.stream.clone(),
             config.replay.max_age,
             Supervisor::new(registry, None),

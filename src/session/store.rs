@@ -7,8 +7,10 @@
 //!
 //! The session manager writes a record once, when `initialize` creates the session, and
 //! removes it when the session ends (DELETE, idleness, shutdown); nothing on a request's way
-//! touches the store. [`MemorySessionStore`] is the default; the cluster mode adds one in Redis
-//! behind the same trait.
+//! touches the store. A gateway on its own keeps no records (its live sessions are all there
+//! is to know); the cluster mode gives the manager a store the replicas share, in Redis.
+//! [`MemorySessionStore`] is the in-process implementation of the seam, what its tests and a
+//! store's callers are checked against.
 //!
 //! The methods return boxed futures (no `async-trait`): a networked store needs them. The
 //! in-memory one does its work before returning, so the manager's calls complete at once, in
