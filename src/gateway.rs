@@ -13,11 +13,12 @@ use tokio_util::sync::CancellationToken;
 
 use crate::auth::Auth;
 use crate::auth::store::AuthStoreError;
+use crate::cluster::{Cluster, ClusterError};
 use crate::config::{Config, ConfigError};
 use crate::database::{Database, DatabaseError};
 use crate::registry::store::PluginStore;
 use crate::registry::{Registry, RegistryError};
-use crate::session::SessionManager;
+use crate::session::{SessionManager, SessionStore};
 use crate::stream::{EventStore, MemoryEventStore};
 use crate::supervisor::Supervisor;
 
@@ -31,6 +32,9 @@ pub struct Gateway {
     pub registry: Arc<Registry>,
     pub plugin_store: Arc<dyn PluginStore>,
     pub sessions: Arc<SessionManager>,
+    /// Cluster mode: the Redis the replicas share, this replica's heartbeat, forwarding to a
+    /// session's owner. `None` on a replica of its own.
+    pub cluster: Option<Arc<Cluster>>,
     /// Cancelled when the gateway stops: sessions' streams close.
     pub shutdown: CancellationToken,
     /// Cancelled when a stop begins: readiness fails, the public listener stops accepting,
@@ -50,6 +54,10 @@ pub enum StartError {
     Auth(#[from] AuthStoreError),
     #[error(transparent)]
     Registry(#[from] RegistryError),
+    #[error("cluster mode: {0}")]
+    Cluster(#[from] ClusterError),
+    #[error(transparent)]
+    Config(#[from] ConfigError),
     #[error("the admin listener cannot listen on {addr}: {source}")]
     AdminListen {
         addr: SocketAddr,
@@ -76,7 +84,22 @@ impl Gateway {
         config: Config,
         reloader: Option<Reloader>,
     ) -> Result<Arc<Gateway>, StartError> {
+        let bound = config.listen;
+        Gateway::serving_at(config, reloader, bound).await
+    }
+
+    /// [`Gateway::new`] for a public listener bound to `bound` (its real port, when the
+    /// config asked for port 0): what the cluster's other replicas are told.
+    pub async fn serving_at(
+        config: Config,
+        reloader: Option<Reloader>,
+        bound: SocketAddr,
+    ) -> Result<Arc<Gateway>, StartError> {
         let database = Database::connect(&config.database_url).await?;
+        let cluster = match &config.cluster {
+            Some(c) => Some(Cluster::connect(c, c.advertise(bound)?).await?),
+            None => None,
+        };
         let plugin_store = database.plugin_store();
         let registry = Registry::load(&config, plugin_store.clone()).await?;
         let auth = Arc::new(Auth::new(config.auth.clone(), database.auth_store()).await?);
@@ -94,9 +117,12 @@ impl Gateway {
         let sessions = SessionManager::new(
             config.session.clone(),
             store,
-            // One replica: the live sessions are the whole record (cluster mode adds a
-            // store the replicas share).
-            None,
+            // One replica: the live sessions are the whole record. In a cluster, the
+            // records the replicas share name each session's owner.
+            cluster.as_ref().map(|c| {
+                let store = c.session_store(config.session.idle_timeout);
+                Arc::new(store) as Arc<dyn SessionStore>
+            }),
             config.stream.clone(),
             config.replay.max_age,
             supervisor,
@@ -114,6 +140,7 @@ impl Gateway {
             registry,
             plugin_store,
             sessions,
+            cluster,
             shutdown: CancellationToken::new(),
             draining: CancellationToken::new(),
             serving: AtomicBool::new(false),

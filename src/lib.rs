@@ -12,7 +12,9 @@
 //! - [`http`]: the public endpoint `/mcp` (POST, GET, DELETE); Host/Origin/Accept/Content-Type
 //!   checks; status codes; SSE or JSON; connection timeouts and limits.
 //! - [`gateway`]: the shared state both listeners serve (config, registry, sessions, auth).
-//! - [`router`]: which plugin serves a request; merged lists; name prefixes.
+//! - [`router`]: which plugin serves a request; merged lists; name prefixes. Beside it,
+//!   [`cluster`]: cluster mode's Redis, the replica's heartbeat, session records, and the
+//!   forwarding of a request to the replica that owns its session.
 //! - [`session`]: legacy-era sessions, each with its plugin instances and streams; the
 //!   session record kept behind [`session::SessionStore`].
 //! - [`supervisor`]: plugin supervision in one place: instances started under limits,
@@ -36,6 +38,7 @@
 pub mod admin;
 pub mod auth;
 pub mod backend;
+pub mod cluster;
 pub mod config;
 pub mod database;
 pub mod gateway;

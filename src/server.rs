@@ -60,7 +60,7 @@ impl Server {
             .map_err(|source| StartError::AdminListen { addr, source })?;
         let admin_addr = admin.local_addr()?;
         let public_addr = listener.local_addr()?;
-        let gateway = Gateway::new(config, reloader).await?;
+        let gateway = Gateway::serving_at(config, reloader, public_addr).await?;
         Ok(Server {
             gateway,
             public: listener,
@@ -101,6 +101,16 @@ impl Server {
             admin_addr,
         } = self;
         tokio::spawn(gateway.sessions.clone().reap_idle(gateway.shutdown.clone()));
+        tokio::spawn(
+            gateway
+                .sessions
+                .clone()
+                .refresh_records(gateway.shutdown.clone()),
+        );
+        let heartbeat = gateway
+            .cluster
+            .clone()
+            .map(|c| tokio::spawn(c.heartbeat(gateway.shutdown.clone())));
         spawn_reload_on_hangup(gateway.clone());
         if let Some(server) = &gateway.auth.server {
             tokio::spawn(server.clone().maintain(gateway.shutdown.clone()));
@@ -168,6 +178,10 @@ impl Server {
         }
         tracing::info!("stopping plugins");
         gateway.sessions.shutdown().await;
+        // The heartbeat's last word: this replica is gone.
+        if let Some(h) = heartbeat {
+            let _ = tokio::time::timeout(Duration::from_secs(3), h).await;
+        }
         // An admin connection that will not close (a hung scraper) does not hold the exit.
         let _ = tokio::time::timeout(Duration::from_secs(2), admin_server).await;
         tracing::info!("stopped");

@@ -25,8 +25,8 @@ const LAYERS: &[&[&str]] = &[
     &["supervisor"],
     // Legacy-era sessions.
     &["session"],
-    // Which plugin serves a request.
-    &["router"],
+    // Which plugin serves a request; cluster mode's shared state and forwarding.
+    &["router", "cluster"],
     // The shared state the listeners serve.
     &["gateway"],
     // The edges: the public endpoint, and the admin listener.

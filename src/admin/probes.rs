@@ -48,6 +48,18 @@ pub async fn readyz(State(gw): State<Arc<Gateway>>) -> Response {
         }
     };
 
+    // Cluster mode: the Redis the replicas share (its call is under its own timeout).
+    let redis = match &gw.cluster {
+        None => None,
+        Some(c) => Some(match c.ping().await {
+            Ok(()) => json!({ "ok": true }),
+            Err(e) => {
+                problems.push(format!("redis: {e}"));
+                json!({ "ok": false, "error": e.to_string() })
+            }
+        }),
+    };
+
     let mut failed = Vec::new();
     let mut enabled = 0;
     for entry in gw.registry.entries().iter().filter(|e| e.enabled) {
@@ -72,7 +84,7 @@ pub async fn readyz(State(gw): State<Arc<Gateway>>) -> Response {
     }
 
     let ready = problems.is_empty();
-    let body: Value = json!({
+    let mut body: Value = json!({
         "status": if ready { "ready" } else { "not ready" },
         "problems": problems,
         "checks": {
@@ -81,6 +93,9 @@ pub async fn readyz(State(gw): State<Arc<Gateway>>) -> Response {
             "plugins": { "ok": plugins_ok, "enabled": enabled, "failed": failed },
         },
     });
+    if let Some(redis) = redis {
+        body["checks"]["redis"] = redis;
+    }
     let status = if ready {
         StatusCode::OK
     } else {

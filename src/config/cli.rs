@@ -76,6 +76,27 @@ pub struct Cli {
     #[arg(long, env = "MCP_GATEWAY_SESSION_IDLE_TIMEOUT_SECS")]
     pub session_idle_timeout_secs: Option<u64>,
 
+    /// Redis shared by the replicas of a cluster (`redis://host:port[/db]`): turns cluster
+    /// mode on, where any replica serves any session. [default: none; one replica, state in
+    /// memory]
+    #[arg(long, env = "MCP_GATEWAY_REDIS_URL")]
+    pub redis_url: Option<String>,
+
+    /// What every Redis key of this cluster starts with, so clusters (or tests) can share one
+    /// Redis. [default: mcp-gateway:]
+    #[arg(long, env = "MCP_GATEWAY_REDIS_KEY_PREFIX")]
+    pub redis_key_prefix: Option<String>,
+
+    /// The secret the replicas of a cluster share: a request one forwards to another carries
+    /// it. At least 16 characters; required in cluster mode.
+    #[arg(long, env = "MCP_GATEWAY_CLUSTER_SECRET", hide_env_values = true)]
+    pub cluster_secret: Option<String>,
+
+    /// Where the other replicas reach this one (`http://host:port`). [default:
+    /// http://<listen address>, or this machine's host name for a wildcard address]
+    #[arg(long, env = "MCP_GATEWAY_ADVERTISE_URL")]
+    pub advertise_url: Option<String>,
+
     /// Most plugin processes at once, all plugins together; a request that would start one
     /// more gets an error saying so. [default: no limit]
     #[arg(long, env = "MCP_GATEWAY_MAX_CHILDREN")]

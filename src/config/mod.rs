@@ -15,6 +15,7 @@
 
 mod auth;
 mod cli;
+mod cluster;
 mod file;
 mod listener;
 mod plugin;
@@ -26,6 +27,7 @@ use std::time::Duration;
 
 pub use auth::{AuthConfig, AuthMode, ClientConfig, UserConfig};
 pub use cli::{Cli, Command, LogFormat};
+pub use cluster::{ClusterConfig, DEFAULT_KEY_PREFIX, MIN_SECRET_LEN, redact_url};
 pub use file::FileConfig;
 pub use listener::{
     AllowList, ConnectionLimits, DEFAULT_LISTEN, DEFAULT_MAX_BODY_BYTES, MIN_HEADER_BYTES,
@@ -53,6 +55,9 @@ pub struct Config {
     pub separator: String,
     pub plugins: Vec<PluginConfig>,
     pub database_url: String,
+    /// Cluster mode: the Redis the replicas share and how they reach each other; `None` on a
+    /// replica of its own.
+    pub cluster: Option<ClusterConfig>,
     pub admin: AdminConfig,
     pub auth: AuthConfig,
     /// Most plugin processes at once, all plugins together.
@@ -145,7 +150,16 @@ impl Config {
         let admin = admin(cli, file.admin, public.listen)?;
         let auth = auth::auth_config(cli, file.auth, public.listen)?;
         let database_url = database_url(cli, file.database_url, &admin, &auth);
+        let cluster = cluster::cluster(
+            cli,
+            file.redis_url,
+            file.redis_key_prefix,
+            file.cluster_secret,
+            file.advertise_url,
+            public.listen,
+        )?;
         Ok(Config {
+            cluster,
             auth,
             max_children: cli.max_children.or(file.max_children),
             shutdown_grace: Duration::from_secs(
@@ -198,6 +212,7 @@ impl Config {
             separator: DEFAULT_SEPARATOR.into(),
             plugins,
             database_url: "sqlite::memory:".into(),
+            cluster: None,
             max_children: None,
             shutdown_grace: Duration::from_secs(DEFAULT_SHUTDOWN_GRACE_SECS),
             admin: AdminConfig {

@@ -57,6 +57,14 @@ pub enum HttpError {
     TooManySessionsForClient(usize),
     #[error("{0}")]
     Auth(AuthError, Challenge),
+    /// Cluster mode's shared state did not answer; the cause stays in the logs.
+    #[error("Service Unavailable: the cluster's shared state cannot be reached; retry later")]
+    Cluster(String),
+    /// The replica that owns the session did not take the forwarded request.
+    #[error(
+        "Service Unavailable: the gateway replica serving this session cannot be reached; retry later"
+    )]
+    OwnerUnreachable(String),
 }
 
 impl HttpError {
@@ -81,6 +89,9 @@ impl HttpError {
             HttpError::TooManySessions => StatusCode::SERVICE_UNAVAILABLE,
             HttpError::TooManySessionsForClient(_) => StatusCode::TOO_MANY_REQUESTS,
             HttpError::Auth(_, c) => c.status,
+            HttpError::Cluster(_) | HttpError::OwnerUnreachable(_) => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
         }
     }
 
@@ -108,7 +119,9 @@ impl HttpError {
             | HttpError::EventStore(_)
             | HttpError::TooManySessions
             | HttpError::TooManySessionsForClient(_)
-            | HttpError::Auth(..) => code::SERVER_ERROR,
+            | HttpError::Auth(..)
+            | HttpError::Cluster(_)
+            | HttpError::OwnerUnreachable(_) => code::SERVER_ERROR,
         }
     }
 
@@ -134,7 +147,9 @@ impl HttpError {
             | HttpError::EventStore(_)
             | HttpError::TooManySessions
             | HttpError::TooManySessionsForClient(_)
-            | HttpError::Auth(..) => None,
+            | HttpError::Auth(..)
+            | HttpError::Cluster(_)
+            | HttpError::OwnerUnreachable(_) => None,
         }
     }
 }
@@ -142,8 +157,12 @@ impl HttpError {
 impl IntoResponse for HttpError {
     fn into_response(self) -> Response {
         let status = self.status();
-        if let HttpError::EventStore(cause) = &self {
-            tracing::error!("the event store failed: {cause}");
+        match &self {
+            HttpError::EventStore(cause) => tracing::error!("the event store failed: {cause}"),
+            HttpError::Cluster(cause) | HttpError::OwnerUnreachable(cause) => {
+                tracing::error!("cluster: {cause}")
+            }
+            _ => {}
         }
         if status.is_server_error() || status == StatusCode::FORBIDDEN {
             tracing::warn!(status = status.as_u16(), "{self}");
@@ -162,6 +181,9 @@ impl IntoResponse for HttpError {
             HttpError::TooManySessions | HttpError::TooManySessionsForClient(_)
         ) {
             headers.insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
+        }
+        if matches!(self, HttpError::Cluster(_) | HttpError::OwnerUnreachable(_)) {
+            headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
         }
         if let HttpError::Auth(_, c) = &self {
             headers.insert(header::WWW_AUTHENTICATE, c.www_authenticate.clone());

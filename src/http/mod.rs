@@ -42,9 +42,17 @@ pub fn router(gateway: Arc<Gateway>) -> Router {
         guard: checks::Guard::new(&gateway.config),
         gateway,
     });
-    let mcp = Router::new()
-        .route("/mcp", post(mcp::post).get(mcp::get).delete(mcp::delete))
-        .with_state(edge.clone());
+    let mut mcp = Router::new().route("/mcp", post(mcp::post).get(mcp::get).delete(mcp::delete));
+    if edge.cluster.is_some() {
+        // What another replica forwards: the same handlers, behind the cluster's secret.
+        mcp = mcp.route(
+            crate::cluster::forward::FORWARDED_PATH,
+            post(mcp::post).get(mcp::get).delete(mcp::delete).layer(
+                axum::middleware::from_fn_with_state(edge.clone(), from_a_replica),
+            ),
+        );
+    }
+    let mcp = mcp.with_state(edge.clone());
     let app = if edge.auth.enabled() {
         let oauth = crate::auth::server::router(edge.auth.clone()).layer(
             axum::middleware::from_fn_with_state(edge.clone(), host_guard),
@@ -78,6 +86,27 @@ fn panicked(cause: Box<dyn std::any::Any + Send + 'static>) -> axum::response::R
         body,
     )
         .into_response()
+}
+
+/// Lets through only requests that carry the cluster's secret, marked as forwarded; anything
+/// else is answered as an unknown path.
+async fn from_a_replica(
+    axum::extract::State(gw): axum::extract::State<Arc<Edge>>,
+    mut request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let known = gw
+        .cluster
+        .as_ref()
+        .is_some_and(|c| c.is_forwarded(request.headers()));
+    if !known {
+        return axum::http::StatusCode::NOT_FOUND.into_response();
+    }
+    request
+        .extensions_mut()
+        .insert(crate::cluster::forward::Forwarded);
+    next.run(request).await
 }
 
 /// The Host and Origin checks (DNS rebinding) for the OAuth endpoints, and the client's

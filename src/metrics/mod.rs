@@ -48,6 +48,9 @@ pub struct Metrics {
     pub plugin_notifications_dropped: IntCounterVec,
     pub auth_issued: IntCounterVec,
     pub auth_refused: IntCounterVec,
+    pub redis_duration: HistogramVec,
+    pub redis_errors: IntCounterVec,
+    pub cluster_forwards: IntCounterVec,
 }
 
 /// The process's metrics.
@@ -180,6 +183,22 @@ impl Metrics {
                  OAuth error code, or bad_credentials at sign-in).",
                 &["reason"],
             ),
+            redis_duration: histogram_vec(
+                "mcp_gateway_redis_seconds",
+                "Round trips to the cluster's Redis, by operation.",
+                &["op"],
+            ),
+            redis_errors: counter_vec(
+                "mcp_gateway_redis_errors_total",
+                "Redis calls that failed or timed out, by operation.",
+                &["op"],
+            ),
+            cluster_forwards: counter_vec(
+                "mcp_gateway_cluster_forwards_total",
+                "Requests forwarded to the replica that owns their session, by outcome \
+                 (ok: the owner answered; unreachable: it could not be reached).",
+                &["outcome"],
+            ),
         };
         let r = &m.registry;
         let register = |c: Box<dyn prometheus::core::Collector>| {
@@ -205,6 +224,9 @@ impl Metrics {
         register(Box::new(m.plugin_notifications_dropped.clone()));
         register(Box::new(m.auth_issued.clone()));
         register(Box::new(m.auth_refused.clone()));
+        register(Box::new(m.redis_duration.clone()));
+        register(Box::new(m.redis_errors.clone()));
+        register(Box::new(m.cluster_forwards.clone()));
         let info = gauge_vec(
             "mcp_gateway_build_info",
             "Always 1; the gateway's version as a label.",
@@ -227,6 +249,17 @@ pub fn encode_text() -> String {
         .encode(&get().registry.gather(), &mut out)
         .expect("text encoding into memory");
     String::from_utf8(out).expect("the text format is UTF-8")
+}
+
+/// Times one Redis round trip of cluster mode; `op` comes from a fixed set of names.
+pub fn record_redis(op: &'static str, elapsed: std::time::Duration, ok: bool) {
+    let m = get();
+    m.redis_duration
+        .with_label_values(&[op])
+        .observe(elapsed.as_secs_f64());
+    if !ok {
+        m.redis_errors.with_label_values(&[op]).inc();
+    }
 }
 
 /// Counts and times one HTTP request by method, matched route and status.

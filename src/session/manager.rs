@@ -175,6 +175,38 @@ impl SessionManager {
         Some(session)
     }
 
+    /// Keeps the shared records of this replica's sessions from expiring while the sessions
+    /// live, until `shutdown`: each is touched once per third of the idle timeout. Nothing
+    /// without a shared store.
+    pub async fn refresh_records(self: Arc<Self>, shutdown: CancellationToken) {
+        use futures_util::StreamExt;
+        let Some(records) = self.records.clone() else {
+            return;
+        };
+        let every = (self.config.idle_timeout / 3).max(Duration::from_secs(1));
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        tick.tick().await;
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                () = shutdown.cancelled() => return,
+            }
+            let ids: Vec<Arc<str>> = self.sessions.iter().map(|s| s.key().clone()).collect();
+            let now = SystemTime::now();
+            futures_util::stream::iter(ids)
+                .for_each_concurrent(32, |id| {
+                    let records = records.clone();
+                    async move {
+                        if let Err(e) = records.touch(&id, now).await {
+                            tracing::warn!(session = %id, "refreshing the session's record: {e}");
+                        }
+                    }
+                })
+                .await;
+        }
+    }
+
     /// Ends idle sessions until `shutdown`, checking a few times per idle period.
     pub async fn reap_idle(self: Arc<Self>, shutdown: CancellationToken) {
         // Often enough for plugin idle timeouts and stream lingering too.

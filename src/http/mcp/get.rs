@@ -4,13 +4,18 @@
 
 use std::sync::Arc;
 
-use axum::http::{HeaderMap, HeaderValue, Uri};
+use axum::http::{HeaderMap, HeaderValue, Method, Uri};
 use axum::response::Response;
+use bytes::Bytes;
 
-use super::{Conn, LAST_EVENT_ID, authorize, check_version, opening, require_session};
+use super::{
+    Conn, LAST_EVENT_ID, Located, authorize, check_version, forward, locate, opening,
+    session_header,
+};
 use crate::http::Edge;
 use crate::http::checks;
 use crate::http::error::HttpError;
+use crate::protocol;
 use crate::session::{Session, UnknownStream};
 use crate::stream::{self, AttachError, Cursor, EventId, ReplayError, Stream, StreamGuard};
 
@@ -25,7 +30,14 @@ pub(super) async fn handle_get(
     gw.guard.check(headers, uri)?;
     let principal = authorize(gw, headers, uri)?;
     checks::accepts_sse(headers)?;
-    let session = require_session(gw, headers, principal.as_ref())?;
+    let id = session_header(headers)?
+        .ok_or_else(|| HttpError::MissingSession(protocol::supported_list()))?;
+    let session = match locate(gw, id, principal.as_ref(), &conn).await? {
+        Located::Here(session) => session,
+        Located::There(url) => {
+            return forward(gw, &url, Method::GET, headers, Bytes::new()).await;
+        }
+    };
     check_version(headers, &session)?;
     session.touch();
     session.mark_used();

@@ -23,7 +23,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::{Request, State};
-use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, Uri, header};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 
@@ -32,6 +32,8 @@ use super::error::HttpError;
 use super::serve::ConnectionContext;
 use super::trace::{self, TraceContext};
 use crate::auth::Principal;
+use crate::cluster::Owner;
+use crate::cluster::forward::Forwarded;
 use crate::protocol;
 use crate::session::Session;
 use crate::stream::{Cut, EventId, Opening, ReadProof};
@@ -49,20 +51,26 @@ struct Conn {
     cut: Option<Cut>,
     /// The peer's address (a proxy's, when one is in front).
     peer: Option<SocketAddr>,
+    /// Forwarded by another replica of the cluster (its secret checked): served here or
+    /// refused, never forwarded again.
+    forwarded: bool,
 }
 
 impl Conn {
     fn take(parts: &mut axum::http::request::Parts) -> Conn {
+        let forwarded = parts.extensions.remove::<Forwarded>().is_some();
         match parts.extensions.remove::<Arc<ConnectionContext>>() {
             Some(c) => Conn {
                 proof: c.proof_for(parts.version),
                 cut: Some(c.cut.clone()),
                 peer: Some(c.peer),
+                forwarded,
             },
             None => Conn {
                 proof: None,
                 cut: None,
                 peer: None,
+                forwarded,
             },
         }
     }
@@ -97,8 +105,11 @@ pub async fn get(State(gw): State<Arc<Edge>>, request: Request) -> Response {
 }
 
 pub async fn delete(State(gw): State<Arc<Edge>>, request: Request) -> Response {
-    let (parts, _) = request.into_parts();
-    handle_delete(&gw, &parts.uri, &parts.headers).unwrap_or_else(IntoResponse::into_response)
+    let (mut parts, _) = request.into_parts();
+    let conn = Conn::take(&mut parts);
+    handle_delete(&gw, &parts.uri, &parts.headers, &conn)
+        .await
+        .unwrap_or_else(IntoResponse::into_response)
 }
 
 /// The request's token, checked (with authorization on): who it speaks for.
@@ -109,14 +120,9 @@ fn authorize(gw: &Edge, headers: &HeaderMap, uri: &Uri) -> Result<Option<Princip
     })
 }
 
-/// A session, if it exists and belongs to the request's subject: another subject's session
-/// is as unknown to it as one that never existed.
-fn owned_session(
-    gw: &Edge,
-    id: &str,
-    principal: Option<&Principal>,
-) -> Result<Arc<Session>, HttpError> {
-    let session = gw.sessions.get(id).ok_or(HttpError::SessionNotFound)?;
+/// The session, if it belongs to the request's subject: another subject's session is as
+/// unknown to it as one that never existed.
+fn owned(session: Arc<Session>, principal: Option<&Principal>) -> Result<Arc<Session>, HttpError> {
     trace::record_session(&session.id);
     if session.owner.as_deref() != principal.map(|p| p.subject.as_str()) {
         tracing::warn!(session = %session.id, "a session was used with another subject's token");
@@ -144,10 +150,22 @@ fn opening(session: &Session, priming: Option<EventId>, hold: bool) -> Opening {
     }
 }
 
-fn handle_delete(gw: &Edge, uri: &Uri, headers: &HeaderMap) -> Result<Response, HttpError> {
+async fn handle_delete(
+    gw: &Edge,
+    uri: &Uri,
+    headers: &HeaderMap,
+    conn: &Conn,
+) -> Result<Response, HttpError> {
     gw.guard.check(headers, uri)?;
     let principal = authorize(gw, headers, uri)?;
-    let session = require_session(gw, headers, principal.as_ref())?;
+    let id = session_header(headers)?
+        .ok_or_else(|| HttpError::MissingSession(protocol::supported_list()))?;
+    let session = match locate(gw, id, principal.as_ref(), conn).await? {
+        Located::Here(session) => session,
+        Located::There(url) => {
+            return forward(gw, &url, Method::DELETE, headers, Bytes::new()).await;
+        }
+    };
     check_version(headers, &session)?;
     gw.sessions
         .end(&session.id)
@@ -163,14 +181,50 @@ fn session_header(headers: &HeaderMap) -> Result<Option<&str>, HttpError> {
     }
 }
 
-fn require_session(
+/// Where a session is served, seen from this replica.
+enum Located {
+    /// Here: the session, owned by the request's subject.
+    Here(Arc<Session>),
+    /// On another live replica of the cluster, at this URL.
+    There(String),
+}
+
+/// Finds a session here, or (in cluster mode, for a request not already forwarded) the live
+/// replica that owns it. A session no replica serves is not found: one whose owner is gone
+/// is too, until sessions can be taken over, so the client starts a new one.
+async fn locate(
     gw: &Edge,
-    headers: &HeaderMap,
+    id: &str,
     principal: Option<&Principal>,
-) -> Result<Arc<Session>, HttpError> {
-    let id = session_header(headers)?
-        .ok_or_else(|| HttpError::MissingSession(protocol::supported_list()))?;
-    owned_session(gw, id, principal)
+    conn: &Conn,
+) -> Result<Located, HttpError> {
+    if let Some(session) = gw.sessions.get(id) {
+        return owned(session, principal).map(Located::Here);
+    }
+    let Some(cluster) = gw.cluster.as_ref().filter(|_| !conn.forwarded) else {
+        return Err(HttpError::SessionNotFound);
+    };
+    match cluster.owner_of(id).await {
+        Ok(Some(Owner::Alive(url))) => Ok(Located::There(url)),
+        Ok(Some(Owner::Me | Owner::Gone) | None) => Err(HttpError::SessionNotFound),
+        Err(e) => Err(HttpError::Cluster(e.to_string())),
+    }
+}
+
+/// Sends the request to the replica that owns its session; its answer goes back as it
+/// comes.
+async fn forward(
+    gw: &Edge,
+    url: &str,
+    method: Method,
+    headers: &HeaderMap,
+    body: Bytes,
+) -> Result<Response, HttpError> {
+    let cluster = gw.cluster.as_ref().expect("only cluster mode forwards");
+    cluster
+        .forward(url, method, headers, body)
+        .await
+        .map_err(|e| HttpError::OwnerUnreachable(e.to_string()))
 }
 
 /// `MCP-Protocol-Version`, when sent, must be a supported version and the session's. The

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use axum::body::Body;
-use axum::http::{HeaderMap, StatusCode, Uri, header};
+use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
@@ -18,7 +18,8 @@ use tracing::Instrument;
 use super::initialize::initialize;
 use super::step_up::visible_view;
 use super::{
-    Conn, authorize, check_version, json_response, opening, owned_session, session_header,
+    Conn, Located, authorize, check_version, forward, json_response, locate, opening,
+    session_header,
 };
 use crate::auth::Principal;
 use crate::config::ResponseMode;
@@ -56,7 +57,12 @@ pub(super) async fn handle_post(
         Era::Initialize => initialize(gw, headers, parsed, principal.as_ref(), &conn).await,
         Era::Sessionless { .. } => Err(HttpError::MissingSession(protocol::supported_list())),
         Era::Session(id) => {
-            let session = owned_session(gw, id, principal.as_ref())?;
+            let session = match locate(gw, id, principal.as_ref(), &conn).await? {
+                Located::Here(session) => session,
+                Located::There(url) => {
+                    return forward(gw, &url, Method::POST, headers, bytes).await;
+                }
+            };
             check_version(headers, &session)?;
             in_session(
                 gw,

@@ -1,0 +1,228 @@
+//! Cluster mode: several replicas behind a load balancer with no stickiness, sharing one Redis.
+//!
+//! A session belongs to the replica that created it: its plugin processes run there. The
+//! session's record ([`RedisSessionStore`]) names that replica; a replica's liveness is a
+//! heartbeat key with a short expiry, which also holds the address the others reach it at
+//! ([`Cluster::owner_of`]). A request for a session another live replica owns is forwarded
+//! to it ([`forward`]), with the cluster's secret, and the owner's answer (JSON or an SSE
+//! stream) flows straight back.
+//!
+//! This module owns the connection to Redis (every call under a timeout), the replica's
+//! identity and heartbeat, and the session records. It never holds a session's live state:
+//! that stays in [`crate::session`] on the owner. What it reads back from Redis is checked
+//! like any other input: a record that does not parse is treated as missing.
+
+pub mod forward;
+mod sessions;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rand::RngCore;
+use redis::AsyncCommands;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use tokio_util::sync::CancellationToken;
+
+use crate::config::{ClusterConfig, redact_url};
+pub use sessions::RedisSessionStore;
+
+/// How long a Redis call may take before it counts as failed.
+pub const REDIS_TIMEOUT: Duration = Duration::from_secs(2);
+/// How often a replica says it is alive.
+const HEARTBEAT_EVERY: Duration = Duration::from_secs(1);
+/// How long a heartbeat lasts: a replica silent this long is gone.
+const HEARTBEAT_TTL: Duration = Duration::from_secs(5);
+/// The longest advertise URL read back from Redis.
+const MAX_URL_LEN: usize = 512;
+
+/// Why cluster mode could not start or a call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    /// The URL is not one the Redis client accepts (its password never shown).
+    #[error("redis_url `{0}` is not usable: {1}")]
+    Url(String, String),
+    /// Redis did not answer, or refused.
+    #[error("Redis at {0} is unreachable: {1}")]
+    Unreachable(String, String),
+}
+
+/// This replica's part in the cluster.
+pub struct Cluster {
+    conn: ConnectionManager,
+    prefix: String,
+    /// Random per process: a restarted replica is a new one.
+    replica: Arc<str>,
+    /// Where the others reach this replica.
+    advertise_url: String,
+    /// Shown in errors instead of the URL (no password).
+    redis_shown: String,
+    secret: String,
+    /// The connections to other replicas (kept alive, pooled per replica).
+    http: reqwest::Client,
+}
+
+/// The replica that owns a session, as Redis tells it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Owner {
+    /// This replica.
+    Me,
+    /// Another replica, alive, at this URL.
+    Alive(String),
+    /// A replica whose heartbeat has lapsed.
+    Gone,
+}
+
+impl Cluster {
+    /// Connects to Redis; fails at once when it does not answer (the start fails). The others
+    /// will reach this replica at `advertise_url`.
+    pub async fn connect(
+        config: &ClusterConfig,
+        advertise_url: String,
+    ) -> Result<Arc<Cluster>, ClusterError> {
+        let shown = redact_url(&config.redis_url);
+        let client = redis::Client::open(config.redis_url.as_str())
+            .map_err(|e| ClusterError::Url(shown.clone(), e.to_string()))?;
+        let settings = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(REDIS_TIMEOUT))
+            .set_response_timeout(Some(REDIS_TIMEOUT))
+            .set_number_of_retries(2)
+            .set_max_delay(Duration::from_secs(1));
+        let conn = tokio::time::timeout(
+            REDIS_TIMEOUT * 2,
+            ConnectionManager::new_with_config(client, settings),
+        )
+        .await
+        .map_err(|_| ClusterError::Unreachable(shown.clone(), "timed out".into()))?
+        .map_err(|e| ClusterError::Unreachable(shown.clone(), e.to_string()))?;
+        let mut id = [0u8; 8];
+        rand::rng().fill_bytes(&mut id);
+        let replica: String = id.iter().map(|b| format!("{b:02x}")).collect();
+        let http = reqwest::Client::builder()
+            .connect_timeout(REDIS_TIMEOUT)
+            .pool_idle_timeout(Duration::from_secs(60))
+            .tcp_nodelay(true)
+            .build()
+            .map_err(|e| ClusterError::Url(shown.clone(), e.to_string()))?;
+        let cluster = Arc::new(Cluster {
+            conn,
+            prefix: config.key_prefix.clone(),
+            replica: replica.into(),
+            advertise_url,
+            redis_shown: shown,
+            secret: config.secret.clone(),
+            http,
+        });
+        cluster.beat().await?;
+        Ok(cluster)
+    }
+
+    /// This replica's id.
+    pub fn replica(&self) -> &Arc<str> {
+        &self.replica
+    }
+
+    /// The store of session records the replicas share; a record untouched for `ttl` (the
+    /// session idle timeout) expires.
+    pub fn session_store(self: &Arc<Self>, ttl: Duration) -> RedisSessionStore {
+        RedisSessionStore::new(self.clone(), ttl)
+    }
+
+    fn key(&self, parts: &[&str]) -> String {
+        let mut k = self.prefix.clone();
+        for (i, p) in parts.iter().enumerate() {
+            if i > 0 {
+                k.push(':');
+            }
+            k.push_str(p);
+        }
+        k
+    }
+
+    fn unreachable(&self, e: impl std::fmt::Display) -> ClusterError {
+        ClusterError::Unreachable(self.redis_shown.clone(), e.to_string())
+    }
+
+    /// Runs one Redis call under [`REDIS_TIMEOUT`], timing it.
+    async fn call<T>(
+        &self,
+        op: &'static str,
+        f: impl std::future::Future<Output = redis::RedisResult<T>>,
+    ) -> Result<T, ClusterError> {
+        let started = std::time::Instant::now();
+        let r = match tokio::time::timeout(REDIS_TIMEOUT, f).await {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) => Err(self.unreachable(e)),
+            Err(_) => Err(self.unreachable("timed out")),
+        };
+        crate::metrics::record_redis(op, started.elapsed(), r.is_ok());
+        r
+    }
+
+    /// Says this replica is alive, for [`HEARTBEAT_TTL`].
+    async fn beat(&self) -> Result<(), ClusterError> {
+        let key = self.key(&["replica", &self.replica]);
+        let mut c = self.conn.clone();
+        let ttl = HEARTBEAT_TTL.as_millis() as u64;
+        self.call("heartbeat", async move {
+            c.pset_ex::<_, _, ()>(key, self.advertise_url.as_str(), ttl)
+                .await
+        })
+        .await
+    }
+
+    /// Beats until `shutdown`, then says it is gone, so its sessions can be taken over at
+    /// once.
+    pub async fn heartbeat(self: Arc<Self>, shutdown: CancellationToken) {
+        let mut tick = tokio::time::interval(HEARTBEAT_EVERY);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {
+                    if let Err(e) = self.beat().await {
+                        tracing::warn!("cluster heartbeat: {e}");
+                    }
+                }
+                () = shutdown.cancelled() => break,
+            }
+        }
+        let key = self.key(&["replica", &self.replica]);
+        let mut c = self.conn.clone();
+        let _ = self
+            .call("heartbeat", async move { c.del::<_, ()>(key).await })
+            .await;
+    }
+
+    /// Whether Redis answers (readiness).
+    pub async fn ping(&self) -> Result<(), ClusterError> {
+        let mut c = self.conn.clone();
+        self.call("ping", async move {
+            redis::cmd("PING").query_async::<String>(&mut c).await
+        })
+        .await
+        .map(|_| ())
+    }
+
+    /// Where a replica is, if it is alive.
+    async fn replica_url(&self, replica: &str) -> Result<Option<String>, ClusterError> {
+        let key = self.key(&["replica", replica]);
+        let mut c = self.conn.clone();
+        let url: Option<String> = self.call("owner", async move { c.get(key).await }).await?;
+        Ok(url.filter(|u| {
+            u.len() <= MAX_URL_LEN && (u.starts_with("http://") || u.starts_with("https://"))
+        }))
+    }
+
+    /// Who owns a session: `None` when no replica has it (it ended, expired, or never was).
+    pub async fn owner_of(&self, session: &str) -> Result<Option<Owner>, ClusterError> {
+        let Some(replica) = sessions::owner(self, session).await? else {
+            return Ok(None);
+        };
+        if *replica == *self.replica {
+            return Ok(Some(Owner::Me));
+        }
+        Ok(Some(match self.replica_url(&replica).await? {
+            Some(url) => Owner::Alive(url),
+            None => Owner::Gone,
+        }))
+    }
+}

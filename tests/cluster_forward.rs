@@ -1,0 +1,182 @@
+//! Cluster mode, two replicas sharing the Redis at 127.0.0.1:6379 (a key prefix of each
+//! test's own): a session created on one is served through the other, which forwards its
+//! requests to the owner with the cluster's secret; DELETE on either ends it on both; a
+//! forged secret gets nothing; readiness names Redis; the keys are gone once the replicas stop.
+
+mod common;
+
+use std::process::Command;
+
+use common::{Client, FIXTURE, Gateway, run_cli};
+use serde_json::json;
+
+const SECRET: &str = "a-cluster-secret-for-tests";
+
+/// A key prefix no other test uses.
+fn prefix() -> String {
+    format!("test-fwd-{}-{}:", std::process::id(), rand_suffix())
+}
+
+fn rand_suffix() -> u64 {
+    use std::time::{SystemTime, UNIX_EPOCH};
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos() as u64
+}
+
+fn redis_keys(prefix: &str) -> Vec<String> {
+    let out = Command::new("redis-cli")
+        .args(["--scan", "--pattern", &format!("{prefix}*")])
+        .output()
+        .expect("redis-cli runs");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_owned)
+        .filter(|l| !l.is_empty())
+        .collect()
+}
+
+fn replica(prefix: &str) -> Gateway {
+    Gateway::start(&[
+        "--redis-url",
+        "redis://127.0.0.1:6379",
+        "--redis-key-prefix",
+        prefix,
+        "--cluster-secret",
+        SECRET,
+        "--",
+        FIXTURE,
+    ])
+}
+
+#[tokio::test]
+async fn a_session_is_served_through_any_replica_and_ends_on_all() {
+    let prefix = prefix();
+    let mut a = replica(&prefix);
+    let mut b = replica(&prefix);
+
+    let mut on_a = a.client();
+    on_a.initialize().await;
+    let mut on_b = Client::new(&b.url);
+    on_b.session = on_a.session.clone();
+    on_b.version = on_a.version.clone();
+
+    // A request, answered by the owner's plugin through the other replica, as JSON or SSE.
+    let text = on_b
+        .tool_text(2, "echo", json!({"text": "through b"}))
+        .await;
+    assert!(text.contains("through b"), "{text}");
+    let mut events = on_b
+        .stream(&json!({"jsonrpc": "2.0", "id": 3, "method": "tools/list"}))
+        .await;
+    let answer = events.next().await.expect("the answer on the stream");
+    assert!(answer["result"]["tools"].is_array(), "{answer}");
+    assert!(
+        b.metric("mcp_gateway_cluster_forwards_total{outcome=\"ok\"}")
+            .await
+            .unwrap_or(0.0)
+            >= 2.0
+    );
+    // B holds no session of its own: it forwarded.
+    assert_eq!(b.metric("mcp_gateway_sessions_active").await, Some(0.0));
+    assert_eq!(a.metric("mcp_gateway_sessions_active").await, Some(1.0));
+
+    // Readiness names the Redis it depends on.
+    let (status, body) = b.admin_get("/readyz").await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("\"redis\":{\"ok\":true}"), "{body}");
+
+    // DELETE through B ends the session on A; both then say 404.
+    assert_eq!(on_b.delete().await, 200);
+    let r = on_a.call(4, "tools/list", json!({})).await;
+    assert_eq!(r.status, 404, "{r:?}");
+    let r = on_b.call(5, "tools/list", json!({})).await;
+    assert_eq!(r.status, 404, "{r:?}");
+
+    a.terminate();
+    b.terminate();
+    assert!(
+        redis_keys(&prefix).is_empty(),
+        "keys left in Redis: {:?}",
+        redis_keys(&prefix)
+    );
+}
+
+#[tokio::test]
+async fn the_internal_route_refuses_anyone_without_the_secret() {
+    let prefix = prefix();
+    let mut a = replica(&prefix);
+    let mut c = a.client();
+    c.initialize().await;
+    let internal = a.url.replace("/mcp", "/_cluster/mcp");
+    let http = reqwest::Client::new();
+    for secret in [None, Some("wrong"), Some("a-cluster-secret-for-test")] {
+        let mut r = http
+            .post(&internal)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-session-id", c.session.as_deref().unwrap())
+            .body(r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#);
+        if let Some(s) = secret {
+            r = r.header("x-mcp-gateway-cluster", s);
+        }
+        let r = r.send().await.unwrap();
+        assert_eq!(r.status(), 404, "secret {secret:?}");
+    }
+    a.terminate();
+    for k in redis_keys(&prefix) {
+        let _ = Command::new("redis-cli").args(["del", &k]).output();
+    }
+
+    // A gateway on its own has no such route at all.
+    let plain = Gateway::start(&["--", FIXTURE]);
+    let r = http
+        .post(plain.url.replace("/mcp", "/_cluster/mcp"))
+        .header("x-mcp-gateway-cluster", SECRET)
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
+}
+
+#[test]
+fn cluster_mode_needs_a_real_secret_and_a_redis_url() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = common::write_config(&dir, &format!("[plugins.f]\ncommand = \"{FIXTURE}\"\n"));
+    let check = |flags: &[&str]| {
+        let mut args = flags.to_vec();
+        args.extend(["check", "--config", &cfg]);
+        run_cli(&args, &[])
+    };
+    let (code, _, err) = check(&["--redis-url", "redis://127.0.0.1:6379"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("cluster_secret"), "{err}");
+    let (code, _, err) = check(&[
+        "--redis-url",
+        "redis://127.0.0.1:6379",
+        "--cluster-secret",
+        "short",
+    ]);
+    assert_ne!(code, 0);
+    assert!(err.contains("at least 16"), "{err}");
+    let (code, _, err) = check(&[
+        "--redis-url",
+        "http://user:hunter2@example",
+        "--cluster-secret",
+        SECRET,
+    ]);
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("not a Redis URL") && !err.contains("hunter2"),
+        "{err}"
+    );
+    let (code, out, err) = check(&[
+        "--redis-url",
+        "redis://127.0.0.1:6379",
+        "--cluster-secret",
+        SECRET,
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+}
