@@ -1,11 +1,12 @@
-"""The official MCP Python SDK's OAuth client (mcp.client.auth) against the gateway in builtin
-mode, driven by tests/auth.rs.
+"""The official MCP Python SDK's (mcp 2.x) OAuth client (mcp.client.auth) against the gateway in
+builtin mode, driven by tests/auth.rs.
 
 Usage: python_oauth_client.py URL USER PASSWORD
 The SDK meets the 401, discovers the resource and authorization server metadata, registers
 itself (dynamic client registration), and sends the "browser" to /authorize with PKCE. The
 browser here is an HTTP client that fills in the sign-in and consent forms as a person would;
-the code it lands with goes back to the SDK, which exchanges it and calls a tool.
+the code it lands with goes back to the SDK, which exchanges it and calls a tool. The client
+uses the legacy era (mode="legacy": `initialize` at 2025-11-25), the one the gateway serves.
 Prints one JSON object with what it saw; exits non-zero on any failure.
 """
 
@@ -15,13 +16,16 @@ import re
 import sys
 from urllib.parse import parse_qs, urljoin, urlparse
 
-import httpx
-from mcp import ClientSession, types
+import httpx2
+from mcp import Client, types
 from mcp.client.auth import OAuthClientProvider, TokenStorage
-from mcp.client.streamable_http import streamablehttp_client
-from mcp.shared.auth import OAuthClientInformationFull, OAuthClientMetadata, OAuthToken
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.auth import AuthorizationCodeResult, OAuthClientInformationFull, OAuthClientMetadata, OAuthToken
 
 REDIRECT = "http://127.0.0.1:9/callback"
+
+# The SDK's own defaults for the HTTP client it would make (30 s, 300 s for a held stream).
+TIMEOUTS = httpx2.Timeout(30.0, read=300.0)
 
 
 class MemoryStorage(TokenStorage):
@@ -55,7 +59,7 @@ async def main(url: str, user: str, password: str) -> dict:
 
     async def browser(authorization_url: str) -> None:
         out["authorization_url"] = authorization_url
-        async with httpx.AsyncClient(follow_redirects=False) as b:
+        async with httpx2.AsyncClient(follow_redirects=False) as b:
             page = await b.get(authorization_url)
             page.raise_for_status()
             out["pages"].append("sign-in")
@@ -68,9 +72,13 @@ async def main(url: str, user: str, password: str) -> dict:
             if r.status_code != 303:
                 raise RuntimeError(f"expected a redirect to the client, got {r.status_code}: {r.text[:300]}")
             q = parse_qs(urlparse(r.headers["location"]).query)
-            landed.set_result((q["code"][0], q.get("state", [None])[0]))
+            landed.set_result(
+                AuthorizationCodeResult(
+                    code=q["code"][0], state=q.get("state", [None])[0], iss=q.get("iss", [None])[0]
+                )
+            )
 
-    async def callback() -> tuple[str, str | None]:
+    async def callback() -> AuthorizationCodeResult:
         return await landed
 
     storage = MemoryStorage()
@@ -87,14 +95,15 @@ async def main(url: str, user: str, password: str) -> dict:
         redirect_handler=browser,
         callback_handler=callback,
     )
-    async with streamablehttp_client(url, auth=auth) as (read, write, _):
-        async with ClientSession(read, write) as session:
-            init = await session.initialize()
-            out["protocol_version"] = init.protocolVersion
-            tools = await session.list_tools()
-            out["tools"] = [t.name for t in tools.tools]
-            result = await session.call_tool("fix__echo", {"text": "hello with a token"})
-            out["echo"] = "".join(c.text for c in result.content if isinstance(c, types.TextContent))
+    async with (
+        httpx2.AsyncClient(auth=auth, timeout=TIMEOUTS) as http,
+        Client(streamable_http_client(url, http_client=http), mode="legacy", cache=None) as client,
+    ):
+        out["protocol_version"] = client.protocol_version
+        tools = await client.list_tools()
+        out["tools"] = [t.name for t in tools.tools]
+        result = await client.call_tool("fix__echo", {"text": "hello with a token"})
+        out["echo"] = "".join(c.text for c in result.content if isinstance(c, types.TextContent))
     out["registered_client"] = storage.client is not None and bool(storage.client.client_id)
     out["token_scope"] = storage.tokens.scope if storage.tokens else None
     out["has_refresh_token"] = bool(storage.tokens and storage.tokens.refresh_token)

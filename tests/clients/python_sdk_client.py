@@ -1,4 +1,5 @@
-"""A real MCP client, the official Python SDK, driven against the gateway by tests/python_sdk.rs.
+"""A real MCP client, the official Python SDK (mcp 2.x), driven against the gateway by
+tests/python_sdk.rs.
 
 Usage: python_sdk_client.py MODE URL
   fixture     - the gateway fronts tests/fixture: tools, resources, prompts, sampling,
@@ -8,17 +9,60 @@ Usage: python_sdk_client.py MODE URL
   polling     - the gateway fronts tests/fixture and closes SSE connections mid-call
                 (polling mode): calls must still complete
 Prints one JSON object with what it saw; exits non-zero on any failure.
+
+The era: mcp 2.x's `Client` defaults to mode="auto", which first POSTs `server/discover` at
+protocol 2026-07-28 and falls back to `initialize` when that fails (the gateway answers it
+400: no session). mode="legacy" goes straight to the `initialize` handshake at 2025-11-25,
+the era the gateway serves, so every test here uses it.
 """
 
 import asyncio
 import json
 import sys
-from datetime import timedelta
+from contextlib import asynccontextmanager
 
-from mcp import ClientSession, types
-from mcp.client.streamable_http import streamablehttp_client
-from mcp.shared.exceptions import McpError
-from pydantic import AnyUrl
+import httpx2
+from mcp import Client, types
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
+
+# The SDK's own defaults for the HTTP client it would make (30 s, 300 s for a held stream).
+TIMEOUTS = httpx2.Timeout(30.0, read=300.0)
+
+
+class Wire:
+    """Watches the client's HTTP exchanges: the SDK 2.x keeps the session id and its JSON-RPC
+    request ids to itself, and the tests need both (the id to find the session's end in the
+    gateway's log, a request id to cancel it by hand)."""
+
+    def __init__(self) -> None:
+        self.session_id: str | None = None
+        self.call_ids: dict[str, object] = {}
+
+    async def on_request(self, request: httpx2.Request) -> None:
+        if request.method != "POST":
+            return
+        try:
+            body = json.loads(request.content)
+        except ValueError:
+            return
+        if isinstance(body, dict) and body.get("method") == "tools/call":
+            self.call_ids[body["params"]["name"]] = body["id"]
+
+    async def on_response(self, response: httpx2.Response) -> None:
+        if sid := response.headers.get("mcp-session-id"):
+            self.session_id = sid
+
+    @asynccontextmanager
+    async def client(self, url: str, **kwargs):
+        """A connected legacy-era client on `url` whose HTTP traffic this watches."""
+        async with httpx2.AsyncClient(timeout=TIMEOUTS) as http:
+            http.event_hooks = {"request": [self.on_request], "response": [self.on_response]}
+            # cache=None: every call reaches the gateway (the SDK's response cache is a
+            # 2026-07-28 feature, inert at 2025-11-25, but the tests count on the wire).
+            transport = streamable_http_client(url, http_client=http)
+            async with Client(transport, mode="legacy", cache=None, **kwargs) as client:
+                yield client
 
 
 async def sampling(context, params: types.CreateMessageRequestParams) -> types.CreateMessageResult:
@@ -36,96 +80,90 @@ def text_of(result) -> str:
 
 async def fixture(url: str) -> dict:
     out: dict = {}
-    async with streamablehttp_client(url) as (read, write, get_session_id):
-        async with ClientSession(read, write, sampling_callback=sampling) as session:
-            init = await session.initialize()
-            out["session_id"] = get_session_id()
-            out["protocol_version"] = init.protocolVersion
-            out["server_name"] = init.serverInfo.name
-            tools = await session.list_tools()
-            out["tools"] = sorted(t.name for t in tools.tools)
-            out["echo"] = text_of(await session.call_tool("echo", {"text": "hello from python"}))
-            res = await session.read_resource(AnyUrl("test://static-text"))
-            out["resource"] = res.contents[0].text
-            prompt = await session.get_prompt("test_prompt_with_arguments", {"arg1": "a", "arg2": "b"})
-            out["prompt"] = prompt.messages[0].content.text
-            out["sampling"] = text_of(await session.call_tool("test_sampling", {"prompt": "what is 2+2"}))
+    wire = Wire()
+    async with wire.client(url, sampling_callback=sampling) as client:
+        out["session_id"] = wire.session_id
+        out["protocol_version"] = client.protocol_version
+        out["server_name"] = client.server_info.name
+        tools = await client.list_tools()
+        out["tools"] = sorted(t.name for t in tools.tools)
+        out["echo"] = text_of(await client.call_tool("echo", {"text": "hello from python"}))
+        res = await client.read_resource("test://static-text")
+        out["resource"] = res.contents[0].text
+        prompt = await client.get_prompt("test_prompt_with_arguments", {"arg1": "a", "arg2": "b"})
+        out["prompt"] = prompt.messages[0].content.text
+        out["sampling"] = text_of(await client.call_tool("test_sampling", {"prompt": "what is 2+2"}))
 
-            progress: list[float] = []
+        progress: list[float] = []
 
-            async def on_progress(p: float, total: float | None, message: str | None) -> None:
-                progress.append(p)
+        async def on_progress(p: float, total: float | None, message: str | None) -> None:
+            progress.append(p)
 
-            done = await session.call_tool("test_tool_with_progress", {}, progress_callback=on_progress)
-            out["progress_result"] = text_of(done)
-            out["progress"] = progress
+        done = await client.call_tool("test_tool_with_progress", {}, progress_callback=on_progress)
+        out["progress_result"] = text_of(done)
+        out["progress"] = progress
 
-            # Cancellation: start a slow call, wait for its first progress (it reached the
-            # plugin), then send notifications/cancelled for its request id.
-            started = asyncio.Event()
+        # Cancellation: start a slow call, wait for its first progress (it reached the
+        # plugin), then send notifications/cancelled for its request id by hand, and see that
+        # no answer comes before the call's own 3 s timeout.
+        started = asyncio.Event()
 
-            async def on_slow_progress(p: float, total: float | None, message: str | None) -> None:
-                started.set()
+        async def on_slow_progress(p: float, total: float | None, message: str | None) -> None:
+            started.set()
 
-            slow_id = session._request_id
-            slow = asyncio.create_task(
-                session.call_tool(
-                    "slow",
-                    {"ms": 60000},
-                    read_timeout_seconds=timedelta(seconds=3),
-                    progress_callback=on_slow_progress,
-                )
+        slow = asyncio.create_task(
+            client.call_tool(
+                "slow",
+                {"ms": 60000},
+                read_timeout_seconds=3,
+                progress_callback=on_slow_progress,
             )
-            await asyncio.wait_for(started.wait(), 20)
-            await session.send_notification(
-                types.ClientNotification(
-                    types.CancelledNotification(
-                        params=types.CancelledNotificationParams(requestId=slow_id, reason="test cancels")
-                    )
-                )
+        )
+        await asyncio.wait_for(started.wait(), 20)
+        await client.session.send_notification(
+            types.CancelledNotification(
+                params=types.CancelledNotificationParams(request_id=wire.call_ids["slow"], reason="test cancels")
             )
-            try:
-                await slow
-                out["cancelled"] = "completed (unexpected)"
-            except McpError as e:
-                out["cancelled"] = f"no response: {e.error.message}"
-            out["after_cancel"] = text_of(await session.call_tool("echo", {"text": "still alive"}))
+        )
+        try:
+            await slow
+            out["cancelled"] = "completed (unexpected)"
+        except MCPError as e:
+            out["cancelled"] = f"no response: {e.error.message}"
+        out["after_cancel"] = text_of(await client.call_tool("echo", {"text": "still alive"}))
     return out
 
 
 async def thirdparty(url: str) -> dict:
     out: dict = {}
-    async with streamablehttp_client(url) as (read, write, get_session_id):
-        async with ClientSession(read, write) as session:
-            await session.initialize()
-            out["session_id"] = get_session_id()
-            tools = await session.list_tools()
-            names = [t.name for t in tools.tools]
-            out["tools"] = sorted(names)
-            out["echo"] = text_of(await session.call_tool("everything__echo", {"message": "through the gateway"}))
-            now = await session.call_tool("time__get_current_time", {"timezone": "UTC"})
-            out["time"] = json.loads(text_of(now))
-            prompts = await session.list_prompts()
-            out["prompts"] = sorted(p.name for p in prompts.prompts)
+    wire = Wire()
+    async with wire.client(url) as client:
+        out["session_id"] = wire.session_id
+        tools = await client.list_tools()
+        names = [t.name for t in tools.tools]
+        out["tools"] = sorted(names)
+        out["echo"] = text_of(await client.call_tool("everything__echo", {"message": "through the gateway"}))
+        now = await client.call_tool("time__get_current_time", {"timezone": "UTC"})
+        out["time"] = json.loads(text_of(now))
+        prompts = await client.list_prompts()
+        out["prompts"] = sorted(p.name for p in prompts.prompts)
     return out
 
 
 async def polling(url: str) -> dict:
     out: dict = {}
-    async with streamablehttp_client(url) as (read, write, get_session_id):
-        async with ClientSession(read, write) as session:
-            await session.initialize()
-            out["slow"] = text_of(await session.call_tool("slow", {"ms": 1500}))
-            progress: list[float] = []
+    async with Wire().client(url) as client:
+        out["slow"] = text_of(await client.call_tool("slow", {"ms": 1500}))
+        progress: list[float] = []
 
-            async def on_progress(p: float, total: float | None, message: str | None) -> None:
-                progress.append(p)
+        async def on_progress(p: float, total: float | None, message: str | None) -> None:
+            progress.append(p)
 
-            out["burst"] = text_of(await session.call_tool("burst", {"count": 300, "pause_us": 3000}))
-            out["progress"] = text_of(
-                await session.call_tool("test_tool_with_progress", {}, progress_callback=on_progress)
-            )
-            out["progress_values"] = progress
+        out["burst"] = text_of(await client.call_tool("burst", {"count": 300, "pause_us": 3000}))
+        out["progress"] = text_of(
+            await client.call_tool("test_tool_with_progress", {}, progress_callback=on_progress)
+        )
+        out["progress_values"] = progress
     return out
 
 

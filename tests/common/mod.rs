@@ -6,6 +6,9 @@
 //! Layout:
 //! - `process`: the `mcp-gateway` binary on 127.0.0.1:0 (start, wrappers, logs, signals,
 //!   metrics, the command line).
+//! - `cluster`: several `process` gateways behind HAProxy (round-robin, no stickiness), in
+//!   cluster mode on the test Redis under a key prefix of the test's own, or plain; replicas
+//!   killed, stopped and restarted on their port.
 //! - `inprocess`: `mcp_gateway::server::Server` on 127.0.0.1:0 inside the test, for checks that
 //!   need no child process of their own. Never mixed with `process` (nor with `psql` or other
 //!   commands) in one test binary: the gateway makes its process the subreaper of plugin
@@ -27,6 +30,7 @@
 pub mod admin;
 pub mod browser;
 pub mod client;
+pub mod cluster;
 pub mod inprocess;
 pub mod oauth;
 pub mod postgres;
@@ -39,6 +43,8 @@ pub mod sse;
 pub use admin::{Admin, metric_in};
 #[allow(unused_imports)]
 pub use client::*;
+#[allow(unused_imports)]
+pub use cluster::Cluster;
 #[allow(unused_imports)]
 pub use inprocess::InProcess;
 #[allow(unused_imports)]

@@ -58,12 +58,27 @@ impl Gateway {
         Gateway::launch(&[], args, &[], Some(cwd))
     }
 
+    /// Starts the gateway with `args` like [`Gateway::start`], or says why it did not start
+    /// (its log): for a caller that can try again, e.g. on a port taken in the meantime.
+    pub fn try_start(args: &[&str]) -> Result<Gateway, String> {
+        Gateway::try_launch(&[], args, &[], None)
+    }
+
     fn launch(
         wrapper: &[&str],
         args: &[&str],
         env: &[(&str, &str)],
         cwd: Option<&std::path::Path>,
     ) -> Gateway {
+        Gateway::try_launch(wrapper, args, env, cwd).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn try_launch(
+        wrapper: &[&str],
+        args: &[&str],
+        env: &[(&str, &str)],
+        cwd: Option<&std::path::Path>,
+    ) -> Result<Gateway, String> {
         claim_harness("child-process");
         let db_dir = tempfile::tempdir().unwrap();
         let mut cmd = match wrapper {
@@ -129,24 +144,24 @@ impl Gateway {
                 keep.lock().unwrap().push(line);
             }
         });
-        let addr = rx
-            .recv_timeout(Duration::from_secs(30))
-            .unwrap_or_else(|_| {
-                panic!(
-                    "gateway did not start; log:\n{}",
-                    log.lock().unwrap().join("\n")
-                )
-            });
+        let Ok(addr) = rx.recv_timeout(Duration::from_secs(30)) else {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(format!(
+                "gateway did not start; log:\n{}",
+                log.lock().unwrap().join("\n")
+            ));
+        };
         // The admin listener is announced before the public one, on the same reader thread.
         let admin = admin.lock().unwrap().clone();
-        Gateway {
+        Ok(Gateway {
             child,
             url: format!("http://{addr}/mcp"),
             addr,
             admin,
             log,
             _db_dir: db_dir,
-        }
+        })
     }
 
     /// Quick mode in front of the fixture server (with extra fixture flags).
@@ -262,7 +277,7 @@ impl Drop for Gateway {
 }
 
 /// `kill SIG PID`; whether it was sent.
-fn send_signal(pid: u32, sig: &str) -> bool {
+pub fn send_signal(pid: u32, sig: &str) -> bool {
     Command::new("kill")
         .args([sig, &pid.to_string()])
         .status()
