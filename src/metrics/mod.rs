@@ -25,6 +25,12 @@ const BUCKETS: &[f64] = &[
     60.0,
 ];
 
+/// Redis round-trip buckets, in seconds: from a loopback answer (a tenth of a millisecond) to
+/// the longest a Redis call may take before it times out.
+const REDIS_BUCKETS: &[f64] = &[
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+];
+
 /// Every metric the gateway exports.
 pub struct Metrics {
     registry: Registry,
@@ -48,6 +54,10 @@ pub struct Metrics {
     pub plugin_notifications_dropped: IntCounterVec,
     pub auth_issued: IntCounterVec,
     pub auth_refused: IntCounterVec,
+    pub redis_events_written: IntCounter,
+    pub redis_events_dropped: IntCounter,
+    pub redis_seconds: HistogramVec,
+    pub redis_errors: IntCounterVec,
 }
 
 /// The process's metrics.
@@ -180,6 +190,30 @@ impl Metrics {
                  OAuth error code, or bad_credentials at sign-in).",
                 &["reason"],
             ),
+            redis_events_written: counter(
+                "mcp_gateway_redis_events_written_total",
+                "Replay events written through to Redis (cluster mode).",
+            ),
+            redis_events_dropped: counter(
+                "mcp_gateway_redis_events_dropped_total",
+                "Replay events kept in memory but not in Redis: the queue to Redis was full, \
+                 or Redis failed or refused the write. Only the shared copy lacks them.",
+            ),
+            redis_seconds: HistogramVec::new(
+                HistogramOpts::new(
+                    "mcp_gateway_redis_seconds",
+                    "Time of Redis round trips, by operation.",
+                )
+                .buckets(REDIS_BUCKETS.to_vec()),
+                &["operation"],
+            )
+            .expect("valid metric"),
+            redis_errors: counter_vec(
+                "mcp_gateway_redis_errors_total",
+                "Redis round trips that failed or timed out, and commands Redis refused, by \
+                 operation.",
+                &["operation"],
+            ),
         };
         let r = &m.registry;
         let register = |c: Box<dyn prometheus::core::Collector>| {
@@ -205,6 +239,10 @@ impl Metrics {
         register(Box::new(m.plugin_notifications_dropped.clone()));
         register(Box::new(m.auth_issued.clone()));
         register(Box::new(m.auth_refused.clone()));
+        register(Box::new(m.redis_events_written.clone()));
+        register(Box::new(m.redis_events_dropped.clone()));
+        register(Box::new(m.redis_seconds.clone()));
+        register(Box::new(m.redis_errors.clone()));
         let info = gauge_vec(
             "mcp_gateway_build_info",
             "Always 1; the gateway's version as a label.",
@@ -296,6 +334,50 @@ pub fn rpc_method_label(method: &str) -> &'static str {
         .get(rpc_method_index(method))
         .copied()
         .unwrap_or("other")
+}
+
+/// What a Redis round trip was for: the values of the `operation` label of
+/// `mcp_gateway_redis_seconds` and `mcp_gateway_redis_errors_total`, a fixed set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RedisOp {
+    /// A pipelined batch of replay events (and stream trims and deletions) written through.
+    EventsWrite,
+    /// Replay events read back for a stream this replica does not hold.
+    EventsRead,
+    /// The streams of a session being adopted, listed and measured.
+    EventsAdopt,
+}
+
+impl RedisOp {
+    pub const ALL: [RedisOp; 3] = [
+        RedisOp::EventsWrite,
+        RedisOp::EventsRead,
+        RedisOp::EventsAdopt,
+    ];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            RedisOp::EventsWrite => "events_write",
+            RedisOp::EventsRead => "events_read",
+            RedisOp::EventsAdopt => "events_adopt",
+        }
+    }
+}
+
+/// Times one Redis round trip; `ok` false counts it as an error too (failed or timed out).
+pub fn record_redis(op: RedisOp, elapsed: std::time::Duration, ok: bool) {
+    let m = get();
+    m.redis_seconds
+        .with_label_values(&[op.label()])
+        .observe(elapsed.as_secs_f64());
+    if !ok {
+        redis_error(op);
+    }
+}
+
+/// Counts a Redis error of an operation (a failed round trip, or a command Redis refused).
+pub fn redis_error(op: RedisOp) {
+    get().redis_errors.with_label_values(&[op.label()]).inc();
 }
 
 /// One plugin's metrics, looked up once per plugin connection instead of per request.
