@@ -24,6 +24,7 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{ClusterConfig, redact_url};
+use crate::metrics::RedisOp;
 pub use sessions::RedisSessionStore;
 
 /// How long a Redis call may take before it counts as failed.
@@ -145,7 +146,7 @@ impl Cluster {
     /// Runs one Redis call under [`REDIS_TIMEOUT`], timing it.
     async fn call<T>(
         &self,
-        op: &'static str,
+        op: RedisOp,
         f: impl std::future::Future<Output = redis::RedisResult<T>>,
     ) -> Result<T, ClusterError> {
         let started = std::time::Instant::now();
@@ -163,7 +164,7 @@ impl Cluster {
         let key = self.key(&["replica", &self.replica]);
         let mut c = self.conn.clone();
         let ttl = HEARTBEAT_TTL.as_millis() as u64;
-        self.call("heartbeat", async move {
+        self.call(RedisOp::Heartbeat, async move {
             c.pset_ex::<_, _, ()>(key, self.advertise_url.as_str(), ttl)
                 .await
         })
@@ -188,14 +189,14 @@ impl Cluster {
         let key = self.key(&["replica", &self.replica]);
         let mut c = self.conn.clone();
         let _ = self
-            .call("heartbeat", async move { c.del::<_, ()>(key).await })
+            .call(RedisOp::Heartbeat, async move { c.del::<_, ()>(key).await })
             .await;
     }
 
     /// Whether Redis answers (readiness).
     pub async fn ping(&self) -> Result<(), ClusterError> {
         let mut c = self.conn.clone();
-        self.call("ping", async move {
+        self.call(RedisOp::Ping, async move {
             redis::cmd("PING").query_async::<String>(&mut c).await
         })
         .await
@@ -206,7 +207,9 @@ impl Cluster {
     async fn replica_url(&self, replica: &str) -> Result<Option<String>, ClusterError> {
         let key = self.key(&["replica", replica]);
         let mut c = self.conn.clone();
-        let url: Option<String> = self.call("owner", async move { c.get(key).await }).await?;
+        let url: Option<String> = self
+            .call(RedisOp::Owner, async move { c.get(key).await })
+            .await?;
         Ok(url.filter(|u| {
             u.len() <= MAX_URL_LEN && (u.starts_with("http://") || u.starts_with("https://"))
         }))

@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
 use super::{Cluster, ClusterError};
+use crate::metrics::RedisOp;
 use crate::protocol;
 use crate::session::store::StoreFuture;
 use crate::session::{SessionRecord, SessionStore, SessionStoreError};
@@ -68,7 +69,7 @@ async fn read(cluster: &Cluster, id: &str) -> Result<Option<Vec<u8>>, ClusterErr
     let key = cluster.key(&["session", id]);
     let mut c = cluster.conn.clone();
     let raw: Option<Vec<u8>> = cluster
-        .call("session_get", async move { c.get(key).await })
+        .call(RedisOp::SessionRead, async move { c.get(key).await })
         .await?;
     Ok(raw.filter(|r| r.len() <= MAX_RECORD_BYTES))
 }
@@ -99,7 +100,7 @@ impl SessionStore for RedisSessionStore {
             let mut c = self.cluster.conn.clone();
             let ttl = self.ttl_ms();
             self.cluster
-                .call("session_put", async move {
+                .call(RedisOp::SessionWrite, async move {
                     c.pset_ex::<_, _, ()>(key, value, ttl).await
                 })
                 .await
@@ -137,7 +138,7 @@ impl SessionStore for RedisSessionStore {
             let mut c = self.cluster.conn.clone();
             let ttl = self.ttl_ms() as i64;
             self.cluster
-                .call("session_touch", async move {
+                .call(RedisOp::SessionWrite, async move {
                     c.pexpire::<_, ()>(key, ttl).await
                 })
                 .await
@@ -150,7 +151,10 @@ impl SessionStore for RedisSessionStore {
             let key = self.cluster.key(&["session", id]);
             let mut c = self.cluster.conn.clone();
             self.cluster
-                .call("session_remove", async move { c.del::<_, ()>(key).await })
+                .call(
+                    RedisOp::SessionWrite,
+                    async move { c.del::<_, ()>(key).await },
+                )
                 .await
                 .map_err(store_error)
         })

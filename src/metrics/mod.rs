@@ -25,6 +25,12 @@ const BUCKETS: &[f64] = &[
     60.0,
 ];
 
+/// Redis round-trip buckets, in seconds: from a loopback answer (a tenth of a millisecond) to
+/// the longest a Redis call may take before it times out.
+const REDIS_BUCKETS: &[f64] = &[
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+];
+
 /// Every metric the gateway exports.
 pub struct Metrics {
     registry: Registry,
@@ -48,7 +54,9 @@ pub struct Metrics {
     pub plugin_notifications_dropped: IntCounterVec,
     pub auth_issued: IntCounterVec,
     pub auth_refused: IntCounterVec,
-    pub redis_duration: HistogramVec,
+    pub redis_events_written: IntCounter,
+    pub redis_events_dropped: IntCounter,
+    pub redis_seconds: HistogramVec,
     pub redis_errors: IntCounterVec,
     pub cluster_forwards: IntCounterVec,
 }
@@ -183,15 +191,29 @@ impl Metrics {
                  OAuth error code, or bad_credentials at sign-in).",
                 &["reason"],
             ),
-            redis_duration: histogram_vec(
-                "mcp_gateway_redis_seconds",
-                "Round trips to the cluster's Redis, by operation.",
-                &["op"],
+            redis_events_written: counter(
+                "mcp_gateway_redis_events_written_total",
+                "Replay events written through to Redis (cluster mode).",
             ),
+            redis_events_dropped: counter(
+                "mcp_gateway_redis_events_dropped_total",
+                "Replay events kept in memory but not in Redis: the queue to Redis was full, \
+                 or Redis failed or refused the write. Only the shared copy lacks them.",
+            ),
+            redis_seconds: HistogramVec::new(
+                HistogramOpts::new(
+                    "mcp_gateway_redis_seconds",
+                    "Time of Redis round trips, by operation.",
+                )
+                .buckets(REDIS_BUCKETS.to_vec()),
+                &["operation"],
+            )
+            .expect("valid metric"),
             redis_errors: counter_vec(
                 "mcp_gateway_redis_errors_total",
-                "Redis calls that failed or timed out, by operation.",
-                &["op"],
+                "Redis round trips that failed or timed out, and commands Redis refused, by \
+                 operation.",
+                &["operation"],
             ),
             cluster_forwards: counter_vec(
                 "mcp_gateway_cluster_forwards_total",
@@ -224,7 +246,9 @@ impl Metrics {
         register(Box::new(m.plugin_notifications_dropped.clone()));
         register(Box::new(m.auth_issued.clone()));
         register(Box::new(m.auth_refused.clone()));
-        register(Box::new(m.redis_duration.clone()));
+        register(Box::new(m.redis_events_written.clone()));
+        register(Box::new(m.redis_events_dropped.clone()));
+        register(Box::new(m.redis_seconds.clone()));
         register(Box::new(m.redis_errors.clone()));
         register(Box::new(m.cluster_forwards.clone()));
         let info = gauge_vec(
@@ -249,17 +273,6 @@ pub fn encode_text() -> String {
         .encode(&get().registry.gather(), &mut out)
         .expect("text encoding into memory");
     String::from_utf8(out).expect("the text format is UTF-8")
-}
-
-/// Times one Redis round trip of cluster mode; `op` comes from a fixed set of names.
-pub fn record_redis(op: &'static str, elapsed: std::time::Duration, ok: bool) {
-    let m = get();
-    m.redis_duration
-        .with_label_values(&[op])
-        .observe(elapsed.as_secs_f64());
-    if !ok {
-        m.redis_errors.with_label_values(&[op]).inc();
-    }
 }
 
 /// Counts and times one HTTP request by method, matched route and status.
@@ -329,6 +342,70 @@ pub fn rpc_method_label(method: &str) -> &'static str {
         .get(rpc_method_index(method))
         .copied()
         .unwrap_or("other")
+}
+
+/// What a Redis round trip was for: the values of the `operation` label of
+/// `mcp_gateway_redis_seconds` and `mcp_gateway_redis_errors_total`, a fixed set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RedisOp {
+    /// A pipelined batch of replay events (and stream trims and deletions) written through.
+    EventsWrite,
+    /// Replay events read back for a stream this replica does not hold.
+    EventsRead,
+    /// The streams of a session being adopted, listed and measured.
+    EventsAdopt,
+    /// A replica's heartbeat (or its last word at a stop).
+    Heartbeat,
+    /// Readiness's check of Redis.
+    Ping,
+    /// Whose a session is: its record and its owner's heartbeat read.
+    Owner,
+    /// A session record written, refreshed or removed.
+    SessionWrite,
+    /// A session record read.
+    SessionRead,
+}
+
+impl RedisOp {
+    pub const ALL: [RedisOp; 8] = [
+        RedisOp::EventsWrite,
+        RedisOp::EventsRead,
+        RedisOp::EventsAdopt,
+        RedisOp::Heartbeat,
+        RedisOp::Ping,
+        RedisOp::Owner,
+        RedisOp::SessionWrite,
+        RedisOp::SessionRead,
+    ];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            RedisOp::EventsWrite => "events_write",
+            RedisOp::EventsRead => "events_read",
+            RedisOp::EventsAdopt => "events_adopt",
+            RedisOp::Heartbeat => "heartbeat",
+            RedisOp::Ping => "ping",
+            RedisOp::Owner => "owner",
+            RedisOp::SessionWrite => "session_write",
+            RedisOp::SessionRead => "session_read",
+        }
+    }
+}
+
+/// Times one Redis round trip; `ok` false counts it as an error too (failed or timed out).
+pub fn record_redis(op: RedisOp, elapsed: std::time::Duration, ok: bool) {
+    let m = get();
+    m.redis_seconds
+        .with_label_values(&[op.label()])
+        .observe(elapsed.as_secs_f64());
+    if !ok {
+        redis_error(op);
+    }
+}
+
+/// Counts a Redis error of an operation (a failed round trip, or a command Redis refused).
+pub fn redis_error(op: RedisOp) {
+    get().redis_errors.with_label_values(&[op.label()]).inc();
 }
 
 /// One plugin's metrics, looked up once per plugin connection instead of per request.

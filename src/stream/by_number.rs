@@ -126,6 +126,15 @@ impl<V> ByNumber<V> {
         }
     }
 
+    /// The numbers that hold a value, in no particular order.
+    pub fn numbers(&self) -> impl Iterator<Item = u64> + '_ {
+        let base = self.base;
+        (base..)
+            .zip(&self.window)
+            .filter_map(|(n, v)| v.as_ref().map(|_| n))
+            .chain(self.moved.keys().copied())
+    }
+
     pub fn values(&self) -> impl Iterator<Item = &V> {
         self.window.iter().flatten().chain(self.moved.values())
     }
@@ -192,7 +201,10 @@ mod tests {
             }
             let mut all: Vec<u64> = streams.values_mut().map(|v| *v).collect();
             all.sort();
-            proptest::prop_assert_eq!(all, model.keys().copied().collect::<Vec<_>>());
+            proptest::prop_assert_eq!(&all, &model.keys().copied().collect::<Vec<_>>());
+            let mut numbers: Vec<u64> = streams.numbers().collect();
+            numbers.sort();
+            proptest::prop_assert_eq!(numbers, all);
         }
     }
 }

@@ -43,7 +43,8 @@ pub use read_proof::ReadProof;
 pub use sink::Sink;
 pub use sse::{Opening, collect_responses, sse_response};
 pub use store::{
-    EventStore, MemoryEventStore, ReplayError, ReplayLimits, SessionEvents, StreamKey,
+    EventStore, MemoryEventStore, RedisEventOptions, RedisEventStore, ReplayError, ReplayLimits,
+    SessionEvents, StreamKey, StreamPosition,
 };
 
 /// What a stream hands its connection.

@@ -57,6 +57,15 @@ impl MemoryEventStore {
     pub fn evicted(&self) -> u64 {
         self.shared.evicted.load(Ordering::Relaxed)
     }
+
+    /// The numbers of a session's streams that had events and were not released (what a
+    /// store that copies them elsewhere must delete when the session ends).
+    pub(super) fn streams_of(&self, session: &str) -> Vec<u64> {
+        let Some(s) = self.sessions.get(session).map(|s| s.value().clone()) else {
+            return Vec::new();
+        };
+        s.lock().streams.numbers().collect()
+    }
 }
 
 impl MemorySession {

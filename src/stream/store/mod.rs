@@ -7,20 +7,28 @@
 //! per stream (count, bytes), per session (bytes) and by age; what falls out is evicted, and a
 //! replay that would need it reports [`ReplayError::Evicted`] rather than silently skipping.
 //!
+//! In cluster mode [`RedisEventStore`] wraps the memory store: this replica's own streams are
+//! served from memory as on a gateway alone, and every event is also written through to Redis
+//! Streams in the background, so a replica that adopts a dead replica's session
+//! ([`EventStore::adopt`]) can replay it.
+//!
 //! Where things are: this file holds the seam (the [`EventStore`] and [`SessionEvents`]
-//! traits and their types); `memory` the in-process store, and `session_log` the one-log-per-
-//! session structure it keeps each session's events in.
+//! traits and their types); `memory` the in-process store, `session_log` the one-log-per-
+//! session structure it keeps each session's events in, and `redis` the write-through copy.
 
 mod memory;
+mod redis;
 mod session_log;
 
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 
 // The bounds are settings, so they live in `config`; re-exported for the store's users.
+pub use self::redis::{RedisEventOptions, RedisEventStore};
 pub use crate::config::ReplayLimits;
 pub use memory::MemoryEventStore;
 
@@ -45,6 +53,22 @@ pub enum ReplayError {
 pub type ReplayFuture<'a> =
     Pin<Box<dyn Future<Output = Result<Vec<(u64, Bytes)>, ReplayError>> + Send + 'a>>;
 
+/// Where one stream of an adopted session stands in the shared copy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StreamPosition {
+    pub stream: u64,
+    /// The lowest sequence still kept (`next_seq` when none is).
+    pub oldest_kept: u64,
+    /// The sequence the stream's next event takes: one past the last ever written, kept or
+    /// not, so a new owner neither reuses an id nor writes one the copy refuses.
+    pub next_seq: u64,
+}
+
+pub type AdoptFuture<'a> =
+    Pin<Box<dyn Future<Output = Result<Vec<StreamPosition>, ReplayError>> + Send + 'a>>;
+
+pub type FlushFuture<'a> = Pin<Box<dyn Future<Output = bool> + Send + 'a>>;
+
 pub trait EventStore: Send + Sync + 'static {
     /// The events of one session: its streams keep this and use it without finding the
     /// session again on every event. Made on first use; after [`release_session`] it still
@@ -61,6 +85,25 @@ pub trait EventStore: Send + Sync + 'static {
 
     /// Events and bytes held now, for metrics.
     fn usage(&self) -> (usize, usize);
+
+    /// Makes the events another replica kept for a session replayable here (cluster mode:
+    /// this replica takes over the session of one that died). Afterwards the session's
+    /// [`SessionEvents`] answer `replay`, `oldest_kept` and `next_seq` for those streams too;
+    /// the positions returned say where each stream goes on. A store with nothing shared (in
+    /// memory) has nothing to load.
+    fn adopt(&self, session: &Arc<str>) -> AdoptFuture<'_> {
+        let _ = session;
+        Box::pin(std::future::ready(Ok(Vec::new())))
+    }
+
+    /// Waits, at most `timeout`, until what was appended (and released) so far has been sent
+    /// to the shared copy: written, or counted as dropped if that failed. For a drain, before
+    /// the sessions are left to other replicas; `false` when the time ran out. A store with
+    /// nothing shared is always done.
+    fn flush(&self, timeout: Duration) -> FlushFuture<'_> {
+        let _ = timeout;
+        Box::pin(std::future::ready(true))
+    }
 }
 
 /// One session's events, by stream number.
