@@ -19,7 +19,7 @@ use crate::database::{Database, DatabaseError};
 use crate::registry::store::PluginStore;
 use crate::registry::{Registry, RegistryError};
 use crate::session::{SessionManager, SessionStore};
-use crate::stream::{EventStore, MemoryEventStore};
+use crate::stream::{EventStore, MemoryEventStore, RedisEventStore};
 use crate::supervisor::Supervisor;
 
 /// Re-reads the configuration (a reload: SIGHUP or `POST /admin/reload`).
@@ -112,7 +112,16 @@ impl Gateway {
                     .collect()
             }));
         }
-        let store: Arc<dyn EventStore> = Arc::new(MemoryEventStore::new(config.replay.clone()));
+        // In a cluster, replay events are also written through to Redis, where a replica that
+        // takes a session over finds them.
+        let store: Arc<dyn EventStore> = match &cluster {
+            Some(c) => RedisEventStore::new(
+                c.connection(),
+                c.key_prefix().to_owned(),
+                config.replay.clone(),
+            ),
+            None => Arc::new(MemoryEventStore::new(config.replay.clone())),
+        };
         let supervisor = Supervisor::new(registry.clone(), config.max_children);
         let sessions = SessionManager::new(
             config.session.clone(),

@@ -5,10 +5,10 @@
 //! stream through as it comes. A session lives in the
 //! replica that created it here, so nothing below follows one session across replicas.
 //!
-//! To come when cluster mode lands (`--redis-url`, issue 21), on `Cluster::start`: one
-//! session served by every replica (tools, progress, sampling, subscriptions, resumption)
-//! through the load balancer, the official Python SDK among the clients; a session's owner
-//! killed or restarted mid-stream; Redis stopped and started.
+//! In cluster mode (`Cluster::start`): one session served through every replica, forwarded to
+//! its owner. Still to come (issue 21): progress, sampling, subscriptions and resumption
+//! across replicas with the official Python SDK among the clients; a session's owner killed or
+//! restarted mid-stream; Redis stopped and started.
 
 mod common;
 
@@ -167,4 +167,49 @@ fn the_harness_deletes_its_redis_keys_and_no_other() {
     assert!(common::cluster::redis_scan(&mine).is_empty());
     assert_eq!(redis(&["EXISTS", &other]), "1");
     redis(&["DEL", &other]);
+}
+
+/// Cluster mode: one session, created through HAProxy on whichever replica round-robin
+/// picked, is served through all three: every request lands on another replica in turn, and
+/// the two that do not own it forward to the one that does. DELETE through any ends it on all.
+#[tokio::test]
+async fn one_session_is_served_through_every_replica() {
+    let cluster = Cluster::start(3, &["--", FIXTURE]);
+    let mut client = cluster.client();
+    client.initialize().await;
+    for i in 0..6 {
+        let text = client
+            .tool_text(10 + i, "echo", json!({"text": format!("call {i}")}))
+            .await;
+        assert!(text.contains(&format!("call {i}")), "{text}");
+    }
+    let mut events = client
+        .stream(&json!({"jsonrpc": "2.0", "id": 30, "method": "tools/list"}))
+        .await;
+    let answer = events.next().await.expect("the answer on the stream");
+    assert!(answer["result"]["tools"].is_array(), "{answer}");
+
+    // One replica owns it; the other two forwarded to it.
+    let mut owners = 0;
+    let mut forwarders = 0;
+    for i in 0..3 {
+        let r = cluster.replica(i);
+        if r.metric("mcp_gateway_sessions_active").await == Some(1.0) {
+            owners += 1;
+        }
+        let forwarded = r
+            .metric("mcp_gateway_cluster_forwards_total{outcome=\"ok\"}")
+            .await
+            .unwrap_or(0.0);
+        if forwarded > 0.0 {
+            forwarders += 1;
+        }
+    }
+    assert_eq!((owners, forwarders), (1, 2));
+
+    assert_eq!(client.delete().await, 200);
+    for i in 0..3 {
+        let r = client.call(40 + i, "tools/list", json!({})).await;
+        assert_eq!(r.status, 404, "{r:?}");
+    }
 }

@@ -117,6 +117,16 @@ impl Cluster {
         Ok(cluster)
     }
 
+    /// The connection to the cluster's Redis, for the other stores that keep state there.
+    pub fn connection(&self) -> ConnectionManager {
+        self.conn.clone()
+    }
+
+    /// What every key of this cluster starts with.
+    pub fn key_prefix(&self) -> &str {
+        &self.prefix
+    }
+
     /// This replica's id.
     pub fn replica(&self) -> &Arc<str> {
         &self.replica
