@@ -116,7 +116,7 @@ impl Gateway {
         // takes a session over finds them.
         let store: Arc<dyn EventStore> = match &cluster {
             Some(c) => RedisEventStore::new(
-                c.connection(),
+                c.events_connection(),
                 c.key_prefix().to_owned(),
                 config.replay.clone(),
             ),

@@ -107,10 +107,12 @@ impl Server {
                 .clone()
                 .refresh_records(gateway.shutdown.clone()),
         );
+        // Beats until every session here has ended: only then is this replica gone.
+        let last_beat = tokio_util::sync::CancellationToken::new();
         let heartbeat = gateway
             .cluster
             .clone()
-            .map(|c| tokio::spawn(c.heartbeat(gateway.shutdown.clone())));
+            .map(|c| tokio::spawn(c.heartbeat(last_beat.clone())));
         spawn_reload_on_hangup(gateway.clone());
         if let Some(server) = &gateway.auth.server {
             tokio::spawn(server.clone().maintain(gateway.shutdown.clone()));
@@ -179,6 +181,7 @@ impl Server {
         tracing::info!("stopping plugins");
         gateway.sessions.shutdown().await;
         // The heartbeat's last word: this replica is gone.
+        last_beat.cancel();
         if let Some(h) = heartbeat {
             let _ = tokio::time::timeout(Duration::from_secs(3), h).await;
         }

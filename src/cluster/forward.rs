@@ -48,6 +48,9 @@ fn hop_by_hop(name: &HeaderName) -> bool {
 pub struct ForwardError {
     pub url: String,
     pub cause: String,
+    /// The owner never got the request (it could not be connected to): sending it again is
+    /// safe. Otherwise it may have run it.
+    pub retry: bool,
 }
 
 impl Cluster {
@@ -86,6 +89,7 @@ impl Cluster {
             ForwardError {
                 url: url.to_owned(),
                 cause,
+                retry: false,
             }
         };
         let answer = self
@@ -95,7 +99,11 @@ impl Cluster {
             .body(body)
             .send()
             .await
-            .map_err(|e| failed(e.to_string()))?;
+            .map_err(|e| ForwardError {
+                // Only a request that never reached the owner is safe to send again.
+                retry: e.is_connect(),
+                ..failed(e.to_string())
+            })?;
         crate::metrics::get()
             .cluster_forwards
             .with_label_values(&["ok"])

@@ -50,6 +50,8 @@ pub enum ClusterError {
 /// This replica's part in the cluster.
 pub struct Cluster {
     conn: ConnectionManager,
+    /// For the event store's writer and reads (see [`Cluster::events_connection`]).
+    events_conn: ConnectionManager,
     prefix: String,
     /// Random per process: a restarted replica is a new one.
     replica: Arc<str>,
@@ -88,24 +90,40 @@ impl Cluster {
             .set_response_timeout(Some(REDIS_TIMEOUT))
             .set_number_of_retries(2)
             .set_max_delay(Duration::from_secs(1));
-        let conn = tokio::time::timeout(
-            REDIS_TIMEOUT * 2,
-            ConnectionManager::new_with_config(client, settings),
-        )
-        .await
-        .map_err(|_| ClusterError::Unreachable(shown.clone(), "timed out".into()))?
-        .map_err(|e| ClusterError::Unreachable(shown.clone(), e.to_string()))?;
+        let open = |client: redis::Client| {
+            let (settings, shown) = (settings.clone(), shown.clone());
+            async move {
+                tokio::time::timeout(
+                    REDIS_TIMEOUT * 2,
+                    ConnectionManager::new_with_config(client, settings),
+                )
+                .await
+                .map_err(|_| ClusterError::Unreachable(shown.clone(), "timed out".into()))?
+                .map_err(|e| ClusterError::Unreachable(shown, e.to_string()))
+            }
+        };
+        let conn = open(client.clone()).await?;
+        // The replay events' bulk writes get a connection of their own: heartbeats and
+        // lookups must not queue behind a batch of them.
+        let events_conn = open(client).await?;
         let mut id = [0u8; 8];
         rand::rng().fill_bytes(&mut id);
         let replica: String = id.iter().map(|b| format!("{b:02x}")).collect();
+        // Straight to the owner: no proxy from the environment (the secret and clients'
+        // tokens ride along), no redirects, idle connections dropped before the owner's
+        // header timeout closes them, and dead peers found by TCP keep-alive.
         let http = reqwest::Client::builder()
             .connect_timeout(REDIS_TIMEOUT)
-            .pool_idle_timeout(Duration::from_secs(60))
+            .pool_idle_timeout(Duration::from_secs(20))
+            .tcp_keepalive(Duration::from_secs(15))
+            .no_proxy()
+            .redirect(reqwest::redirect::Policy::none())
             .tcp_nodelay(true)
             .build()
             .map_err(|e| ClusterError::Url(shown.clone(), e.to_string()))?;
         let cluster = Arc::new(Cluster {
             conn,
+            events_conn,
             prefix: config.key_prefix.clone(),
             replica: replica.into(),
             advertise_url,
@@ -117,9 +135,10 @@ impl Cluster {
         Ok(cluster)
     }
 
-    /// The connection to the cluster's Redis, for the other stores that keep state there.
-    pub fn connection(&self) -> ConnectionManager {
-        self.conn.clone()
+    /// A connection to the cluster's Redis for the replay events, apart from the one the
+    /// heartbeat and the session lookups use.
+    pub fn events_connection(&self) -> ConnectionManager {
+        self.events_conn.clone()
     }
 
     /// What every key of this cluster starts with.

@@ -28,7 +28,8 @@ struct Stored<'a> {
     version: &'a str,
     #[serde(borrow)]
     init_params: &'a RawValue,
-    owner: Option<&'a str>,
+    #[serde(borrow)]
+    owner: Option<std::borrow::Cow<'a, str>>,
     created_ms: u64,
     last_used_ms: u64,
 }
@@ -79,9 +80,13 @@ pub(super) async fn owner(cluster: &Cluster, id: &str) -> Result<Option<String>,
     let Some(raw) = read(cluster, id).await? else {
         return Ok(None);
     };
-    Ok(serde_json::from_slice::<Stored>(&raw)
+    #[derive(Deserialize)]
+    struct OwnerOnly {
+        replica: String,
+    }
+    Ok(serde_json::from_slice::<OwnerOnly>(&raw)
         .ok()
-        .map(|s| s.replica.to_owned()))
+        .map(|s| s.replica))
 }
 
 impl SessionStore for RedisSessionStore {
@@ -91,7 +96,7 @@ impl SessionStore for RedisSessionStore {
                 replica: &self.cluster.replica,
                 version: record.version,
                 init_params: &record.init_params,
-                owner: record.owner.as_deref(),
+                owner: record.owner.as_deref().map(std::borrow::Cow::Borrowed),
                 created_ms: millis(record.created),
                 last_used_ms: millis(record.last_used),
             };
@@ -125,7 +130,7 @@ impl SessionStore for RedisSessionStore {
                 id: Arc::from(id),
                 version,
                 init_params: Arc::from(s.init_params.to_owned()),
-                owner: s.owner.map(str::to_owned),
+                owner: s.owner.map(std::borrow::Cow::into_owned),
                 created: at(s.created_ms),
                 last_used: at(s.last_used_ms),
             }))
@@ -158,5 +163,30 @@ impl SessionStore for RedisSessionStore {
                 .await
                 .map_err(store_error)
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A subject with characters JSON escapes (`DOMAIN\user`, quotes) still parses back: a
+    /// borrowed `&str` could not hold it, and every cross-replica request of that user's
+    /// sessions got 404.
+    #[test]
+    fn regression_a_record_whose_owner_needs_escapes_parses_back() {
+        let params = RawValue::from_string(r#"{"a":1}"#.into()).unwrap();
+        let stored = Stored {
+            replica: "r1",
+            version: "2025-11-25",
+            init_params: &params,
+            owner: Some(std::borrow::Cow::Borrowed("DOMAIN\\user \"x\"")),
+            created_ms: 1,
+            last_used_ms: 2,
+        };
+        let bytes = serde_json::to_vec(&stored).unwrap();
+        let back: Stored = serde_json::from_slice(&bytes).expect("parses back");
+        assert_eq!(back.owner.as_deref(), Some("DOMAIN\\user \"x\""));
+        assert_eq!(back.replica, "r1");
     }
 }

@@ -65,6 +65,10 @@ pub enum HttpError {
         "Service Unavailable: the gateway replica serving this session cannot be reached; retry later"
     )]
     OwnerUnreachable(String),
+    /// The replica that owns the session took the forwarded request but its answer broke
+    /// off: it may have run, so no `Retry-After` invites sending it again.
+    #[error("Bad Gateway: the gateway replica serving this session did not answer this request")]
+    OwnerFailed(String),
 }
 
 impl HttpError {
@@ -92,6 +96,7 @@ impl HttpError {
             HttpError::Cluster(_) | HttpError::OwnerUnreachable(_) => {
                 StatusCode::SERVICE_UNAVAILABLE
             }
+            HttpError::OwnerFailed(_) => StatusCode::BAD_GATEWAY,
         }
     }
 
@@ -121,7 +126,8 @@ impl HttpError {
             | HttpError::TooManySessionsForClient(_)
             | HttpError::Auth(..)
             | HttpError::Cluster(_)
-            | HttpError::OwnerUnreachable(_) => code::SERVER_ERROR,
+            | HttpError::OwnerUnreachable(_)
+            | HttpError::OwnerFailed(_) => code::SERVER_ERROR,
         }
     }
 
@@ -149,7 +155,8 @@ impl HttpError {
             | HttpError::TooManySessionsForClient(_)
             | HttpError::Auth(..)
             | HttpError::Cluster(_)
-            | HttpError::OwnerUnreachable(_) => None,
+            | HttpError::OwnerUnreachable(_)
+            | HttpError::OwnerFailed(_) => None,
         }
     }
 }
@@ -159,7 +166,9 @@ impl IntoResponse for HttpError {
         let status = self.status();
         match &self {
             HttpError::EventStore(cause) => tracing::error!("the event store failed: {cause}"),
-            HttpError::Cluster(cause) | HttpError::OwnerUnreachable(cause) => {
+            HttpError::Cluster(cause)
+            | HttpError::OwnerUnreachable(cause)
+            | HttpError::OwnerFailed(cause) => {
                 tracing::error!("cluster: {cause}")
             }
             _ => {}

@@ -61,7 +61,13 @@ impl Conn {
         let forwarded = parts.extensions.remove::<Forwarded>().is_some();
         match parts.extensions.remove::<Arc<ConnectionContext>>() {
             Some(c) => Conn {
-                proof: c.proof_for(parts.version),
+                // A forwarder's pooled connection carries many clients' requests: one of
+                // them proves nothing about what another client read.
+                proof: if forwarded {
+                    None
+                } else {
+                    c.proof_for(parts.version)
+                },
                 cut: Some(c.cut.clone()),
                 peer: Some(c.peer),
                 forwarded,
@@ -224,7 +230,13 @@ async fn forward(
     cluster
         .forward(url, method, headers, body)
         .await
-        .map_err(|e| HttpError::OwnerUnreachable(e.to_string()))
+        .map_err(|e| {
+            if e.retry {
+                HttpError::OwnerUnreachable(e.to_string())
+            } else {
+                HttpError::OwnerFailed(e.to_string())
+            }
+        })
 }
 
 /// `MCP-Protocol-Version`, when sent, must be a supported version and the session's. The
