@@ -23,6 +23,9 @@ use crate::http;
 /// flood of them must not take the descriptors the public listener and the plugins use.
 const ADMIN_MAX_CONNECTIONS: usize = 256;
 
+/// Longest wait, at a hand-over, for the replay events still queued to reach Redis.
+const HAND_OVER_FLUSH: Duration = Duration::from_secs(5);
+
 /// A gateway whose ports are taken and whose state is assembled, not yet serving.
 pub struct Server {
     gateway: Arc<Gateway>,
@@ -88,7 +91,9 @@ impl Server {
     /// Serves until `shutdown` resolves, then stops in order: readiness fails and no new
     /// connection is accepted; GET streams are told to reconnect (`retry:`) and closed;
     /// requests in flight get up to `shutdown_grace` to finish; whatever is left is closed;
-    /// then every plugin is stopped (stdin close, SIGTERM, SIGKILL) and waited for.
+    /// in cluster mode the sessions are handed over (their records and events stay in Redis
+    /// for the other replicas); then every plugin is stopped (stdin close, SIGTERM, SIGKILL)
+    /// and waited for.
     pub async fn serve(
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
@@ -160,6 +165,10 @@ impl Server {
                 grace.as_secs()
             );
             gateway.draining.cancel();
+            if let Some(cluster) = &gateway.cluster {
+                // The others retry this replica's sessions until they are handed over.
+                cluster.drain().await;
+            }
             match tokio::time::timeout(grace, &mut server).await {
                 Ok(served) => finished = Some(served),
                 Err(_) => {
@@ -177,6 +186,11 @@ impl Server {
                 .await
                 .ok();
             server.abort();
+        }
+        if gateway.cluster.is_some() {
+            // Handed over, not ended: their records and events stay for the other replicas,
+            // which take them over once the heartbeat below says this one is gone.
+            gateway.sessions.hand_over(HAND_OVER_FLUSH).await;
         }
         tracing::info!("stopping plugins");
         gateway.sessions.shutdown().await;

@@ -20,6 +20,9 @@ use super::Cluster;
 pub const FORWARDED_PATH: &str = "/_cluster/mcp";
 /// Carries the cluster's secret on a forwarded request.
 pub const SECRET_HEADER: HeaderName = HeaderName::from_static("x-mcp-gateway-cluster");
+/// Names the replica a forwarded request is meant for: another process at that address (a
+/// replica restarted on the same port) answers 421 rather than serve it.
+pub const REPLICA_HEADER: HeaderName = HeaderName::from_static("x-mcp-gateway-replica");
 
 /// Marks a request that another replica forwarded (its secret checked).
 #[derive(Debug, Clone, Copy)]
@@ -40,6 +43,7 @@ fn hop_by_hop(name: &HeaderName) -> bool {
             | "upgrade"
             | "content-length"
     ) || *name == SECRET_HEADER
+        || *name == REPLICA_HEADER
 }
 
 /// Why a forward failed.
@@ -48,9 +52,10 @@ fn hop_by_hop(name: &HeaderName) -> bool {
 pub struct ForwardError {
     pub url: String,
     pub cause: String,
-    /// The owner never got the request (it could not be connected to): sending it again is
-    /// safe. Otherwise it may have run it.
-    pub retry: bool,
+    /// The owner never got the request (it could not be connected to, or another process
+    /// is at its address): it is gone, and the session may be taken over. Otherwise it may
+    /// have run the request.
+    pub gone: bool,
 }
 
 impl Cluster {
@@ -62,9 +67,19 @@ impl Cluster {
             .is_some_and(|v| crate::auth::constant_time_eq(v, &self.secret))
     }
 
-    /// Sends a client's request to the owner at `url` and streams its answer back.
+    /// Whether a forwarded request was meant for another replica (one that had this
+    /// replica's address before it).
+    pub fn meant_for_another(&self, headers: &HeaderMap) -> bool {
+        headers
+            .get(&REPLICA_HEADER)
+            .is_some_and(|v| v.as_bytes() != self.replica.as_bytes())
+    }
+
+    /// Sends a client's request to `replica`, the owner, at `url` and streams its answer
+    /// back.
     pub async fn forward(
         &self,
+        replica: &str,
         url: &str,
         method: Method,
         headers: &HeaderMap,
@@ -81,6 +96,9 @@ impl Cluster {
             SECRET_HEADER,
             self.secret.parse().expect("the secret is a header value"),
         );
+        if let Ok(v) = replica.parse() {
+            out.insert(REPLICA_HEADER, v);
+        }
         let failed = |cause: String| {
             crate::metrics::get()
                 .cluster_forwards
@@ -89,7 +107,7 @@ impl Cluster {
             ForwardError {
                 url: url.to_owned(),
                 cause,
-                retry: false,
+                gone: false,
             }
         };
         let answer = self
@@ -100,10 +118,16 @@ impl Cluster {
             .send()
             .await
             .map_err(|e| ForwardError {
-                // Only a request that never reached the owner is safe to send again.
-                retry: e.is_connect(),
+                // Only a request that never reached the owner may be served elsewhere.
+                gone: e.is_connect(),
                 ..failed(e.to_string())
             })?;
+        if answer.status() == reqwest::StatusCode::MISDIRECTED_REQUEST {
+            return Err(ForwardError {
+                gone: true,
+                ..failed("another replica is at its address now".into())
+            });
+        }
         crate::metrics::get()
             .cluster_forwards
             .with_label_values(&["ok"])

@@ -62,6 +62,8 @@ pub struct Cluster {
     secret: String,
     /// The connections to other replicas (kept alive, pooled per replica).
     http: reqwest::Client,
+    /// Set when the drain starts: the heartbeat says so from then on.
+    draining: std::sync::atomic::AtomicBool,
 }
 
 /// The replica that owns a session, as Redis tells it.
@@ -70,10 +72,16 @@ pub enum Owner {
     /// This replica.
     Me,
     /// Another replica, alive, at this URL.
-    Alive(String),
-    /// A replica whose heartbeat has lapsed.
-    Gone,
+    Alive { replica: String, url: String },
+    /// Another replica, alive but draining: it finishes what it has, then hands its sessions
+    /// over; until then a request for them is to be retried.
+    Draining,
+    /// A replica, by id, whose heartbeat has lapsed (or that said it is gone).
+    Gone(String),
 }
+
+/// What a draining replica's heartbeat says before its URL.
+const DRAINING: &str = "draining ";
 
 impl Cluster {
     /// Connects to Redis; fails at once when it does not answer (the start fails). The others
@@ -130,6 +138,7 @@ impl Cluster {
             redis_shown: shown,
             secret: config.secret.clone(),
             http,
+            draining: Default::default(),
         });
         cluster.beat().await?;
         Ok(cluster)
@@ -193,11 +202,25 @@ impl Cluster {
         let key = self.key(&["replica", &self.replica]);
         let mut c = self.conn.clone();
         let ttl = HEARTBEAT_TTL.as_millis() as u64;
+        let value = if self.draining.load(std::sync::atomic::Ordering::Relaxed) {
+            format!("{DRAINING}{}", self.advertise_url)
+        } else {
+            self.advertise_url.clone()
+        };
         self.call(RedisOp::Heartbeat, async move {
-            c.pset_ex::<_, _, ()>(key, self.advertise_url.as_str(), ttl)
-                .await
+            c.pset_ex::<_, _, ()>(key, value, ttl).await
         })
         .await
+    }
+
+    /// Says this replica is draining: the others retry requests for its sessions rather
+    /// than take them over, until it hands them over.
+    pub async fn drain(&self) {
+        self.draining
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Err(e) = self.beat().await {
+            tracing::warn!("cluster heartbeat: {e}");
+        }
     }
 
     /// Beats until `shutdown`, then says it is gone, so its sessions can be taken over at
@@ -232,15 +255,22 @@ impl Cluster {
         .map(|_| ())
     }
 
-    /// Where a replica is, if it is alive.
-    async fn replica_url(&self, replica: &str) -> Result<Option<String>, ClusterError> {
+    /// What a replica's heartbeat says: where it is and whether it drains; `None` when it
+    /// has lapsed or says nothing this gateway wrote.
+    async fn heartbeat_of(&self, replica: &str) -> Result<Option<(String, bool)>, ClusterError> {
         let key = self.key(&["replica", replica]);
         let mut c = self.conn.clone();
-        let url: Option<String> = self
+        let value: Option<String> = self
             .call(RedisOp::Owner, async move { c.get(key).await })
             .await?;
-        Ok(url.filter(|u| {
-            u.len() <= MAX_URL_LEN && (u.starts_with("http://") || u.starts_with("https://"))
+        Ok(value.and_then(|v| {
+            let (url, draining) = match v.strip_prefix(DRAINING) {
+                Some(url) => (url.to_owned(), true),
+                None => (v, false),
+            };
+            (url.len() <= MAX_URL_LEN
+                && (url.starts_with("http://") || url.starts_with("https://")))
+            .then_some((url, draining))
         }))
     }
 
@@ -252,9 +282,15 @@ impl Cluster {
         if *replica == *self.replica {
             return Ok(Some(Owner::Me));
         }
-        Ok(Some(match self.replica_url(&replica).await? {
-            Some(url) => Owner::Alive(url),
-            None => Owner::Gone,
+        Ok(Some(match self.heartbeat_of(&replica).await? {
+            Some((_, true)) => Owner::Draining,
+            Some((url, false)) => Owner::Alive { replica, url },
+            None => Owner::Gone(replica),
         }))
+    }
+
+    /// The replica a session's record names now, if any.
+    pub async fn owning_replica(&self, session: &str) -> Result<Option<String>, ClusterError> {
+        sessions::owner(self, session).await
     }
 }

@@ -103,6 +103,13 @@ async fn from_a_replica(
     if !known {
         return axum::http::StatusCode::NOT_FOUND.into_response();
     }
+    if gw
+        .cluster
+        .as_ref()
+        .is_some_and(|c| c.meant_for_another(request.headers()))
+    {
+        return axum::http::StatusCode::MISDIRECTED_REQUEST.into_response();
+    }
     request
         .extensions_mut()
         .insert(crate::cluster::forward::Forwarded);

@@ -38,6 +38,7 @@ pub struct Metrics {
     pub http_duration: HistogramVec,
     pub sessions_active: IntGauge,
     pub sessions_opened: IntCounter,
+    pub sessions_adopted: IntCounter,
     pub sse_streams: IntGauge,
     pub replay_events: IntGauge,
     pub replay_bytes: IntGauge,
@@ -110,6 +111,10 @@ impl Metrics {
             sessions_opened: counter(
                 "mcp_gateway_sessions_opened_total",
                 "Sessions opened by initialize.",
+            ),
+            sessions_adopted: counter(
+                "mcp_gateway_sessions_adopted_total",
+                "Sessions taken over from a replica that stopped or died (cluster mode).",
             ),
             sse_streams: gauge(
                 "mcp_gateway_sse_streams_open",
@@ -230,6 +235,7 @@ impl Metrics {
         register(Box::new(m.http_duration.clone()));
         register(Box::new(m.sessions_active.clone()));
         register(Box::new(m.sessions_opened.clone()));
+        register(Box::new(m.sessions_adopted.clone()));
         register(Box::new(m.sse_streams.clone()));
         register(Box::new(m.replay_events.clone()));
         register(Box::new(m.replay_bytes.clone()));

@@ -21,8 +21,8 @@ use rand::RngCore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::store::{SessionRecord, SessionStore, SessionStoreError};
-use super::{ClientInit, Session};
+use super::store::{SessionRecord, SessionStore, SessionStoreError, Touched};
+use super::{ClientInit, Origin, Session};
 use crate::backend::PluginEvents;
 use crate::config::SessionConfig;
 use crate::registry::View;
@@ -59,6 +59,19 @@ pub struct SessionManager {
     /// Starts and restarts plugin instances; keeps the shared and warm processes.
     pub supervisor: Arc<Supervisor>,
     tasks: TaskTracker,
+    /// See [`SessionManager::adoption_lock`].
+    adoption_locks: Box<[tokio::sync::Mutex<()>]>,
+    stripes: foldhash::fast::RandomState,
+}
+
+/// Why a session could not be taken over.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AdoptError {
+    #[error("too many sessions")]
+    TooMany(TooManySessions),
+    /// The shared store of events failed (the text is for logs).
+    #[error("the event store failed: {0}")]
+    Store(String),
 }
 
 impl SessionManager {
@@ -83,6 +96,8 @@ impl SessionManager {
             abandon_after,
             supervisor,
             tasks: TaskTracker::new(),
+            adoption_locks: (0..64).map(|_| tokio::sync::Mutex::new(())).collect(),
+            stripes: Default::default(),
         });
         let listeners: std::sync::Weak<dyn Listeners> = Arc::downgrade(&manager) as _;
         manager.supervisor.listen(listeners);
@@ -95,52 +110,122 @@ impl SessionManager {
         init: ClientInit,
         gateway_shutdown: &CancellationToken,
     ) -> Result<Arc<Session>, TooManySessions> {
-        if self.count.fetch_add(1, Ordering::AcqRel) >= self.config.max_sessions {
-            self.count.fetch_sub(1, Ordering::AcqRel);
-            return Err(TooManySessions::Gateway);
-        }
-        {
-            let mut held = self.per_client.entry(init.client.clone()).or_insert(0);
-            if *held >= self.config.max_per_client {
-                drop(held);
-                self.count.fetch_sub(1, Ordering::AcqRel);
-                return Err(TooManySessions::Client(self.config.max_per_client));
-            }
-            *held += 1;
-        }
-        let id = new_session_id();
-        let record = self.records.clone().map(|records| {
-            let now = SystemTime::now();
-            let record = SessionRecord {
-                id: id.clone(),
-                version: init.version,
-                init_params: init.plugin_params.clone(),
-                owner: init.owner.clone(),
-                created: now,
-                last_used: now,
-            };
-            (records, record)
-        });
+        self.reserve(&init.client)?;
         let session = Session::new(
-            id,
+            new_session_id(),
             init,
+            Origin::New,
             self.supervisor.clone(),
             gateway_shutdown.child_token(),
             self.store.clone(),
+            self.records.clone(),
             self.stream_settings.clone(),
         );
-        // Recorded before it can be found, so no end of it (DELETE, a reap, shutdown) can
-        // come before its record is put.
-        if let Some((records, record)) = record {
-            self.finish(
-                "recording the session",
-                async move { records.put(record).await },
-            );
-        }
         self.sessions.insert(session.id.clone(), session.clone());
         crate::metrics::get().sessions_opened.inc();
         tracing::info!(session = %session.id, version = session.version, "session created");
         Ok(session)
+    }
+
+    /// Writes a new session's record to the shared store, if there is one, and waits for
+    /// it: a session other replicas cannot find must not be handed to a client. On failure
+    /// the session ends here and the error is returned.
+    pub async fn record(&self, session: &Arc<Session>) -> Result<(), SessionStoreError> {
+        let Some(records) = &self.records else {
+            return Ok(());
+        };
+        let put = records.put(session.record(SystemTime::now())).await;
+        if put.is_err()
+            && let Some((_, s)) = self.sessions.remove(&session.id)
+        {
+            self.forget(&s);
+            let s = s.clone();
+            self.tasks.spawn(async move { s.end().await });
+        }
+        put
+    }
+
+    /// Takes over a session from its record, which the caller has claimed for this replica
+    /// (cluster mode): its streams go on from the shared store, the requests its last
+    /// replica owed end with an error, and its plugins start on first use. Under the
+    /// session caps, like a new one.
+    pub async fn adopt(
+        &self,
+        record: SessionRecord,
+        client: Arc<str>,
+        gateway_shutdown: &CancellationToken,
+    ) -> Result<Arc<Session>, AdoptError> {
+        if let Some(s) = self.get(&record.id) {
+            return Ok(s);
+        }
+        self.reserve(&client).map_err(AdoptError::TooMany)?;
+        let adopted = match self.store.adopt(&record.id).await {
+            Ok(a) => a,
+            Err(e) => {
+                self.store.leave_session(&record.id);
+                self.unreserve(&client);
+                return Err(AdoptError::Store(e.to_string()));
+            }
+        };
+        let init = ClientInit {
+            version: record.version,
+            plugin_params: record.init_params.clone(),
+            owner: record.owner.clone(),
+            client,
+        };
+        let session = Session::new(
+            record.id.clone(),
+            init,
+            Origin::Adopted(&record),
+            self.supervisor.clone(),
+            gateway_shutdown.child_token(),
+            self.store.clone(),
+            self.records.clone(),
+            self.stream_settings.clone(),
+        );
+        session.mark_used();
+        session.resume(adopted).await;
+        self.sessions.insert(session.id.clone(), session.clone());
+        crate::metrics::get().sessions_adopted.inc();
+        tracing::info!(session = %session.id, generation = session.generation, "session taken over from a replica that is gone");
+        Ok(session)
+    }
+
+    /// Counts a session of `client` against the caps.
+    fn reserve(&self, client: &Arc<str>) -> Result<(), TooManySessions> {
+        if self.count.fetch_add(1, Ordering::AcqRel) >= self.config.max_sessions {
+            self.count.fetch_sub(1, Ordering::AcqRel);
+            return Err(TooManySessions::Gateway);
+        }
+        let mut held = self.per_client.entry(client.clone()).or_insert(0);
+        if *held >= self.config.max_per_client {
+            drop(held);
+            self.count.fetch_sub(1, Ordering::AcqRel);
+            return Err(TooManySessions::Client(self.config.max_per_client));
+        }
+        *held += 1;
+        Ok(())
+    }
+
+    fn unreserve(&self, client: &Arc<str>) {
+        self.count.fetch_sub(1, Ordering::AcqRel);
+        self.per_client.remove_if_mut(client, |_, held| {
+            *held -= 1;
+            *held == 0
+        });
+    }
+
+    /// A session out of the table: no longer counted against the caps.
+    fn forget(&self, session: &Session) {
+        self.unreserve(&session.client);
+    }
+
+    /// The lock a replica takes while it looks for a session's owner and takes it over, so
+    /// two requests for one session adopt it once. Striped: a fixed set, whatever the ids.
+    pub fn adoption_lock(&self, id: &str) -> &tokio::sync::Mutex<()> {
+        use std::hash::BuildHasher;
+        let i = self.stripes.hash_one(id) as usize % self.adoption_locks.len();
+        &self.adoption_locks[i]
     }
 
     pub fn get(&self, id: &str) -> Option<Arc<Session>> {
@@ -159,11 +244,7 @@ impl SessionManager {
     /// background. Returns the ended session, to await its end if wanted.
     pub fn end(&self, id: &str) -> Option<Arc<Session>> {
         let (_, session) = self.sessions.remove(id)?;
-        self.count.fetch_sub(1, Ordering::AcqRel);
-        self.per_client.remove_if_mut(&session.client, |_, held| {
-            *held -= 1;
-            *held == 0
-        });
+        self.forget(&session);
         if let Some(records) = self.records.clone() {
             let id = session.id.clone();
             self.finish("forgetting the session", async move {
@@ -175,9 +256,51 @@ impl SessionManager {
         Some(session)
     }
 
+    /// Ends a session for its client's DELETE: as [`SessionManager::end`], but its record is
+    /// gone from the shared store before this returns, so no replica finds it afterwards.
+    pub async fn delete(&self, id: &str) -> Option<Arc<Session>> {
+        let (_, session) = self.sessions.remove(id)?;
+        self.forget(&session);
+        if let Some(records) = &self.records
+            && let Err(e) = records.remove(&session.id).await
+        {
+            tracing::warn!(session = %session.id, "forgetting the session: {e}");
+        }
+        let s = session.clone();
+        self.tasks.spawn(async move { s.end().await });
+        Some(session)
+    }
+
+    /// Lets a session go from this replica without ending it (see [`Session::leave`]).
+    pub fn leave(&self, id: &str) -> Option<Arc<Session>> {
+        let (_, session) = self.sessions.remove(id)?;
+        self.forget(&session);
+        let s = session.clone();
+        self.tasks.spawn(async move { s.leave().await });
+        Some(session)
+    }
+
+    /// Hands every session over at the end of a drain (cluster mode): the shared store's
+    /// copy of their events is flushed, within `timeout`, then each leaves this replica with
+    /// its record intact, for whichever replica its client reaches next.
+    pub async fn hand_over(&self, timeout: Duration) {
+        let ids: Vec<Arc<str>> = self.sessions.iter().map(|s| s.key().clone()).collect();
+        if !self.store.flush(timeout).await {
+            tracing::warn!("not every replay event reached the shared store before the hand-over");
+        }
+        for id in &ids {
+            self.leave(id);
+        }
+        tracing::info!(
+            sessions = ids.len(),
+            "sessions handed over to the other replicas"
+        );
+    }
+
     /// Keeps the shared records of this replica's sessions from expiring while the sessions
-    /// live, until `shutdown`: each is touched once per third of the idle timeout. Nothing
-    /// without a shared store.
+    /// live, until `shutdown`: each is touched once per third of the idle timeout. A session
+    /// whose record is gone (ended elsewhere, or the store lost it) ends here too; one that
+    /// another replica took over is left to it. Nothing without a shared store.
     pub async fn refresh_records(self: Arc<Self>, shutdown: CancellationToken) {
         use futures_util::StreamExt;
         let Some(records) = self.records.clone() else {
@@ -197,9 +320,21 @@ impl SessionManager {
             futures_util::stream::iter(ids)
                 .for_each_concurrent(32, |id| {
                     let records = records.clone();
+                    let me = self.clone();
                     async move {
-                        if let Err(e) = records.touch(&id, now).await {
-                            tracing::warn!(session = %id, "refreshing the session's record: {e}");
+                        match records.touch(&id, now).await {
+                            Ok(Touched::Kept) => {}
+                            Ok(Touched::Missing) => {
+                                tracing::info!(session = %id, "the session's record is gone from the shared store: ending it");
+                                me.end(&id);
+                            }
+                            Ok(Touched::Taken) => {
+                                tracing::warn!(session = %id, "another replica took the session over: leaving it to that one");
+                                me.leave(&id);
+                            }
+                            Err(e) => {
+                                tracing::warn!(session = %id, "refreshing the session's record: {e}")
+                            }
                         }
                     }
                 })
@@ -349,6 +484,7 @@ mod tests {
             client: Arc::from("alice"),
         };
         let session = manager.create(init, &CancellationToken::new()).unwrap();
+        manager.record(&session).await.unwrap();
         let record = records
             .get(&session.id)
             .now_or_never()

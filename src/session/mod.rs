@@ -20,6 +20,7 @@
 //! A session never holds a lock across an await except a slot's start lock, which only
 //! orders concurrent first uses of the same plugin in the same session.
 
+mod adopt;
 mod log_level;
 mod manager;
 mod plugins;
@@ -36,10 +37,13 @@ use std::time::{Duration, Instant};
 use serde_json::value::RawValue;
 use tokio_util::sync::CancellationToken;
 
+pub use adopt::IN_FLIGHT_LOST;
 pub(crate) use log_level::LOG_LEVELS;
-pub use manager::{SessionManager, TooManySessions};
+pub use manager::{AdoptError, SessionManager, TooManySessions};
 pub use routes::ResourceRoutes;
-pub use store::{MemorySessionStore, SessionRecord, SessionStore, SessionStoreError};
+pub use store::{
+    MemorySessionStore, SessionRecord, SessionState, SessionStore, SessionStoreError, Touched,
+};
 pub use streams::UnknownStream;
 use streams::{SessionHooks, StreamTable};
 
@@ -124,19 +128,46 @@ pub struct Session {
     pub routes: Mutex<ResourceRoutes>,
     /// Cancelled when the session ends: its streams close.
     pub closed: CancellationToken,
+    /// Times the session was taken over by another replica (cluster mode): its streams are
+    /// numbered from `generation << 32`.
+    pub generation: u32,
+    /// Where its record is kept for other replicas, if anywhere: its state is saved there.
+    records: Option<Arc<dyn SessionStore>>,
+    /// Counts changes of its state (log level, subscriptions).
+    state_seq: AtomicU64,
+    /// A save of its state to `records` is under way; `state_dirty`: another change came.
+    state_saving: AtomicBool,
+    state_dirty: AtomicBool,
     me: Weak<Session>,
 }
 
+/// Where a session comes from: a client's `initialize` here, or another replica, from its
+/// record (cluster mode).
+pub enum Origin<'a> {
+    New,
+    Adopted(&'a SessionRecord),
+}
+
 impl Session {
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         id: Arc<str>,
         init: ClientInit,
+        origin: Origin<'_>,
         supervisor: Arc<Supervisor>,
         closed: CancellationToken,
         store: Arc<dyn EventStore>,
+        records: Option<Arc<dyn SessionStore>>,
         stream_settings: StreamSettings,
     ) -> Arc<Session> {
-        let tag = rand::random::<u32>();
+        let (tag, generation, state) = match origin {
+            Origin::New => (rand::random::<u32>(), 0, SessionState::default()),
+            Origin::Adopted(r) => (r.tag, r.generation, r.state.clone()),
+        };
+        let log_level = log_level::LogLevel::default();
+        if let Some(params) = state.log_level.and_then(|l| RawValue::from_string(l).ok()) {
+            log_level.set(params);
+        }
         /// Only the names of the client's capabilities, the rest skipped unread.
         #[derive(serde::Deserialize)]
         struct Params {
@@ -183,15 +214,85 @@ impl Session {
             stream_settings,
             get,
             streams: Mutex::default(),
-            next_stream: AtomicU64::new(1),
+            next_stream: AtomicU64::new((u64::from(generation) << 32) | 1),
             server_requests: Mutex::new(HashMap::new()),
             next_server_request: AtomicU64::new(1),
-            log_level: Default::default(),
-            subscriptions: Mutex::new(HashSet::new()),
+            log_level,
+            subscriptions: Mutex::new(state.subscriptions.into_iter().collect()),
             routes: Mutex::new(Default::default()),
             closed,
+            generation,
+            records,
+            state_seq: AtomicU64::new(state.seq),
+            state_saving: AtomicBool::new(false),
+            state_dirty: AtomicBool::new(false),
             me: me.clone(),
         })
+    }
+
+    /// The session's record as a store keeps it, `now`.
+    pub fn record(&self, now: std::time::SystemTime) -> SessionRecord {
+        SessionRecord {
+            id: self.id.clone(),
+            version: self.version,
+            init_params: self.plugin_params.clone(),
+            owner: self.owner.clone(),
+            created: now,
+            last_used: now,
+            tag: self.tag,
+            generation: self.generation,
+            state: self.state(),
+        }
+    }
+
+    /// What the client asked of the session since `initialize`.
+    fn state(&self) -> SessionState {
+        let mut subscriptions: Vec<(String, String)> = self
+            .subscriptions
+            .lock()
+            .expect("subscriptions lock")
+            .iter()
+            .cloned()
+            .collect();
+        subscriptions.sort_unstable();
+        SessionState {
+            seq: self.state_seq.load(Ordering::Acquire),
+            log_level: self.log_level.params().map(|p| p.get().to_owned()),
+            subscriptions,
+        }
+    }
+
+    /// Saves the session's state with its record, in the background: one save at a time per
+    /// session, the last state always saved, so a client changing it fast costs no more than
+    /// one task and a round trip at a time.
+    fn save_state(&self) {
+        let Some(records) = self.records.clone() else {
+            return;
+        };
+        self.state_seq.fetch_add(1, Ordering::AcqRel);
+        self.state_dirty.store(true, Ordering::Release);
+        if self.state_saving.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let Some(me) = self.me.upgrade() else { return };
+        tokio::spawn(async move {
+            loop {
+                me.state_dirty.store(false, Ordering::Release);
+                if let Err(e) = records.save_state(&me.id, me.state()).await {
+                    tracing::warn!(session = %me.id, "saving the session's state: {e}");
+                }
+                if me.state_dirty.load(Ordering::Acquire) {
+                    continue;
+                }
+                me.state_saving.store(false, Ordering::Release);
+                // A change that came just now, whose caller saw this save still running.
+                if !me.state_dirty.load(Ordering::Acquire)
+                    || me.state_saving.swap(true, Ordering::AcqRel)
+                {
+                    break;
+                }
+            }
+        });
     }
 
     pub fn touch(&self) {
@@ -223,13 +324,32 @@ impl Session {
 
     /// Ends the session: streams close, plugins stop (awaited).
     pub async fn end(&self) {
+        self.close(false).await;
+        tracing::info!(session = %self.id, "session ended");
+    }
+
+    /// Lets the session go from this replica without ending it: its streams close here and
+    /// its plugins stop, but what a shared store keeps of it stays for the replica that
+    /// serves it next (a drain's hand-over, or another replica took it over).
+    pub async fn leave(&self) {
+        self.close(true).await;
+        tracing::info!(session = %self.id, "session left to another replica");
+    }
+
+    async fn close(&self, leaving: bool) {
         self.closed.cancel();
+        if leaving {
+            // The store forgets first, so the releases below touch nothing shared.
+            self.store.leave_session(&self.id);
+        }
         self.get.release();
         let streams = std::mem::take(&mut self.streams.lock().expect("streams lock").live);
         for s in streams.values() {
             s.release();
         }
-        self.store.release_session(&self.id);
+        if !leaving {
+            self.store.release_session(&self.id);
+        }
         let slots: Vec<Arc<Slot>> = self
             .slots
             .lock()
@@ -238,7 +358,6 @@ impl Session {
             .map(|(_, s)| s)
             .collect();
         futures_util::future::join_all(slots.iter().map(|s| s.shutdown())).await;
-        tracing::info!(session = %self.id, "session ended");
     }
 }
 
@@ -277,9 +396,11 @@ mod tests {
                 owner: None,
                 client: Arc::from("test"),
             },
+            Origin::New,
             Supervisor::new(registry, None),
             CancellationToken::new(),
             store,
+            None,
             settings,
         )
     }

@@ -215,14 +215,20 @@ impl Session {
 
     pub fn set_log_level(&self, params: Box<RawValue>) {
         self.log_level.set(params);
+        self.save_state();
     }
 
     pub fn subscription(&self, plugin: &str, uri: &str, on: bool) {
-        let mut subs = self.subscriptions.lock().expect("subscriptions lock");
-        if on {
-            subs.insert((plugin.to_owned(), uri.to_owned()));
-        } else {
-            subs.remove(&(plugin.to_owned(), uri.to_owned()));
+        let changed = {
+            let mut subs = self.subscriptions.lock().expect("subscriptions lock");
+            if on {
+                subs.insert((plugin.to_owned(), uri.to_owned()))
+            } else {
+                subs.remove(&(plugin.to_owned(), uri.to_owned()))
+            }
+        };
+        if changed {
+            self.save_state();
         }
     }
 

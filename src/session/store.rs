@@ -60,6 +60,38 @@ pub struct SessionRecord {
     pub created: SystemTime,
     /// When the session was last used, as far as the store was told.
     pub last_used: SystemTime,
+    /// The random tag in the session's event ids: kept, so ids a client holds stay valid
+    /// wherever the session is served next.
+    pub tag: u32,
+    /// How many times the session was taken over: a replica that adopts it numbers its new
+    /// streams from `generation << 32`, so no stream number is issued twice.
+    pub generation: u32,
+    /// What the client asked of the session since, resent to plugin instances that start
+    /// wherever the session goes.
+    pub state: SessionState,
+}
+
+/// What a client asked of its session after `initialize`, kept with the record.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SessionState {
+    /// Counts the changes: a store keeps a state only over an older one, so two saves that
+    /// arrive out of order leave the newer.
+    pub seq: u64,
+    /// The params of the client's last `logging/setLevel`, as JSON text.
+    pub log_level: Option<String>,
+    /// Resource subscriptions: (plugin, URI).
+    pub subscriptions: Vec<(String, String)>,
+}
+
+/// What [`SessionStore::touch`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Touched {
+    /// The record is there, this process's, and kept longer.
+    Kept,
+    /// There is no record: the session ended elsewhere, expired, or the store lost it.
+    Missing,
+    /// Another process took the session over (cluster mode): this one must let it go.
+    Taken,
 }
 
 /// Where session records are kept (see the module's doc).
@@ -72,7 +104,10 @@ pub trait SessionStore: Send + Sync + 'static {
     /// The manager does not call it per request: in this process the live session's own
     /// idle clock decides when it ends. It is for a store several replicas share, whose
     /// cadence the cluster mode decides (the reaper's period, not a request's).
-    fn touch<'a>(&'a self, id: &'a str, at: SystemTime) -> StoreFuture<'a, ()>;
+    fn touch<'a>(&'a self, id: &'a str, at: SystemTime) -> StoreFuture<'a, Touched>;
+    /// Keeps a session's state with its record, unless the record is gone or holds a newer
+    /// one (a higher `seq`).
+    fn save_state<'a>(&'a self, id: &'a str, state: SessionState) -> StoreFuture<'a, ()>;
     /// Forgets a session; nothing if the store has no such session.
     fn remove<'a>(&'a self, id: &'a str) -> StoreFuture<'a, ()>;
 }

@@ -43,8 +43,8 @@ pub use read_proof::ReadProof;
 pub use sink::Sink;
 pub use sse::{Opening, collect_responses, sse_response};
 pub use store::{
-    EventStore, MemoryEventStore, RedisEventOptions, RedisEventStore, ReplayError, ReplayLimits,
-    SessionEvents, StreamKey, StreamPosition,
+    Adopted, EventStore, MemoryEventStore, RedisEventOptions, RedisEventStore, ReplayError,
+    ReplayLimits, SessionEvents, StreamKey, StreamPosition,
 };
 
 /// What a stream hands its connection.
@@ -164,6 +164,17 @@ impl Stream {
         let s = Stream::new(key, tag, true, Buffering::Replay, events, Some(0), hooks);
         s.lock().next_seq = next_seq;
         s
+    }
+
+    /// Takes a stream over from where another replica left it in the shared store (an
+    /// adopted session): its next event is `next_seq`, and it counts as left by its client
+    /// now, so it is released if nobody resumes it within the replay age.
+    pub fn resume_at(&self, next_seq: u64) {
+        let mut g = self.lock();
+        g.next_seq = g.next_seq.max(next_seq);
+        if g.conn.is_none() {
+            g.detached_at = Some(Instant::now());
+        }
     }
 
     pub fn number(&self) -> u64 {

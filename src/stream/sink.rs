@@ -37,9 +37,17 @@ impl Stream {
         }
         Self::send(&mut g, Frame::Event { seq, data });
         if response {
-            Self::count_response(&mut g);
+            self.count_answered(&mut g);
         }
         Ok(())
+    }
+
+    /// [`Stream::count_response`], and the store told when a buffered stream owes no more.
+    fn count_answered(&self, g: &mut Inner) {
+        Self::count_response(g);
+        if g.owed == Some(0) && self.buffered() {
+            self.events.answered(self.key.stream);
+        }
     }
 
     /// Sends to the attached connection; one that is gone, or too slow to keep up, is
@@ -103,7 +111,7 @@ impl Sink {
 
     /// Marks one request as ended without a response.
     pub fn dropped(&self) {
-        Stream::count_response(&mut self.0.lock());
+        self.0.count_answered(&mut self.0.lock());
     }
 
     /// Adds a request or notification; gives the bytes back when this stream cannot carry it

@@ -131,6 +131,16 @@ impl Client {
         }
     }
 
+    /// The same session at another URL (another replica, or the load balancer).
+    pub fn at(&self, url: &str) -> Client {
+        Client {
+            session: self.session.clone(),
+            version: self.version.clone(),
+            headers: self.headers.clone(),
+            ..Client::new(url)
+        }
+    }
+
     /// The same session over HTTP/2 (cleartext, prior knowledge).
     pub fn over_http2(&self) -> Client {
         Client {

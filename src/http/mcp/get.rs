@@ -9,8 +9,7 @@ use axum::response::Response;
 use bytes::Bytes;
 
 use super::{
-    Conn, LAST_EVENT_ID, Located, authorize, check_version, forward, locate, opening,
-    session_header,
+    Conn, LAST_EVENT_ID, Reached, authorize, check_version, opening, reach, session_header,
 };
 use crate::http::Edge;
 use crate::http::checks;
@@ -32,11 +31,10 @@ pub(super) async fn handle_get(
     checks::accepts_sse(headers)?;
     let id = session_header(headers)?
         .ok_or_else(|| HttpError::MissingSession(protocol::supported_list()))?;
-    let session = match locate(gw, id, principal.as_ref(), &conn).await? {
-        Located::Here(session) => session,
-        Located::There(url) => {
-            return forward(gw, &url, Method::GET, headers, Bytes::new()).await;
-        }
+    let request = (&conn, headers, Method::GET, Bytes::new());
+    let session = match reach(gw, id, principal.as_ref(), request).await? {
+        Reached::Here(session) => session,
+        Reached::Answered(answer) => return Ok(answer),
     };
     check_version(headers, &session)?;
     session.touch();

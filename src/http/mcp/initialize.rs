@@ -66,6 +66,11 @@ pub(super) async fn initialize(
             TooManySessions::Client(n) => HttpError::TooManySessionsForClient(n),
         })?;
     trace::record_session(&session.id);
+    // In cluster mode no other replica could find a session without its record.
+    gw.sessions
+        .record(&session)
+        .await
+        .map_err(|e| HttpError::Cluster(e.to_string()))?;
     let body = jsonrpc::result_bytes(id.raw(), &result);
     let mut response = json_response(StatusCode::OK, body);
     response.headers_mut().insert(

@@ -34,8 +34,9 @@ use super::trace::{self, TraceContext};
 use crate::auth::Principal;
 use crate::cluster::Owner;
 use crate::cluster::forward::Forwarded;
+use crate::http::checks;
 use crate::protocol;
-use crate::session::Session;
+use crate::session::{AdoptError, Session, TooManySessions};
 use crate::stream::{Cut, EventId, Opening, ReadProof};
 use get::handle_get;
 use post::handle_post;
@@ -166,15 +167,15 @@ async fn handle_delete(
     let principal = authorize(gw, headers, uri)?;
     let id = session_header(headers)?
         .ok_or_else(|| HttpError::MissingSession(protocol::supported_list()))?;
-    let session = match locate(gw, id, principal.as_ref(), conn).await? {
-        Located::Here(session) => session,
-        Located::There(url) => {
-            return forward(gw, &url, Method::DELETE, headers, Bytes::new()).await;
-        }
+    let request = (conn, headers, Method::DELETE, Bytes::new());
+    let session = match reach(gw, id, principal.as_ref(), request).await? {
+        Reached::Here(session) => session,
+        Reached::Answered(answer) => return Ok(answer),
     };
     check_version(headers, &session)?;
     gw.sessions
-        .end(&session.id)
+        .delete(&session.id)
+        .await
         .ok_or(HttpError::SessionNotFound)?;
     Ok(StatusCode::OK.into_response())
 }
@@ -191,18 +192,58 @@ fn session_header(headers: &HeaderMap) -> Result<Option<&str>, HttpError> {
 enum Located {
     /// Here: the session, owned by the request's subject.
     Here(Arc<Session>),
-    /// On another live replica of the cluster, at this URL.
-    There(String),
+    /// On another live replica of the cluster: its id and URL.
+    There { replica: String, url: String },
+}
+
+/// A request for a session: to serve here, or already answered by the replica that owns it.
+enum Reached {
+    Here(Arc<Session>),
+    Answered(Response),
+}
+
+/// Finds the request's session and, in cluster mode, the replica that serves it: here (taken
+/// over if its replica is gone), or forwarded to the live replica that owns it, whose answer
+/// comes back. A forward that finds the owner gone takes the session over and serves it here.
+async fn reach(
+    gw: &Edge,
+    id: &str,
+    principal: Option<&Principal>,
+    request: (&Conn, &HeaderMap, Method, Bytes),
+) -> Result<Reached, HttpError> {
+    let (conn, headers, method, body) = request;
+    let (replica, url) = match locate(gw, id, principal, conn, headers).await? {
+        Located::Here(session) => return Ok(Reached::Here(session)),
+        Located::There { replica, url } => (replica, url),
+    };
+    let cluster = gw.cluster.as_ref().expect("only cluster mode forwards");
+    match cluster.forward(&replica, &url, method, headers, body).await {
+        Ok(answer) => Ok(Reached::Answered(answer)),
+        Err(e) if e.gone => {
+            tracing::warn!(session = %id, "{e}: taking the session over");
+            take_over(gw, id, &replica, principal, conn, headers)
+                .await
+                .map(|located| match located {
+                    Located::Here(s) => Reached::Here(s),
+                    // Another replica took it over first: the client retries there.
+                    Located::There { .. } => Reached::Answered(
+                        HttpError::OwnerUnreachable(e.to_string()).into_response(),
+                    ),
+                })
+        }
+        Err(e) => Err(HttpError::OwnerFailed(e.to_string())),
+    }
 }
 
 /// Finds a session here, or (in cluster mode, for a request not already forwarded) the live
-/// replica that owns it. A session no replica serves is not found: one whose owner is gone
-/// is too, until sessions can be taken over, so the client starts a new one.
+/// replica that owns it; a session whose replica is gone is taken over. A session no replica
+/// serves is not found.
 async fn locate(
     gw: &Edge,
     id: &str,
     principal: Option<&Principal>,
     conn: &Conn,
+    headers: &HeaderMap,
 ) -> Result<Located, HttpError> {
     if let Some(session) = gw.sessions.get(id) {
         return owned(session, principal).map(Located::Here);
@@ -210,33 +251,73 @@ async fn locate(
     let Some(cluster) = gw.cluster.as_ref().filter(|_| !conn.forwarded) else {
         return Err(HttpError::SessionNotFound);
     };
-    match cluster.owner_of(id).await {
-        Ok(Some(Owner::Alive(url))) => Ok(Located::There(url)),
-        Ok(Some(Owner::Me | Owner::Gone) | None) => Err(HttpError::SessionNotFound),
-        Err(e) => Err(HttpError::Cluster(e.to_string())),
+    let owner = cluster
+        .owner_of(id)
+        .await
+        .map_err(|e| HttpError::Cluster(e.to_string()))?;
+    match owner {
+        None => Err(HttpError::SessionNotFound),
+        Some(Owner::Alive { replica, url }) => Ok(Located::There { replica, url }),
+        Some(Owner::Draining) => Err(HttpError::OwnerUnreachable(
+            "the replica that serves this session is handing it over".into(),
+        )),
+        // Its record names this replica but it is not here: a takeover that failed halfway.
+        Some(Owner::Me) => {
+            let me = cluster.replica().to_string();
+            take_over(gw, id, &me, principal, conn, headers).await
+        }
+        Some(Owner::Gone(replica)) => take_over(gw, id, &replica, principal, conn, headers).await,
     }
 }
 
-/// Sends the request to the replica that owns its session; its answer goes back as it
-/// comes.
-async fn forward(
+/// Takes over a session whose replica, `gone`, is no more: claimed in the shared store (of
+/// two replicas trying, one wins), then rebuilt here from its record.
+async fn take_over(
     gw: &Edge,
-    url: &str,
-    method: Method,
+    id: &str,
+    gone: &str,
+    principal: Option<&Principal>,
+    conn: &Conn,
     headers: &HeaderMap,
-    body: Bytes,
-) -> Result<Response, HttpError> {
-    let cluster = gw.cluster.as_ref().expect("only cluster mode forwards");
-    cluster
-        .forward(url, method, headers, body)
+) -> Result<Located, HttpError> {
+    let cluster = gw.cluster.as_ref().expect("only cluster mode takes over");
+    let _one_at_a_time = gw.sessions.adoption_lock(id).lock().await;
+    if let Some(session) = gw.sessions.get(id) {
+        return owned(session, principal).map(Located::Here);
+    }
+    let cluster_error = |e: crate::cluster::ClusterError| HttpError::Cluster(e.to_string());
+    let claimed = cluster
+        .claim(id, gone, gw.config.session.idle_timeout)
         .await
-        .map_err(|e| {
-            if e.retry {
-                HttpError::OwnerUnreachable(e.to_string())
-            } else {
-                HttpError::OwnerFailed(e.to_string())
+        .map_err(cluster_error)?;
+    let Some(record) = claimed else {
+        // Ended, or another replica took it over first.
+        return match cluster.owner_of(id).await.map_err(cluster_error)? {
+            Some(Owner::Alive { replica, url }) => Ok(Located::There { replica, url }),
+            Some(Owner::Draining) => Err(HttpError::OwnerUnreachable(
+                "the replica that serves this session is handing it over".into(),
+            )),
+            _ => Err(HttpError::SessionNotFound),
+        };
+    };
+    let client = checks::client_key(
+        record.owner.as_deref(),
+        conn.peer,
+        headers,
+        &gw.config.trusted_proxies,
+    );
+    let session = gw
+        .sessions
+        .adopt(record, client, &gw.shutdown)
+        .await
+        .map_err(|e| match e {
+            AdoptError::TooMany(TooManySessions::Gateway) => HttpError::TooManySessions,
+            AdoptError::TooMany(TooManySessions::Client(n)) => {
+                HttpError::TooManySessionsForClient(n)
             }
-        })
+            AdoptError::Store(e) => HttpError::EventStore(e),
+        })?;
+    owned(session, principal).map(Located::Here)
 }
 
 /// `MCP-Protocol-Version`, when sent, must be a supported version and the session's. The

@@ -18,8 +18,7 @@ use tracing::Instrument;
 use super::initialize::initialize;
 use super::step_up::visible_view;
 use super::{
-    Conn, Located, authorize, check_version, forward, json_response, locate, opening,
-    session_header,
+    Conn, Reached, authorize, check_version, json_response, opening, reach, session_header,
 };
 use crate::auth::Principal;
 use crate::config::ResponseMode;
@@ -57,11 +56,10 @@ pub(super) async fn handle_post(
         Era::Initialize => initialize(gw, headers, parsed, principal.as_ref(), &conn).await,
         Era::Sessionless { .. } => Err(HttpError::MissingSession(protocol::supported_list())),
         Era::Session(id) => {
-            let session = match locate(gw, id, principal.as_ref(), &conn).await? {
-                Located::Here(session) => session,
-                Located::There(url) => {
-                    return forward(gw, &url, Method::POST, headers, bytes).await;
-                }
+            let request = (&conn, headers, Method::POST, bytes);
+            let session = match reach(gw, id, principal.as_ref(), request).await? {
+                Reached::Here(session) => session,
+                Reached::Answered(answer) => return Ok(answer),
             };
             check_version(headers, &session)?;
             in_session(
@@ -180,6 +178,10 @@ async fn in_session(
     trace::record_plugins(planned.iter().filter_map(|(.., p)| p.plugin()));
     let n = planned.len();
     let stream = session.new_post_stream(n, sse);
+    if sse {
+        let ids: Vec<&RawValue> = planned.iter().map(|(id, ..)| id.raw()).collect();
+        session.owes(&stream, &ids);
+    }
     // Attached before any request runs, so no answer can come before the connection.
     // A JSON answer is collected in full before it is written: nothing to cut.
     let attached = stream

@@ -7,7 +7,7 @@ use std::time::SystemTime;
 
 use dashmap::DashMap;
 
-use super::{SessionRecord, SessionStore, StoreFuture};
+use super::{SessionRecord, SessionState, SessionStore, StoreFuture, Touched};
 
 /// Session records in memory, by id.
 #[derive(Debug, Default)]
@@ -38,9 +38,22 @@ impl SessionStore for MemorySessionStore {
         Box::pin(ready(Ok(record)))
     }
 
-    fn touch<'a>(&'a self, id: &'a str, at: SystemTime) -> StoreFuture<'a, ()> {
-        if let Some(mut r) = self.records.get_mut(id) {
-            r.last_used = at;
+    fn touch<'a>(&'a self, id: &'a str, at: SystemTime) -> StoreFuture<'a, Touched> {
+        let touched = match self.records.get_mut(id) {
+            Some(mut r) => {
+                r.last_used = at;
+                Touched::Kept
+            }
+            None => Touched::Missing,
+        };
+        Box::pin(ready(Ok(touched)))
+    }
+
+    fn save_state<'a>(&'a self, id: &'a str, state: SessionState) -> StoreFuture<'a, ()> {
+        if let Some(mut r) = self.records.get_mut(id)
+            && r.state.seq < state.seq
+        {
+            r.state = state;
         }
         Box::pin(ready(Ok(())))
     }
@@ -76,6 +89,9 @@ mod tests {
             owner: owner.map(str::to_owned),
             created: now,
             last_used: now,
+            tag: 7,
+            generation: 0,
+            state: Default::default(),
         }
     }
 
@@ -95,7 +111,7 @@ mod tests {
         assert_eq!(a.init_params.get(), record("x", None).init_params.get());
 
         let later = a.created + Duration::from_secs(90);
-        store.touch("a", later).await.unwrap();
+        assert_eq!(store.touch("a", later).await.unwrap(), Touched::Kept);
         let a = store.get("a").await.unwrap().unwrap();
         assert_eq!(a.last_used, later);
         assert_eq!(a.created + Duration::from_secs(90), a.last_used);
@@ -110,8 +126,10 @@ mod tests {
     fn unknown_ids_are_no_error() {
         let store = MemorySessionStore::default();
         let done = |f: StoreFuture<'_, ()>| f.now_or_never().expect("complete at once");
-        done(store.touch("nobody", SystemTime::now())).unwrap();
+        let touched = store.touch("nobody", SystemTime::now()).now_or_never();
+        assert_eq!(touched.unwrap().unwrap(), Touched::Missing);
         done(store.remove("nobody")).unwrap();
+        done(store.save_state("nobody", SessionState::default())).unwrap();
         assert!(store.is_empty(), "a touch does not create a record");
     }
 
@@ -130,5 +148,24 @@ mod tests {
         assert_eq!(store.len(), 1);
         let a = store.get("a").now_or_never().unwrap().unwrap().unwrap();
         assert_eq!(a.owner.as_deref(), Some("bob"));
+    }
+
+    #[tokio::test]
+    async fn a_state_is_kept_only_over_an_older_one() {
+        let store = MemorySessionStore::default();
+        store.put(record("a", None)).await.unwrap();
+        let state = |seq: u64, uri: &str| SessionState {
+            seq,
+            log_level: None,
+            subscriptions: vec![("p".into(), uri.into())],
+        };
+        store.save_state("a", state(2, "two")).await.unwrap();
+        store.save_state("a", state(1, "one")).await.unwrap();
+        let a = store.get("a").await.unwrap().unwrap();
+        assert_eq!(
+            a.state,
+            state(2, "two"),
+            "the later save of an older state lost"
+        );
     }
 }

@@ -64,8 +64,17 @@ pub struct StreamPosition {
     pub next_seq: u64,
 }
 
-pub type AdoptFuture<'a> =
-    Pin<Box<dyn Future<Output = Result<Vec<StreamPosition>, ReplayError>> + Send + 'a>>;
+/// What the shared copy held of a session taken over.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Adopted {
+    /// Where each of its streams stands.
+    pub streams: Vec<StreamPosition>,
+    /// Its streams that still owed responses when their replica stopped, with the ids of
+    /// the requests they owed (a JSON array, as [`SessionEvents::owes`] was given it).
+    pub in_flight: Vec<(u64, Bytes)>,
+}
+
+pub type AdoptFuture<'a> = Pin<Box<dyn Future<Output = Result<Adopted, ReplayError>> + Send + 'a>>;
 
 pub type FlushFuture<'a> = Pin<Box<dyn Future<Output = bool> + Send + 'a>>;
 
@@ -93,7 +102,14 @@ pub trait EventStore: Send + Sync + 'static {
     /// memory) has nothing to load.
     fn adopt(&self, session: &Arc<str>) -> AdoptFuture<'_> {
         let _ = session;
-        Box::pin(std::future::ready(Ok(Vec::new())))
+        Box::pin(std::future::ready(Ok(Adopted::default())))
+    }
+
+    /// Lets a session go from this process without touching the shared copy: another
+    /// replica serves it next (a drain hands it over, or it was taken over). A store with
+    /// nothing shared forgets it, as [`EventStore::release_session`] does.
+    fn leave_session(&self, session: &str) {
+        self.release_session(session);
     }
 
     /// Waits, at most `timeout`, until what was appended (and released) so far has been sent
@@ -130,4 +146,16 @@ pub trait SessionEvents: Send + Sync + 'static {
 
     /// Forgets a stream's events.
     fn release(&self, stream: u64);
+
+    /// A stream now owes responses to these requests (`ids`, a JSON array): a shared store
+    /// keeps that until [`SessionEvents::answered`], so a replica that takes the session over
+    /// can end them with an error if their replica dies first. Nothing in memory.
+    fn owes(&self, stream: u64, ids: Bytes) {
+        let _ = (stream, ids);
+    }
+
+    /// A stream owes no more responses.
+    fn answered(&self, stream: u64) {
+        let _ = stream;
+    }
 }

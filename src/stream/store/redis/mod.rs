@@ -12,6 +12,9 @@
 //!   field `d` holds the event's bytes; `XADD … MAXLEN ~ max_events_per_stream`.
 //! - `Pevent-streams:S`: the set of the session's stream numbers, which is how an adopting
 //!   replica finds them without scanning the keyspace.
+//! - `Pin-flight:S`: a hash of the session's streams that still owe responses (stream number
+//!   to the JSON array of the ids owed), set when a stream opens and cleared when it owes no
+//!   more: what an adopting replica ends with an error when their replica died first.
 //!
 //! Every key expires `max_age` after the last event written to it (`PEXPIRE`, refreshed by
 //! each batch). Releasing a stream or a session deletes its keys through the same writer, so a
@@ -49,7 +52,7 @@ use dashmap::DashMap;
 use tokio::sync::{mpsc, oneshot};
 
 use super::{
-    AdoptFuture, EventStore, FlushFuture, MemoryEventStore, ReplayError, ReplayFuture,
+    AdoptFuture, Adopted, EventStore, FlushFuture, MemoryEventStore, ReplayError, ReplayFuture,
     ReplayLimits, SessionEvents, StreamPosition,
 };
 use crate::metrics::{self, RedisOp};
@@ -145,6 +148,12 @@ impl Keys {
     fn index(&self, session: &str) -> String {
         format!("{}event-streams:{session}", self.prefix)
     }
+
+    /// A hash of a session's streams that owe responses: stream number to the JSON array of
+    /// the ids of the requests it owes.
+    fn in_flight(&self, session: &str) -> String {
+        format!("{}in-flight:{session}", self.prefix)
+    }
 }
 
 /// Counts shared by the store and its writer.
@@ -218,6 +227,17 @@ enum Op {
         /// Its streams' numbers, as this replica knows them.
         streams: Vec<u64>,
     },
+    /// A stream owes responses to these requests (a JSON array of their ids).
+    Owe {
+        session: Arc<str>,
+        stream: u64,
+        ids: Bytes,
+    },
+    /// A stream owes no more.
+    Answered {
+        session: Arc<str>,
+        stream: u64,
+    },
     /// Answered once everything queued before it has been sent.
     Flush(oneshot::Sender<()>),
 }
@@ -227,6 +247,7 @@ impl Op {
     fn bytes(&self) -> usize {
         match self {
             Op::Append { data, .. } => data.len(),
+            Op::Owe { ids, .. } => ids.len(),
             _ => 0,
         }
     }
@@ -377,7 +398,7 @@ impl EventStore for RedisEventStore {
     fn adopt(&self, session: &Arc<str>) -> AdoptFuture<'_> {
         let s = self.redis_session(session);
         Box::pin(async move {
-            let positions = with_timeout(
+            let adopted = with_timeout(
                 RedisOp::EventsAdopt,
                 self.shared.options.read_timeout,
                 self.shared.adopt(&s.id),
@@ -386,7 +407,7 @@ impl EventStore for RedisEventStore {
             .map_err(ReplayError::Backend)?;
             {
                 let mut remote = s.remote.lock().expect("remote streams lock");
-                for p in &positions {
+                for p in &adopted.streams {
                     remote.insert(
                         p.stream,
                         Remote {
@@ -397,8 +418,16 @@ impl EventStore for RedisEventStore {
                 }
             }
             s.adopted.store(true, Ordering::Release);
-            Ok(positions)
+            Ok(adopted)
         })
+    }
+
+    fn leave_session(&self, session: &str) {
+        // Its keys stay for the replica that serves it next; late appends stay here.
+        if let Some((_, s)) = self.sessions.remove(session) {
+            s.released.store(true, Ordering::Release);
+        }
+        self.memory.release_session(session);
     }
 
     fn flush(&self, timeout: Duration) -> FlushFuture<'_> {
@@ -528,6 +557,21 @@ impl SessionEvents for RedisSession {
             session: self.id.clone(),
             stream,
             through,
+        });
+    }
+
+    fn owes(&self, stream: u64, ids: Bytes) {
+        self.enqueue(Op::Owe {
+            session: self.id.clone(),
+            stream,
+            ids,
+        });
+    }
+
+    fn answered(&self, stream: u64) {
+        self.enqueue(Op::Answered {
+            session: self.id.clone(),
+            stream,
         });
     }
 

@@ -206,3 +206,37 @@ pub(super) fn parse_info(n: u64, reply: Value) -> Result<StreamPosition, String>
         next_seq,
     })
 }
+
+/// The most bytes of request ids one stream may owe, as read back: a stream owes one
+/// response per request of its POST, and a POST's body is bounded far below this.
+const MAX_OWED_BYTES: usize = 1024 * 1024;
+
+/// An `HGETALL` of a session's streams that owe responses: stream number and the JSON array
+/// of ids, at most `max` of them. The ids are checked to be a JSON array where they are used.
+pub(super) fn parse_in_flight(reply: Value, max: usize) -> Result<Vec<(u64, Bytes)>, String> {
+    let pairs: Vec<(Value, Value)> = match reply {
+        Value::Array(flat) if flat.len() % 2 == 0 => {
+            let mut it = flat.into_iter();
+            std::iter::from_fn(|| Some((it.next()?, it.next()?))).collect()
+        }
+        Value::Map(pairs) => pairs,
+        Value::Nil => Vec::new(),
+        _ => return Err("redis: an in-flight hash that is not pairs".into()),
+    };
+    if pairs.len() > max {
+        return Err(format!("redis: {} streams in flight", pairs.len()));
+    }
+    let mut out = Vec::with_capacity(pairs.len());
+    for (name, value) in pairs {
+        let stream = text(&name)
+            .and_then(parse_number)
+            .ok_or("redis: an in-flight stream number that is not one")?;
+        let ids = match value {
+            Value::BulkString(b) if b.len() <= MAX_OWED_BYTES => Bytes::from(b),
+            _ => return Err("redis: in-flight ids that are not a bounded string".into()),
+        };
+        out.push((stream, ids));
+    }
+    out.sort_unstable_by_key(|(n, _)| *n);
+    Ok(out)
+}

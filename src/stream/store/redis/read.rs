@@ -145,8 +145,23 @@ impl Shared {
         }
     }
 
+    /// Where each stream of a session stands in Redis, and which owed responses.
+    pub(super) async fn adopt(&self, session: &str) -> Result<Adopted, String> {
+        let streams = self.positions(session).await?;
+        let mut conn = self.conn.clone();
+        let reply: Value = round_trip(
+            RedisOp::EventsAdopt,
+            ::redis::cmd("HGETALL")
+                .arg(self.keys.in_flight(session))
+                .query_async(&mut conn),
+        )
+        .await?;
+        let in_flight = parse_in_flight(reply, MAX_ADOPTED_STREAMS)?;
+        Ok(Adopted { streams, in_flight })
+    }
+
     /// Where each stream of a session stands in Redis.
-    pub(super) async fn adopt(&self, session: &str) -> Result<Vec<StreamPosition>, String> {
+    async fn positions(&self, session: &str) -> Result<Vec<StreamPosition>, String> {
         let index = self.keys.index(session);
         let mut conn = self.conn.clone();
         let mut numbers = BTreeSet::new();

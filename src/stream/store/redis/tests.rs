@@ -130,7 +130,7 @@ async fn another_replica_replays_the_same_bytes_in_order() {
         "not adopted: nothing known without waiting"
     );
 
-    let mut positions = b.adopt(&id).await.expect("adopted");
+    let mut positions = b.adopt(&id).await.expect("adopted").streams;
     positions.sort_by_key(|p| p.stream);
     let at = |stream| StreamPosition {
         stream,
@@ -318,7 +318,7 @@ async fn an_adopted_session_releases_what_it_adopted() {
     }
     assert!(a.flush(FLUSH).await);
     let b = RedisEventStore::new(redis().await, prefix.0.clone(), ReplayLimits::default());
-    assert_eq!(b.adopt(&id).await.map(|p| p.len()), Ok(3));
+    assert_eq!(b.adopt(&id).await.map(|p| p.streams.len()), Ok(3));
     b.session(&id).append(5, 1, data(5, 1));
     b.session(&id).release(1);
     assert!(b.flush(FLUSH).await);
@@ -458,7 +458,7 @@ async fn a_full_queue_drops_only_the_redis_copy() {
     kept.extend(events(0, 101..=101));
     assert_eq!(eb.replay(0, 0, 102, true).await, Ok(kept));
     // Adopted, the new owner goes on after the last id Redis took.
-    let positions = b.adopt(&id).await.unwrap();
+    let positions = b.adopt(&id).await.unwrap().streams;
     assert_eq!(
         positions,
         vec![StreamPosition {
@@ -530,7 +530,7 @@ async fn what_redis_holds_is_checked_before_it_is_used() {
     // A listed stream that expired since is skipped.
     raw(&["DEL", &index]);
     raw(&["SADD", &index, "9"]);
-    assert_eq!(store.adopt(&id).await, Ok(vec![]));
+    assert_eq!(store.adopt(&id).await, Ok(Adopted::default()));
 }
 
 #[test]
@@ -618,5 +618,64 @@ fn only_the_last_trim_of_a_stream_in_a_batch_is_sent() {
     assert_eq!(
         superseded_trims(&batch),
         vec![false, true, false, false, false, false, false]
+    );
+}
+
+#[tokio::test]
+async fn an_adopting_replica_learns_which_streams_still_owe_responses() {
+    let prefix = Prefix::new();
+    let a = RedisEventStore::new(redis().await, prefix.0.clone(), ReplayLimits::default());
+    let id = sid("owing");
+    let ea = a.session(&id);
+    ea.owes(1, Bytes::from_static(b"[1]"));
+    ea.owes(2, Bytes::from_static(br#"["a","b"]"#));
+    ea.owes(3, Bytes::from_static(b"[3]"));
+    ea.append(2, 1, data(2, 1));
+    ea.answered(1);
+    ea.release(3);
+    assert!(a.flush(FLUSH).await);
+
+    let b = RedisEventStore::new(redis().await, prefix.0.clone(), ReplayLimits::default());
+    let adopted = b.adopt(&id).await.expect("adopted");
+    assert_eq!(
+        adopted.in_flight,
+        vec![(2, Bytes::from_static(br#"["a","b"]"#))],
+        "answered and released streams owe nothing"
+    );
+    // Gone with the session.
+    b.release_session(&id);
+    assert!(b.flush(FLUSH).await);
+    assert_eq!(prefix.keys(), Vec::<String>::new());
+
+    // What Redis hands back is checked.
+    let key = prefix.key("in-flight:bad");
+    let mut con = sync_conn();
+    let _: () = ::redis::cmd("HSET")
+        .arg(&key)
+        .arg("x")
+        .arg("[1]")
+        .query(&mut con)
+        .unwrap();
+    let got = b.adopt(&sid("bad")).await;
+    assert!(matches!(got, Err(ReplayError::Backend(_))), "{got:?}");
+}
+
+#[tokio::test]
+async fn leaving_a_session_keeps_its_keys_for_the_next_replica() {
+    let prefix = Prefix::new();
+    let a = RedisEventStore::new(redis().await, prefix.0.clone(), ReplayLimits::default());
+    let id = sid("left");
+    let ea = a.session(&id);
+    ea.append(0, 1, data(0, 1));
+    a.leave_session(&id);
+    ea.append(0, 2, data(0, 2));
+    assert!(a.flush(FLUSH).await);
+    assert_eq!(a.usage(), (0, 0), "nothing kept here");
+    let b = RedisEventStore::new(redis().await, prefix.0.clone(), ReplayLimits::default());
+    let eb = b.session(&id);
+    assert_eq!(
+        eb.replay(0, 0, 10, false).await,
+        Ok(events(0, 1..=1)),
+        "what was written before leaving is there; nothing after"
     );
 }

@@ -147,14 +147,39 @@ impl Writer {
                         .cmd("SREM")
                         .arg(self.keys.index(&session))
                         .arg(stream);
-                    plan.kinds.extend([Kind::Other, Kind::Other]);
+                    plan.pipe
+                        .cmd("HDEL")
+                        .arg(self.keys.in_flight(&session))
+                        .arg(stream);
+                    plan.kinds.extend([Kind::Other, Kind::Other, Kind::Other]);
                 }
                 Op::ReleaseSession { session, streams } => {
                     plan.touch();
-                    let del = plan.pipe.cmd("DEL").arg(self.keys.index(&session));
+                    let del = plan
+                        .pipe
+                        .cmd("DEL")
+                        .arg(self.keys.index(&session))
+                        .arg(self.keys.in_flight(&session));
                     for stream in streams {
                         del.arg(self.keys.stream(&session, stream));
                     }
+                    plan.push(Kind::Other);
+                }
+                Op::Owe {
+                    session,
+                    stream,
+                    ids,
+                } => {
+                    let key = self.keys.in_flight(&session);
+                    plan.pipe.cmd("HSET").arg(&key).arg(stream).arg(&ids[..]);
+                    plan.pipe.cmd("PEXPIRE").arg(&key).arg(self.ttl_ms);
+                    plan.kinds.extend([Kind::Other, Kind::Other]);
+                }
+                Op::Answered { session, stream } => {
+                    plan.pipe
+                        .cmd("HDEL")
+                        .arg(self.keys.in_flight(&session))
+                        .arg(stream);
                     plan.push(Kind::Other);
                 }
                 Op::Flush(tx) => flushes.push(tx),

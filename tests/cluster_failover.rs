@@ -1,0 +1,293 @@
+//! Cluster mode when a replica goes away (issue 21): a session whose replica was killed is
+//! taken over by the next replica a request for it reaches, with the client's log level and
+//! subscriptions re-sent to its new plugin instance, its buffered events replayable from
+//! Redis, and the request that was in flight on the dead replica ended with an error that
+//! says so; a replica stopped by SIGTERM hands its sessions over instead of ending them.
+//! Real processes behind HAProxy, the Redis at 127.0.0.1:6379 under a key prefix of the
+//! test's own (tests/common/cluster.rs).
+
+mod common;
+
+use std::time::Duration;
+
+use common::{Client, Cluster, FIXTURE, RawEvents};
+use serde_json::{Value, json};
+
+const ADOPTED: &str = "mcp_gateway_sessions_adopted_total";
+
+/// A client of a new session on replica `i`, directly (so the test knows its owner).
+async fn session_on(cluster: &Cluster, i: usize) -> Client {
+    let mut client = Client::new(&cluster.url(i));
+    client.initialize().await;
+    let r = client.notify("notifications/initialized", json!({})).await;
+    assert_eq!(r.status, 202, "{r:?}");
+    client
+}
+
+/// Sessions taken over, summed over the running replicas `which`.
+async fn adopted(cluster: &Cluster, which: &[usize]) -> f64 {
+    let mut sum = 0.0;
+    for &i in which {
+        sum += cluster.replica(i).metric(ADOPTED).await.unwrap_or(0.0);
+    }
+    sum
+}
+
+/// The text of a tool's answer.
+fn text(result: &Value) -> String {
+    result["content"][0]["text"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no text in {result}"))
+        .to_owned()
+}
+
+/// Reads a GET stream's events until one whose data holds `needle`; its id.
+async fn until(events: &mut RawEvents, needle: &str) -> String {
+    loop {
+        let ev = events
+            .next()
+            .await
+            .unwrap_or_else(|| panic!("the stream ended before {needle}"));
+        if ev.data.contains(needle) {
+            return ev.id.expect("a resumable event has an id");
+        }
+    }
+}
+
+/// Waits until the replay events of `session`'s GET stream in Redis number at least `n`
+/// (they are written through in the background).
+async fn written(cluster: &Cluster, session: &str, n: usize) {
+    let key = format!("{}events:{session}:0", cluster.key_prefix().unwrap());
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let out = std::process::Command::new("redis-cli")
+            .args(["-h", "127.0.0.1", "-p", "6379", "XLEN", &key])
+            .output()
+            .expect("redis-cli");
+        let len: usize = String::from_utf8_lossy(&out.stdout)
+            .trim()
+            .parse()
+            .unwrap_or(0);
+        if len >= n {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{n} events never reached Redis ({len})"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// SIGKILL the replica that owns a session: the next request for it, at another replica,
+/// takes it over. The client's log level and resource subscription reach the new plugin
+/// instance; an event buffered before the kill replays from Redis; the call that was in
+/// flight ends with an error saying the replica stopped; the session goes on, also through
+/// the load balancer.
+#[tokio::test]
+async fn a_killed_replicas_session_is_taken_over_with_its_state() {
+    let mut cluster = Cluster::start(3, &["--", FIXTURE]);
+    let client = session_on(&cluster, 0).await;
+    let session = client.session.clone().expect("a session id");
+    let r = client
+        .call(1, "logging/setLevel", json!({"level": "debug"}))
+        .await;
+    assert_eq!(r.status, 200, "{r:?}");
+    let r = client
+        .call(
+            2,
+            "resources/subscribe",
+            json!({"uri": "test://static-text"}),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(
+        text(
+            &client
+                .result(
+                    3,
+                    "tools/call",
+                    json!({"name": "log_level", "arguments": {}})
+                )
+                .await
+        ),
+        "debug"
+    );
+
+    // An event for the GET stream, read; another buffered while no GET is open.
+    let mut get = RawEvents::new(client.get_stream().await);
+    client
+        .result(
+            4,
+            "tools/call",
+            json!({"name": "background_log", "arguments": {"text": "first", "after_ms": 10}}),
+        )
+        .await;
+    let first = until(&mut get, "first").await;
+    drop(get);
+    client
+        .result(
+            5,
+            "tools/call",
+            json!({"name": "background_log", "arguments": {"text": "second", "after_ms": 10}}),
+        )
+        .await;
+    written(&cluster, &session, 2).await;
+
+    // A call in flight when the replica dies.
+    let mut slow = RawEvents::new(
+        client
+            .post_sse(&json!({"jsonrpc": "2.0", "id": 6, "method": "tools/call", "params": {"name": "slow", "arguments": {"ms": 60000}}}))
+            .await,
+    );
+    let primed = slow.next().await.expect("the priming event");
+    let slow_id = primed.id.expect("a priming event id");
+    // Its stream is known to Redis to owe an answer before the replica dies.
+    let owed = format!("{}in-flight:{session}", cluster.key_prefix().unwrap());
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !cluster.redis_keys().contains(&owed) {
+        assert!(std::time::Instant::now() < deadline, "no in-flight record");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    cluster.kill(0);
+    assert!(
+        slow.next().await.is_none(),
+        "the dead replica's stream ends"
+    );
+
+    // Replica 1 takes the session over on its next request.
+    let there = client.at(&cluster.url(1));
+    assert_eq!(
+        text(
+            &there
+                .result(
+                    7,
+                    "tools/call",
+                    json!({"name": "log_level", "arguments": {}})
+                )
+                .await
+        ),
+        "debug",
+        "the log level reached the new plugin instance"
+    );
+    assert_eq!(
+        text(
+            &there
+                .result(
+                    8,
+                    "tools/call",
+                    json!({"name": "subscriptions", "arguments": {}})
+                )
+                .await
+        ),
+        "test://static-text",
+        "the subscription reached the new plugin instance"
+    );
+    assert_eq!(adopted(&cluster, &[1, 2]).await, 1.0);
+
+    // The event buffered before the kill replays from Redis.
+    let resumed = there
+        .request(reqwest::Method::GET)
+        .header("accept", "text/event-stream")
+        .header("last-event-id", &first)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resumed.status(), 200);
+    let mut resumed = RawEvents::new(resumed);
+    until(&mut resumed, "second").await;
+    drop(resumed);
+
+    // The call in flight ends with an error that says what happened.
+    let resumed = there
+        .request(reqwest::Method::GET)
+        .header("accept", "text/event-stream")
+        .header("last-event-id", &slow_id)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resumed.status(), 200);
+    let mut resumed = RawEvents::new(resumed);
+    let answer = loop {
+        let ev = resumed.next().await.expect("the in-flight call's answer");
+        if let Ok(v) = serde_json::from_str::<Value>(&ev.data)
+            && v.get("id") == Some(&json!(6))
+        {
+            break v;
+        }
+    };
+    let message = answer["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("replica running this request stopped"),
+        "{answer}"
+    );
+
+    // The session goes on, through the load balancer too (replica 0 is down).
+    cluster.wait_down(0);
+    let lb = client.at(&cluster.lb_url());
+    for i in 0..4 {
+        let r = lb
+            .result(
+                20 + i,
+                "tools/call",
+                json!({"name": "echo", "arguments": {"text": "on"}}),
+            )
+            .await;
+        assert!(text(&r).contains("on"), "{r}");
+    }
+    assert_eq!(adopted(&cluster, &[1, 2]).await, 1.0, "taken over once");
+}
+
+/// SIGTERM hands a replica's sessions over: its records and events stay in Redis, and the
+/// next request at another replica takes the session over at once (the heartbeat says the
+/// replica is gone), events buffered before the stop replayable.
+#[tokio::test]
+async fn a_stopped_replica_hands_its_sessions_over() {
+    let mut cluster = Cluster::start(2, &["--", FIXTURE]);
+    let client = session_on(&cluster, 0).await;
+    let session = client.session.clone().expect("a session id");
+    let mut get = RawEvents::new(client.get_stream().await);
+    client
+        .result(
+            1,
+            "tools/call",
+            json!({"name": "background_log", "arguments": {"text": "before", "after_ms": 10}}),
+        )
+        .await;
+    let before = until(&mut get, "before").await;
+    drop(get);
+    client
+        .result(
+            2,
+            "tools/call",
+            json!({"name": "background_log", "arguments": {"text": "while away", "after_ms": 10}}),
+        )
+        .await;
+    written(&cluster, &session, 2).await;
+
+    assert!(cluster.terminate(0).success());
+    let there = client.at(&cluster.url(1));
+    let r = there
+        .result(
+            3,
+            "tools/call",
+            json!({"name": "echo", "arguments": {"text": "still here"}}),
+        )
+        .await;
+    assert!(text(&r).contains("still here"), "{r}");
+    assert_eq!(adopted(&cluster, &[1]).await, 1.0);
+    let resumed = there
+        .request(reqwest::Method::GET)
+        .header("accept", "text/event-stream")
+        .header("last-event-id", &before)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resumed.status(), 200);
+    until(&mut RawEvents::new(resumed), "while away").await;
+
+    // DELETE ends it everywhere, taken over or not.
+    assert_eq!(there.delete().await, 200);
+    assert_eq!(there.call(4, "tools/list", json!({})).await.status, 404);
+}
