@@ -273,7 +273,12 @@ struct RedisSession {
 #[derive(Debug, Clone, Copy)]
 struct Remote {
     oldest_kept: u64,
+    /// One past the last event Redis took.
     next_seq: u64,
+    /// Where this replica goes on: past every event the replica that died may have sent a
+    /// client without writing it to Redis (see [`RedisEventStore::adopt`]). Nothing is
+    /// kept between `next_seq` and this.
+    resumed_at: u64,
 }
 
 impl RedisEventStore {
@@ -337,6 +342,15 @@ impl RedisEventStore {
         })
     }
 
+    /// How many events of a stream a replica may have sent its clients without Redis having
+    /// them yet, at most: its queue to the writer, and a batch on its way. An adopted stream
+    /// goes on this far past what Redis holds, so no event id a client saw from the replica
+    /// that died is issued again, and a client that saw more than Redis kept resumes after
+    /// it.
+    fn unwritten_bound(&self) -> u64 {
+        (self.shared.options.queue_ops + self.shared.options.batch_ops + 1) as u64
+    }
+
     /// Events written to Redis so far.
     pub fn written(&self) -> u64 {
         self.shared.counters.written.load(Ordering::Relaxed)
@@ -398,7 +412,7 @@ impl EventStore for RedisEventStore {
     fn adopt(&self, session: &Arc<str>) -> AdoptFuture<'_> {
         let s = self.redis_session(session);
         Box::pin(async move {
-            let adopted = with_timeout(
+            let mut adopted = with_timeout(
                 RedisOp::EventsAdopt,
                 self.shared.options.read_timeout,
                 self.shared.adopt(&s.id),
@@ -413,8 +427,12 @@ impl EventStore for RedisEventStore {
                         Remote {
                             oldest_kept: p.oldest_kept,
                             next_seq: p.next_seq,
+                            resumed_at: p.next_seq.saturating_add(self.unwritten_bound()),
                         },
                     );
+                }
+                for p in &mut adopted.streams {
+                    p.next_seq = p.next_seq.saturating_add(self.unwritten_bound());
                 }
             }
             s.adopted.store(true, Ordering::Release);
@@ -443,6 +461,42 @@ impl EventStore for RedisEventStore {
 }
 
 impl RedisSession {
+    /// A replay of an adopted stream: what Redis holds up to where the replica that died
+    /// left it, then what this replica appended since (from `resumed_at` on). A cursor past
+    /// what Redis holds is one the client had live from the dead replica: it goes on with
+    /// this replica's events.
+    fn replay_adopted(
+        &self,
+        r: Remote,
+        stream: u64,
+        after: u64,
+        before: u64,
+        skip_evicted: bool,
+    ) -> ReplayFuture<'_> {
+        let here_after = after.max(r.resumed_at - 1);
+        if after.saturating_add(1) >= r.next_seq {
+            return self.memory.replay(stream, here_after, before, skip_evicted);
+        }
+        Box::pin(async move {
+            let mut events = self
+                .shared
+                .read_range(
+                    &self.id,
+                    stream,
+                    after,
+                    r.next_seq.min(before),
+                    skip_evicted,
+                    true,
+                )
+                .await?;
+            if before > r.resumed_at {
+                let newer = self.memory.replay(stream, here_after, before, skip_evicted);
+                events.extend(newer.await?);
+            }
+            Ok(events)
+        })
+    }
+
     /// The adopted stream's position in Redis, if this session was adopted and had it.
     fn remote(&self, stream: u64) -> Option<Remote> {
         if !self.adopted.load(Ordering::Acquire) {
@@ -484,45 +538,19 @@ impl SessionEvents for RedisSession {
 
     fn replay(&self, stream: u64, after: u64, before: u64, skip_evicted: bool) -> ReplayFuture<'_> {
         let remote = self.remote(stream);
-        let in_memory = self.memory.oldest_kept(stream);
-        let from_memory = match (remote, in_memory) {
-            // Memory holds everything after the cursor.
-            (_, Some(first)) if after.saturating_add(1) >= first => true,
-            // A stream of this replica: answered as on a gateway alone.
-            (None, Some(_)) => true,
-            // Known nowhere here: another replica's (read from Redis), unless the session
-            // ended, whose keys are deleted.
-            (None, None) => self.released.load(Ordering::Acquire),
-            // Adopted, and the cursor is older than what this replica appended.
-            (Some(_), _) => false,
-        };
-        if from_memory {
+        if let Some(r) = remote {
+            return self.replay_adopted(r, stream, after, before, skip_evicted);
+        }
+        // A stream of this replica is answered as on a gateway alone; one known nowhere here
+        // is another replica's, read from Redis, unless the session ended (its keys are
+        // deleted).
+        if self.memory.oldest_kept(stream).is_some() || self.released.load(Ordering::Acquire) {
             return self.memory.replay(stream, after, before, skip_evicted);
         }
         Box::pin(async move {
-            // The older part from Redis; what this replica appended since, from memory.
-            let split = in_memory.map_or(before, |first| first.min(before));
-            let mut events = self
-                .shared
-                .read_range(
-                    &self.id,
-                    stream,
-                    after,
-                    split,
-                    skip_evicted,
-                    in_memory.is_some(),
-                )
-                .await?;
-            if let Some(first) = in_memory
-                && first < before
-            {
-                let newer = self
-                    .memory
-                    .replay(stream, first.saturating_sub(1), before, skip_evicted)
-                    .await?;
-                events.extend(newer);
-            }
-            Ok(events)
+            self.shared
+                .read_range(&self.id, stream, after, before, skip_evicted, false)
+                .await
         })
     }
 
@@ -537,7 +565,7 @@ impl SessionEvents for RedisSession {
     fn next_seq(&self, stream: u64) -> Option<u64> {
         let in_memory = self.memory.next_seq(stream);
         match self.remote(stream) {
-            Some(r) => Some(in_memory.map_or(r.next_seq, |m| m.max(r.next_seq))),
+            Some(r) => Some(in_memory.map_or(r.resumed_at, |m| m.max(r.resumed_at))),
             None => in_memory,
         }
     }

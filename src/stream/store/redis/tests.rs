@@ -132,33 +132,40 @@ async fn another_replica_replays_the_same_bytes_in_order() {
 
     let mut positions = b.adopt(&id).await.expect("adopted").streams;
     positions.sort_by_key(|p| p.stream);
+    // It goes on past every event the old owner may have sent without Redis having it.
+    let gap = b.unwritten_bound();
+    let r = 6 + gap;
     let at = |stream| StreamPosition {
         stream,
         oldest_kept: 1,
-        next_seq: 6,
+        next_seq: r,
     };
     assert_eq!(positions, vec![at(0), at(3)]);
-    assert_eq!((eb.oldest_kept(0), eb.next_seq(0)), (Some(1), Some(6)));
+    assert_eq!((eb.oldest_kept(0), eb.next_seq(0)), (Some(1), Some(r)));
 
     // The new owner goes on with the stream: the older part comes from Redis, the newer
-    // from its memory.
-    eb.append(0, 6, data(0, 6));
-    eb.append(0, 7, data(0, 7));
-    assert_eq!(eb.next_seq(0), Some(8));
+    // from its memory, the gap between them skipped.
+    eb.append(0, r, data(0, r));
+    eb.append(0, r + 1, data(0, r + 1));
+    assert_eq!(eb.next_seq(0), Some(r + 2));
     assert_eq!(eb.oldest_kept(0), Some(1));
-    assert_eq!(eb.replay(0, 0, 8, false).await, Ok(events(0, 1..=7)));
-    assert_eq!(eb.replay(0, 4, 8, false).await, Ok(events(0, 5..=7)));
-    assert_eq!(eb.replay(0, 6, 8, false).await, Ok(events(0, 7..=7)));
+    let mut all = events(0, 1..=5);
+    all.extend(events(0, r..=r + 1));
+    assert_eq!(eb.replay(0, 0, r + 2, false).await, Ok(all.clone()));
+    assert_eq!(eb.replay(0, 4, r + 2, false).await, Ok(all[4..].to_vec()));
+    // A client that had more from the old owner than Redis kept goes on after it.
+    assert_eq!(eb.replay(0, 9, r + 2, false).await, Ok(all[5..].to_vec()));
+    assert_eq!(eb.replay(0, r, r + 2, false).await, Ok(all[6..].to_vec()));
     assert!(b.flush(FLUSH).await);
     assert_eq!(
         (b.written(), b.dropped()),
         (2, 0),
         "Redis took the new owner's events after the old owner's"
     );
-    // A third replica sees both.
+    // A third replica reads both from Redis.
     let c = RedisEventStore::new(redis().await, prefix.0.clone(), ReplayLimits::default());
     let ec = c.session(&id);
-    assert_eq!(ec.replay(0, 0, 8, false).await, Ok(events(0, 1..=7)));
+    assert_eq!(ec.replay(0, 0, r + 2, true).await, Ok(all));
 }
 
 #[tokio::test]
@@ -464,7 +471,7 @@ async fn a_full_queue_drops_only_the_redis_copy() {
         vec![StreamPosition {
             stream: 0,
             oldest_kept: 1,
-            next_seq: 102
+            next_seq: 102 + b.unwritten_bound()
         }]
     );
 
