@@ -49,6 +49,18 @@ async fn main() -> ExitCode {
                 .collect::<Vec<_>>()
                 .join(", ")
         );
+        if let Some(c) = &config.cluster {
+            // What the deployment files set, read back (scripts/check-deploy asserts it); the
+            // Redis password and the cluster secret are never printed.
+            let advertise = c
+                .advertise(config.listen)
+                .unwrap_or_else(|e| format!("(unknown: {e})"));
+            println!(
+                "cluster mode: Redis {}, key prefix {}, advertised as {advertise}",
+                mcp_gateway::config::redact_url(&c.redis_url),
+                c.key_prefix,
+            );
+        }
         return ExitCode::SUCCESS;
     }
 

@@ -412,3 +412,60 @@ async fn regression_a_plugin_is_never_given_the_gateways_secrets() {
     assert_eq!(seen("MCP_GATEWAY_ADMIN_TOKEN").await, "(unset)");
     assert_eq!(seen("HARMLESS").await, "visible");
 }
+
+#[tokio::test]
+async fn regression_a_plugin_is_never_given_the_cluster_secrets() {
+    // Guards: in cluster mode from the environment (as the deployment files set it), every
+    // plugin inherited the Redis URL (its password, and the way to every session's record
+    // and events) and the cluster secret (the way to speak to a replica as another one).
+    let dir = tempfile::tempdir().unwrap();
+    for secret in ["MCP_GATEWAY_REDIS_URL", "MCP_GATEWAY_CLUSTER_SECRET"] {
+        let (code, err) = check(
+            &dir,
+            &format!("[plugins.a]\ncommand = \"{FIXTURE}\"\nenv = {{ T = \"${{{secret}}}\" }}\n"),
+        );
+        assert_ne!(code, 0, "{secret} accepted");
+        assert!(
+            err.contains("plugins.a.env.T") && err.contains(secret),
+            "{err}"
+        );
+    }
+
+    common::cluster::assert_redis_up();
+    let prefix = format!("test-{:016x}:", rand::random::<u64>());
+    // Its keys go when the test ends, after the gateway (dropped first), also on a failure.
+    struct Keys(String);
+    impl Drop for Keys {
+        fn drop(&mut self) {
+            common::cluster::delete_redis_keys(&self.0);
+        }
+    }
+    let _keys = Keys(prefix.clone());
+    let gw = Gateway::start_with_env(
+        &["--plugin-name", "main", "--", FIXTURE],
+        &[
+            ("MCP_GATEWAY_REDIS_URL", common::cluster::REDIS_URL),
+            ("MCP_GATEWAY_REDIS_KEY_PREFIX", &prefix),
+            (
+                "MCP_GATEWAY_CLUSTER_SECRET",
+                "a-cluster-secret-of-this-test",
+            ),
+            ("HARMLESS", "visible"),
+        ],
+    );
+    let mut c = gw.client();
+    c.initialize().await;
+    // Cluster mode is on: the session's record is in Redis under this test's prefix.
+    assert!(
+        !common::cluster::redis_scan(&prefix).is_empty(),
+        "no key under {prefix}"
+    );
+    let seen = |name: &'static str| {
+        let c = c.clone();
+        async move { c.tool_text(1, "getenv", json!({ "name": name })).await }
+    };
+    assert_eq!(seen("MCP_GATEWAY_REDIS_URL").await, "(unset)");
+    assert_eq!(seen("MCP_GATEWAY_CLUSTER_SECRET").await, "(unset)");
+    assert_eq!(seen("MCP_GATEWAY_REDIS_KEY_PREFIX").await, prefix);
+    assert_eq!(seen("HARMLESS").await, "visible");
+}

@@ -56,6 +56,58 @@ fn check_accepts_good_configs_and_names_bad_keys() {
     assert!(err.contains("/nonexistent.toml"), "{err}");
 }
 
+/// `check` says when a config turns cluster mode on (scripts/check-deploy relies on it to
+/// see that the deployment files' settings are read) and never shows the secrets.
+#[test]
+fn check_reports_cluster_mode_without_its_secrets() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write(&dir, "c.toml", "[plugins.a]\ncommand = \"x\"\n");
+    let (code, out, _) = gateway(&["check", "--config", &config], &[]);
+    assert_eq!(code, 0);
+    assert!(!out.contains("cluster mode"), "{out}");
+
+    let env = [
+        (
+            "MCP_GATEWAY_REDIS_URL",
+            "redis://:hunter2hunter2@redis:6379/0",
+        ),
+        ("MCP_GATEWAY_CLUSTER_SECRET", "sixteen-chars-or-more"),
+        ("MCP_GATEWAY_REDIS_KEY_PREFIX", "gw-a:"),
+        ("MCP_GATEWAY_ADVERTISE_URL", "http://10.1.2.3:8080"),
+    ];
+    let (code, out, err) = gateway(&["check", "--config", &config], &env);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains(
+            "cluster mode: Redis redis://:***@redis:6379/0, key prefix gw-a:, advertised as http://10.1.2.3:8080"
+        ),
+        "{out}"
+    );
+    assert!(
+        !out.contains("hunter2") && !out.contains("sixteen-chars"),
+        "{out}"
+    );
+
+    // Without the advertise URL, the listen address (not a wildcard) is the default.
+    let (code, out, err) = gateway(
+        &["check", "--config", &config],
+        &[env[0], env[1], ("MCP_GATEWAY_LISTEN", "127.0.0.1:9001")],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("advertised as http://127.0.0.1:9001"), "{out}");
+
+    // A short secret is refused, naming the key and not the value.
+    let (code, _, err) = gateway(
+        &["check", "--config", &config],
+        &[env[0], ("MCP_GATEWAY_CLUSTER_SECRET", "short")],
+    );
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("cluster_secret") && !err.contains("short"),
+        "{err}"
+    );
+}
+
 #[test]
 fn check_reads_client_json_configs() {
     let dir = tempfile::tempdir().unwrap();

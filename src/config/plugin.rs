@@ -240,8 +240,15 @@ impl PluginSpec {
 }
 
 /// The gateway's own environment variables that hold a secret: a plugin may not name them
-/// in its `env`, and does not inherit them.
-pub const SECRET_ENV_VARS: &[&str] = &["MCP_GATEWAY_ADMIN_TOKEN", "MCP_GATEWAY_DATABASE_URL"];
+/// in its `env`, and does not inherit them. The Redis URL is one (its password, and a plugin
+/// with it could read every session's record and events), and so is the cluster secret (a
+/// plugin with it could speak to a replica as another replica).
+pub const SECRET_ENV_VARS: &[&str] = &[
+    "MCP_GATEWAY_ADMIN_TOKEN",
+    "MCP_GATEWAY_DATABASE_URL",
+    "MCP_GATEWAY_REDIS_URL",
+    "MCP_GATEWAY_CLUSTER_SECRET",
+];
 
 /// Replaces each `${NAME}` in `value` with the gateway's environment variable NAME. Secrets
 /// stay out of config files and the database this way.

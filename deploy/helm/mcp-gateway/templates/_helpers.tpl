@@ -48,3 +48,24 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- include "mcp-gateway.fullname" . }}
 {{- end }}
 {{- end }}
+
+{{/* Cluster mode's values are consistent; fails the render, naming the values, otherwise. */}}
+{{- define "mcp-gateway.checkCluster" -}}
+{{- $c := .Values.cluster }}
+{{- $fromValues := or $c.redisUrl $c.clusterSecret }}
+{{- if not $c.enabled }}
+{{- if $fromValues }}
+{{- fail "cluster.redisUrl and cluster.clusterSecret are used only with cluster.enabled=true" }}
+{{- end }}
+{{- else if .Values.existingSecret }}
+{{- if $fromValues }}
+{{- fail "with existingSecret, put MCP_GATEWAY_REDIS_URL and MCP_GATEWAY_CLUSTER_SECRET in that Secret and leave cluster.redisUrl and cluster.clusterSecret empty" }}
+{{- end }}
+{{- else if .Values.secret.create }}
+{{- if not (and $c.redisUrl $c.clusterSecret) }}
+{{- fail "cluster.enabled with secret.create needs cluster.redisUrl and cluster.clusterSecret" }}
+{{- end }}
+{{- else }}
+{{- fail "cluster.enabled needs a Secret: existingSecret (with MCP_GATEWAY_REDIS_URL and MCP_GATEWAY_CLUSTER_SECRET), or secret.create with cluster.redisUrl and cluster.clusterSecret" }}
+{{- end }}
+{{- end }}
