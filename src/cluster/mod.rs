@@ -8,7 +8,10 @@
 //! stream) flows straight back.
 //!
 //! This module owns the connection to Redis (every call under a timeout), the replica's
-//! identity and heartbeat, and the session records. It never holds a session's live state:
+//! identity and heartbeat, and the session records. Redis may be down at the start or go
+//! away later: the connections are made on first use and made again after they break, and
+//! until Redis answers every call fails within the timeout (readiness fails, `/mcp` answers
+//! what needs Redis with 503), never the process. It never holds a session's live state:
 //! that stays in [`crate::session`] on the owner. What it reads back from Redis is checked
 //! like any other input: a record that does not parse is treated as missing.
 
@@ -84,8 +87,11 @@ pub enum Owner {
 const DRAINING: &str = "draining ";
 
 impl Cluster {
-    /// Connects to Redis; fails at once when it does not answer (the start fails). The others
-    /// will reach this replica at `advertise_url`.
+    /// Sets up this replica's connections to Redis, which are made on first use and made
+    /// again whenever they break: a Redis that does not answer yet does not fail the start
+    /// (readiness says so, and the calls that need it fail within [`REDIS_TIMEOUT`] until it
+    /// answers). Fails only on a URL the client does not accept. The others will reach this
+    /// replica at `advertise_url`.
     pub async fn connect(
         config: &ClusterConfig,
         advertise_url: String,
@@ -93,27 +99,21 @@ impl Cluster {
         let shown = redact_url(&config.redis_url);
         let client = redis::Client::open(config.redis_url.as_str())
             .map_err(|e| ClusterError::Url(shown.clone(), e.to_string()))?;
+        // A few quick tries per (re)connection, then the call fails; the next call (the
+        // heartbeat's, within a second) starts another round.
         let settings = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(REDIS_TIMEOUT))
             .set_response_timeout(Some(REDIS_TIMEOUT))
             .set_number_of_retries(2)
             .set_max_delay(Duration::from_secs(1));
         let open = |client: redis::Client| {
-            let (settings, shown) = (settings.clone(), shown.clone());
-            async move {
-                tokio::time::timeout(
-                    REDIS_TIMEOUT * 2,
-                    ConnectionManager::new_with_config(client, settings),
-                )
-                .await
-                .map_err(|_| ClusterError::Unreachable(shown.clone(), "timed out".into()))?
-                .map_err(|e| ClusterError::Unreachable(shown, e.to_string()))
-            }
+            ConnectionManager::new_lazy_with_config(client, settings.clone())
+                .map_err(|e| ClusterError::Url(shown.clone(), e.to_string()))
         };
-        let conn = open(client.clone()).await?;
+        let conn = open(client.clone())?;
         // The replay events' bulk writes get a connection of their own: heartbeats and
         // lookups must not queue behind a batch of them.
-        let events_conn = open(client).await?;
+        let events_conn = open(client)?;
         let mut id = [0u8; 8];
         rand::rng().fill_bytes(&mut id);
         let replica: String = id.iter().map(|b| format!("{b:02x}")).collect();
@@ -140,7 +140,13 @@ impl Cluster {
             http,
             draining: Default::default(),
         });
-        cluster.beat().await?;
+        // Said before the replica serves, when Redis answers; when it does not, the
+        // heartbeat goes on trying every second.
+        if let Err(e) = cluster.beat().await {
+            tracing::warn!(
+                "cluster mode: {e}; serving without it until it answers (readiness fails meanwhile)"
+            );
+        }
         Ok(cluster)
     }
 
@@ -228,13 +234,22 @@ impl Cluster {
     pub async fn heartbeat(self: Arc<Self>, shutdown: CancellationToken) {
         let mut tick = tokio::time::interval(HEARTBEAT_EVERY);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // An outage is logged when it begins and when it ends, not at every beat.
+        let mut failing = false;
         loop {
             tokio::select! {
-                _ = tick.tick() => {
-                    if let Err(e) = self.beat().await {
-                        tracing::warn!("cluster heartbeat: {e}");
+                _ = tick.tick() => match self.beat().await {
+                    Ok(()) if failing => {
+                        failing = false;
+                        tracing::info!("cluster heartbeat: Redis answers again");
                     }
-                }
+                    Ok(()) => {}
+                    Err(e) if failing => tracing::debug!("cluster heartbeat: {e}"),
+                    Err(e) => {
+                        failing = true;
+                        tracing::warn!("cluster heartbeat: {e}; trying again every second");
+                    }
+                },
                 () = shutdown.cancelled() => break,
             }
         }

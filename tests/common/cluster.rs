@@ -1,8 +1,9 @@
 //! A cluster under test: several `mcp-gateway` processes (each a [`Gateway`] of `process`, on
 //! a port the harness chose so that it can advertise it and come back on it) behind a real
 //! load balancer, HAProxy from Debian, round-robin with no stickiness, its config written
-//! here. In cluster mode the replicas share the Redis at 127.0.0.1:6379 under a key prefix of
-//! the test's own and a cluster secret of the test's own; plain replicas (no cluster flags)
+//! here. In cluster mode the replicas share the Redis at 127.0.0.1:6379 (or a Redis of the
+//! test's own, `redis_server`) under a key prefix of the test's own and a cluster secret of
+//! the test's own; plain replicas (no cluster flags)
 //! share nothing. The harness kills, stops and restarts replicas on the same flags and port,
 //! and reads what HAProxy thinks of each through its stats socket. On drop it kills every
 //! process it started and deletes the test's Redis keys; it never touches a key outside the
@@ -36,13 +37,16 @@ pub struct Cluster {
     redis: Option<RedisPrefix>,
 }
 
-/// A Redis key prefix of a test's own, whose keys are deleted when it drops (also when the
-/// cluster fails to start half-way).
-struct RedisPrefix(String);
+/// A Redis key prefix of a test's own, on the Redis at `url`, whose keys are deleted when it
+/// drops (also when the cluster fails to start half-way).
+struct RedisPrefix {
+    url: String,
+    prefix: String,
+}
 
 impl Drop for RedisPrefix {
     fn drop(&mut self) {
-        delete_redis_keys(&self.0);
+        delete_redis_keys_at(&self.url, &self.prefix);
     }
 }
 
@@ -63,14 +67,24 @@ impl Cluster {
     /// database of its own unless `args` name one), behind HAProxy; returns once HAProxy sees
     /// all of them up.
     pub fn start(n: usize, args: &[&str]) -> Cluster {
+        assert_redis_up();
+        Cluster::start_on_redis(n, REDIS_URL, args)
+    }
+
+    /// [`Cluster::start`] on the Redis at `redis_url` (a test's own, see `redis_server`),
+    /// which need not answer yet: the replicas start without it and are up for HAProxy,
+    /// which checks only that they listen.
+    pub fn start_on_redis(n: usize, redis_url: &str, args: &[&str]) -> Cluster {
         let tag = format!("{:016x}", rand::random::<u64>());
         let prefix = format!("test-{tag}:");
         let secret = format!("{:032x}", rand::random::<u128>());
-        assert_redis_up();
-        let redis = RedisPrefix(prefix.clone());
+        let redis = RedisPrefix {
+            url: redis_url.to_owned(),
+            prefix: prefix.clone(),
+        };
         let cluster_flags = [
             "--redis-url",
-            REDIS_URL,
+            redis_url,
             "--redis-key-prefix",
             &prefix,
             "--cluster-secret",
@@ -186,7 +200,7 @@ impl Cluster {
 
     /// The Redis key prefix of this test, in cluster mode.
     pub fn key_prefix(&self) -> Option<&str> {
-        self.redis.as_ref().map(|r| r.0.as_str())
+        self.redis.as_ref().map(|r| r.prefix.as_str())
     }
 
     /// The cluster secret the replicas share, in cluster mode.
@@ -275,7 +289,10 @@ impl Cluster {
 
     /// The Redis keys under this test's prefix (none outside cluster mode).
     pub fn redis_keys(&self) -> Vec<String> {
-        self.key_prefix().map(redis_scan).unwrap_or_default()
+        self.redis
+            .as_ref()
+            .map(|r| redis_scan_at(&r.url, &r.prefix))
+            .unwrap_or_default()
     }
 }
 
@@ -556,10 +573,22 @@ pub fn assert_redis_up() {
     );
 }
 
-/// Every key under `prefix` (SCAN, never KEYS).
+/// Every key under `prefix` in the shared test Redis (SCAN, never KEYS).
 pub fn redis_scan(prefix: &str) -> Vec<String> {
-    let Ok(out) = Command::new("redis-cli")
-        .args(["-u", REDIS_URL, "--scan", "--pattern"])
+    redis_scan_at(REDIS_URL, prefix)
+}
+
+/// `redis-cli` on the Redis at `url`, given 10 s (a frozen Redis never answers).
+fn redis_cli(url: &str) -> Command {
+    let mut cmd = Command::new("timeout");
+    cmd.args(["10", "redis-cli", "-u", url]);
+    cmd
+}
+
+/// Every key under `prefix` in the Redis at `url`; none when it does not answer.
+pub fn redis_scan_at(url: &str, prefix: &str) -> Vec<String> {
+    let Ok(out) = redis_cli(url)
+        .args(["--scan", "--pattern"])
         .arg(format!("{}*", glob_escape(prefix)))
         .output()
     else {
@@ -572,11 +601,17 @@ pub fn redis_scan(prefix: &str) -> Vec<String> {
         .collect()
 }
 
-/// Deletes every key under `prefix` (and nothing else); never panics, for Drop.
+/// Deletes every key under `prefix` in the shared test Redis (and nothing else); never
+/// panics, for Drop.
 pub fn delete_redis_keys(prefix: &str) {
-    for chunk in redis_scan(prefix).chunks(500) {
-        let _ = Command::new("redis-cli")
-            .args(["-u", REDIS_URL, "DEL"])
+    delete_redis_keys_at(REDIS_URL, prefix);
+}
+
+/// [`delete_redis_keys`] in the Redis at `url`.
+pub fn delete_redis_keys_at(url: &str, prefix: &str) {
+    for chunk in redis_scan_at(url, prefix).chunks(500) {
+        let _ = redis_cli(url)
+            .arg("DEL")
             .args(chunk)
             .stdout(Stdio::null())
             .status();

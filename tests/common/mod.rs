@@ -22,6 +22,8 @@
 //! - `browser`: a real browser through chromedriver.
 //! - `procfs`: process checks through /proc.
 //! - `postgres`: a database of its own on the test PostgreSQL server.
+//! - `redis_server`: a Redis of the test's own (`redis-server` on a port of its own, nothing
+//!   on disk), killed, frozen and started again mid-test.
 //!
 //! Each test binary uses a subset, hence `dead_code` is allowed here.
 
@@ -36,6 +38,7 @@ pub mod oauth;
 pub mod postgres;
 pub mod process;
 pub mod procfs;
+pub mod redis_server;
 pub mod sse;
 
 // Each test binary uses a subset of these.
