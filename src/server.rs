@@ -106,12 +106,10 @@ impl Server {
             admin_addr,
         } = self;
         tokio::spawn(gateway.sessions.clone().reap_idle(gateway.shutdown.clone()));
-        tokio::spawn(
-            gateway
-                .sessions
-                .clone()
-                .refresh_records(gateway.shutdown.clone()),
-        );
+        tokio::spawn(gateway.sessions.clone().refresh_records(
+            gateway.cluster.as_ref().map(|c| c.lapsed()),
+            gateway.shutdown.clone(),
+        ));
         // Beats until every session here has ended: only then is this replica gone.
         let last_beat = tokio_util::sync::CancellationToken::new();
         let heartbeat = gateway

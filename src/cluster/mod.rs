@@ -67,6 +67,24 @@ pub struct Cluster {
     http: reqwest::Client,
     /// Set when the drain starts: the heartbeat says so from then on.
     draining: std::sync::atomic::AtomicBool,
+    /// Since when every heartbeat reached Redis (`None` after one failed).
+    connected_since: std::sync::Mutex<Option<std::time::Instant>>,
+    /// See [`Cluster::lapsed`].
+    lapsed: Arc<tokio::sync::Notify>,
+    /// A heartbeat has reached Redis once.
+    beaten: std::sync::atomic::AtomicBool,
+}
+
+/// What a replica's heartbeat key says.
+enum Heartbeat {
+    /// Alive, at this URL.
+    Alive(String),
+    Draining,
+    /// It stopped and handed its sessions over.
+    HandedOver,
+    /// No heartbeat (or one this gateway did not write): the replica died, or Redis lost
+    /// the key or was out for longer than the key lasts.
+    Lapsed,
 }
 
 /// The replica that owns a session, as Redis tells it.
@@ -79,12 +97,19 @@ pub enum Owner {
     /// Another replica, alive but draining: it finishes what it has, then hands its sessions
     /// over; until then a request for them is to be retried.
     Draining,
+    /// Another replica whose heartbeat lapsed while this one cannot yet tell whether it
+    /// died or Redis was out (see [`Cluster::may_judge_liveness`]): to be retried.
+    Unsure,
     /// A replica, by id, whose heartbeat has lapsed (or that said it is gone).
     Gone(String),
 }
 
 /// What a draining replica's heartbeat says before its URL.
 const DRAINING: &str = "draining ";
+/// What a replica's heartbeat says once it stopped and handed its sessions over.
+const HANDED_OVER: &str = "gone";
+/// How long that is kept.
+const HANDED_OVER_TTL: Duration = Duration::from_secs(60);
 
 impl Cluster {
     /// Sets up this replica's connections to Redis, which are made on first use and made
@@ -139,6 +164,9 @@ impl Cluster {
             secret: config.secret.clone(),
             http,
             draining: Default::default(),
+            connected_since: Default::default(),
+            lapsed: Default::default(),
+            beaten: Default::default(),
         });
         // Said before the replica serves, when Redis answers; when it does not, the
         // heartbeat goes on trying every second.
@@ -213,10 +241,52 @@ impl Cluster {
         } else {
             self.advertise_url.clone()
         };
-        self.call(RedisOp::Heartbeat, async move {
-            c.pset_ex::<_, _, ()>(key, value, ttl).await
-        })
-        .await
+        let beat = self
+            .call(RedisOp::Heartbeat, async move {
+                redis::cmd("SET")
+                    .arg(key)
+                    .arg(value)
+                    .arg("PX")
+                    .arg(ttl)
+                    .arg("GET")
+                    .query_async::<Option<Vec<u8>>>(&mut c)
+                    .await
+            })
+            .await;
+        let mut since = self.connected_since.lock().expect("liveness lock");
+        match beat {
+            Ok(previous) => {
+                let first = !self.beaten.swap(true, std::sync::atomic::Ordering::Relaxed);
+                since.get_or_insert_with(std::time::Instant::now);
+                if previous.is_none() && !first {
+                    // Our own heartbeat was gone: Redis restarted (perhaps empty) or could
+                    // not be reached for longer than its expiry.
+                    self.lapsed.notify_one();
+                }
+                Ok(())
+            }
+            Err(e) => {
+                *since = None;
+                Err(e)
+            }
+        }
+    }
+
+    /// Wakes when this replica finds its own heartbeat had lapsed in Redis (see
+    /// [`Cluster::beat`]): the session records should be checked at once.
+    pub fn lapsed(&self) -> Arc<tokio::sync::Notify> {
+        self.lapsed.clone()
+    }
+
+    /// Whether a lapsed heartbeat of another replica means it is gone: only once this
+    /// replica has beaten without a break for longer than a heartbeat lasts. Right after an
+    /// outage of Redis every heartbeat may have lapsed while their replicas live; they beat
+    /// again within a second.
+    fn may_judge_liveness(&self) -> bool {
+        self.connected_since
+            .lock()
+            .expect("liveness lock")
+            .is_some_and(|t| t.elapsed() >= HEARTBEAT_TTL)
     }
 
     /// Says this replica is draining: the others retry requests for its sessions rather
@@ -253,10 +323,15 @@ impl Cluster {
                 () = shutdown.cancelled() => break,
             }
         }
+        // "Gone" for a while, rather than no heartbeat: its sessions were handed over and
+        // may be taken over at once, by a replica that just started too.
         let key = self.key(&["replica", &self.replica]);
         let mut c = self.conn.clone();
         let _ = self
-            .call(RedisOp::Heartbeat, async move { c.del::<_, ()>(key).await })
+            .call(RedisOp::Heartbeat, async move {
+                c.pset_ex::<_, _, ()>(key, HANDED_OVER, HANDED_OVER_TTL.as_millis() as u64)
+                    .await
+            })
             .await;
     }
 
@@ -270,23 +345,32 @@ impl Cluster {
         .map(|_| ())
     }
 
-    /// What a replica's heartbeat says: where it is and whether it drains; `None` when it
-    /// has lapsed or says nothing this gateway wrote.
-    async fn heartbeat_of(&self, replica: &str) -> Result<Option<(String, bool)>, ClusterError> {
+    /// What a replica's heartbeat says (see [`Heartbeat`]).
+    async fn heartbeat_of(&self, replica: &str) -> Result<Heartbeat, ClusterError> {
         let key = self.key(&["replica", replica]);
         let mut c = self.conn.clone();
         let value: Option<String> = self
             .call(RedisOp::Owner, async move { c.get(key).await })
             .await?;
-        Ok(value.and_then(|v| {
-            let (url, draining) = match v.strip_prefix(DRAINING) {
-                Some(url) => (url.to_owned(), true),
-                None => (v, false),
-            };
-            (url.len() <= MAX_URL_LEN
-                && (url.starts_with("http://") || url.starts_with("https://")))
-            .then_some((url, draining))
-        }))
+        let Some(v) = value else {
+            return Ok(Heartbeat::Lapsed);
+        };
+        if v == HANDED_OVER {
+            return Ok(Heartbeat::HandedOver);
+        }
+        let (url, draining) = match v.strip_prefix(DRAINING) {
+            Some(url) => (url.to_owned(), true),
+            None => (v, false),
+        };
+        // Anything else is not what a replica of this gateway wrote.
+        if url.len() > MAX_URL_LEN || !(url.starts_with("http://") || url.starts_with("https://")) {
+            return Ok(Heartbeat::Lapsed);
+        }
+        Ok(if draining {
+            Heartbeat::Draining
+        } else {
+            Heartbeat::Alive(url)
+        })
     }
 
     /// Who owns a session: `None` when no replica has it (it ended, expired, or never was).
@@ -298,14 +382,11 @@ impl Cluster {
             return Ok(Some(Owner::Me));
         }
         Ok(Some(match self.heartbeat_of(&replica).await? {
-            Some((_, true)) => Owner::Draining,
-            Some((url, false)) => Owner::Alive { replica, url },
-            None => Owner::Gone(replica),
+            Heartbeat::Alive(url) => Owner::Alive { replica, url },
+            Heartbeat::Draining => Owner::Draining,
+            Heartbeat::HandedOver => Owner::Gone(replica),
+            Heartbeat::Lapsed if self.may_judge_liveness() => Owner::Gone(replica),
+            Heartbeat::Lapsed => Owner::Unsure,
         }))
-    }
-
-    /// The replica a session's record names now, if any.
-    pub async fn owning_replica(&self, session: &str) -> Result<Option<String>, ClusterError> {
-        sessions::owner(self, session).await
     }
 }

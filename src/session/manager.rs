@@ -301,7 +301,12 @@ impl SessionManager {
     /// live, until `shutdown`: each is touched once per third of the idle timeout. A session
     /// whose record is gone (ended elsewhere, or the store lost it) ends here too; one that
     /// another replica took over is left to it. Nothing without a shared store.
-    pub async fn refresh_records(self: Arc<Self>, shutdown: CancellationToken) {
+    /// `now` wakes it for a round at once (the cluster found Redis may have lost data).
+    pub async fn refresh_records(
+        self: Arc<Self>,
+        now: Option<Arc<tokio::sync::Notify>>,
+        shutdown: CancellationToken,
+    ) {
         use futures_util::StreamExt;
         let Some(records) = self.records.clone() else {
             return;
@@ -311,8 +316,15 @@ impl SessionManager {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         tick.tick().await;
         loop {
+            let woken = async {
+                match &now {
+                    Some(n) => n.notified().await,
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
                 _ = tick.tick() => {}
+                () = woken => {}
                 () = shutdown.cancelled() => return,
             }
             let ids: Vec<Arc<str>> = self.sessions.iter().map(|s| s.key().clone()).collect();

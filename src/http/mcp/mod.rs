@@ -261,6 +261,9 @@ async fn locate(
         Some(Owner::Draining) => Err(HttpError::OwnerUnreachable(
             "the replica that serves this session is handing it over".into(),
         )),
+        Some(Owner::Unsure) => Err(HttpError::OwnerUnreachable(
+            "the replica that serves this session has not been heard from".into(),
+        )),
         // Its record names this replica but it is not here: a takeover that failed halfway.
         Some(Owner::Me) => {
             let me = cluster.replica().to_string();
@@ -294,7 +297,7 @@ async fn take_over(
         // Ended, or another replica took it over first.
         return match cluster.owner_of(id).await.map_err(cluster_error)? {
             Some(Owner::Alive { replica, url }) => Ok(Located::There { replica, url }),
-            Some(Owner::Draining) => Err(HttpError::OwnerUnreachable(
+            Some(Owner::Draining | Owner::Unsure) => Err(HttpError::OwnerUnreachable(
                 "the replica that serves this session is handing it over".into(),
             )),
             _ => Err(HttpError::SessionNotFound),
