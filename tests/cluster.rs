@@ -6,9 +6,9 @@
 //! replica that created it here, so nothing below follows one session across replicas.
 //!
 //! In cluster mode (`Cluster::start`): one session served through every replica, forwarded to
-//! its owner. Still to come (issue 21): progress, sampling, subscriptions and resumption
-//! across replicas with the official Python SDK among the clients; a session's owner killed or
-//! restarted mid-stream; Redis stopped and started.
+//! its owner, and the official Python SDK's tools, progress, sampling, subscriptions and
+//! resumption through HAProxy. A killed or stopped owner: tests/cluster_failover.rs and
+//! tests/cluster_chaos.rs; Redis stopped and started: tests/cluster_redis.rs.
 
 mod common;
 
@@ -212,4 +212,81 @@ async fn one_session_is_served_through_every_replica() {
         let r = client.call(40 + i, "tools/list", json!({})).await;
         assert_eq!(r.status, 404, "{r:?}");
     }
+}
+
+/// The official Python SDK (mcp 2.x) as the client, through HAProxy in front of three
+/// replicas in cluster mode that close SSE streams mid-call (polling): tools, progress, a
+/// sampling round trip, a resource subscription whose update comes back, and streams resumed
+/// with `Last-Event-ID` at whichever replica round-robin picks. All three replicas served it:
+/// one owns the session, the other two forwarded to it.
+#[tokio::test]
+async fn the_python_sdk_works_through_the_load_balancer() {
+    let cluster = Cluster::start(
+        3,
+        &[
+            "--sse-poll-after-ms",
+            "300",
+            "--sse-retry-ms",
+            "100",
+            "--",
+            FIXTURE,
+        ],
+    );
+    let python = common::tool("venv/bin/python");
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/clients/python_sdk_client.py"
+    );
+    let url = cluster.lb_url();
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(python)
+            .args([script, "cluster", &url])
+            .output()
+            .expect("run the Python client")
+    })
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "python client failed ({}):\nstdout: {stdout}\nstderr: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out: serde_json::Value = serde_json::from_str(stdout.trim()).expect("the client's JSON");
+    let echoes: Vec<String> = (0..6).map(|i| format!("call {i}")).collect();
+    for (got, want) in out["echo"].as_array().unwrap().iter().zip(&echoes) {
+        assert!(got.as_str().unwrap().contains(want.as_str()), "{out}");
+    }
+    assert_eq!(out["progress"], json!([0.0, 50.0, 100.0]), "{out}");
+    assert_eq!(out["sampling"], "LLM response: sampled(2+2)", "{out}");
+    assert_eq!(out["updated"], json!(["test://static-text"]), "{out}");
+    assert_eq!(out["slow"], "slept 1500 ms", "{out}");
+
+    let mut owners = Vec::new();
+    let mut forwarders = 0;
+    for i in 0..3 {
+        let r = cluster.replica(i);
+        if r.metric(OPENED).await == Some(1.0) {
+            owners.push(i);
+        }
+        let forwarded = r
+            .metric("mcp_gateway_cluster_forwards_total{outcome=\"ok\"}")
+            .await
+            .unwrap_or(0.0);
+        if forwarded > 0.0 {
+            forwarders += 1;
+        }
+    }
+    assert_eq!(
+        (owners.len(), forwarders),
+        (1, 2),
+        "every replica served it"
+    );
+    let owner = cluster.replica(owners[0]);
+    assert!(
+        owner.log().matches("resuming stream").count() >= 1,
+        "the SDK resumed a stream: {}",
+        owner.log()
+    );
 }

@@ -8,6 +8,9 @@ Usage: python_sdk_client.py MODE URL
                 mcp-server-time (PyPI), prefixed `everything__` and `time__`
   polling     - the gateway fronts tests/fixture and closes SSE connections mid-call
                 (polling mode): calls must still complete
+  cluster     - URL is a load balancer in front of several replicas in cluster mode, in
+                polling mode: tools, progress, sampling, a resource subscription and streams
+                resumed, every request on whichever replica round-robin picks
 Prints one JSON object with what it saw; exits non-zero on any failure.
 
 The era: mcp 2.x's `Client` defaults to mode="auto", which first POSTs `server/discover` at
@@ -167,9 +170,49 @@ async def polling(url: str) -> dict:
     return out
 
 
+async def cluster(url: str) -> dict:
+    """Through a load balancer in front of several replicas, round-robin: every request may
+    land on another replica than the one before."""
+    out: dict = {}
+    updated: list[str] = []
+    got_update = asyncio.Event()
+
+    async def on_message(message) -> None:
+        root = getattr(message, "root", message)
+        if getattr(root, "method", None) == "notifications/resources/updated":
+            updated.append(str(root.params.uri))
+            got_update.set()
+
+    wire = Wire()
+    async with wire.client(url, sampling_callback=sampling, message_handler=on_message) as client:
+        out["session_id"] = wire.session_id
+        tools = await client.list_tools()
+        out["tools"] = len(tools.tools)
+        out["echo"] = [
+            text_of(await client.call_tool("echo", {"text": f"call {i}"})) for i in range(6)
+        ]
+        progress: list[float] = []
+
+        async def on_progress(p: float, total: float | None, message: str | None) -> None:
+            progress.append(p)
+
+        await client.call_tool("test_tool_with_progress", {}, progress_callback=on_progress)
+        out["progress"] = progress
+        out["sampling"] = text_of(await client.call_tool("test_sampling", {"prompt": "2+2"}))
+        await client.subscribe_resource("test://static-text")
+        await client.call_tool("touch_resource", {"uri": "test://static-text"})
+        await asyncio.wait_for(got_update.wait(), 20)
+        out["updated"] = updated
+        # The gateways close streams mid-call (polling): the SDK resumes with Last-Event-ID,
+        # through the load balancer, so at another replica than the one that opened it.
+        out["slow"] = text_of(await client.call_tool("slow", {"ms": 1500}))
+    return out
+
+
 async def main() -> None:
     mode, url = sys.argv[1], sys.argv[2]
-    result = await {"fixture": fixture, "thirdparty": thirdparty, "polling": polling}[mode](url)
+    modes = {"fixture": fixture, "thirdparty": thirdparty, "polling": polling, "cluster": cluster}
+    result = await modes[mode](url)
     print(json.dumps(result))
 
 
