@@ -291,3 +291,72 @@ async fn a_stopped_replica_hands_its_sessions_over() {
     assert_eq!(there.delete().await, 200);
     assert_eq!(there.call(4, "tools/list", json!({})).await.status, 404);
 }
+
+/// A frozen owner (SIGSTOP: its process and sockets stay, it answers nothing): a GET stream
+/// forwarded to it ends once its heartbeat lapses, not when TCP gives up; the next request
+/// takes the session over; and the owner, woken (SIGCONT), finds its session taken and lets
+/// it go rather than serve it beside its new owner.
+#[tokio::test]
+async fn a_frozen_owner_is_found_out_and_its_session_taken_over() {
+    let cluster = Cluster::start(2, &["--", FIXTURE]);
+    let client = session_on(&cluster, 0).await;
+    client
+        .result(
+            1,
+            "tools/call",
+            json!({"name": "echo", "arguments": {"text": "hi"}}),
+        )
+        .await;
+    let there = client.at(&cluster.url(1));
+    let get = there.get_stream().await;
+    assert_eq!(get.status(), 200);
+    assert!(common::send_signal(cluster.pid(0), "-STOP"));
+    let mut get = RawEvents::new(get);
+    while get.next().await.is_some() {}
+
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let r = loop {
+        let r = there
+            .call(
+                2,
+                "tools/call",
+                json!({"name": "echo", "arguments": {"text": "taken"}}),
+            )
+            .await;
+        if r.status != 503 {
+            break r;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never taken over: {r:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(r.status, 200, "{r:?}");
+    assert!(r.body.contains("taken"), "{r:?}");
+    assert_eq!(adopted(&cluster, &[1]).await, 1.0);
+
+    assert!(common::send_signal(cluster.pid(0), "-CONT"));
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while cluster
+        .replica(0)
+        .metric("mcp_gateway_sessions_active")
+        .await
+        != Some(0.0)
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the woken owner still holds the session"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Its new owner serves it still.
+    let r = there
+        .result(
+            3,
+            "tools/call",
+            json!({"name": "echo", "arguments": {"text": "still"}}),
+        )
+        .await;
+    assert!(text(&r).contains("still"), "{r}");
+}

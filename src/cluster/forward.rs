@@ -8,11 +8,13 @@
 //! an SSE stream, is streamed back as it comes. Hop-by-hop headers go neither way, and the
 //! secret never reaches a client.
 
+use std::sync::Arc;
+
 use axum::body::Body;
 use axum::http::{HeaderMap, HeaderName, Method, StatusCode};
 use axum::response::Response;
 use bytes::Bytes;
-use futures_util::TryStreamExt;
+use futures_util::{StreamExt, TryStreamExt};
 
 use super::Cluster;
 
@@ -78,7 +80,7 @@ impl Cluster {
     /// Sends a client's request to `replica`, the owner, at `url` and streams its answer
     /// back.
     pub async fn forward(
-        &self,
+        self: &Arc<Self>,
         replica: &str,
         url: &str,
         method: Method,
@@ -110,18 +112,27 @@ impl Cluster {
                 gone: false,
             }
         };
-        let answer = self
+        // While it waits on the owner, and while the owner's answer streams back, the owner's
+        // heartbeat is watched: a replica that stops beating (frozen, or its host gone
+        // without a reset) would otherwise hold the request until TCP gives up.
+        let watch = self.watch(replica);
+        let send = self
             .http
             .request(method, &target)
             .headers(out)
             .body(body)
-            .send()
-            .await
-            .map_err(|e| ForwardError {
+            .send();
+        let answer = tokio::select! {
+            sent = send => sent.map_err(|e| ForwardError {
                 // Only a request that never reached the owner may be served elsewhere.
                 gone: e.is_connect(),
                 ..failed(e.to_string())
-            })?;
+            })?,
+            () = self.owner_gone(replica) => {
+                // It may have run the request: not to be sent elsewhere.
+                return Err(failed("it stopped answering (its heartbeat lapsed)".into()));
+            }
+        };
         if answer.status() == reqwest::StatusCode::MISDIRECTED_REQUEST {
             return Err(ForwardError {
                 gone: true,
@@ -142,7 +153,15 @@ impl Cluster {
                 }
             }
         }
-        let stream = answer.bytes_stream().map_err(std::io::Error::other);
+        // The answer ends where the owner stopped: a client of an SSE stream resumes, and
+        // its session is taken over.
+        let stream = answer
+            .bytes_stream()
+            .map_err(std::io::Error::other)
+            .take_until(self.owner_gone(replica))
+            .inspect(move |_| {
+                let _watching = &watch;
+            });
         Ok(response
             .body(Body::from_stream(stream))
             .expect("a response from parts that were valid"))

@@ -16,6 +16,7 @@
 //! like any other input: a record that does not parse is treated as missing.
 
 pub mod forward;
+mod liveness;
 mod sessions;
 
 use std::sync::Arc;
@@ -73,6 +74,8 @@ pub struct Cluster {
     lapsed: Arc<tokio::sync::Notify>,
     /// A heartbeat has reached Redis once.
     beaten: std::sync::atomic::AtomicBool,
+    /// The replicas forwarded to, watched (see [`liveness`]).
+    liveness: liveness::Liveness,
 }
 
 /// What a replica's heartbeat key says.
@@ -167,6 +170,7 @@ impl Cluster {
             connected_since: Default::default(),
             lapsed: Default::default(),
             beaten: Default::default(),
+            liveness: Default::default(),
         });
         // Said before the replica serves, when Redis answers; when it does not, the
         // heartbeat goes on trying every second.
@@ -309,11 +313,15 @@ impl Cluster {
         loop {
             tokio::select! {
                 _ = tick.tick() => match self.beat().await {
-                    Ok(()) if failing => {
-                        failing = false;
-                        tracing::info!("cluster heartbeat: Redis answers again");
+                    Ok(()) => {
+                        if failing {
+                            failing = false;
+                            tracing::info!("cluster heartbeat: Redis answers again");
+                        }
+                        if let Err(e) = self.check_watched().await {
+                            tracing::debug!("checking the replicas forwarded to: {e}");
+                        }
                     }
-                    Ok(()) => {}
                     Err(e) if failing => tracing::debug!("cluster heartbeat: {e}"),
                     Err(e) => {
                         failing = true;
