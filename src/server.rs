@@ -162,11 +162,12 @@ impl Server {
                 "shutting down: no new connections, streams told to reconnect, up to {} s for requests in flight",
                 grace.as_secs()
             );
-            gateway.draining.cancel();
             if let Some(cluster) = &gateway.cluster {
-                // The others retry this replica's sessions until they are handed over.
+                // The others retry this replica's sessions until they are handed over; told
+                // before the listener closes, so none takes a refused connection for a death.
                 cluster.drain().await;
             }
+            gateway.draining.cancel();
             match tokio::time::timeout(grace, &mut server).await {
                 Ok(served) => finished = Some(served),
                 Err(_) => {

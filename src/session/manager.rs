@@ -135,6 +135,9 @@ impl SessionManager {
             return Ok(());
         };
         let put = records.put(session.record(SystemTime::now())).await;
+        if put.is_ok() {
+            session.recorded.store(true, Ordering::Release);
+        }
         if put.is_err()
             && let Some((_, s)) = self.sessions.remove(&session.id)
         {
@@ -184,6 +187,7 @@ impl SessionManager {
             self.stream_settings.clone(),
         );
         session.mark_used();
+        session.recorded.store(true, Ordering::Release);
         session.resume(adopted).await;
         self.sessions.insert(session.id.clone(), session.clone());
         crate::metrics::get().sessions_adopted.inc();
@@ -327,7 +331,13 @@ impl SessionManager {
                 () = woken => {}
                 () = shutdown.cancelled() => return,
             }
-            let ids: Vec<Arc<str>> = self.sessions.iter().map(|s| s.key().clone()).collect();
+            // Only sessions whose record was written: one still being recorded is not missing.
+            let ids: Vec<Arc<str>> = self
+                .sessions
+                .iter()
+                .filter(|s| s.recorded.load(Ordering::Acquire))
+                .map(|s| s.key().clone())
+                .collect();
             let now = SystemTime::now();
             futures_util::stream::iter(ids)
                 .for_each_concurrent(32, |id| {

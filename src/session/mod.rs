@@ -135,6 +135,9 @@ pub struct Session {
     records: Option<Arc<dyn SessionStore>>,
     /// Counts changes of its state (log level, subscriptions).
     state_seq: AtomicU64,
+    /// Its record is in `records` (written, or taken over): only then is a record found
+    /// missing a session gone.
+    pub recorded: AtomicBool,
     /// A save of its state to `records` is under way; `state_dirty`: another change came.
     state_saving: AtomicBool,
     state_dirty: AtomicBool,
@@ -224,6 +227,7 @@ impl Session {
             generation,
             records,
             state_seq: AtomicU64::new(state.seq),
+            recorded: AtomicBool::new(false),
             state_saving: AtomicBool::new(false),
             state_dirty: AtomicBool::new(false),
             me: me.clone(),

@@ -628,6 +628,45 @@ fn only_the_last_trim_of_a_stream_in_a_batch_is_sent() {
     );
 }
 
+#[test]
+fn a_debt_settled_within_a_batch_is_not_sent() {
+    let s = sid("s");
+    let other = sid("t");
+    let owe = |session: &Arc<str>, stream| Op::Owe {
+        session: session.clone(),
+        stream,
+        ids: Bytes::from_static(b"[1]"),
+    };
+    let answered = |session: &Arc<str>, stream| Op::Answered {
+        session: session.clone(),
+        stream,
+    };
+    let batch = vec![
+        owe(&s, 1),
+        owe(&s, 2),
+        answered(&s, 1),
+        owe(&s, 3),
+        Op::Release {
+            session: s.clone(),
+            stream: 3,
+        },
+        owe(&other, 1),
+        answered(&s, 4),
+        owe(&s, 5),
+        Op::ReleaseSession {
+            session: s.clone(),
+            streams: vec![],
+        },
+    ];
+    assert_eq!(
+        settled_in_batch(&batch),
+        vec![true, true, true, true, false, false, false, true, false],
+        "the other session's still owes; an answer with no debt in the batch is sent"
+    );
+    // Without the session's release, stream 2 still owes.
+    assert!(!settled_in_batch(&batch[..8])[1]);
+}
+
 #[tokio::test]
 async fn an_adopting_replica_learns_which_streams_still_owe_responses() {
     let prefix = Prefix::new();

@@ -94,7 +94,12 @@ impl Writer {
     }
 
     pub(super) async fn write(&mut self, batch: Vec<Op>) {
-        let superseded = superseded_trims(&batch);
+        let settled = settled_in_batch(&batch);
+        let superseded: Vec<bool> = superseded_trims(&batch)
+            .into_iter()
+            .zip(settled)
+            .map(|(a, b)| a || b)
+            .collect();
         let mut plan = Plan {
             keys: &self.keys,
             ttl_ms: self.ttl_ms,
@@ -165,6 +170,7 @@ impl Writer {
                     }
                     plan.push(Kind::Other);
                 }
+                Op::Owe { .. } | Op::Answered { .. } if superseded => {}
                 Op::Owe {
                     session,
                     stream,
@@ -253,6 +259,47 @@ impl Writer {
             }
         }
     }
+}
+
+/// For each operation of a batch, whether it is a debt settled in the same batch: a stream
+/// that opened owing responses and was answered (or released) before the batch went out
+/// needs neither its `HSET` nor its `HDEL`. A quick call, the common case, then costs the
+/// in-flight hash nothing.
+pub(super) fn settled_in_batch(batch: &[Op]) -> Vec<bool> {
+    let mut out = vec![false; batch.len()];
+    // Where each stream's pending debt was queued.
+    let mut owing: HashMap<(&str, u64), usize> = HashMap::new();
+    for (i, op) in batch.iter().enumerate() {
+        match op {
+            Op::Owe {
+                session, stream, ..
+            } => {
+                owing.insert((&**session, *stream), i);
+            }
+            Op::Answered { session, stream } => {
+                if let Some(at) = owing.remove(&(&**session, *stream)) {
+                    out[at] = true;
+                    out[i] = true;
+                }
+            }
+            Op::Release { session, stream } => {
+                if let Some(at) = owing.remove(&(&**session, *stream)) {
+                    out[at] = true;
+                }
+            }
+            Op::ReleaseSession { session, .. } => {
+                owing.retain(|(s, _), at| {
+                    let keep = *s != &**session;
+                    if !keep {
+                        out[*at] = true;
+                    }
+                    keep
+                });
+            }
+            _ => {}
+        }
+    }
+    out
 }
 
 /// For each operation of a batch, whether it is a trim that a later one of the same stream
