@@ -394,3 +394,30 @@ async fn meta_seen(c: &common::Client, id: i64, meta: Value, headers: &[(&str, &
     let text = result["result"]["content"][0]["text"].as_str().unwrap();
     serde_json::from_str(text).unwrap_or_else(|e| panic!("{e}: {text}"))
 }
+
+/// Every metric family the gateway exposes is in README.md's table, by name: the table is
+/// what operators build dashboards from. (A family with labels shows only once it has a
+/// sample, so the other direction cannot be checked here.)
+#[tokio::test]
+async fn the_readme_lists_every_metric() {
+    let gw = Gateway::fixture(&[], &[]);
+    let (status, text) = gw.admin_get("/metrics").await;
+    assert_eq!(status, 200);
+    let registered: std::collections::BTreeSet<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|n| n.starts_with("mcp_gateway_"))
+        .collect();
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let listed: std::collections::BTreeSet<&str> = readme
+        .lines()
+        .filter(|l| l.starts_with("| `mcp_gateway_"))
+        .flat_map(|l| l.split('|').nth(1).unwrap_or_default().split(','))
+        .map(|n| n.trim().trim_matches('`'))
+        .collect();
+    assert!(registered.len() > 10, "{registered:?}");
+    let unlisted: Vec<_> = registered.difference(&listed).collect();
+    assert!(unlisted.is_empty(), "not in README's table: {unlisted:?}");
+}
