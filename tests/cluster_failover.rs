@@ -360,3 +360,30 @@ async fn a_frozen_owner_is_found_out_and_its_session_taken_over() {
         .await;
     assert!(text(&r).contains("still"), "{r}");
 }
+
+/// A replica that passes another's GET stream through ends it when it drains, as it does its
+/// own GET streams: it does not hold its stop for the whole grace period. The session, on
+/// the other replica, goes on.
+#[tokio::test]
+async fn a_draining_forwarder_ends_the_get_streams_it_passes_through() {
+    let mut cluster = Cluster::start(2, &["--shutdown-grace-secs", "60", "--", FIXTURE]);
+    let client = session_on(&cluster, 0).await;
+    let get = client.at(&cluster.url(1)).get_stream().await;
+    assert_eq!(get.status(), 200);
+    let stopping = std::time::Instant::now();
+    assert!(cluster.terminate(1).success());
+    assert!(
+        stopping.elapsed() < Duration::from_secs(30),
+        "the forwarder held its stop for the grace period"
+    );
+    let mut get = RawEvents::new(get);
+    while get.next().await.is_some() {}
+    let r = client
+        .result(
+            1,
+            "tools/call",
+            json!({"name": "echo", "arguments": {"text": "on"}}),
+        )
+        .await;
+    assert!(text(&r).contains("on"), "{r}");
+}

@@ -26,6 +26,7 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
+use futures_util::StreamExt;
 
 use super::Edge;
 use super::error::HttpError;
@@ -217,7 +218,17 @@ async fn reach(
         Located::There { replica, url } => (replica, url),
     };
     let cluster = gw.cluster.as_ref().expect("only cluster mode forwards");
+    let get = method == Method::GET;
     match cluster.forward(&replica, &url, method, headers, body).await {
+        // A GET stream passed through ends when this replica drains, as its own GET streams
+        // do: it would otherwise hold the drain for the whole grace period. The client
+        // reconnects elsewhere and resumes.
+        Ok(answer) if get => {
+            let (parts, body) = answer.into_parts();
+            let draining = gw.draining.clone().cancelled_owned();
+            let body = axum::body::Body::from_stream(body.into_data_stream().take_until(draining));
+            Ok(Reached::Answered(Response::from_parts(parts, body)))
+        }
         Ok(answer) => Ok(Reached::Answered(answer)),
         Err(e) if e.gone => {
             tracing::warn!(session = %id, "{e}: taking the session over");
