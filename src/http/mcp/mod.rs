@@ -314,6 +314,9 @@ async fn take_over(
             _ => Err(HttpError::SessionNotFound),
         };
     };
+    // As at `initialize`: the plugins' probes are awaited on a replica that just started, so
+    // the session's first request here finds the tools they offer.
+    gw.registry.ready(gw.probe_wait()).await;
     let client = checks::client_key(
         record.owner.as_deref(),
         conn.peer,
