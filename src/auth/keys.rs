@@ -6,10 +6,14 @@
 //! `/jwks.json`) until the tokens it signed have expired, then it is dropped.
 //!
 //! Revoked access tokens are refused by `jti`. Validation runs on every `/mcp` request, so it
-//! reads an in-memory set, never the database: the set is loaded at start, grows with each
-//! revocation here (written to the database first), and is re-read from the database every
-//! [`REVOCATION_REFRESH`] so that revocations made on another replica take effect here too.
-//! Entries leave the set (and the database) once their token has expired.
+//! reads an in-memory set, never the database nor Redis: the set is loaded at start, grows
+//! with each revocation here (written to the database first), and is re-read from the
+//! database every [`REVOCATION_REFRESH`] so that revocations made on another replica take
+//! effect here too. In a cluster a [`RevocationFeed`] carries each revocation to the other
+//! replicas at once (they add it to their sets when they hear it, milliseconds later); while
+//! a replica does not hear the feed, it re-reads the database every
+//! [`REVOCATION_REFRESH_UNHEARD`] instead. Entries leave the set (and the database) once their
+//! token has expired.
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, RwLock};
@@ -21,6 +25,7 @@ use dashmap::DashMap;
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
 use serde::{Deserialize, Serialize};
 
+use super::shared::RevocationFeed;
 use super::store::{AuthStore, AuthStoreError, StoredKey};
 use super::{LEEWAY, Principal, TokenError, TokenValidator, now_secs, random_token};
 
@@ -61,6 +66,9 @@ pub struct KeyRing {
     keys: RwLock<Keys>,
     /// Revoked access tokens by `jti`, with their expiry (kept only until then).
     revoked: DashMap<String, i64>,
+    /// Cluster mode: how the other replicas hear of revocations made here (and this one of
+    /// theirs).
+    feed: Option<Arc<dyn RevocationFeed>>,
 }
 
 /// An access token's id and times, fixed before it is issued.
@@ -71,18 +79,27 @@ pub struct Planned {
     pub exp: i64,
 }
 
-/// How often the revoked set is re-read from the database: the longest a revocation made on
-/// one replica takes to be enforced on another.
+/// How often the revoked set is re-read from the database: without a [`RevocationFeed`], the
+/// longest a revocation made on one replica takes to be enforced on another.
 pub const REVOCATION_REFRESH: Duration = Duration::from_secs(10);
+
+/// How often the revoked set is re-read while a cluster replica does not hear the
+/// [`RevocationFeed`] (its subscription is down): the longest a revocation made elsewhere
+/// then takes to be enforced here.
+pub const REVOCATION_REFRESH_UNHEARD: Duration = Duration::from_secs(1);
+
+/// The most revocations announced in one message of the feed.
+const ANNOUNCE_BATCH: usize = 100;
 
 impl KeyRing {
     /// Loads the stored keys (dropping those whose tokens have all expired), generating the
-    /// first one if there is none.
+    /// first one if there is none; revocations are announced on `feed` (cluster mode).
     pub async fn load(
         store: Arc<dyn AuthStore>,
         issuer: String,
         audience: String,
         access_ttl: Duration,
+        feed: Option<Arc<dyn RevocationFeed>>,
     ) -> Result<KeyRing, AuthStoreError> {
         let now = now_secs();
         let keep_after = retired_before(now, access_ttl);
@@ -112,6 +129,7 @@ impl KeyRing {
             access_ttl,
             keys: RwLock::new(Keys { current, all }),
             revoked: DashMap::new(),
+            feed,
         };
         ring.refresh_revocations().await?;
         Ok(ring)
@@ -128,12 +146,54 @@ impl KeyRing {
         Ok(())
     }
 
-    /// Refuses the access token `jti` (which expires at `exp`) from now on, here at once and
-    /// on other replicas within [`REVOCATION_REFRESH`].
-    pub async fn revoke_jti(&self, jti: &str, exp: i64) -> Result<(), AuthStoreError> {
-        self.store.add_revocation(jti, exp).await?;
-        self.revoked.insert(jti.to_owned(), exp);
+    /// How long until the revoked set should be re-read from the database: sooner while the
+    /// others' announcements do not reach this replica.
+    pub fn revocation_refresh(&self) -> Duration {
+        match &self.feed {
+            Some(feed) if !feed.listening() => REVOCATION_REFRESH_UNHEARD,
+            _ => REVOCATION_REFRESH,
+        }
+    }
+
+    /// Refuses the access tokens `revoked` (`jti`, expiry) from now on: each written to the
+    /// database, then refused here at once, then announced to the other replicas (which
+    /// refuse them as soon as they hear it, or at their next re-read of the database).
+    pub async fn revoke_jtis(&self, revoked: &[(String, i64)]) -> Result<(), AuthStoreError> {
+        for (jti, exp) in revoked {
+            self.store.add_revocation(jti, *exp).await?;
+            self.revoked.insert(jti.clone(), *exp);
+        }
+        if let Some(feed) = &self.feed {
+            for batch in revoked.chunks(ANNOUNCE_BATCH) {
+                feed.announce(batch).await;
+            }
+        }
         Ok(())
+    }
+
+    /// Refuses the access token `jti` (which expires at `exp`) from now on
+    /// ([`KeyRing::revoke_jtis`]).
+    pub async fn revoke_jti(&self, jti: &str, exp: i64) -> Result<(), AuthStoreError> {
+        self.revoke_jtis(&[(jti.to_owned(), exp)]).await
+    }
+
+    /// Revocations another replica announced (already in the database): refused here from
+    /// now on. An expiry later than any token of this issuer could have is cut to that, so a
+    /// bad announcement cannot keep an entry forever; entries already expired are skipped.
+    pub fn revoked_elsewhere(&self, revoked: &[(String, i64)]) {
+        let now = now_secs();
+        let live_after = now - LEEWAY.as_secs() as i64;
+        let latest = now + self.access_ttl.as_secs() as i64 + LEEWAY.as_secs() as i64;
+        for (jti, exp) in revoked {
+            if *exp >= live_after {
+                self.revoked.insert(jti.clone(), (*exp).min(latest));
+            }
+        }
+    }
+
+    /// Whether the access token `jti` is refused here.
+    pub fn is_revoked(&self, jti: &str) -> bool {
+        self.revoked.contains_key(jti)
     }
 
     /// Makes a new key current. The previous one keeps validating until its tokens expire.
@@ -273,7 +333,7 @@ impl KeyRing {
 impl TokenValidator for KeyRing {
     fn validate(&self, token: &str) -> Result<Principal, TokenError> {
         let c = self.claims(token)?;
-        if self.revoked.contains_key(&c.jti) {
+        if self.is_revoked(&c.jti) {
             return Err(TokenError::Revoked);
         }
         Ok(Principal {
