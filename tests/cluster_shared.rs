@@ -2,7 +2,8 @@
 //! token revoked on one replica, alone or with its refresh token's grant, is refused by every
 //! replica within a second; the registration limit is counted across replicas; a plugin
 //! added or removed through one replica's admin API reaches the sessions of another, with
-//! `notifications/tools/list_changed`. And while Redis is away: revocations still hold on
+//! `notifications/tools/list_changed`; a signing key rotated on one replica validates on the
+//! others at once. And while Redis is away: revocations still hold on
 //! every replica within about a second (through the database), and registrations are still
 //! limited, per replica.
 //!
@@ -19,7 +20,7 @@ use common::admin::{ADMIN_TOKEN as PLUGINS_ADMIN_TOKEN, fixture_plugin};
 use common::cluster::ClusterFlags;
 use common::oauth::{
     AuthGateway, REDIRECT, authorize, exchange, http, http_from, mcp_status, pkce, public_client,
-    revoke_as_robot, robot_token,
+    revoke_as_robot, robot_token, rotate,
 };
 use common::{Admin, Client, Cluster, Events, FIXTURE, Postgres, free_port, tool_names};
 use serde_json::{Value, json};
@@ -132,6 +133,45 @@ async fn a_revocation_on_one_replica_is_enforced_by_every_replica_within_a_secon
     let revoked_at = Instant::now();
     for replica in &r {
         refused_by(replica, access, revoked_at, REVOCATION_DELAY).await;
+    }
+}
+
+/// Waits until `replica` takes `token` (a DELETE without a session: 400, not 401), at most
+/// `within` after `since`.
+async fn taken_by(replica: &AuthGateway, token: &str, since: Instant, within: Duration) {
+    loop {
+        let (status, challenge) = token_status(replica, token).await;
+        if status == 400 {
+            return;
+        }
+        assert_eq!(status, 401, "{challenge}");
+        assert!(
+            since.elapsed() < within,
+            "{} still refuses a token of the new key {:?} after the rotation: {challenge}",
+            replica.gw.url,
+            since.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_key_rotated_on_one_replica_validates_on_every_replica_at_once() {
+    let flags = ClusterFlags::new();
+    let db = Postgres::create("shared_rotate");
+    let r = auth_replicas(3, |port| flags.for_port(port), &db.url, "");
+    let old = robot_token(&r[0]).await;
+    rotate(&r[0]).await;
+    let rotated_at = Instant::now();
+    let new = robot_token(&r[0]).await;
+    assert_ne!(
+        jsonwebtoken::decode_header(&new).unwrap().kid,
+        jsonwebtoken::decode_header(&old).unwrap().kid,
+        "signed with the new key"
+    );
+    for replica in &r {
+        taken_by(replica, &new, rotated_at, REVOCATION_DELAY).await;
+        assert_eq!(token_status(replica, &old).await.0, 400, "the old key too");
     }
 }
 

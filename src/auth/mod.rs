@@ -12,8 +12,8 @@
 //! `/revoke` and `/jwks.json`; its state is behind the [`store::AuthStore`] trait (the SQL
 //! implementation is lent by the `database` module), its signing keys in [`keys`], and the
 //! rules for redirect URIs in [`redirect`]. In a cluster, what the replicas share beyond the
-//! database (revocations heard at once, the registration limit) comes through the seams of
-//! [`shared`].
+//! database (revocations and new keys heard at once, the registration limit) comes through
+//! the seams of [`shared`].
 //!
 //! Auth sits low: it imports only `config` and `metrics`, never the gateway, the registry or
 //! the database.
@@ -142,7 +142,7 @@ impl Auth {
                 issuer.clone(),
                 resource.clone(),
                 config.access_ttl,
-                shared.revocations,
+                shared.feed,
             )
             .await?,
         );

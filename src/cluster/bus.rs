@@ -1,5 +1,5 @@
 //! Messages between the replicas: Redis pub/sub, on channels named `<prefix><name>`
-//! (`revocations`, `registry`). A replica publishes on the connection its other calls use;
+//! (`auth`, `registry`). A replica publishes on the connection its other calls use;
 //! it hears the others on a connection of its own (a subscribed connection can do nothing
 //! else), kept by [`Cluster::listen`]: subscribed at start, checked by a ping every few
 //! seconds (a peer that vanished without closing the connection is found that way), and

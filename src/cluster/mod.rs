@@ -8,9 +8,9 @@
 //! stream) flows straight back.
 //!
 //! Beside the sessions, the replicas share through Redis what must hold wherever a request
-//! lands: access-token revocations ([`revocations`]), the registration limit ([`throttle`])
-//! and the admin API's registry changes ([`registry`]), the first and last as messages on
-//! pub/sub channels ([`bus`]) that each replica hears on a connection of its own.
+//! lands: access-token revocations and key rotations ([`tokens`]), the registration limit
+//! ([`throttle`]) and the admin API's registry changes ([`registry`]), the first and last as
+//! messages on pub/sub channels ([`bus`]) that each replica hears on a connection of its own.
 //!
 //! This module owns the connection to Redis (every call under a timeout), the replica's
 //! identity and heartbeat, and the session records. It never holds a session's live state:
@@ -20,11 +20,11 @@
 mod bus;
 pub mod forward;
 pub mod registry;
-pub mod revocations;
 mod sessions;
 #[cfg(test)]
 mod tests;
 pub mod throttle;
+pub mod tokens;
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
@@ -163,12 +163,12 @@ impl Cluster {
         self.events_conn.clone()
     }
 
-    /// What authorization shares with the other replicas: revocations announced on, and
-    /// heard from, the cluster's channel (heard once [`Cluster::listen`] runs), and the
-    /// registration limit counted in Redis.
+    /// What authorization shares with the other replicas: revocations and key rotations
+    /// announced on, and heard from, the cluster's channel (heard once [`Cluster::listen`]
+    /// runs), and the registration limit counted in Redis.
     pub fn auth_shared(self: &Arc<Self>) -> Shared {
         Shared {
-            revocations: Some(Arc::new(revocations::RedisRevocations::new(self.clone()))),
+            feed: Some(Arc::new(tokens::RedisAuthFeed::new(self.clone()))),
             throttle: Some(Arc::new(throttle::RedisThrottle::new(self.clone()))),
         }
     }
@@ -178,8 +178,8 @@ impl Cluster {
         Arc::new(registry::RedisRegistryFeed::new(self.clone()))
     }
 
-    /// Hears the other replicas until `stop`, in a task of its own: their revocations go to
-    /// `keys` (the built-in authorization server's, if any), and their registry changes make
+    /// Hears the other replicas until `stop`, in a task of its own: their revocations and
+    /// rotations go to `keys` (the built-in authorization server's, if any), and their registry changes make
     /// `registry` re-read its overlay.
     pub fn listen(
         self: &Arc<Self>,
@@ -193,8 +193,8 @@ impl Cluster {
         )];
         if let Some(keys) = keys {
             listeners.push((
-                self.channel(revocations::CHANNEL),
-                Arc::new(revocations::Heard { keys }),
+                self.channel(tokens::CHANNEL),
+                Arc::new(tokens::Heard { keys }),
             ));
         }
         tokio::spawn(self.clone().listen_on(listeners, stop))

@@ -179,8 +179,8 @@ impl AuthServer {
         *self.plugin_scopes.lock().expect("scopes lock") = Some(source);
     }
 
-    /// Until `stop`: re-reads the revoked access tokens (other replicas' revocations) as
-    /// often as [`KeyRing::revocation_refresh`] says, and forgets expired sign-ins, codes,
+    /// Until `stop`: re-reads the revoked access tokens and the signing keys (other replicas'
+    /// revocations and rotations) as often as [`KeyRing::revocation_refresh`] says, and forgets expired sign-ins, codes,
     /// refresh tokens and revocations every few minutes.
     pub async fn maintain(self: Arc<Self>, stop: tokio_util::sync::CancellationToken) {
         let mut purge = tokio::time::interval(Duration::from_secs(300));
@@ -202,6 +202,9 @@ impl AuthServer {
                     read_at = Some(now);
                     if let Err(e) = self.keys.refresh_revocations().await {
                         tracing::warn!("re-reading revoked access tokens: {e}");
+                    }
+                    if let Err(e) = self.keys.reload_keys().await {
+                        tracing::warn!("re-reading the signing keys: {e}");
                     }
                 }
                 () = stop.cancelled() => return,
