@@ -153,7 +153,8 @@ impl Gateway {
         sessions.registry_changed(&registry.view());
         let shutdown = CancellationToken::new();
         if let Some(c) = &cluster {
-            if config.database_url.starts_with("sqlite") {
+            let stored = config.admin.token.is_some() || auth.server.is_some();
+            if stored && config.database_url.starts_with("sqlite") {
                 tracing::warn!(
                     "cluster mode on SQLite: unless every replica opens the same database file, admin API changes, signing keys and revocations stay on the replica that made them (use PostgreSQL)"
                 );
