@@ -102,7 +102,14 @@ impl Gateway {
         };
         let plugin_store = database.plugin_store();
         let registry = Registry::load(&config, plugin_store.clone()).await?;
-        let auth = Arc::new(Auth::new(config.auth.clone(), database.auth_store()).await?);
+        // In a cluster, revocations are heard by every replica at once and registrations are
+        // counted across replicas.
+        let shared = cluster
+            .as_ref()
+            .map(|c| c.auth_shared())
+            .unwrap_or_default();
+        let auth =
+            Arc::new(Auth::with_shared(config.auth.clone(), database.auth_store(), shared).await?);
         if let Some(server) = &auth.server {
             let r = registry.clone();
             server.set_scope_source(Box::new(move || {
@@ -144,13 +151,27 @@ impl Gateway {
         });
         // Pools for what the registry holds already (warm processes start now).
         sessions.registry_changed(&registry.view());
+        let shutdown = CancellationToken::new();
+        if let Some(c) = &cluster {
+            let stored = config.admin.token.is_some() || auth.server.is_some();
+            if stored && config.database_url.starts_with("sqlite") {
+                tracing::warn!(
+                    "cluster mode on SQLite: unless every replica opens the same database file, admin API changes, signing keys and revocations stay on the replica that made them (use PostgreSQL)"
+                );
+            }
+            // The admin API's changes reach the other replicas, which re-read the overlay
+            // from the database they share; and this replica hears theirs.
+            registry.set_feed(c.registry_feed());
+            let keys = auth.server.as_ref().map(|s| s.keys.clone());
+            c.listen(keys, &registry, shutdown.clone());
+        }
         Ok(Arc::new(Gateway {
             auth,
             registry,
             plugin_store,
             sessions,
             cluster,
-            shutdown: CancellationToken::new(),
+            shutdown,
             draining: CancellationToken::new(),
             serving: AtomicBool::new(false),
             reloader,

@@ -13,8 +13,9 @@
 //!   checks; status codes; SSE or JSON; connection timeouts and limits.
 //! - [`gateway`]: the shared state both listeners serve (config, registry, sessions, auth).
 //! - [`router`]: which plugin serves a request; merged lists; name prefixes. Beside it,
-//!   [`cluster`]: cluster mode's Redis, the replica's heartbeat, session records, and the
-//!   forwarding of a request to the replica that owns its session.
+//!   [`cluster`]: cluster mode's Redis, the replica's heartbeat, session records, the
+//!   forwarding of a request to the replica that owns its session, and what the replicas
+//!   share besides (revocations, the registration limit, the admin API's changes).
 //! - [`session`]: legacy-era sessions, each with its plugin instances and streams; the
 //!   session record kept behind [`session::SessionStore`].
 //! - [`supervisor`]: plugin supervision in one place: instances started under limits,

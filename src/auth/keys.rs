@@ -3,13 +3,19 @@
 //! Access tokens are ES256 JWTs with a `kid`. The first start generates a P-256 key and keeps
 //! it in the database, so every replica and every restart signs and validates with the same
 //! keys. Rotation makes a new key current; the old one keeps validating (and stays in
-//! `/jwks.json`) until the tokens it signed have expired, then it is dropped.
+//! `/jwks.json`) until the tokens it signed have expired, then it is dropped. The other
+//! replicas take a rotation over when they re-read the keys (with the revoked set, below),
+//! or at once in a cluster, where the [`AuthFeed`] announces it.
 //!
 //! Revoked access tokens are refused by `jti`. Validation runs on every `/mcp` request, so it
-//! reads an in-memory set, never the database: the set is loaded at start, grows with each
-//! revocation here (written to the database first), and is re-read from the database every
-//! [`REVOCATION_REFRESH`] so that revocations made on another replica take effect here too.
-//! Entries leave the set (and the database) once their token has expired.
+//! reads an in-memory set, never the database nor Redis: the set is loaded at start, grows
+//! with each revocation here (written to the database first), and is re-read from the
+//! database every [`REVOCATION_REFRESH`] so that revocations made on another replica take
+//! effect here too. In a cluster an [`AuthFeed`] carries each revocation to the other
+//! replicas at once (they add it to their sets when they hear it, milliseconds later); while
+//! a replica does not hear the feed, it re-reads the database every
+//! [`REVOCATION_REFRESH_UNHEARD`] instead. Entries leave the set (and the database) once their
+//! token has expired.
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, RwLock};
@@ -21,6 +27,7 @@ use dashmap::DashMap;
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
 use serde::{Deserialize, Serialize};
 
+use super::shared::AuthFeed;
 use super::store::{AuthStore, AuthStoreError, StoredKey};
 use super::{LEEWAY, Principal, TokenError, TokenValidator, now_secs, random_token};
 
@@ -59,8 +66,14 @@ pub struct KeyRing {
     audience: String,
     access_ttl: Duration,
     keys: RwLock<Keys>,
+    /// Serializes rotations and re-reads of the keys, so a re-read never puts back the keys
+    /// from before a rotation made here meanwhile.
+    changing: tokio::sync::Mutex<()>,
     /// Revoked access tokens by `jti`, with their expiry (kept only until then).
     revoked: DashMap<String, i64>,
+    /// Cluster mode: how the other replicas hear of revocations and rotations made here (and
+    /// this one of theirs).
+    feed: Option<Arc<dyn AuthFeed>>,
 }
 
 /// An access token's id and times, fixed before it is issued.
@@ -71,18 +84,29 @@ pub struct Planned {
     pub exp: i64,
 }
 
-/// How often the revoked set is re-read from the database: the longest a revocation made on
-/// one replica takes to be enforced on another.
+/// How often the revoked set (and the keys) are re-read from the database: without an
+/// [`AuthFeed`], the longest a revocation or a rotation made on one replica takes to hold on
+/// another.
 pub const REVOCATION_REFRESH: Duration = Duration::from_secs(10);
+
+/// How often the revoked set is re-read while a cluster replica does not hear the
+/// [`AuthFeed`] (its subscription is down): the longest a revocation made elsewhere
+/// then takes to be enforced here.
+pub const REVOCATION_REFRESH_UNHEARD: Duration = Duration::from_secs(1);
+
+/// The most revocations announced in one message of the feed.
+const ANNOUNCE_BATCH: usize = 100;
 
 impl KeyRing {
     /// Loads the stored keys (dropping those whose tokens have all expired), generating the
-    /// first one if there is none.
+    /// first one if there is none; revocations and rotations are announced on `feed`
+    /// (cluster mode).
     pub async fn load(
         store: Arc<dyn AuthStore>,
         issuer: String,
         audience: String,
         access_ttl: Duration,
+        feed: Option<Arc<dyn AuthFeed>>,
     ) -> Result<KeyRing, AuthStoreError> {
         let now = now_secs();
         let keep_after = retired_before(now, access_ttl);
@@ -111,7 +135,9 @@ impl KeyRing {
             audience,
             access_ttl,
             keys: RwLock::new(Keys { current, all }),
+            changing: tokio::sync::Mutex::new(()),
             revoked: DashMap::new(),
+            feed,
         };
         ring.refresh_revocations().await?;
         Ok(ring)
@@ -128,44 +154,127 @@ impl KeyRing {
         Ok(())
     }
 
-    /// Refuses the access token `jti` (which expires at `exp`) from now on, here at once and
-    /// on other replicas within [`REVOCATION_REFRESH`].
-    pub async fn revoke_jti(&self, jti: &str, exp: i64) -> Result<(), AuthStoreError> {
-        self.store.add_revocation(jti, exp).await?;
-        self.revoked.insert(jti.to_owned(), exp);
+    /// How long until the revoked set should be re-read from the database: sooner while the
+    /// others' announcements do not reach this replica.
+    pub fn revocation_refresh(&self) -> Duration {
+        match &self.feed {
+            Some(feed) if !feed.listening() => REVOCATION_REFRESH_UNHEARD,
+            _ => REVOCATION_REFRESH,
+        }
+    }
+
+    /// Refuses the access tokens `revoked` (`jti`, expiry) from now on: each written to the
+    /// database, then refused here at once, then announced to the other replicas (which
+    /// refuse them as soon as they hear it, or at their next re-read of the database).
+    pub async fn revoke_jtis(&self, revoked: &[(String, i64)]) -> Result<(), AuthStoreError> {
+        for (jti, exp) in revoked {
+            self.store.add_revocation(jti, *exp).await?;
+            self.revoked.insert(jti.clone(), *exp);
+        }
+        if let Some(feed) = &self.feed {
+            for batch in revoked.chunks(ANNOUNCE_BATCH) {
+                feed.announce_revoked(batch).await;
+            }
+        }
         Ok(())
+    }
+
+    /// Refuses the access token `jti` (which expires at `exp`) from now on
+    /// ([`KeyRing::revoke_jtis`]).
+    pub async fn revoke_jti(&self, jti: &str, exp: i64) -> Result<(), AuthStoreError> {
+        self.revoke_jtis(&[(jti.to_owned(), exp)]).await
+    }
+
+    /// Revocations another replica announced (already in the database): refused here from
+    /// now on. An expiry later than any token of this issuer could have is cut to that, so a
+    /// bad announcement cannot keep an entry forever; entries already expired are skipped.
+    pub fn revoked_elsewhere(&self, revoked: &[(String, i64)]) {
+        let now = now_secs();
+        let live_after = now - LEEWAY.as_secs() as i64;
+        let latest = now + self.access_ttl.as_secs() as i64 + LEEWAY.as_secs() as i64;
+        for (jti, exp) in revoked {
+            if *exp >= live_after {
+                self.revoked.insert(jti.clone(), (*exp).min(latest));
+            }
+        }
+    }
+
+    /// Whether the access token `jti` is refused here.
+    pub fn is_revoked(&self, jti: &str) -> bool {
+        self.revoked.contains_key(jti)
     }
 
     /// Makes a new key current. The previous one keeps validating until its tokens expire.
     pub async fn rotate(&self) -> Result<String, AuthStoreError> {
+        let changing = self.changing.lock().await;
         let old = self.keys.read().expect("keys lock").current.kid.clone();
         let new = Arc::new(generate(&*self.store).await?);
         let now = now_secs();
         self.store.retire_key(&old, now).await?;
-        let mut keys = self.keys.write().expect("keys lock");
-        let keep_after = retired_before(now, self.access_ttl);
-        keys.all = keys
-            .all
+        {
+            let mut keys = self.keys.write().expect("keys lock");
+            let keep_after = retired_before(now, self.access_ttl);
+            keys.all = keys
+                .all
+                .iter()
+                .filter(|k| k.retired_at.is_none_or(|r| r >= keep_after))
+                .map(|k| {
+                    if k.kid == old {
+                        Arc::new(SigningKey {
+                            kid: k.kid.clone(),
+                            encoding: k.encoding.clone(),
+                            decoding: k.decoding.clone(),
+                            jwk: k.jwk.clone(),
+                            retired_at: Some(now),
+                        })
+                    } else {
+                        k.clone()
+                    }
+                })
+                .collect();
+            keys.all.push(new.clone());
+            keys.current = new.clone();
+        }
+        drop(changing);
+        tracing::info!(kid = %new.kid, retired = %old, "signing key rotated");
+        if let Some(feed) = &self.feed {
+            feed.announce_keys().await;
+        }
+        Ok(new.kid.clone())
+    }
+
+    /// Re-reads the signing keys from the database, taking over a rotation made on another
+    /// replica: its new key validates here, and signs here, from now on. Keys already held
+    /// are kept as they are (a key is parsed once); keys whose tokens have all expired are
+    /// left out. With no current key in the database (a rotation half done), nothing changes.
+    pub async fn reload_keys(&self) -> Result<(), AuthStoreError> {
+        let _changing = self.changing.lock().await;
+        let stored = self.store.keys().await?;
+        let keep_after = retired_before(now_secs(), self.access_ttl);
+        let held = self.keys.read().expect("keys lock").all.clone();
+        let mut all = Vec::new();
+        for k in stored
             .iter()
             .filter(|k| k.retired_at.is_none_or(|r| r >= keep_after))
-            .map(|k| {
-                if k.kid == old {
-                    Arc::new(SigningKey {
-                        kid: k.kid.clone(),
-                        encoding: k.encoding.clone(),
-                        decoding: k.decoding.clone(),
-                        jwk: k.jwk.clone(),
-                        retired_at: Some(now),
-                    })
-                } else {
-                    k.clone()
-                }
-            })
-            .collect();
-        keys.all.push(new.clone());
-        keys.current = new.clone();
-        tracing::info!(kid = %new.kid, retired = %old, "signing key rotated");
-        Ok(new.kid.clone())
+        {
+            let key = match held.iter().find(|h| h.kid == k.kid) {
+                Some(h) if h.retired_at == k.retired_at => h.clone(),
+                _ => Arc::new(
+                    signing_key(k)
+                        .map_err(|e| AuthStoreError::Corrupt(format!("key {}: {e}", k.kid)))?,
+                ),
+            };
+            all.push(key);
+        }
+        let Some(current) = all.iter().rev().find(|k| k.retired_at.is_none()).cloned() else {
+            return Ok(());
+        };
+        let mut keys = self.keys.write().expect("keys lock");
+        if keys.current.kid != current.kid {
+            tracing::info!(kid = %current.kid, "signing key rotated on another replica: taken over");
+        }
+        *keys = Keys { current, all };
+        Ok(())
     }
 
     /// A signed access token for `subject` and the seconds it lives.
@@ -273,7 +382,7 @@ impl KeyRing {
 impl TokenValidator for KeyRing {
     fn validate(&self, token: &str) -> Result<Principal, TokenError> {
         let c = self.claims(token)?;
-        if self.revoked.contains_key(&c.jti) {
+        if self.is_revoked(&c.jti) {
             return Err(TokenError::Revoked);
         }
         Ok(Principal {

@@ -11,7 +11,9 @@
 //! metadata documents, [`cimd`]), the login and consent pages ([`pages`]), `/token`,
 //! `/revoke` and `/jwks.json`; its state is behind the [`store::AuthStore`] trait (the SQL
 //! implementation is lent by the `database` module), its signing keys in [`keys`], and the
-//! rules for redirect URIs in [`redirect`].
+//! rules for redirect URIs in [`redirect`]. In a cluster, what the replicas share beyond the
+//! database (revocations and new keys heard at once, the registration limit) comes through
+//! the seams of [`shared`].
 //!
 //! Auth sits low: it imports only `config` and `metrics`, never the gateway, the registry or
 //! the database.
@@ -22,6 +24,7 @@ pub mod pages;
 pub mod redirect;
 pub mod resource;
 pub mod server;
+pub mod shared;
 pub mod store;
 pub mod throttle;
 
@@ -106,10 +109,19 @@ impl Auth {
     }
 
     /// Builds the authorization for `config`: for `builtin`, the server with its keys, its
-    /// state in `store` (unused when authorization is off).
+    /// state in `store` (unused when authorization is off); a replica of its own.
     pub async fn new(
         config: AuthConfig,
         store: Arc<dyn store::AuthStore>,
+    ) -> Result<Auth, store::AuthStoreError> {
+        Auth::with_shared(config, store, shared::Shared::default()).await
+    }
+
+    /// [`Auth::new`] for a replica of a cluster, sharing with the others what `shared` holds.
+    pub async fn with_shared(
+        config: AuthConfig,
+        store: Arc<dyn store::AuthStore>,
+        shared: shared::Shared,
     ) -> Result<Auth, store::AuthStoreError> {
         if config.mode == AuthMode::None {
             return Ok(Auth::off(config));
@@ -130,6 +142,7 @@ impl Auth {
                 issuer.clone(),
                 resource.clone(),
                 config.access_ttl,
+                shared.feed,
             )
             .await?,
         );
@@ -138,6 +151,7 @@ impl Auth {
             issuer.clone(),
             store,
             keys.clone(),
+            shared.throttle,
         ));
         Ok(Auth {
             config,

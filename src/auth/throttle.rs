@@ -5,7 +5,8 @@
 //! it is refused until the window ends, and that wait is the `Retry-After`. A table holds at
 //! most `capacity` keys: when it is full, keys whose window has ended go first, then an
 //! arbitrary one, so an attacker who floods it with fresh keys (addresses, user names) makes it
-//! forget, never grow. The counters are per process: each replica counts on its own.
+//! forget, never grow. The counters are per process: each replica counts on its own (in
+//! cluster mode, registrations are counted across replicas first: `server/register.rs`).
 //!
 //! `governor` was considered: its keyed limiter does not bound the number of keys (it needs a
 //! periodic `retain_recent` and still grows within a period), and a lockout window is what a

@@ -7,6 +7,11 @@
 //! to it ([`forward`]), with the cluster's secret, and the owner's answer (JSON or an SSE
 //! stream) flows straight back.
 //!
+//! Beside the sessions, the replicas share through Redis what must hold wherever a request
+//! lands: access-token revocations and key rotations ([`tokens`]), the registration limit
+//! ([`throttle`]) and the admin API's registry changes ([`registry`]), the first and last as
+//! messages on pub/sub channels ([`bus`]) that each replica hears on a connection of its own.
+//!
 //! This module owns the connection to Redis (every call under a timeout), the replica's
 //! identity and heartbeat, and the session records. Redis may be down at the start or go
 //! away later: the connections are made on first use and made again after they break, and
@@ -15,11 +20,18 @@
 //! that stays in [`crate::session`] on the owner. What it reads back from Redis is checked
 //! like any other input: a record that does not parse is treated as missing.
 
+mod bus;
 pub mod forward;
 mod liveness;
+pub mod registry;
 mod sessions;
+#[cfg(test)]
+mod tests;
+pub mod throttle;
+pub mod tokens;
 
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use rand::RngCore;
@@ -27,8 +39,12 @@ use redis::AsyncCommands;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use tokio_util::sync::CancellationToken;
 
+use crate::auth::keys::KeyRing;
+use crate::auth::shared::Shared;
 use crate::config::{ClusterConfig, redact_url};
 use crate::metrics::RedisOp;
+use crate::registry::Registry;
+use crate::registry::store::ChangeFeed;
 pub use sessions::RedisSessionStore;
 
 /// How long a Redis call may take before it counts as failed.
@@ -53,6 +69,10 @@ pub enum ClusterError {
 
 /// This replica's part in the cluster.
 pub struct Cluster {
+    /// Opens the subscribed connection (again, after a loss).
+    client: redis::Client,
+    /// Whether the subscription to the other replicas' messages is up ([`Cluster::hears`]).
+    subscribed: AtomicBool,
     conn: ConnectionManager,
     /// For the event store's writer and reads (see [`Cluster::events_connection`]).
     events_conn: ConnectionManager,
@@ -141,7 +161,7 @@ impl Cluster {
         let conn = open(client.clone())?;
         // The replay events' bulk writes get a connection of their own: heartbeats and
         // lookups must not queue behind a batch of them.
-        let events_conn = open(client)?;
+        let events_conn = open(client.clone())?;
         let mut id = [0u8; 8];
         rand::rng().fill_bytes(&mut id);
         let replica: String = id.iter().map(|b| format!("{b:02x}")).collect();
@@ -158,6 +178,8 @@ impl Cluster {
             .build()
             .map_err(|e| ClusterError::Url(shown.clone(), e.to_string()))?;
         let cluster = Arc::new(Cluster {
+            client,
+            subscribed: AtomicBool::new(false),
             conn,
             events_conn,
             prefix: config.key_prefix.clone(),
@@ -186,6 +208,43 @@ impl Cluster {
     /// heartbeat and the session lookups use.
     pub fn events_connection(&self) -> ConnectionManager {
         self.events_conn.clone()
+    }
+
+    /// What authorization shares with the other replicas: revocations and key rotations
+    /// announced on, and heard from, the cluster's channel (heard once [`Cluster::listen`]
+    /// runs), and the registration limit counted in Redis.
+    pub fn auth_shared(self: &Arc<Self>) -> Shared {
+        Shared {
+            feed: Some(Arc::new(tokens::RedisAuthFeed::new(self.clone()))),
+            throttle: Some(Arc::new(throttle::RedisThrottle::new(self.clone()))),
+        }
+    }
+
+    /// What tells the other replicas of the admin API's registry changes.
+    pub fn registry_feed(self: &Arc<Self>) -> Arc<dyn ChangeFeed> {
+        Arc::new(registry::RedisRegistryFeed::new(self.clone()))
+    }
+
+    /// Hears the other replicas until `stop`, in a task of its own: their revocations and
+    /// rotations go to `keys` (the built-in authorization server's, if any), and their registry changes make
+    /// `registry` re-read its overlay.
+    pub fn listen(
+        self: &Arc<Self>,
+        keys: Option<Arc<KeyRing>>,
+        registry: &Arc<Registry>,
+        stop: CancellationToken,
+    ) -> tokio::task::JoinHandle<()> {
+        let mut listeners: Vec<(String, Arc<dyn bus::Listener>)> = vec![(
+            self.channel(registry::CHANNEL),
+            Arc::new(registry::Heard::start(self, registry, stop.clone())),
+        )];
+        if let Some(keys) = keys {
+            listeners.push((
+                self.channel(tokens::CHANNEL),
+                Arc::new(tokens::Heard { keys }),
+            ));
+        }
+        tokio::spawn(self.clone().listen_on(listeners, stop))
     }
 
     /// What every key of this cluster starts with.

@@ -370,10 +370,17 @@ pub enum RedisOp {
     SessionWrite,
     /// A session record read.
     SessionRead,
+    /// A message to the other replicas (a revocation, a registry change) published.
+    Publish,
+    /// The subscription to the other replicas' messages: connecting, subscribing, and the
+    /// pings that check it is alive.
+    Subscribe,
+    /// An attempt counted against a limit the replicas share (registrations).
+    Throttle,
 }
 
 impl RedisOp {
-    pub const ALL: [RedisOp; 8] = [
+    pub const ALL: [RedisOp; 11] = [
         RedisOp::EventsWrite,
         RedisOp::EventsRead,
         RedisOp::EventsAdopt,
@@ -382,6 +389,9 @@ impl RedisOp {
         RedisOp::Owner,
         RedisOp::SessionWrite,
         RedisOp::SessionRead,
+        RedisOp::Publish,
+        RedisOp::Subscribe,
+        RedisOp::Throttle,
     ];
 
     pub fn label(self) -> &'static str {
@@ -394,6 +404,9 @@ impl RedisOp {
             RedisOp::Owner => "owner",
             RedisOp::SessionWrite => "session_write",
             RedisOp::SessionRead => "session_read",
+            RedisOp::Publish => "publish",
+            RedisOp::Subscribe => "subscribe",
+            RedisOp::Throttle => "throttle",
         }
     }
 }

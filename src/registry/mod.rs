@@ -15,7 +15,9 @@
 //! - `entry.rs`: one plugin, its probe state, and the record of its processes ([`PluginStats`]).
 //! - `view.rs`: the snapshot readers take.
 //! - `probe.rs`: the start-up probe and the `initialize` params the gateway sends for itself.
-//! - [`store`] (`store.rs`): where the admin API's changes are persisted.
+//! - [`store`] (`store.rs`): where the admin API's changes are persisted, and the
+//!   [`store::ChangeFeed`] that tells other replicas sharing the store that it changed
+//!   (each then [`Registry::refresh`]es from it).
 //!
 //! The registry says which plugins exist; it never runs one for a client. Plugin processes
 //! (starting them under the limits, restarting with backoff, the crash breaker, shared and
@@ -24,6 +26,8 @@
 mod entry;
 mod probe;
 pub mod store;
+#[cfg(test)]
+mod tests;
 mod view;
 
 use std::collections::BTreeMap;
@@ -36,7 +40,7 @@ use tokio::sync::watch;
 pub use entry::{PluginEntry, PluginInfo, PluginStats, ProbeState, Source};
 pub use probe::gateway_init_params;
 use probe::{REPROBE_AFTER, probe};
-use store::{Overlay, PluginStore, StoreError};
+use store::{ChangeFeed, Overlay, PluginStore, StoreError};
 pub use view::{View, ViewPlugin};
 
 use crate::config::{Config, PluginConfig};
@@ -69,6 +73,8 @@ pub struct Registry {
     publishing: Mutex<()>,
     /// Serializes changes (API calls, reloads), so each is applied whole.
     change: tokio::sync::Mutex<()>,
+    /// Cluster mode: told of every API change, for the other replicas.
+    feed: OnceLock<Arc<dyn ChangeFeed>>,
     me: std::sync::Weak<Registry>,
 }
 
@@ -107,10 +113,24 @@ impl Registry {
             listener: Mutex::new(None),
             publishing: Mutex::new(()),
             change: tokio::sync::Mutex::new(()),
+            feed: OnceLock::new(),
             me: me.clone(),
         });
         registry.install(merge(&config.plugins, overlay));
         registry
+    }
+
+    /// From now on, every change made through the API is announced on `feed` (once set, it
+    /// stays).
+    pub fn set_feed(&self, feed: Arc<dyn ChangeFeed>) {
+        let _ = self.feed.set(feed);
+    }
+
+    /// Tells the other replicas of an API change, when there is a feed.
+    async fn announce(&self) {
+        if let Some(feed) = self.feed.get() {
+            feed.announce().await;
+        }
     }
 
     /// Called with the new view after every change.
@@ -182,6 +202,7 @@ impl Registry {
         let mut all = self.current_configs();
         all.push((config, Source::Api, enabled));
         self.install(all);
+        self.announce().await;
         Ok(())
     }
 
@@ -205,6 +226,7 @@ impl Registry {
             })
             .collect();
         self.install(all);
+        self.announce().await;
         Ok(())
     }
 
@@ -231,6 +253,7 @@ impl Registry {
             })
             .collect();
         self.install(all);
+        self.announce().await;
         Ok(())
     }
 
@@ -256,6 +279,7 @@ impl Registry {
             .filter(|(c, ..)| c.name != name)
             .collect();
         self.install(all);
+        self.announce().await;
         Ok(())
     }
 
@@ -268,6 +292,24 @@ impl Registry {
         *self.file_plugins.lock().expect("file plugins lock") = file_plugins;
         self.install(merged);
         Ok(())
+    }
+
+    /// Re-reads the API overlay from the store (another replica sharing it changed it) and
+    /// applies it to the config file's plugins; whether anything changed. Nothing changes,
+    /// and no session is told, when the overlay is what this replica applies already; a
+    /// set that would be invalid here (this replica's config file conflicts with it) is
+    /// refused and the registry stays as it was.
+    pub async fn refresh(&self) -> Result<bool, RegistryError> {
+        let _change = self.change.lock().await;
+        let overlay = self.store.load().await?;
+        let file_plugins = self.file_plugins.lock().expect("file plugins lock").clone();
+        let merged = merge(&file_plugins, &overlay);
+        validate_set(&merged, &self.separator)?;
+        if same_set(&merged, &self.current_configs()) {
+            return Ok(false);
+        }
+        self.install(merged);
+        Ok(true)
     }
 
     fn check(&self, config: &PluginConfig) -> Result<(), RegistryError> {
@@ -399,6 +441,15 @@ fn validate_set(
         }
     }
     Ok(())
+}
+
+/// Whether two sets of plugins are the same, whatever their order.
+fn same_set(a: &[(PluginConfig, Source, bool)], b: &[(PluginConfig, Source, bool)]) -> bool {
+    a.len() == b.len()
+        && a.iter().all(|(c, s, e)| {
+            b.iter()
+                .any(|(c2, s2, e2)| c2.name == c.name && c2 == c && s2 == s && e2 == e)
+        })
 }
 
 /// The config file's plugins with the API overlay applied: definitions replace or add,

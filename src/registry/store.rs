@@ -7,6 +7,9 @@
 //!
 //! The store holds an overlay on the config file's plugins, one row per plugin name: a
 //! definition (added or changed through the API, enabled or not) or a removal.
+//!
+//! Replicas that share the database share the overlay; [`ChangeFeed`] is how one tells the
+//! others that it changed (cluster mode implements it on Redis), so each re-reads it.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -101,4 +104,12 @@ impl PluginStore for MemoryPluginStore {
     fn ping(&self) -> StoreFuture<'_, ()> {
         Box::pin(std::future::ready(Ok(())))
     }
+}
+
+/// Tells the other replicas that the overlay changed (after the store has it), so each
+/// re-reads it ([`super::Registry::refresh`]).
+pub trait ChangeFeed: Send + Sync + 'static {
+    /// Best effort: a failure is the implementation's to log and count; the others then see
+    /// the change when they next re-read the overlay.
+    fn announce(&self) -> Pin<Box<dyn Future<Output = ()> + Send + '_>>;
 }

@@ -50,6 +50,56 @@ impl Drop for RedisPrefix {
     }
 }
 
+/// Cluster mode for gateways a test starts on its own (not through [`Cluster`], e.g. with
+/// a config file each, as [`super::oauth::AuthGateway`] writes): a Redis key prefix and a
+/// cluster secret of the test's own, and the flags that put a replica in that cluster. The
+/// prefix's keys are deleted when this drops: declare it before the gateways, so that it
+/// drops after them.
+pub struct ClusterFlags {
+    redis: RedisPrefix,
+    secret: String,
+}
+
+impl Default for ClusterFlags {
+    fn default() -> ClusterFlags {
+        ClusterFlags::new()
+    }
+}
+
+impl ClusterFlags {
+    pub fn new() -> ClusterFlags {
+        assert_redis_up();
+        ClusterFlags {
+            redis: RedisPrefix {
+                url: REDIS_URL.to_owned(),
+                prefix: format!("test-{:016x}:", rand::random::<u64>()),
+            },
+            secret: format!("{:032x}", rand::random::<u128>()),
+        }
+    }
+
+    /// The flags of a replica listening on `port` (advertised as `http://127.0.0.1:port`).
+    pub fn for_port(&self, port: u16) -> Vec<String> {
+        [
+            "--redis-url",
+            REDIS_URL,
+            "--redis-key-prefix",
+            &self.redis.prefix,
+            "--cluster-secret",
+            &self.secret,
+            "--advertise-url",
+            &format!("http://127.0.0.1:{port}"),
+        ]
+        .map(str::to_owned)
+        .to_vec()
+    }
+
+    /// The Redis key prefix of this test.
+    pub fn key_prefix(&self) -> &str {
+        &self.redis.prefix
+    }
+}
+
 /// One gateway process of the cluster, and what it takes to start it again as it was.
 struct Replica {
     /// The running process; `None` after a kill or a stop, until a restart.

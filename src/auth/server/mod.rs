@@ -51,7 +51,8 @@ use axum::routing::{get, post};
 use serde_json::Value;
 
 use super::cimd::{self, Fetcher};
-use super::keys::{KeyRing, REVOCATION_REFRESH};
+use super::keys::{KeyRing, REVOCATION_REFRESH_UNHEARD};
+use super::shared::SharedThrottle;
 use super::store::{AuthStore, Client};
 use super::throttle::{Throttle, address_key};
 use super::{Auth, now_secs};
@@ -74,9 +75,12 @@ pub struct AuthServer {
     fetcher: Fetcher,
     /// The clients of `[[auth.clients]]`, by id.
     provisioned: HashMap<String, Client>,
-    /// Registrations per client address, and for all together.
+    /// Registrations per client address, and for all together, counted here.
     registrations: Throttle<IpAddr>,
     registrations_total: Throttle<()>,
+    /// Cluster mode: the registrations counted across replicas (the tables above count only
+    /// while it fails).
+    shared_registrations: Option<Arc<dyn SharedThrottle>>,
     signins: SignInThrottle,
     secure_cookies: bool,
 }
@@ -119,6 +123,7 @@ impl AuthServer {
         issuer: String,
         store: Arc<dyn AuthStore>,
         keys: Arc<KeyRing>,
+        shared_registrations: Option<Arc<dyn SharedThrottle>>,
     ) -> AuthServer {
         let provisioned = config
             .clients
@@ -139,11 +144,14 @@ impl AuthServer {
             })
             .collect();
         let signins = SignInThrottle::new(&config);
-        let minute = Duration::from_secs(60);
-        let registrations = Throttle::new(config.registrations_per_minute, minute, ADDRESS_TABLE);
+        let registrations = Throttle::new(
+            config.registrations_per_minute,
+            register::WINDOW,
+            ADDRESS_TABLE,
+        );
         let registrations_total = Throttle::new(
-            config.registrations_per_minute.saturating_mul(20),
-            minute,
+            register::total_limit(config.registrations_per_minute),
+            register::WINDOW,
             1,
         );
         AuthServer {
@@ -161,6 +169,7 @@ impl AuthServer {
             plugin_scopes: Mutex::new(None),
             registrations,
             registrations_total,
+            shared_registrations,
             signins,
         }
     }
@@ -170,13 +179,15 @@ impl AuthServer {
         *self.plugin_scopes.lock().expect("scopes lock") = Some(source);
     }
 
-    /// Until `stop`: re-reads the revoked access tokens every [`REVOCATION_REFRESH`] (other
-    /// replicas' revocations), and forgets expired sign-ins, codes, refresh tokens and
-    /// revocations every few minutes.
+    /// Until `stop`: re-reads the revoked access tokens and the signing keys (other replicas'
+    /// revocations and rotations) as often as [`KeyRing::revocation_refresh`] says, and forgets expired sign-ins, codes,
+    /// refresh tokens and revocations every few minutes.
     pub async fn maintain(self: Arc<Self>, stop: tokio_util::sync::CancellationToken) {
         let mut purge = tokio::time::interval(Duration::from_secs(300));
-        let mut revocations = tokio::time::interval(REVOCATION_REFRESH);
-        revocations.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // Wakes often enough for the shorter period; re-reads only when one is due.
+        let mut tick = tokio::time::interval(REVOCATION_REFRESH_UNHEARD);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut read_at: Option<tokio::time::Instant> = None;
         loop {
             tokio::select! {
                 _ = purge.tick() => {
@@ -184,9 +195,16 @@ impl AuthServer {
                         tracing::warn!("purging expired authorization data: {e}");
                     }
                 }
-                _ = revocations.tick() => {
+                now = tick.tick() => {
+                    if read_at.is_some_and(|t| now - t < self.keys.revocation_refresh()) {
+                        continue;
+                    }
+                    read_at = Some(now);
                     if let Err(e) = self.keys.refresh_revocations().await {
                         tracing::warn!("re-reading revoked access tokens: {e}");
+                    }
+                    if let Err(e) = self.keys.reload_keys().await {
+                        tracing::warn!("re-reading the signing keys: {e}");
                     }
                 }
                 () = stop.cancelled() => return,

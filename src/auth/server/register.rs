@@ -3,6 +3,13 @@
 //! here: the authorization code and refresh token grants only (`client_credentials` is for
 //! clients the operator provisions), acceptable redirect URIs, offered scopes. Registrations
 //! are limited per client address and for all together. Registration never issues a token.
+//!
+//! In a cluster the limit is counted across replicas ([`SharedThrottle`]), so N replicas do
+//! not allow N times it. When that count cannot be taken (Redis unreachable), each replica
+//! counts on its own until it can again: the limit then holds per replica, N times looser in
+//! all but never gone (failing open to no limit would let a flood of registrations fill the
+//! database while Redis is down; failing closed would refuse every new client for as long
+//! as a cache is out, though nothing about registering needs it).
 
 use std::net::IpAddr;
 use std::time::Duration;
@@ -16,14 +23,24 @@ use serde_json::{Value, json};
 use super::error::wait_words;
 use super::{AuthServer, ClientAddr, OAuthError, St, json_response, server};
 use crate::auth::redirect::valid_redirect_uri;
+use crate::auth::shared::{Admission, SharedThrottle};
 use crate::auth::store::Client;
 use crate::auth::{hash_secret, now_secs, random_token};
 
 impl AuthServer {
     /// A registration slot in the current minute for the client at `addr` (and for all
-    /// together); the wait if there is none.
-    fn may_register(&self, addr: Option<IpAddr>) -> Result<(), Duration> {
+    /// together), across the cluster when there is one; the wait if there is none.
+    async fn may_register(&self, addr: Option<IpAddr>) -> Result<(), Duration> {
         let key = addr.unwrap_or(IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED));
+        if let Some(shared) = &self.shared_registrations {
+            match shared_slot(&**shared, key, self.config.registrations_per_minute).await {
+                Ok(Admission::Admitted) => return Ok(()),
+                Ok(Admission::Refused(wait)) => return Err(wait),
+                Err(e) => tracing::warn!(
+                    "registration limit: the cluster's count failed ({e}); counting on this replica alone"
+                ),
+            }
+        }
         if let Some(wait) = self.registrations.blocked(&key) {
             return Err(wait);
         }
@@ -31,6 +48,29 @@ impl AuthServer {
         self.registrations.hit(key);
         Ok(())
     }
+}
+
+/// The window registrations are counted in.
+pub(super) const WINDOW: Duration = Duration::from_secs(60);
+
+/// The registrations allowed for all client addresses together: 20 times one address's.
+pub(super) fn total_limit(per_address: u32) -> u32 {
+    per_address.saturating_mul(20)
+}
+
+/// A registration slot in the shared count: `limit` per client address and
+/// [`total_limit`] for all together, per [`WINDOW`] (the limits the replica's own tables
+/// keep).
+async fn shared_slot(
+    shared: &dyn SharedThrottle,
+    addr: IpAddr,
+    limit: u32,
+) -> Result<Admission, String> {
+    let counters = [
+        (format!("register:{addr}"), limit),
+        ("register".to_owned(), total_limit(limit)),
+    ];
+    shared.acquire(&counters, WINDOW).await
 }
 
 /// Dynamic client registration (RFC 7591).
@@ -120,7 +160,7 @@ pub(super) async fn register(
             return Err(bad(format!("scope `{bad_scope}` is not offered here")));
         }
     }
-    if let Err(wait) = s.may_register(addr) {
+    if let Err(wait) = s.may_register(addr).await {
         tracing::info!(address = ?addr, "registration refused: too many");
         return Err(OAuthError::TooManyRequests {
             description: format!("too many registrations; try again in {}", wait_words(wait)),

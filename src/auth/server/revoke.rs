@@ -21,11 +21,9 @@ pub(super) async fn revoke_grant(
     family: &str,
     access: Option<(&str, i64)>,
 ) -> Result<(), AuthStoreError> {
-    let live = s.store.revoke_family(family, now_secs()).await?;
-    for (jti, exp) in live.iter().map(|(j, e)| (j.as_str(), *e)).chain(access) {
-        s.keys.revoke_jti(jti, exp).await?;
-    }
-    Ok(())
+    let mut live = s.store.revoke_family(family, now_secs()).await?;
+    live.extend(access.map(|(jti, exp)| (jti.to_owned(), exp)));
+    s.keys.revoke_jtis(&live).await
 }
 
 /// Token revocation (RFC 7009): a refresh token revokes its whole grant, the access tokens
