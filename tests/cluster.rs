@@ -232,28 +232,10 @@ async fn the_python_sdk_works_through_the_load_balancer() {
             FIXTURE,
         ],
     );
-    let python = common::tool("venv/bin/python");
-    let script = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/clients/python_sdk_client.py"
-    );
     let url = cluster.lb_url();
-    let out = tokio::task::spawn_blocking(move || {
-        std::process::Command::new(python)
-            .args([script, "cluster", &url])
-            .output()
-            .expect("run the Python client")
-    })
-    .await
-    .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "python client failed ({}):\nstdout: {stdout}\nstderr: {}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let out: serde_json::Value = serde_json::from_str(stdout.trim()).expect("the client's JSON");
+    let out = tokio::task::spawn_blocking(move || common::python_sdk_client("cluster", &url))
+        .await
+        .unwrap();
     let echoes: Vec<String> = (0..6).map(|i| format!("call {i}")).collect();
     for (got, want) in out["echo"].as_array().unwrap().iter().zip(&echoes) {
         assert!(got.as_str().unwrap().contains(want.as_str()), "{out}");

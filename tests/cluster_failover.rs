@@ -54,6 +54,49 @@ async fn until(events: &mut RawEvents, needle: &str) -> String {
     }
 }
 
+/// Leaves two events on the session's GET stream, the first read by a GET and the second
+/// buffered after that GET closed, both written through to Redis; the first one's id.
+async fn one_read_one_buffered(
+    cluster: &Cluster,
+    client: &Client,
+    first: &str,
+    second: &str,
+) -> String {
+    let session = client.session.clone().expect("a session id");
+    let mut get = RawEvents::new(client.get_stream().await);
+    client
+        .result(
+            90,
+            "tools/call",
+            json!({"name": "background_log", "arguments": {"text": first, "after_ms": 10}}),
+        )
+        .await;
+    let id = until(&mut get, first).await;
+    drop(get);
+    client
+        .result(
+            91,
+            "tools/call",
+            json!({"name": "background_log", "arguments": {"text": second, "after_ms": 10}}),
+        )
+        .await;
+    written(cluster, &session, 2).await;
+    id
+}
+
+/// A GET resuming after `last`, checked to be accepted.
+async fn resume(client: &Client, last: &str) -> RawEvents {
+    let r = client
+        .request(reqwest::Method::GET)
+        .header("accept", "text/event-stream")
+        .header("last-event-id", last)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    RawEvents::new(r)
+}
+
 /// Waits until the replay events of `session`'s GET stream in Redis number at least `n`
 /// (they are written through in the background).
 async fn written(cluster: &Cluster, session: &str, n: usize) {
@@ -115,24 +158,7 @@ async fn a_killed_replicas_session_is_taken_over_with_its_state() {
     );
 
     // An event for the GET stream, read; another buffered while no GET is open.
-    let mut get = RawEvents::new(client.get_stream().await);
-    client
-        .result(
-            4,
-            "tools/call",
-            json!({"name": "background_log", "arguments": {"text": "first", "after_ms": 10}}),
-        )
-        .await;
-    let first = until(&mut get, "first").await;
-    drop(get);
-    client
-        .result(
-            5,
-            "tools/call",
-            json!({"name": "background_log", "arguments": {"text": "second", "after_ms": 10}}),
-        )
-        .await;
-    written(&cluster, &session, 2).await;
+    let first = one_read_one_buffered(&cluster, &client, "first", "second").await;
 
     // A call in flight when the replica dies.
     let mut slow = RawEvents::new(
@@ -187,28 +213,12 @@ async fn a_killed_replicas_session_is_taken_over_with_its_state() {
     assert_eq!(adopted(&cluster, &[1, 2]).await, 1.0);
 
     // The event buffered before the kill replays from Redis.
-    let resumed = there
-        .request(reqwest::Method::GET)
-        .header("accept", "text/event-stream")
-        .header("last-event-id", &first)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resumed.status(), 200);
-    let mut resumed = RawEvents::new(resumed);
+    let mut resumed = resume(&there, &first).await;
     until(&mut resumed, "second").await;
     drop(resumed);
 
     // The call in flight ends with an error that says what happened.
-    let resumed = there
-        .request(reqwest::Method::GET)
-        .header("accept", "text/event-stream")
-        .header("last-event-id", &slow_id)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resumed.status(), 200);
-    let mut resumed = RawEvents::new(resumed);
+    let mut resumed = resume(&there, &slow_id).await;
     let answer = loop {
         let ev = resumed.next().await.expect("the in-flight call's answer");
         if let Ok(v) = serde_json::from_str::<Value>(&ev.data)
@@ -246,25 +256,7 @@ async fn a_killed_replicas_session_is_taken_over_with_its_state() {
 async fn a_stopped_replica_hands_its_sessions_over() {
     let mut cluster = Cluster::start(2, &["--", FIXTURE]);
     let client = session_on(&cluster, 0).await;
-    let session = client.session.clone().expect("a session id");
-    let mut get = RawEvents::new(client.get_stream().await);
-    client
-        .result(
-            1,
-            "tools/call",
-            json!({"name": "background_log", "arguments": {"text": "before", "after_ms": 10}}),
-        )
-        .await;
-    let before = until(&mut get, "before").await;
-    drop(get);
-    client
-        .result(
-            2,
-            "tools/call",
-            json!({"name": "background_log", "arguments": {"text": "while away", "after_ms": 10}}),
-        )
-        .await;
-    written(&cluster, &session, 2).await;
+    let before = one_read_one_buffered(&cluster, &client, "before", "while away").await;
 
     assert!(cluster.terminate(0).success());
     let there = client.at(&cluster.url(1));
@@ -277,15 +269,8 @@ async fn a_stopped_replica_hands_its_sessions_over() {
         .await;
     assert!(text(&r).contains("still here"), "{r}");
     assert_eq!(adopted(&cluster, &[1]).await, 1.0);
-    let resumed = there
-        .request(reqwest::Method::GET)
-        .header("accept", "text/event-stream")
-        .header("last-event-id", &before)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resumed.status(), 200);
-    until(&mut RawEvents::new(resumed), "while away").await;
+    let mut resumed = resume(&there, &before).await;
+    until(&mut resumed, "while away").await;
 
     // DELETE ends it everywhere, taken over or not.
     assert_eq!(there.delete().await, 200);

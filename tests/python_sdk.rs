@@ -5,38 +5,14 @@
 
 mod common;
 
-use std::process::Command;
-
 use common::{Gateway, tool};
-use serde_json::Value;
-
-fn run_client(mode: &str, url: &str) -> Value {
-    let python = tool("venv/bin/python");
-    let script = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/clients/python_sdk_client.py"
-    );
-    let out = Command::new(python)
-        .args([script, mode, url])
-        .output()
-        .expect("run the Python client");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "python client failed ({}):\nstdout: {stdout}\nstderr: {}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_str(stdout.trim())
-        .unwrap_or_else(|e| panic!("bad client output {stdout}: {e}"))
-}
 
 #[tokio::test]
 async fn python_sdk_client_against_the_fixture() {
     let gw = Gateway::fixture(&[], &[]);
     let out = tokio::task::spawn_blocking({
         let url = gw.url.clone();
-        move || run_client("fixture", &url)
+        move || common::python_sdk_client("fixture", &url)
     })
     .await
     .unwrap();
@@ -102,7 +78,7 @@ async fn python_sdk_client_against_third_party_servers() {
     let gw = Gateway::start(&["--config", config.to_str().unwrap()]);
     let out = tokio::task::spawn_blocking({
         let url = gw.url.clone();
-        move || run_client("thirdparty", &url)
+        move || common::python_sdk_client("thirdparty", &url)
     })
     .await
     .unwrap();
@@ -131,7 +107,7 @@ async fn python_sdk_client_survives_gateway_side_closes_mid_call() {
     );
     let out = tokio::task::spawn_blocking({
         let url = gw.url.clone();
-        move || run_client("polling", &url)
+        move || common::python_sdk_client("polling", &url)
     })
     .await
     .unwrap();

@@ -138,3 +138,26 @@ pub fn free_port() -> u16 {
         .unwrap()
         .port()
 }
+
+/// Runs the official Python SDK's client (tests/clients/python_sdk_client.py) in `mode`
+/// against `url`; what it printed, as JSON. Fails the test if it fails.
+#[allow(dead_code)]
+pub fn python_sdk_client(mode: &str, url: &str) -> serde_json::Value {
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/clients/python_sdk_client.py"
+    );
+    let out = std::process::Command::new(tool("venv/bin/python"))
+        .args([script, mode, url])
+        .output()
+        .expect("run the Python client");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "python client failed ({}):\nstdout: {stdout}\nstderr: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_str(stdout.trim())
+        .unwrap_or_else(|e| panic!("bad client output {stdout}: {e}"))
+}
