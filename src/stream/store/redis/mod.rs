@@ -37,9 +37,10 @@
 //! event. A write that fails is not retried: its events are counted as dropped, and a replay
 //! that would need them reports them evicted.
 //!
-//! Where things are: this file holds the store, its sessions and the seam's methods; `read`
-//! the replays and adoptions from Redis, `writer` the background writer, `parse` the checks
-//! of Redis's answers, `tests` the tests against the real Redis.
+//! Where things are: this file holds the store and the seam's store-wide methods; `session`
+//! one session's events (appends, replays, adopted streams), `read` the replays and adoptions
+//! from Redis, `writer` the background writer, `parse` the checks of Redis's answers, `tests`
+//! the tests against the real Redis.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -253,34 +254,6 @@ impl Op {
     }
 }
 
-/// One session's events: in memory, and queued for Redis.
-struct RedisSession {
-    id: Arc<str>,
-    memory: Arc<dyn SessionEvents>,
-    shared: Arc<Shared>,
-    /// Set when the session is released: a stream that has not heard of it yet appends to
-    /// memory only, so no key comes back after the session's keys were deleted.
-    released: AtomicBool,
-    /// Set once [`EventStore::adopt`] loaded streams: only then is `remote` looked at, so a
-    /// session of this replica pays one atomic load for it.
-    adopted: AtomicBool,
-    /// The streams another replica wrote to Redis, as loaded when this one adopted the
-    /// session: what `oldest_kept` and `next_seq` answer without waiting on Redis.
-    remote: Mutex<HashMap<u64, Remote>>,
-}
-
-/// Where an adopted stream stood in Redis.
-#[derive(Debug, Clone, Copy)]
-struct Remote {
-    oldest_kept: u64,
-    /// One past the last event Redis took.
-    next_seq: u64,
-    /// Where this replica goes on: past every event the replica that died may have sent a
-    /// client without writing it to Redis (see [`RedisEventStore::adopt`]). Nothing is
-    /// kept between `next_seq` and this.
-    resumed_at: u64,
-}
-
 impl RedisEventStore {
     /// A store whose events are written through to Redis under `prefix` (the cluster's
     /// `redis_key_prefix`), bounded by `limits` as in memory. Spawns the writer task, so it
@@ -460,170 +433,14 @@ impl EventStore for RedisEventStore {
     }
 }
 
-impl RedisSession {
-    /// A replay of an adopted stream: what Redis holds up to where the replica that died
-    /// left it, then what this replica appended since (from `resumed_at` on). A cursor past
-    /// what Redis holds is one the client had live from the dead replica: it goes on with
-    /// this replica's events.
-    fn replay_adopted(
-        &self,
-        r: Remote,
-        stream: u64,
-        after: u64,
-        before: u64,
-        skip_evicted: bool,
-    ) -> ReplayFuture<'_> {
-        let here_after = after.max(r.resumed_at - 1);
-        if after.saturating_add(1) >= r.next_seq {
-            return self.memory.replay(stream, here_after, before, skip_evicted);
-        }
-        Box::pin(async move {
-            let mut events = self
-                .shared
-                .read_range(
-                    &self.id,
-                    stream,
-                    after,
-                    r.next_seq.min(before),
-                    skip_evicted,
-                    true,
-                )
-                .await?;
-            if before > r.resumed_at {
-                let newer = self.memory.replay(stream, here_after, before, skip_evicted);
-                events.extend(newer.await?);
-            }
-            Ok(events)
-        })
-    }
-
-    /// The adopted stream's position in Redis, if this session was adopted and had it.
-    fn remote(&self, stream: u64) -> Option<Remote> {
-        if !self.adopted.load(Ordering::Acquire) {
-            return None;
-        }
-        self.remote
-            .lock()
-            .expect("remote streams lock")
-            .get(&stream)
-            .copied()
-    }
-
-    fn remote_streams(&self) -> Vec<u64> {
-        self.remote
-            .lock()
-            .expect("remote streams lock")
-            .keys()
-            .copied()
-            .collect()
-    }
-
-    fn enqueue(&self, op: Op) {
-        if !self.released.load(Ordering::Acquire) {
-            self.shared.enqueue(op);
-        }
-    }
-}
-
-impl SessionEvents for RedisSession {
-    fn append(&self, stream: u64, seq: u64, data: Bytes) {
-        self.enqueue(Op::Append {
-            session: self.id.clone(),
-            stream,
-            seq,
-            data: data.clone(),
-        });
-        self.memory.append(stream, seq, data);
-    }
-
-    fn replay(&self, stream: u64, after: u64, before: u64, skip_evicted: bool) -> ReplayFuture<'_> {
-        let remote = self.remote(stream);
-        if let Some(r) = remote {
-            return self.replay_adopted(r, stream, after, before, skip_evicted);
-        }
-        // A stream of this replica is answered as on a gateway alone; one known nowhere here
-        // is another replica's, read from Redis, unless the session ended (its keys are
-        // deleted).
-        if self.memory.oldest_kept(stream).is_some() || self.released.load(Ordering::Acquire) {
-            return self.memory.replay(stream, after, before, skip_evicted);
-        }
-        Box::pin(async move {
-            self.shared
-                .read_range(&self.id, stream, after, before, skip_evicted, false)
-                .await
-        })
-    }
-
-    fn oldest_kept(&self, stream: u64) -> Option<u64> {
-        let in_memory = self.memory.oldest_kept(stream);
-        match self.remote(stream) {
-            Some(r) => Some(in_memory.map_or(r.oldest_kept, |m| m.min(r.oldest_kept))),
-            None => in_memory,
-        }
-    }
-
-    fn next_seq(&self, stream: u64) -> Option<u64> {
-        let in_memory = self.memory.next_seq(stream);
-        match self.remote(stream) {
-            Some(r) => Some(in_memory.map_or(r.resumed_at, |m| m.max(r.resumed_at))),
-            None => in_memory,
-        }
-    }
-
-    fn trim(&self, stream: u64, through: u64) {
-        self.memory.trim(stream, through);
-        if self.adopted.load(Ordering::Acquire)
-            && let Some(r) = self
-                .remote
-                .lock()
-                .expect("remote streams lock")
-                .get_mut(&stream)
-        {
-            r.oldest_kept = r.oldest_kept.max(through.saturating_add(1));
-        }
-        self.enqueue(Op::Trim {
-            session: self.id.clone(),
-            stream,
-            through,
-        });
-    }
-
-    fn owes(&self, stream: u64, ids: Bytes) {
-        self.enqueue(Op::Owe {
-            session: self.id.clone(),
-            stream,
-            ids,
-        });
-    }
-
-    fn answered(&self, stream: u64) {
-        self.enqueue(Op::Answered {
-            session: self.id.clone(),
-            stream,
-        });
-    }
-
-    fn release(&self, stream: u64) {
-        self.memory.release(stream);
-        if self.adopted.load(Ordering::Acquire) {
-            self.remote
-                .lock()
-                .expect("remote streams lock")
-                .remove(&stream);
-        }
-        self.enqueue(Op::Release {
-            session: self.id.clone(),
-            stream,
-        });
-    }
-}
-
 mod parse;
 mod read;
+mod session;
 mod writer;
 
 #[cfg(test)]
 mod tests;
 
 use parse::*;
+use session::*;
 use writer::*;

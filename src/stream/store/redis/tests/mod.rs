@@ -1,0 +1,348 @@
+//! The Redis event store against the real Redis at 127.0.0.1:6379 (a test fails, never skips,
+//! without it), each test under a key prefix of its own whose keys are deleted when it ends.
+
+use ::redis::aio::ConnectionManagerConfig;
+use std::collections::BTreeSet;
+
+use ::redis::{Client, Connection, RedisResult, Value};
+
+use super::*;
+
+const REDIS: &str = "redis://127.0.0.1:6379/";
+
+/// A key prefix of the test's own; its keys are deleted when it is dropped, a failed
+/// test's too.
+struct Prefix(String);
+
+impl Prefix {
+    fn new() -> Prefix {
+        Prefix(format!("test-{:016x}:", rand::random::<u64>()))
+    }
+
+    fn key(&self, rest: &str) -> String {
+        format!("{}{rest}", self.0)
+    }
+
+    /// Every key under the prefix now.
+    fn keys(&self) -> Vec<String> {
+        self.try_keys().expect("the test's keys")
+    }
+
+    fn try_keys(&self) -> RedisResult<Vec<String>> {
+        let mut con = Client::open(REDIS)?.get_connection()?;
+        let mut cursor = String::from("0");
+        let mut keys = Vec::new();
+        loop {
+            let (next, page): (String, Vec<String>) = ::redis::cmd("SCAN")
+                .arg(&cursor)
+                .arg("MATCH")
+                .arg(format!("{}*", self.0))
+                .arg("COUNT")
+                .arg(1000)
+                .query(&mut con)?;
+            keys.extend(page);
+            if next == "0" {
+                break;
+            }
+            cursor = next;
+        }
+        keys.sort();
+        keys.dedup();
+        Ok(keys)
+    }
+}
+
+impl Drop for Prefix {
+    fn drop(&mut self) {
+        // Never a panic here: a test that failed for want of Redis is unwinding already.
+        let Ok(keys) = self.try_keys() else { return };
+        if !keys.is_empty()
+            && let Ok(mut con) = Client::open(REDIS).and_then(|c| c.get_connection())
+        {
+            let _: RedisResult<()> = ::redis::cmd("DEL").arg(keys).query(&mut con);
+        }
+    }
+}
+
+fn sync_conn() -> Connection {
+    Client::open(REDIS)
+        .expect("a Redis URL")
+        .get_connection()
+        .expect("Redis at 127.0.0.1:6379 (the tests need it)")
+}
+
+async fn redis() -> ConnectionManager {
+    ConnectionManager::new(Client::open(REDIS).expect("a Redis URL"))
+        .await
+        .expect("Redis at 127.0.0.1:6379 (the tests need it)")
+}
+
+/// A manager for `url` that connects on first use and leaves timing out to the store.
+fn lazy(url: &str) -> ConnectionManager {
+    let config = ConnectionManagerConfig::new()
+        .set_number_of_retries(1)
+        .set_connection_timeout(None)
+        .set_response_timeout(None);
+    ConnectionManager::new_lazy_with_config(Client::open(url).expect("a Redis URL"), config)
+        .expect("a lazy connection manager")
+}
+
+fn data(stream: u64, seq: u64) -> Bytes {
+    Bytes::from(format!("event {stream}/{seq}"))
+}
+
+fn events(stream: u64, seqs: impl IntoIterator<Item = u64>) -> Vec<(u64, Bytes)> {
+    seqs.into_iter()
+        .map(|seq| (seq, data(stream, seq)))
+        .collect()
+}
+
+fn sid(id: &str) -> Arc<str> {
+    Arc::from(id)
+}
+
+const FLUSH: Duration = Duration::from_secs(5);
+
+#[tokio::test]
+async fn another_replica_replays_the_same_bytes_in_order() {
+    let prefix = Prefix::new();
+    let a = RedisEventStore::new(redis().await, prefix.0.clone(), ReplayLimits::default());
+    let id = sid("s1");
+    let ea = a.session(&id);
+    for seq in 1..=5 {
+        ea.append(0, seq, data(0, seq));
+        ea.append(3, seq, data(3, seq));
+    }
+    assert!(a.flush(FLUSH).await);
+    assert_eq!((a.written(), a.dropped()), (10, 0));
+    // This replica's own replays are memory's.
+    assert_eq!(ea.replay(3, 1, 6, false).await, Ok(events(3, 2..=5)));
+
+    let b = RedisEventStore::new(redis().await, prefix.0.clone(), ReplayLimits::default());
+    let eb = b.session(&id);
+    // A stream this replica never held is read from Redis.
+    assert_eq!(eb.replay(3, 2, 6, false).await, Ok(events(3, 3..=5)));
+    assert_eq!(eb.replay(3, 0, 4, false).await, Ok(events(3, 1..=3)));
+    assert_eq!(eb.replay(3, 5, 6, false).await, Ok(vec![]));
+    assert_eq!(
+        eb.next_seq(0),
+        None,
+        "not adopted: nothing known without waiting"
+    );
+
+    let mut positions = b.adopt(&id).await.expect("adopted").streams;
+    positions.sort_by_key(|p| p.stream);
+    // It goes on past every event the old owner may have sent without Redis having it.
+    let gap = b.unwritten_bound();
+    let r = 6 + gap;
+    let at = |stream| StreamPosition {
+        stream,
+        oldest_kept: 1,
+        next_seq: r,
+    };
+    assert_eq!(positions, vec![at(0), at(3)]);
+    assert_eq!((eb.oldest_kept(0), eb.next_seq(0)), (Some(1), Some(r)));
+
+    // The new owner goes on with the stream: the older part comes from Redis, the newer
+    // from its memory, the gap between them skipped.
+    eb.append(0, r, data(0, r));
+    eb.append(0, r + 1, data(0, r + 1));
+    assert_eq!(eb.next_seq(0), Some(r + 2));
+    assert_eq!(eb.oldest_kept(0), Some(1));
+    let mut all = events(0, 1..=5);
+    all.extend(events(0, r..=r + 1));
+    assert_eq!(eb.replay(0, 0, r + 2, false).await, Ok(all.clone()));
+    assert_eq!(eb.replay(0, 4, r + 2, false).await, Ok(all[4..].to_vec()));
+    // A client that had more from the old owner than Redis kept goes on after it.
+    assert_eq!(eb.replay(0, 9, r + 2, false).await, Ok(all[5..].to_vec()));
+    assert_eq!(eb.replay(0, r, r + 2, false).await, Ok(all[6..].to_vec()));
+    assert!(b.flush(FLUSH).await);
+    assert_eq!(
+        (b.written(), b.dropped()),
+        (2, 0),
+        "Redis took the new owner's events after the old owner's"
+    );
+    // A third replica reads both from Redis.
+    let c = RedisEventStore::new(redis().await, prefix.0.clone(), ReplayLimits::default());
+    let ec = c.session(&id);
+    assert_eq!(ec.replay(0, 0, r + 2, true).await, Ok(all));
+}
+
+#[tokio::test]
+async fn the_stream_bound_evicts_an_old_cursor() {
+    let prefix = Prefix::new();
+    let limits = ReplayLimits {
+        max_events_per_stream: 10,
+        ..ReplayLimits::default()
+    };
+    let a = RedisEventStore::new(redis().await, prefix.0.clone(), limits.clone());
+    let id = sid("s");
+    let ea = a.session(&id);
+    for seq in 1..=500 {
+        ea.append(1, seq, data(1, seq));
+    }
+    assert!(a.flush(FLUSH).await);
+    let key = prefix.key("events:s:1");
+    let len: usize = ::redis::cmd("XLEN")
+        .arg(&key)
+        .query(&mut sync_conn())
+        .unwrap();
+    assert!((10..500).contains(&len), "MAXLEN ~ 10 trimmed to {len}");
+
+    // Read with bounds as wide as Redis's: the oldest kept is Redis's first entry.
+    let wide = RedisEventStore::new(redis().await, prefix.0.clone(), ReplayLimits::default());
+    let first = 501 - len as u64;
+    assert_eq!(
+        wide.session(&id).replay(1, 0, 501, false).await,
+        Err(ReplayError::Evicted { oldest_kept: first })
+    );
+    assert_eq!(
+        wide.session(&id).replay(1, first - 1, 501, false).await,
+        Ok(events(1, first..=500))
+    );
+    // Read with the same bounds as the writer's: no more than memory would have kept.
+    let b = RedisEventStore::new(redis().await, prefix.0.clone(), limits);
+    let eb = b.session(&id);
+    assert_eq!(
+        eb.replay(1, 0, 501, false).await,
+        Err(ReplayError::Evicted { oldest_kept: 491 })
+    );
+    assert_eq!(
+        eb.replay(1, 489, 501, false).await,
+        Err(ReplayError::Evicted { oldest_kept: 491 })
+    );
+    assert_eq!(
+        eb.replay(1, 490, 501, false).await,
+        Ok(events(1, 491..=500))
+    );
+    assert_eq!(eb.replay(1, 0, 501, true).await, Ok(events(1, 491..=500)));
+}
+
+#[tokio::test]
+async fn the_byte_bound_applies_on_the_way_back() {
+    let prefix = Prefix::new();
+    let a = RedisEventStore::new(redis().await, prefix.0.clone(), ReplayLimits::default());
+    let id = sid("s");
+    let ea = a.session(&id);
+    for seq in 1..=10 {
+        ea.append(1, seq, Bytes::from_static(b"four"));
+    }
+    assert!(a.flush(FLUSH).await);
+    let small = ReplayLimits {
+        max_bytes_per_stream: 10,
+        ..ReplayLimits::default()
+    };
+    let b = RedisEventStore::new(redis().await, prefix.0.clone(), small);
+    let eb = b.session(&id);
+    assert_eq!(
+        eb.replay(1, 0, 11, false).await,
+        Err(ReplayError::Evicted { oldest_kept: 9 })
+    );
+    let kept = vec![
+        (9, Bytes::from_static(b"four")),
+        (10, Bytes::from_static(b"four")),
+    ];
+    assert_eq!(eb.replay(1, 8, 11, false).await, Ok(kept.clone()));
+    assert_eq!(eb.replay(1, 0, 11, true).await, Ok(kept));
+}
+
+#[tokio::test]
+async fn release_deletes_the_keys() {
+    let prefix = Prefix::new();
+    let limits = ReplayLimits::default();
+    let a = RedisEventStore::new(redis().await, prefix.0.clone(), limits.clone());
+    let id = sid("s");
+    let ea = a.session(&id);
+    for seq in 1..=3 {
+        ea.append(1, seq, data(1, seq));
+        ea.append(2, seq, data(2, seq));
+    }
+    assert!(a.flush(FLUSH).await);
+    let (k1, k2, index) = (
+        prefix.key("events:s:1"),
+        prefix.key("events:s:2"),
+        prefix.key("event-streams:s"),
+    );
+    assert_eq!(prefix.keys(), vec![index.clone(), k1.clone(), k2.clone()]);
+    let mut con = sync_conn();
+    for key in [&k1, &k2, &index] {
+        let ttl: i64 = ::redis::cmd("PTTL").arg(key).query(&mut con).unwrap();
+        assert!(
+            ttl > 0 && ttl <= limits.max_age.as_millis() as i64,
+            "{key} expires with the replay age: {ttl} ms"
+        );
+    }
+    let members: BTreeSet<u64> = ::redis::cmd("SMEMBERS")
+        .arg(&index)
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(members, BTreeSet::from([1, 2]));
+
+    ea.release(1);
+    assert!(a.flush(FLUSH).await);
+    assert_eq!(prefix.keys(), vec![index.clone(), k2.clone()]);
+    let members: BTreeSet<u64> = ::redis::cmd("SMEMBERS")
+        .arg(&index)
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(members, BTreeSet::from([2]));
+
+    // Trimmed (delivered) events leave Redis too.
+    ea.trim(2, 2);
+    assert!(a.flush(FLUSH).await);
+    let b = RedisEventStore::new(redis().await, prefix.0.clone(), limits.clone());
+    assert_eq!(
+        b.session(&id).replay(2, 0, 4, false).await,
+        Err(ReplayError::Evicted { oldest_kept: 3 })
+    );
+    assert_eq!(
+        b.session(&id).replay(2, 2, 4, false).await,
+        Ok(events(2, 3..=3))
+    );
+
+    a.release_session(&id);
+    assert!(a.flush(FLUSH).await);
+    assert_eq!(prefix.keys(), Vec::<String>::new());
+    // A stream that had not heard of the end appends once more: memory only, no key
+    // comes back.
+    ea.append(2, 4, data(2, 4));
+    assert!(a.flush(FLUSH).await);
+    assert_eq!(prefix.keys(), Vec::<String>::new());
+    assert_eq!(
+        b.session(&id).replay(2, 0, 5, false).await,
+        Err(ReplayError::Evicted { oldest_kept: 5 })
+    );
+}
+
+#[tokio::test]
+async fn an_adopted_session_releases_what_it_adopted() {
+    let prefix = Prefix::new();
+    let a = RedisEventStore::new(redis().await, prefix.0.clone(), ReplayLimits::default());
+    let id = sid("s");
+    let ea = a.session(&id);
+    for stream in 0..3 {
+        ea.append(stream, 1, data(stream, 1));
+    }
+    assert!(a.flush(FLUSH).await);
+    let b = RedisEventStore::new(redis().await, prefix.0.clone(), ReplayLimits::default());
+    assert_eq!(b.adopt(&id).await.map(|p| p.streams.len()), Ok(3));
+    b.session(&id).append(5, 1, data(5, 1));
+    b.session(&id).release(1);
+    assert!(b.flush(FLUSH).await);
+    assert_eq!(b.session(&id).next_seq(1), None);
+    assert_eq!(
+        prefix.keys(),
+        vec![
+            prefix.key("event-streams:s"),
+            prefix.key("events:s:0"),
+            prefix.key("events:s:2"),
+            prefix.key("events:s:5"),
+        ]
+    );
+    b.release_session(&id);
+    assert!(b.flush(FLUSH).await);
+    assert_eq!(prefix.keys(), Vec::<String>::new());
+}
+
+mod faults;
+mod handover;
