@@ -121,3 +121,24 @@ async fn python_sdk_client_survives_gateway_side_closes_mid_call() {
         gw.log()
     );
 }
+
+/// The official Python SDK 2.x client, pinned to 2026-07-28 and in `auto` (which probes
+/// `server/discover` and stays modern): tools, resources and prompts without a session.
+#[tokio::test]
+async fn the_python_sdk_speaks_2026_07_28_to_the_gateway() {
+    let gw = Gateway::fixture(&[], &[]);
+    for mode in ["modern", "auto"] {
+        let url = gw.url.clone();
+        let out = tokio::task::spawn_blocking(move || common::python_sdk_client(mode, &url))
+            .await
+            .unwrap();
+        assert_eq!(out["protocol_version"], "2026-07-28", "{mode}: {out}");
+        assert_eq!(out["echo"], "hello from a modern client", "{mode}: {out}");
+        assert_eq!(
+            out["resource"],
+            "This is the content of the static text resource."
+        );
+        assert_eq!(out["prompt"], "This is a simple prompt for testing.");
+        assert!(out["tools"].as_u64().unwrap() > 10, "{out}");
+    }
+}

@@ -7,6 +7,7 @@ use axum::response::{IntoResponse, Response};
 
 use crate::auth::{AuthError, Challenge};
 use crate::jsonrpc::{self, Id, ParseError, code};
+use crate::protocol::modern::ModernError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum HttpError {
@@ -69,6 +70,9 @@ pub enum HttpError {
     /// off: it may have run, so no `Retry-After` invites sending it again.
     #[error("Bad Gateway: the gateway replica serving this session did not answer this request")]
     OwnerFailed(String),
+    /// A modern-era (2026-07-28) request the spec says to refuse, with its own code and data.
+    #[error("{0}")]
+    Modern(ModernError, Option<Id>),
 }
 
 impl HttpError {
@@ -97,6 +101,8 @@ impl HttpError {
                 StatusCode::SERVICE_UNAVAILABLE
             }
             HttpError::OwnerFailed(_) => StatusCode::BAD_GATEWAY,
+            HttpError::Modern(ModernError::MethodNotFound(_), _) => StatusCode::NOT_FOUND,
+            HttpError::Modern(..) => StatusCode::BAD_REQUEST,
         }
     }
 
@@ -109,6 +115,7 @@ impl HttpError {
             HttpError::InvalidRequest(..) => code::INVALID_REQUEST,
             HttpError::InvalidParams(..) => code::INVALID_PARAMS,
             HttpError::SessionNotFound => code::SESSION_NOT_FOUND,
+            HttpError::Modern(e, _) => e.code(),
             HttpError::ForbiddenOrigin(_)
             | HttpError::ForbiddenHost(_)
             | HttpError::NotAcceptable(_)
@@ -137,6 +144,7 @@ impl HttpError {
             HttpError::Parse(e) => e.id(),
             HttpError::InvalidRequest(_, id) => id.as_ref(),
             HttpError::InvalidParams(_, id) => Some(id),
+            HttpError::Modern(_, id) => id.as_ref(),
             HttpError::ForbiddenOrigin(_)
             | HttpError::ForbiddenHost(_)
             | HttpError::NotAcceptable(_)
@@ -178,7 +186,20 @@ impl IntoResponse for HttpError {
         } else {
             tracing::debug!(status = status.as_u16(), "{self}");
         }
-        let body = jsonrpc::error_bytes(self.id(), self.code(), &self.to_string());
+        let body = match &self {
+            HttpError::Modern(e, id) => {
+                let mut error = serde_json::json!({ "code": e.code(), "message": e.to_string() });
+                if let Some(data) = e.data() {
+                    error["data"] = data;
+                }
+                let error = serde_json::value::RawValue::from_string(error.to_string())
+                    .expect("valid JSON");
+                let null =
+                    serde_json::value::RawValue::from_string("null".into()).expect("valid JSON");
+                jsonrpc::error_object_bytes(id.as_ref().map_or(&*null, Id::raw), &error)
+            }
+            _ => jsonrpc::error_bytes(self.id(), self.code(), &self.to_string()),
+        };
         let mut response = (status, body).into_response();
         let headers = response.headers_mut();
         headers.insert(

@@ -3,6 +3,7 @@
 //! holds no state and does no I/O.
 
 pub mod era;
+pub mod modern;
 
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -15,6 +16,18 @@ pub const CLIENT_VERSIONS: &[&str] = &["2025-11-25", "2025-06-18", "2025-03-26"]
 /// Versions the gateway accepts from stdio plugins, newest first. 2024-11-05 predates
 /// Streamable HTTP but is still what many stdio servers speak; over stdio it is compatible.
 pub const PLUGIN_VERSIONS: &[&str] = &["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"];
+
+/// The syslog severities MCP uses for log messages, least severe first.
+pub const LOG_LEVELS: &[&str] = &[
+    "debug",
+    "info",
+    "notice",
+    "warning",
+    "error",
+    "critical",
+    "alert",
+    "emergency",
+];
 
 /// The newest version the gateway speaks.
 pub const LATEST: &str = CLIENT_VERSIONS[0];

@@ -436,6 +436,25 @@ pub fn initialize_result(view: &View, version: &str) -> Box<RawValue> {
         .expect("valid JSON")
 }
 
+/// The `server/discover` result of a view (2026-07-28): every version served, the same
+/// merged capabilities, server info and instructions as `initialize` gives, and caching hints.
+pub fn discover_result(view: &View, cache_scope: &str) -> Box<RawValue> {
+    let rest = view.initialize.get_or_init(|| initialize_rest(view));
+    let rest: serde_json::Value = serde_json::from_str(rest).unwrap_or_default();
+    let mut out = serde_json::json!({
+        "resultType": "complete",
+        "supportedVersions": crate::protocol::modern::supported_versions(),
+        "capabilities": rest["capabilities"],
+        "_meta": { crate::protocol::modern::META_SERVER_INFO: rest["serverInfo"] },
+        "ttlMs": 0,
+        "cacheScope": cache_scope,
+    });
+    if let Some(text) = rest.get("instructions") {
+        out["instructions"] = text.clone();
+    }
+    RawValue::from_string(out.to_string()).expect("valid JSON")
+}
+
 fn initialize_rest(view: &View) -> Box<str> {
     let capabilities: Vec<serde_json::Value> = view
         .plugins

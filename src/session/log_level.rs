@@ -13,16 +13,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 /// The syslog severities MCP uses, least severe first.
-pub(crate) const LOG_LEVELS: &[&str] = &[
-    "debug",
-    "info",
-    "notice",
-    "warning",
-    "error",
-    "critical",
-    "alert",
-    "emergency",
-];
+pub(crate) use crate::protocol::LOG_LEVELS;
 
 /// The level a client asked for, if any.
 #[derive(Default)]

@@ -53,14 +53,16 @@ pub struct SessionManager {
     /// Where sessions' records are kept for other replicas, if anywhere: written at
     /// creation, removed at the end.
     pub records: Option<Arc<dyn SessionStore>>,
-    stream_settings: StreamSettings,
+    pub(super) stream_settings: StreamSettings,
     /// How long a stream nobody resumes is kept (the replay age limit).
-    abandon_after: Duration,
+    pub(super) abandon_after: Duration,
     /// Starts and restarts plugin instances; keeps the shared and warm processes.
     pub supervisor: Arc<Supervisor>,
-    tasks: TaskTracker,
+    pub(super) tasks: TaskTracker,
     /// See [`SessionManager::adoption_lock`].
     adoption_locks: Box<[tokio::sync::Mutex<()>]>,
+    /// Modern clients' callers' sessions, by caller (see `callers.rs`).
+    pub(super) callers: DashMap<Arc<str>, Arc<Session>, foldhash::fast::RandomState>,
     stripes: foldhash::fast::RandomState,
 }
 
@@ -97,6 +99,7 @@ impl SessionManager {
             supervisor,
             tasks: TaskTracker::new(),
             adoption_locks: (0..64).map(|_| tokio::sync::Mutex::new(())).collect(),
+            callers: DashMap::default(),
             stripes: Default::default(),
         });
         let listeners: std::sync::Weak<dyn Listeners> = Arc::downgrade(&manager) as _;
@@ -397,6 +400,7 @@ impl SessionManager {
                 s.reap_streams(self.abandon_after);
                 s.reap_idle_plugins();
             }
+            self.reap_callers(self.config.idle_timeout);
             self.store.expire();
             self.supervisor.reap();
         }
@@ -405,7 +409,7 @@ impl SessionManager {
     /// Tells every session the registry changed.
     pub fn registry_changed(&self, view: &View) {
         self.supervisor.apply(view);
-        for s in self.sessions.iter() {
+        for s in self.sessions.iter().chain(self.callers.iter()) {
             s.registry_changed(view);
         }
     }
@@ -421,9 +425,15 @@ impl SessionManager {
         for id in ids {
             self.end(&id);
         }
+        self.end_callers();
         self.tasks.close();
         self.tasks.wait().await;
         self.supervisor.shutdown().await;
+    }
+
+    /// Ends a session out of every table, in the background (shutdown waits for it).
+    pub(super) fn spawn_end(&self, session: Arc<Session>) {
+        self.tasks.spawn(async move { session.end().await });
     }
 
     /// Lets a store's call finish: at once when it can (the in-memory store's always do, so
@@ -451,20 +461,29 @@ impl SessionManager {
 
 impl Listeners for SessionManager {
     fn owner_of(&self, sink: &Sink) -> Option<Arc<dyn PluginEvents>> {
-        self.get(sink.session_id())
-            .map(|s| s as Arc<dyn PluginEvents>)
+        let id = sink.session_id();
+        let session = match id.starts_with("caller:") {
+            true => self
+                .callers
+                .iter()
+                .find(|s| &*s.id == id)
+                .map(|s| s.clone()),
+            false => self.get(id),
+        };
+        session.map(|s| s as Arc<dyn PluginEvents>)
     }
 
     fn everyone(&self) -> Vec<Arc<dyn PluginEvents>> {
         self.sessions
             .iter()
+            .chain(self.callers.iter())
             .map(|s| s.clone() as Arc<dyn PluginEvents>)
             .collect()
     }
 }
 
 /// 256 bits from the OS-seeded CSPRNG, base64url: 43 visible ASCII characters.
-fn new_session_id() -> Arc<str> {
+pub(super) fn new_session_id() -> Arc<str> {
     let mut bytes = [0u8; 32];
     rand::rng().fill_bytes(&mut bytes);
     Arc::from(base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes))

@@ -21,6 +21,7 @@
 //! orders concurrent first uses of the same plugin in the same session.
 
 mod adopt;
+mod callers;
 mod log_level;
 mod manager;
 mod plugins;
@@ -128,6 +129,8 @@ pub struct Session {
     pub routes: Mutex<ResourceRoutes>,
     /// Cancelled when the session ends: its streams close.
     pub closed: CancellationToken,
+    /// A modern client's caller's session: what would go on its GET stream is dropped.
+    pub for_caller: bool,
     /// Times the session was taken over by another replica (cluster mode): its streams are
     /// numbered from `generation << 32`.
     pub generation: u32,
@@ -149,6 +152,8 @@ pub struct Session {
 pub enum Origin<'a> {
     New,
     Adopted(&'a SessionRecord),
+    /// A modern client's caller's session (`callers.rs`): no GET stream to hold messages for.
+    Caller,
 }
 
 impl Session {
@@ -163,8 +168,9 @@ impl Session {
         records: Option<Arc<dyn SessionStore>>,
         stream_settings: StreamSettings,
     ) -> Arc<Session> {
+        let caller = matches!(origin, Origin::Caller);
         let (tag, generation, state) = match origin {
-            Origin::New => (rand::random::<u32>(), 0, SessionState::default()),
+            Origin::New | Origin::Caller => (rand::random::<u32>(), 0, SessionState::default()),
             Origin::Adopted(r) => (r.tag, r.generation, r.state.clone()),
         };
         let log_level = log_level::LogLevel::default();
@@ -187,7 +193,9 @@ impl Session {
             },
             tag,
             true,
-            if stream_settings.resumable {
+            if caller {
+                Buffering::None
+            } else if stream_settings.resumable {
                 Buffering::Replay
             } else {
                 Buffering::UntilDelivered
@@ -224,6 +232,7 @@ impl Session {
             subscriptions: Mutex::new(state.subscriptions.into_iter().collect()),
             routes: Mutex::new(Default::default()),
             closed,
+            for_caller: caller,
             generation,
             records,
             state_seq: AtomicU64::new(state.seq),

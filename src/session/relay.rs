@@ -46,6 +46,10 @@ impl Session {
         if is_request {
             return Err(bytes);
         }
+        if self.for_caller {
+            // A modern client listens only on its requests' own streams.
+            return Err(bytes);
+        }
         get.message(bytes).inspect_err(|_| {
             tracing::warn!(session = %self.id, "the GET stream is released: a notification was dropped");
         })

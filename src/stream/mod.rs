@@ -99,7 +99,12 @@ pub trait StreamHooks: Send + Sync {
     fn released(&self, stream: u64);
 }
 
+/// Rewrites a response before it is kept or sent (see [`Stream::rewrite_responses`]).
+pub type Rewrite = Arc<dyn Fn(Bytes) -> Bytes + Send + Sync>;
+
 struct Inner {
+    /// Applied to each response before it is kept or sent.
+    rewrite: Option<Rewrite>,
     next_seq: u64,
     conn: Option<Conn>,
     attaches: u64,
@@ -140,6 +145,7 @@ impl Stream {
             tracks_delivery: owed.is_none(),
             events,
             inner: Mutex::new(Inner {
+                rewrite: None,
                 next_seq: 1,
                 conn: None,
                 attaches: 0,
@@ -164,6 +170,12 @@ impl Stream {
         let s = Stream::new(key, tag, true, Buffering::Replay, events, Some(0), hooks);
         s.lock().next_seq = next_seq;
         s
+    }
+
+    /// Has every response of this stream rewritten before it is kept or sent (a modern
+    /// client's results get `resultType`), set before any response comes.
+    pub fn rewrite_responses(&self, rewrite: Rewrite) {
+        self.lock().rewrite = Some(rewrite);
     }
 
     /// Takes a stream over from where another replica left it in the shared store (an

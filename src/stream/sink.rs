@@ -23,6 +23,10 @@ impl Stream {
     /// connection is ending).
     fn push(&self, data: Bytes, response: bool) -> Result<(), Bytes> {
         let mut g = self.lock();
+        let data = match &g.rewrite {
+            Some(rewrite) if response => rewrite(data),
+            _ => data,
+        };
         let closed = g.released || (!response && g.owed == Some(0));
         if closed || (!self.buffered() && g.conn.is_none()) {
             if response {

@@ -8,6 +8,8 @@ Usage: python_sdk_client.py MODE URL
                 mcp-server-time (PyPI), prefixed `everything__` and `time__`
   polling     - the gateway fronts tests/fixture and closes SSE connections mid-call
                 (polling mode): calls must still complete
+  modern      - a 2026-07-28 client (no session): tools, a resource, a prompt
+  auto        - the same in the SDK's `auto` mode, which must end up modern
   cluster     - URL is a load balancer in front of several replicas in cluster mode, in
                 polling mode: tools, progress, sampling, a resource subscription and streams
                 resumed, every request on whichever replica round-robin picks
@@ -209,9 +211,38 @@ async def cluster(url: str) -> dict:
     return out
 
 
+async def modern(url: str, mode: str = "2026-07-28") -> dict:
+    """A client of the 2026-07-28 era (no session): pinned to it, or in `auto`, which probes
+    `server/discover` first and must end up modern."""
+    out: dict = {}
+    async with httpx2.AsyncClient(timeout=TIMEOUTS) as http:
+        transport = streamable_http_client(url, http_client=http)
+        async with Client(transport, mode=mode, cache=None) as client:
+            out["protocol_version"] = client.protocol_version
+            tools = await client.list_tools()
+            out["tools"] = len(tools.tools)
+            out["echo"] = text_of(await client.call_tool("echo", {"text": "hello from a modern client"}))
+            res = await client.read_resource("test://static-text")
+            out["resource"] = res.contents[0].text
+            prompt = await client.get_prompt("test_simple_prompt", {})
+            out["prompt"] = prompt.messages[0].content.text
+    return out
+
+
+async def auto(url: str) -> dict:
+    return await modern(url, "auto")
+
+
 async def main() -> None:
     mode, url = sys.argv[1], sys.argv[2]
-    modes = {"fixture": fixture, "thirdparty": thirdparty, "polling": polling, "cluster": cluster}
+    modes = {
+        "fixture": fixture,
+        "thirdparty": thirdparty,
+        "polling": polling,
+        "cluster": cluster,
+        "modern": modern,
+        "auto": auto,
+    }
     result = await modes[mode](url)
     print(json.dumps(result))
 

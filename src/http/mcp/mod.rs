@@ -15,6 +15,7 @@
 
 mod get;
 mod initialize;
+mod modern;
 mod post;
 mod step_up;
 

@@ -16,6 +16,7 @@ use serde_json::value::RawValue;
 use tracing::Instrument;
 
 use super::initialize::initialize;
+use super::modern::modern;
 use super::step_up::visible_view;
 use super::{
     Conn, Reached, authorize, check_version, json_response, opening, reach, session_header,
@@ -54,6 +55,7 @@ pub(super) async fn handle_post(
     let session_id = session_header(headers)?;
     match era::classify(session_id, &parsed) {
         Era::Initialize => initialize(gw, headers, parsed, principal.as_ref(), &conn).await,
+        Era::Modern => modern(gw, headers, parsed, principal.as_ref(), &conn).await,
         Era::Sessionless { .. } => Err(HttpError::MissingSession(protocol::supported_list())),
         Era::Session(id) => {
             let request = (&conn, headers, Method::POST, bytes);

@@ -1,0 +1,496 @@
+//! The modern era (2026-07-28) as the gateway reads it from a request: the version, client
+//! identity and capabilities in `params._meta`, and the HTTP headers that must mirror the body
+//! (`MCP-Protocol-Version`, `Mcp-Method`, `Mcp-Name`, with the Base64 sentinel form). What
+//! is wrong becomes a [`ModernError`], whose code and data are the spec's; the HTTP layer only
+//! maps it to a status.
+//!
+//! It reads only what it needs from `_meta` and never trusts a header over the body: a
+//! header that disagrees with the body is refused, not preferred.
+
+use std::collections::HashMap;
+
+use base64::Engine;
+use serde::Deserialize;
+use serde::de::IgnoredAny;
+use serde_json::value::RawValue;
+
+/// The modern versions the gateway serves, newest first.
+pub const MODERN_VERSIONS: &[&str] = &["2026-07-28"];
+
+/// `_meta` keys of a modern request.
+pub const META_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
+pub const META_CLIENT_INFO: &str = "io.modelcontextprotocol/clientInfo";
+pub const META_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
+pub const META_LOG_LEVEL: &str = "io.modelcontextprotocol/logLevel";
+pub const META_SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
+
+/// JSON-RPC error codes of the modern era.
+pub mod code {
+    pub const HEADER_MISMATCH: i64 = -32020;
+    pub const MISSING_REQUIRED_CLIENT_CAPABILITY: i64 = -32021;
+    pub const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
+}
+
+/// The methods a modern client may call on the gateway. Anything else, `initialize`, `ping`
+/// and `logging/setLevel` included, is not found.
+pub const METHODS: &[&str] = &[
+    "server/discover",
+    "tools/list",
+    "tools/call",
+    "resources/list",
+    "resources/templates/list",
+    "resources/read",
+    "prompts/list",
+    "prompts/get",
+    "completion/complete",
+];
+
+/// The Base64 sentinel around an encoded header value.
+const SENTINEL_START: &str = "=?base64?";
+const SENTINEL_END: &str = "?=";
+
+/// Why a modern request is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ModernError {
+    /// A header is missing, malformed, or disagrees with the body (-32020).
+    #[error("Header mismatch: {0}")]
+    HeaderMismatch(String),
+    /// The version in `_meta` is not one the gateway serves (-32022).
+    #[error("Unsupported protocol version: {requested}")]
+    UnsupportedVersion { requested: String },
+    /// The method is not one the gateway serves in this era (-32601, 404).
+    #[error("Method not found: {0}")]
+    MethodNotFound(String),
+    /// `_meta` is not what the spec says (-32602).
+    #[error("Invalid params: {0}")]
+    InvalidMeta(String),
+}
+
+impl ModernError {
+    pub fn code(&self) -> i64 {
+        match self {
+            ModernError::HeaderMismatch(_) => code::HEADER_MISMATCH,
+            ModernError::UnsupportedVersion { .. } => code::UNSUPPORTED_PROTOCOL_VERSION,
+            ModernError::MethodNotFound(_) => crate::jsonrpc::code::METHOD_NOT_FOUND,
+            ModernError::InvalidMeta(_) => crate::jsonrpc::code::INVALID_PARAMS,
+        }
+    }
+
+    /// The error's `data`, where the spec gives it one.
+    pub fn data(&self) -> Option<serde_json::Value> {
+        match self {
+            ModernError::UnsupportedVersion { requested } => Some(serde_json::json!({
+                "supported": supported_versions(),
+                "requested": requested,
+            })),
+            _ => None,
+        }
+    }
+}
+
+/// Every version the gateway serves, modern and legacy, newest first (`server/discover`'s
+/// `supportedVersions`, and the data of -32022).
+pub fn supported_versions() -> Vec<&'static str> {
+    MODERN_VERSIONS
+        .iter()
+        .chain(super::CLIENT_VERSIONS)
+        .copied()
+        .collect()
+}
+
+/// What a modern request says about itself in `_meta`.
+#[derive(Debug, Clone, Default)]
+pub struct RequestMeta {
+    pub version: String,
+    pub client_info: Option<Box<RawValue>>,
+    /// The names of the capabilities the client declared (`sampling`, `elicitation`, ...).
+    pub capabilities: Vec<String>,
+    /// Raw, as declared: a plugin's request is checked against it.
+    pub capabilities_raw: Option<Box<RawValue>>,
+    /// The level at or above which this request's log messages are wanted; none without.
+    pub log_level: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct Params<'a> {
+    #[serde(borrow, rename = "_meta")]
+    meta: Option<&'a RawValue>,
+    #[serde(borrow)]
+    name: Option<&'a RawValue>,
+    #[serde(borrow)]
+    uri: Option<&'a RawValue>,
+}
+
+#[derive(Deserialize)]
+struct Meta<'a> {
+    #[serde(borrow, rename = "io.modelcontextprotocol/protocolVersion")]
+    version: Option<&'a RawValue>,
+    #[serde(rename = "io.modelcontextprotocol/clientInfo")]
+    client_info: Option<Box<RawValue>>,
+    #[serde(rename = "io.modelcontextprotocol/clientCapabilities")]
+    capabilities: Option<Box<RawValue>>,
+    #[serde(borrow, rename = "io.modelcontextprotocol/logLevel")]
+    log_level: Option<&'a RawValue>,
+}
+
+/// The modern version a request's params declare, if they declare one (the era test: a
+/// request carrying it is modern, whatever its method).
+pub fn declared_version(params: Option<&RawValue>) -> Option<String> {
+    let params: Params = serde_json::from_str(params?.get()).ok()?;
+    let meta: Meta = serde_json::from_str(params.meta?.get()).ok()?;
+    serde_json::from_str::<String>(meta.version?.get()).ok()
+}
+
+/// Reads `_meta` of a modern request (one whose params declare a version).
+pub fn read_meta(params: Option<&RawValue>) -> Result<RequestMeta, ModernError> {
+    let bad = |what: &str| ModernError::InvalidMeta(what.to_owned());
+    let params: Params = params
+        .map(|p| serde_json::from_str(p.get()))
+        .transpose()
+        .map_err(|_| bad("params must be an object"))?
+        .ok_or_else(|| bad("params._meta is required"))?;
+    let meta: Meta = serde_json::from_str(
+        params
+            .meta
+            .ok_or_else(|| bad("params._meta is required"))?
+            .get(),
+    )
+    .map_err(|_| bad("params._meta must be an object"))?;
+    let version: String = meta
+        .version
+        .and_then(|v| serde_json::from_str(v.get()).ok())
+        .ok_or_else(|| {
+            bad("_meta[\"io.modelcontextprotocol/protocolVersion\"] must be a string")
+        })?;
+    let capabilities = match &meta.capabilities {
+        None => Vec::new(),
+        Some(raw) => serde_json::from_str::<HashMap<String, IgnoredAny>>(raw.get())
+            .map_err(|_| {
+                bad("_meta[\"io.modelcontextprotocol/clientCapabilities\"] must be an object")
+            })?
+            .into_keys()
+            .collect(),
+    };
+    let log_level = match meta.log_level {
+        None => None,
+        Some(l) => {
+            let l: String = serde_json::from_str(l.get())
+                .map_err(|_| bad("_meta[\"io.modelcontextprotocol/logLevel\"] must be a string"))?;
+            if !crate::protocol::LOG_LEVELS.contains(&l.as_str()) {
+                return Err(bad(
+                    "_meta[\"io.modelcontextprotocol/logLevel\"] is not a log level",
+                ));
+            }
+            Some(l)
+        }
+    };
+    Ok(RequestMeta {
+        version,
+        client_info: meta.client_info,
+        capabilities,
+        capabilities_raw: meta.capabilities,
+        log_level,
+    })
+}
+
+/// The headers a modern POST carries that mirror its body.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct MirroredHeaders<'a> {
+    pub protocol_version: Option<&'a [u8]>,
+    pub method: Option<&'a [u8]>,
+    pub name: Option<&'a [u8]>,
+}
+
+/// Checks that the headers mirror the body: `MCP-Protocol-Version` equals the version in
+/// `_meta`, `Mcp-Method` the method, and `Mcp-Name` (decoded from its Base64 form) the
+/// `name` or `uri` of the requests that have one.
+pub fn check_headers(
+    headers: MirroredHeaders<'_>,
+    meta: &RequestMeta,
+    method: &str,
+    params: Option<&RawValue>,
+) -> Result<(), ModernError> {
+    let mismatch = |s: String| Err(ModernError::HeaderMismatch(s));
+    match headers.protocol_version {
+        None => return mismatch("the MCP-Protocol-Version header is required".into()),
+        Some(v) if v != meta.version.as_bytes() => {
+            return mismatch(format!(
+                "MCP-Protocol-Version header value '{}' does not match the body's protocol version '{}'",
+                String::from_utf8_lossy(v),
+                meta.version
+            ));
+        }
+        Some(_) => {}
+    }
+    match headers.method {
+        None => return mismatch("the Mcp-Method header is required".into()),
+        Some(m) if m != method.as_bytes() => {
+            return mismatch(format!(
+                "Mcp-Method header value '{}' does not match the body's method '{method}'",
+                String::from_utf8_lossy(m)
+            ));
+        }
+        Some(_) => {}
+    }
+    let field = match method {
+        "tools/call" | "prompts/get" => "name",
+        "resources/read" => "uri",
+        _ => return Ok(()),
+    };
+    let body_value: Option<String> = params
+        .and_then(|p| serde_json::from_str::<Params>(p.get()).ok())
+        .and_then(|p| if field == "name" { p.name } else { p.uri })
+        .and_then(|v| serde_json::from_str(v.get()).ok());
+    let Some(body_value) = body_value else {
+        // The body's own check (the router's) says what is missing.
+        return Ok(());
+    };
+    let Some(header) = headers.name else {
+        return mismatch(format!("the Mcp-Name header is required for {method}"));
+    };
+    let header = decode_header_value(header)
+        .ok_or_else(|| ModernError::HeaderMismatch("the Mcp-Name header is malformed".into()))?;
+    if header != body_value {
+        return mismatch(format!(
+            "Mcp-Name header value '{header}' does not match body value '{body_value}'"
+        ));
+    }
+    Ok(())
+}
+
+/// A mirrored header's value: as it is when plain, decoded when in the Base64 sentinel form;
+/// `None` when it holds characters a header may not, or its Base64 or UTF-8 is bad.
+pub fn decode_header_value(raw: &[u8]) -> Option<String> {
+    if !raw.iter().all(|b| *b == b'\t' || (0x20..0x7f).contains(b)) {
+        return None;
+    }
+    let text = std::str::from_utf8(raw).ok()?;
+    match text
+        .strip_prefix(SENTINEL_START)
+        .and_then(|t| t.strip_suffix(SENTINEL_END))
+    {
+        Some(encoded) => {
+            let bytes = base64::engine::general_purpose::STANDARD
+                .decode(encoded)
+                .ok()?;
+            String::from_utf8(bytes).ok()
+        }
+        None => Some(text.to_owned()),
+    }
+}
+
+/// The methods whose complete results carry caching hints (2026-07-28 caching).
+pub const CACHEABLE: &[&str] = &[
+    "server/discover",
+    "tools/list",
+    "prompts/list",
+    "resources/list",
+    "resources/templates/list",
+    "resources/read",
+];
+
+/// The legacy "resource not found" code, which the modern era folds into invalid params.
+const LEGACY_RESOURCE_NOT_FOUND: i64 = -32002;
+
+#[derive(Deserialize)]
+struct Envelope<'a> {
+    #[serde(borrow)]
+    result: Option<&'a RawValue>,
+    #[serde(borrow)]
+    error: Option<&'a RawValue>,
+}
+
+/// A legacy plugin's response made a modern one: a result object gets `resultType:
+/// "complete"` (unless it says its type itself) and, for `cache_scope` (a cacheable method),
+/// the caching hints `ttlMs: 0` (no freshness is promised: the registry can change at any
+/// time) and `cacheScope`; a -32002 error becomes -32602. Anything that does not parse as a
+/// response is returned as it is.
+pub fn modernize_response(bytes: &[u8], cache_scope: Option<&str>) -> Vec<u8> {
+    let Ok(envelope) = serde_json::from_slice::<Envelope>(bytes) else {
+        return bytes.to_vec();
+    };
+    if let Some(result) = envelope.result {
+        let text = result.get();
+        let Some(open) = text.strip_prefix('{') else {
+            return bytes.to_vec();
+        };
+        let keys: HashMap<std::borrow::Cow<str>, IgnoredAny> =
+            serde_json::from_str(text).unwrap_or_default();
+        let mut fields = String::new();
+        if !keys.contains_key("resultType") {
+            fields.push_str(r#""resultType":"complete","#);
+        }
+        if let Some(scope) = cache_scope {
+            if !keys.contains_key("ttlMs") {
+                fields.push_str(r#""ttlMs":0,"#);
+            }
+            if !keys.contains_key("cacheScope") {
+                fields.push_str(&format!(r#""cacheScope":"{scope}","#));
+            }
+        }
+        if fields.is_empty() {
+            return bytes.to_vec();
+        }
+        if open.trim_start().starts_with('}') {
+            fields.pop();
+        }
+        // Where the result's object opens, in `bytes` (`result` borrows from it).
+        let at = text.as_ptr() as usize - bytes.as_ptr() as usize + 1;
+        let mut out = Vec::with_capacity(bytes.len() + fields.len());
+        out.extend_from_slice(&bytes[..at]);
+        out.extend_from_slice(fields.as_bytes());
+        out.extend_from_slice(&bytes[at..]);
+        return out;
+    }
+    if let Some(error) = envelope.error
+        && let Ok(mut e) = serde_json::from_str::<serde_json::Value>(error.get())
+        && e["code"] == LEGACY_RESOURCE_NOT_FOUND
+    {
+        e["code"] = crate::jsonrpc::code::INVALID_PARAMS.into();
+        let at = error.get().as_ptr() as usize - bytes.as_ptr() as usize;
+        let mut out = Vec::with_capacity(bytes.len() + 8);
+        out.extend_from_slice(&bytes[..at]);
+        out.extend_from_slice(e.to_string().as_bytes());
+        out.extend_from_slice(&bytes[at + error.get().len()..]);
+        return out;
+    }
+    bytes.to_vec()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn raw(s: &str) -> Box<RawValue> {
+        RawValue::from_string(s.to_owned()).unwrap()
+    }
+
+    const META: &str = r#"{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientInfo":{"name":"c","version":"1"},"io.modelcontextprotocol/clientCapabilities":{"elicitation":{}}}"#;
+
+    fn params(rest: &str) -> Box<RawValue> {
+        raw(&format!(r#"{{"_meta":{META}{rest}}}"#))
+    }
+
+    fn headers<'a>(v: &'a str, m: &'a str, n: Option<&'a str>) -> MirroredHeaders<'a> {
+        MirroredHeaders {
+            protocol_version: Some(v.as_bytes()),
+            method: Some(m.as_bytes()),
+            name: n.map(str::as_bytes),
+        }
+    }
+
+    #[test]
+    fn the_meta_is_read() {
+        let p = params("");
+        assert_eq!(declared_version(Some(&p)).as_deref(), Some("2026-07-28"));
+        let meta = read_meta(Some(&p)).unwrap();
+        assert_eq!(meta.version, "2026-07-28");
+        assert_eq!(meta.capabilities, vec!["elicitation".to_string()]);
+        assert!(declared_version(Some(&raw(r#"{"name":"x"}"#))).is_none());
+        assert!(declared_version(None).is_none());
+        let bad = raw(
+            r#"{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/logLevel":"loud"}}"#,
+        );
+        assert!(matches!(
+            read_meta(Some(&bad)),
+            Err(ModernError::InvalidMeta(_))
+        ));
+    }
+
+    #[test]
+    fn headers_must_mirror_the_body() {
+        let p = params(r#","name":"get_weather""#);
+        let meta = read_meta(Some(&p)).unwrap();
+        let check = |h| check_headers(h, &meta, "tools/call", Some(&p));
+        assert_eq!(
+            check(headers("2026-07-28", "tools/call", Some("get_weather"))),
+            Ok(())
+        );
+        let encoded = "=?base64?Z2V0X3dlYXRoZXI=?=";
+        assert_eq!(
+            check(headers("2026-07-28", "tools/call", Some(encoded))),
+            Ok(())
+        );
+        for (h, why) in [
+            (
+                headers("2025-11-25", "tools/call", Some("get_weather")),
+                "version",
+            ),
+            (
+                headers("2026-07-28", "tools/list", Some("get_weather")),
+                "method",
+            ),
+            (headers("2026-07-28", "tools/call", Some("other")), "name"),
+            (headers("2026-07-28", "tools/call", None), "missing name"),
+            (
+                headers("2026-07-28", "tools/call", Some("=?base64?!!?=")),
+                "bad base64",
+            ),
+            (
+                MirroredHeaders {
+                    protocol_version: None,
+                    ..headers("2026-07-28", "tools/call", Some("get_weather"))
+                },
+                "missing version",
+            ),
+        ] {
+            assert!(
+                matches!(check(h), Err(ModernError::HeaderMismatch(_))),
+                "{why}"
+            );
+        }
+    }
+
+    #[test]
+    fn header_values_decode_only_from_the_exact_sentinel() {
+        assert_eq!(decode_header_value(b"plain").as_deref(), Some("plain"));
+        assert_eq!(
+            decode_header_value(b"=?base64?SGVsbG8sIOS4lueVjA==?=").as_deref(),
+            Some("Hello, 世界")
+        );
+        assert_eq!(
+            decode_header_value(b"=?BASE64?SGk=?=").as_deref(),
+            Some("=?BASE64?SGk=?=")
+        );
+        assert_eq!(decode_header_value(b"bad\x01"), None);
+        assert_eq!(decode_header_value("é".as_bytes()), None);
+    }
+
+    #[test]
+    fn a_legacy_response_is_made_modern() {
+        let m =
+            |b: &str, scope| String::from_utf8(modernize_response(b.as_bytes(), scope)).unwrap();
+        assert_eq!(
+            m(
+                r#"{"jsonrpc":"2.0","id":1,"result":{"tools":[]}}"#,
+                Some("public")
+            ),
+            r#"{"jsonrpc":"2.0","id":1,"result":{"resultType":"complete","ttlMs":0,"cacheScope":"public","tools":[]}}"#
+        );
+        assert_eq!(
+            m(r#"{"jsonrpc":"2.0","id":1,"result":{ }}"#, None),
+            r#"{"jsonrpc":"2.0","id":1,"result":{"resultType":"complete" }}"#
+        );
+        let typed = r#"{"jsonrpc":"2.0","id":1,"result":{"resultType":"input_required"}}"#;
+        assert_eq!(m(typed, None), typed, "a type of its own is kept");
+        let v: serde_json::Value = serde_json::from_str(&m(
+            r#"{"jsonrpc":"2.0","id":"a","error":{"code":-32002,"message":"no such resource"}}"#,
+            None,
+        ))
+        .unwrap();
+        assert_eq!(v["error"]["code"], -32602);
+        assert_eq!(v["error"]["message"], "no such resource");
+        assert_eq!(m("not json", None), "not json");
+    }
+
+    #[test]
+    fn an_unsupported_version_names_the_supported_ones() {
+        let e = ModernError::UnsupportedVersion {
+            requested: "1900-01-01".into(),
+        };
+        assert_eq!(e.code(), -32022);
+        let data = e.data().unwrap();
+        assert_eq!(data["requested"], "1900-01-01");
+        assert_eq!(data["supported"][0], "2026-07-28");
+    }
+}

@@ -1,0 +1,118 @@
+//! The sessions behind modern-era (2026-07-28) clients, which have none of their own: one
+//! hidden legacy session per caller (the token's subject when authorization is on, one
+//! anonymous caller otherwise), through which their requests reach plugins exactly as a legacy
+//! session's do. A `per_session` plugin therefore runs one instance per caller; a `shared`
+//! plugin is shared as always. A caller's session is made on its first request, is never
+//! named to a client nor found by an `Mcp-Session-Id`, keeps no replay buffers (the modern
+//! era has no resumption), and ends when idle like any other.
+//!
+//! Its plugin instances are initialized at the newest legacy version, as a client the gateway
+//! speaks for: with no client capabilities until the bridge for plugin requests to modern
+//! clients (`InputRequiredResult`) declares them.
+
+use std::sync::Arc;
+
+use serde_json::value::RawValue;
+use tokio_util::sync::CancellationToken;
+
+use super::manager::SessionManager;
+use super::{ClientInit, Origin, Session};
+
+/// The `initialize` params a caller's plugin instances get.
+fn plugin_params() -> Arc<RawValue> {
+    let params = serde_json::json!({
+        "protocolVersion": crate::protocol::LATEST,
+        "capabilities": {},
+        "clientInfo": {"name": "mcp-gateway", "version": env!("CARGO_PKG_VERSION")},
+    });
+    Arc::from(RawValue::from_string(params.to_string()).expect("valid JSON"))
+}
+
+impl SessionManager {
+    /// The session a modern caller's requests go through, made on first use. `caller` is
+    /// the token's subject, or `None` for the anonymous caller.
+    pub fn for_caller(
+        &self,
+        caller: Option<&str>,
+        gateway_shutdown: &CancellationToken,
+    ) -> Arc<Session> {
+        let key: Arc<str> = Arc::from(caller.unwrap_or(""));
+        if let Some(s) = self.callers.get(&key)
+            && !s.closed.is_cancelled()
+        {
+            return s.clone();
+        }
+        let entry = self.callers.entry(key.clone());
+        let session = entry
+            .and_modify(|s| {
+                if s.closed.is_cancelled() {
+                    *s = self.new_caller_session(caller, &key, gateway_shutdown);
+                }
+            })
+            .or_insert_with(|| self.new_caller_session(caller, &key, gateway_shutdown))
+            .clone();
+        session.mark_used();
+        session
+    }
+
+    fn new_caller_session(
+        &self,
+        caller: Option<&str>,
+        key: &Arc<str>,
+        gateway_shutdown: &CancellationToken,
+    ) -> Arc<Session> {
+        let mut settings = self.stream_settings.clone();
+        settings.resumable = false;
+        let init = ClientInit {
+            version: crate::protocol::LATEST,
+            plugin_params: plugin_params(),
+            owner: caller.map(str::to_owned),
+            client: key.clone(),
+        };
+        // An id no client can name: it never leaves the gateway, and `get` never finds it.
+        let id: Arc<str> = Arc::from(format!("caller:{}", super::manager::new_session_id()));
+        tracing::debug!(session = %id, "a session for a modern client's caller");
+        Session::new(
+            id,
+            init,
+            Origin::Caller,
+            self.supervisor.clone(),
+            gateway_shutdown.child_token(),
+            self.store.clone(),
+            None,
+            settings,
+        )
+    }
+
+    /// Ends callers' sessions idle for `timeout` (the reaper calls it).
+    pub(super) fn reap_callers(&self, timeout: std::time::Duration) {
+        let idle: Vec<Arc<str>> = self
+            .callers
+            .iter()
+            .filter(|s| s.is_idle(timeout) || s.closed.is_cancelled())
+            .map(|s| s.key().clone())
+            .collect();
+        for key in idle {
+            if let Some((_, s)) = self
+                .callers
+                .remove_if(&key, |_, s| s.is_idle(timeout) || s.closed.is_cancelled())
+            {
+                self.spawn_end(s);
+            }
+        }
+        for s in self.callers.iter() {
+            s.reap_streams(self.abandon_after);
+            s.reap_idle_plugins();
+        }
+    }
+
+    /// Ends every caller's session (shutdown).
+    pub(super) fn end_callers(&self) {
+        let keys: Vec<Arc<str>> = self.callers.iter().map(|s| s.key().clone()).collect();
+        for key in keys {
+            if let Some((_, s)) = self.callers.remove(&key) {
+                self.spawn_end(s);
+            }
+        }
+    }
+}

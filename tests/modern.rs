@@ -1,0 +1,297 @@
+//! The modern era (2026-07-28) on the same `/mcp` (issue 22): requests with no session, the
+//! version and the client's capabilities in `_meta`, the headers mirroring the body. The
+//! gateway answers `server/discover` itself and bridges everything else to the legacy fixture
+//! plugin through the caller's hidden session; every refusal has the spec's status and code.
+//! The official Python SDK 2.x as a modern client: tests/python_sdk.rs.
+
+mod common;
+
+use common::{Client, InProcess};
+use serde_json::{Value, json};
+
+const MODERN: &str = "2026-07-28";
+const ACCEPT: &str = "application/json, text/event-stream";
+
+fn meta(version: &str) -> Value {
+    json!({
+        "io.modelcontextprotocol/protocolVersion": version,
+        "io.modelcontextprotocol/clientInfo": {"name": "modern-test", "version": "1"},
+        "io.modelcontextprotocol/clientCapabilities": {},
+    })
+}
+
+/// A modern request's body: `params` with `_meta` added.
+fn body(id: i64, method: &str, mut params: Value) -> Value {
+    params["_meta"] = meta(MODERN);
+    json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})
+}
+
+/// What the gateway answered: status, headers, and the one JSON-RPC message in the body
+/// (JSON, or the last `data:` of an SSE stream).
+struct Answer {
+    status: u16,
+    headers: reqwest::header::HeaderMap,
+    message: Value,
+}
+
+/// POSTs `body` with the headers a conforming client sends, changed by `edit`.
+async fn post_with(
+    c: &Client,
+    body: &Value,
+    edit: impl FnOnce(&mut reqwest::header::HeaderMap),
+) -> Answer {
+    let mut h = reqwest::header::HeaderMap::new();
+    h.insert("content-type", "application/json".parse().unwrap());
+    h.insert("accept", ACCEPT.parse().unwrap());
+    h.insert("mcp-protocol-version", MODERN.parse().unwrap());
+    h.insert(
+        "mcp-method",
+        body["method"].as_str().unwrap().parse().unwrap(),
+    );
+    let params = &body["params"];
+    if let Some(name) = params["name"].as_str().or(params["uri"].as_str()) {
+        h.insert("mcp-name", name.parse().unwrap());
+    }
+    edit(&mut h);
+    let r = c
+        .request(reqwest::Method::POST)
+        .headers(h)
+        .body(body.to_string())
+        .send()
+        .await
+        .expect("POST");
+    let status = r.status().as_u16();
+    let headers = r.headers().clone();
+    let text = r.text().await.unwrap();
+    let json = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .next_back()
+        .unwrap_or(&text)
+        .to_owned();
+    let message = serde_json::from_str(&json).unwrap_or_else(|e| panic!("{e}: {text}"));
+    Answer {
+        status,
+        headers,
+        message,
+    }
+}
+
+async fn post(c: &Client, body: &Value) -> Answer {
+    post_with(c, body, |_| {}).await
+}
+
+#[tokio::test]
+async fn discover_list_and_call_without_a_session() {
+    let gw = InProcess::fixture(&[], &[]).await;
+    let c = gw.client();
+
+    let a = post(&c, &body(1, "server/discover", json!({}))).await;
+    assert_eq!(a.status, 200);
+    let r = &a.message["result"];
+    assert_eq!(r["resultType"], "complete");
+    let versions = r["supportedVersions"].as_array().unwrap();
+    assert!(versions.contains(&json!("2026-07-28")) && versions.contains(&json!("2025-11-25")));
+    assert!(r["capabilities"]["tools"].is_object(), "{r}");
+    assert_eq!(
+        r["_meta"]["io.modelcontextprotocol/serverInfo"]["name"],
+        "mcp-fixture-server"
+    );
+    assert_eq!(
+        (r["ttlMs"].clone(), r["cacheScope"].clone()),
+        (json!(0), json!("public"))
+    );
+    assert!(
+        a.headers.get("mcp-session-id").is_none(),
+        "no session is minted"
+    );
+
+    let a = post(&c, &body(2, "tools/list", json!({}))).await;
+    assert_eq!(a.status, 200);
+    let r = &a.message["result"];
+    assert_eq!(r["resultType"], "complete");
+    assert_eq!(r["cacheScope"], "public", "a list carries caching hints");
+    assert!(
+        r["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["name"] == "echo")
+    );
+
+    let a = post(
+        &c,
+        &body(
+            3,
+            "tools/call",
+            json!({"name": "echo", "arguments": {"text": "modern"}}),
+        ),
+    )
+    .await;
+    let r = &a.message["result"];
+    assert_eq!(r["resultType"], "complete");
+    assert!(
+        r.get("cacheScope").is_none(),
+        "a call's result is not cacheable"
+    );
+    assert_eq!(r["content"][0]["text"], "modern");
+
+    // A session header a modern client sends is ignored, and none comes back.
+    let a = post_with(
+        &c,
+        &body(
+            4,
+            "tools/call",
+            json!({"name": "echo", "arguments": {"text": "x"}}),
+        ),
+        |h| {
+            h.insert("mcp-session-id", "no-such-session".parse().unwrap());
+        },
+    )
+    .await;
+    assert_eq!(a.status, 200);
+    assert!(a.headers.get("mcp-session-id").is_none());
+
+    // Resources and prompts, through the same hidden session.
+    let a = post(
+        &c,
+        &body(5, "resources/read", json!({"uri": "test://static-text"})),
+    )
+    .await;
+    assert_eq!(a.message["result"]["resultType"], "complete");
+    assert!(a.message["result"]["cacheScope"].is_string());
+    let a = post(
+        &c,
+        &body(6, "prompts/get", json!({"name": "test_simple_prompt"})),
+    )
+    .await;
+    assert_eq!(a.message["result"]["resultType"], "complete");
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn headers_that_do_not_mirror_the_body_are_refused_with_32020() {
+    let gw = InProcess::fixture(&[], &[]).await;
+    let c = gw.client();
+    let call = body(
+        1,
+        "tools/call",
+        json!({"name": "echo", "arguments": {"text": "x"}}),
+    );
+    type Edit = fn(&mut reqwest::header::HeaderMap);
+    let cases: [(&str, Edit); 8] = [
+        ("a version header unlike _meta's", |h| {
+            h.insert("mcp-protocol-version", "2025-11-25".parse().unwrap());
+        }),
+        ("another method", |h| {
+            h.insert("mcp-method", "tools/list".parse().unwrap());
+        }),
+        ("another name", |h| {
+            h.insert("mcp-name", "other".parse().unwrap());
+        }),
+        ("a name in a broken Base64 form", |h| {
+            h.insert("mcp-name", "=?base64?!!!?=".parse().unwrap());
+        }),
+        ("a name with bytes outside visible ASCII", |h| {
+            let v = reqwest::header::HeaderValue::from_bytes(b"ech\xc3\xb6").unwrap();
+            h.insert("mcp-name", v);
+        }),
+        ("no version header", |h| {
+            h.remove("mcp-protocol-version");
+        }),
+        ("no method header", |h| {
+            h.remove("mcp-method");
+        }),
+        ("no name header", |h| {
+            h.remove("mcp-name");
+        }),
+    ];
+    for (why, edit) in cases {
+        let a = post_with(&c, &call, edit).await;
+        assert_eq!(a.status, 400, "{why}: {}", a.message);
+        assert_eq!(a.message["error"]["code"], -32020, "{why}: {}", a.message);
+        assert_eq!(a.message["id"], 1);
+    }
+    // The Base64 form of the right name is the name.
+    let a = post_with(&c, &call, |h| {
+        h.insert("mcp-name", "=?base64?ZWNobw==?=".parse().unwrap());
+    })
+    .await;
+    assert_eq!(a.status, 200, "{}", a.message);
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn versions_and_methods_the_modern_era_does_not_have() {
+    let gw = InProcess::fixture(&[], &[]).await;
+    let c = gw.client();
+    let mut old = body(1, "tools/list", json!({}));
+    old["params"]["_meta"] = meta("1900-01-01");
+    let a = post_with(&c, &old, |h| {
+        h.insert("mcp-protocol-version", "1900-01-01".parse().unwrap());
+    })
+    .await;
+    assert_eq!(a.status, 400);
+    let e = &a.message["error"];
+    assert_eq!(e["code"], -32022, "{e}");
+    assert_eq!(e["data"]["requested"], "1900-01-01");
+    assert!(
+        e["data"]["supported"]
+            .as_array()
+            .unwrap()
+            .contains(&json!(MODERN))
+    );
+
+    // The legacy era's own methods are unknown to a modern request.
+    for method in ["initialize", "ping", "logging/setLevel", "no/such"] {
+        let a = post(&c, &body(2, method, json!({"level": "info"}))).await;
+        assert_eq!(a.status, 404, "{method}");
+        assert_eq!(
+            a.message["error"]["code"], -32601,
+            "{method}: {}",
+            a.message
+        );
+    }
+    // One request per POST.
+    let batch = json!([body(3, "tools/list", json!({}))]);
+    let r = c
+        .request(reqwest::Method::POST)
+        .header("content-type", "application/json")
+        .header("accept", ACCEPT)
+        .header("mcp-protocol-version", MODERN)
+        .header("mcp-method", "tools/list")
+        .body(batch.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    gw.stop().await;
+}
+
+/// Modern clients without a token are one caller: their requests share the caller's plugin
+/// instance, while a legacy session has its own.
+#[tokio::test]
+async fn anonymous_modern_clients_share_one_plugin_instance() {
+    let gw = InProcess::fixture(&[], &[]).await;
+    let c = gw.client();
+    let count = |a: Answer| {
+        a.message["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    let call = |id| {
+        body(
+            id,
+            "tools/call",
+            json!({"name": "counter", "arguments": {}}),
+        )
+    };
+    assert_eq!(count(post(&c, &call(1)).await), "1");
+    assert_eq!(count(post(&gw.client(), &call(2)).await), "2");
+    let mut legacy = gw.client();
+    legacy.initialize().await;
+    assert_eq!(legacy.tool_text(3, "counter", json!({})).await, "1");
+    assert_eq!(count(post(&c, &call(4)).await), "3");
+    gw.stop().await;
+}
