@@ -1,7 +1,8 @@
 //! A POST body to `/mcp`: the JSON-RPC envelope (one message or a batch), the era it belongs
 //! to, and a client's `initialize` params as the gateway reads them.
 //!
-//! Invariants: a refused body gets -32700, -32600 or (params no plugin could read, with the
+//! Invariants: a body is modern exactly when its first message is a request whose `_meta`
+//! declares a version, whatever the session header; a refused body gets -32700, -32600 or (params no plugin could read, with the
 //! request's id) -32602, and an error response that is JSON and
 //! carries the id it could read; every accepted message, written again the way the gateway
 //! writes it to a plugin (or back to the client), is one line of JSON that parses to the same
@@ -20,8 +21,22 @@ fuzz_target!(|data: &[u8]| {
         Ok(body) => body,
         Err(e) => return refused(&e),
     };
-    assert_eq!(era::classify(Some("s"), &body), era::Era::Session("s"));
     let era = era::classify(None, &body);
+    // A modern `_meta` decides the era whatever the session header; otherwise the header does.
+    let with_session = era::classify(Some("s"), &body);
+    if era == era::Era::Modern {
+        assert_eq!(with_session, era::Era::Modern);
+        let first = match &body {
+            Body::Single(m) => m,
+            Body::Batch(v) => &v[0],
+        };
+        let Message::Request { params, .. } = first else {
+            panic!("only a request is modern");
+        };
+        assert!(protocol::modern::declared_version(params.as_deref()).is_some());
+    } else {
+        assert_eq!(with_session, era::Era::Session("s"));
+    }
     let messages = match &body {
         Body::Single(m) => std::slice::from_ref(m),
         Body::Batch(v) => {
