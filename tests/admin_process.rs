@@ -367,6 +367,57 @@ async fn regression_an_empty_prefix_is_refused() {
 }
 
 #[tokio::test]
+async fn a_prefix_that_would_break_tool_names_is_refused_naming_the_plugin() {
+    // Tool names may hold only ASCII letters, digits, '_', '-' and '.', and at most 128 of
+    // them (2025-11-25): a prefix is checked for both before any tool is known.
+    let dir = tempfile::tempdir().unwrap();
+    let long = "p".repeat(63);
+    for (prefix, why) in [
+        ("my tools", "may hold only"),
+        ("a/b", "may hold only"),
+        (long.as_str(), "at most 64"),
+    ] {
+        let (code, err) = check(
+            &dir,
+            &format!("[plugins.a]\ncommand = \"{FIXTURE}\"\nprefix = \"{prefix}\"\n"),
+        );
+        assert_ne!(code, 0, "{prefix}");
+        assert!(
+            err.contains("plugins.a.prefix") && err.contains(why),
+            "{err}"
+        );
+    }
+    let (code, err) = check(
+        &dir,
+        &format!("separator = \"::\"\n[plugins.a]\ncommand = \"{FIXTURE}\"\n"),
+    );
+    assert_ne!(code, 0);
+    assert!(err.contains("separator"), "{err}");
+
+    let gw = Gateway::start(&WITH_MAIN_PLUGIN);
+    let admin = Admin::of(&gw, ADMIN_TOKEN);
+    for prefix in ["a/b", long.as_str()] {
+        let mut p = fixture_plugin("b");
+        p["prefix"] = json!(prefix);
+        let (status, body) = admin.post("/admin/plugins", p).await;
+        assert_eq!(status, 400, "{body}");
+        assert!(
+            body["error"].as_str().unwrap().contains("plugins.b.prefix"),
+            "{body}"
+        );
+    }
+    // A plugin name is a prefix too, once there are several plugins.
+    let (status, body) = admin
+        .post("/admin/plugins", fixture_plugin(&"n".repeat(70)))
+        .await;
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(
+        admin.post("/admin/plugins", fixture_plugin("b")).await.0,
+        201
+    );
+}
+
+#[tokio::test]
 async fn regression_a_plugin_is_never_given_the_gateways_secrets() {
     // Guards: a plugin's `env` could name `${MCP_GATEWAY_ADMIN_TOKEN}` (or the database URL,
     // password and all), and every plugin inherited them from the gateway's environment.

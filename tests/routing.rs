@@ -278,3 +278,53 @@ async fn regression_a_prefix_that_begins_another_routes_to_the_right_plugin() {
     );
     gw.stop().await;
 }
+
+#[tokio::test]
+async fn names_too_long_once_prefixed_are_left_out() {
+    // 2025-11-25 tool names are at most 128 characters: `alpha__` and 121 make 128; one more
+    // is too long, so that tool is neither listed nor callable by the long name.
+    let fits = "t".repeat(121);
+    let too_long = "u".repeat(122);
+    let dir = tempfile::tempdir().unwrap();
+    let config = common::write_config(
+        &dir,
+        &format!(
+            "[plugins.alpha]\ncommand = \"{FIXTURE}\"\nargs = [\"--extra-tool\", \"{fits}\", \"--extra-tool\", \"{too_long}\"]\n\
+             [plugins.beta]\ncommand = \"{FIXTURE}\"\n"
+        ),
+    );
+    let gw = InProcess::start(&["--config", &config]).await;
+    let mut c = gw.client();
+    c.initialize().await;
+    let (tools, _) = all_pages(&c, "tools/list", "tools").await;
+    let names: Vec<&str> = tools.iter().map(|t| t["name"].as_str().unwrap()).collect();
+    assert!(
+        names.contains(&format!("alpha__{fits}").as_str()),
+        "{names:?}"
+    );
+    assert!(!names.iter().any(|n| n.contains(&too_long)), "{names:?}");
+    assert!(names.iter().all(|n| n.len() <= 128));
+    assert_eq!(
+        c.tool_text(1, &format!("alpha__{fits}"), json!({})).await,
+        format!("{fits} called")
+    );
+    let r = c
+        .call(
+            2,
+            "tools/call",
+            json!({"name": format!("alpha__{too_long}")}),
+        )
+        .await;
+    assert_eq!(r.error_code(), -32602);
+    gw.stop().await;
+
+    // Unprefixed, the plugin's own name is the plugin's business.
+    let gw = InProcess::fixture(&[], &["--extra-tool", &too_long]).await;
+    let mut c = gw.client();
+    c.initialize().await;
+    assert_eq!(
+        c.tool_text(1, &too_long, json!({})).await,
+        format!("{too_long} called")
+    );
+    gw.stop().await;
+}

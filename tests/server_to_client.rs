@@ -6,8 +6,8 @@
 
 mod common;
 
-use common::{Events, InProcess};
-use serde_json::json;
+use common::{Client, Events, InProcess};
+use serde_json::{Value, json};
 
 #[tokio::test]
 async fn sampling_round_trip_on_the_call_stream() {
@@ -316,5 +316,88 @@ async fn regression_a_log_level_set_before_a_plugin_starts_holds_for_every_insta
         )
         .await;
     assert_eq!(logs(&r), ["d at debug"]);
+    gw.stop().await;
+}
+
+/// Has the fixture send the client `ask` (its `ask_client` tool): the request, with the call's
+/// stream to answer on, if it reached the client; else the answer the fixture got instead.
+async fn ask_client(c: &Client, id: i64, ask: &Value) -> Result<(Value, Events), Value> {
+    let mut events = c
+        .stream(&json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": "ask_client", "arguments": ask}}))
+        .await;
+    let first = events.next().await.expect("a message");
+    if first.get("method").is_some() {
+        return Ok((first, events));
+    }
+    let text = first["result"]["content"][0]["text"]
+        .as_str()
+        .expect("the tool's answer");
+    Err(serde_json::from_str(text).unwrap())
+}
+
+#[tokio::test]
+async fn elicitation_modes_and_tool_use_in_sampling_need_their_sub_capabilities() {
+    let gw = InProcess::fixture(&[], &[]).await;
+    let url = json!({"method": "elicitation/create", "params": {"mode": "url", "message": "sign in",
+        "url": "https://example.com/sign-in", "elicitationId": "e-1"}});
+    let form = json!({"method": "elicitation/create", "params": {"message": "name?",
+        "requestedSchema": {"type": "object", "properties": {"name": {"type": "string"}}}}});
+    let tools = json!({"method": "sampling/createMessage", "params": {"maxTokens": 10,
+        "messages": [{"role": "user", "content": {"type": "text", "text": "hi"}}],
+        "tools": [{"name": "lookup", "inputSchema": {"type": "object"}}]}});
+    let refused = |answer: Result<(Value, Events), Value>, what: &str| {
+        let answer = answer
+            .err()
+            .unwrap_or_else(|| panic!("{what}: reached the client"));
+        assert_eq!(answer["error"]["code"], -32602, "{answer}");
+        assert!(
+            answer["error"]["message"].as_str().unwrap().contains(what),
+            "{answer}"
+        );
+    };
+    let reaches = |answer: Result<(Value, Events), Value>, method: &str| {
+        let (request, events) = answer.unwrap_or_else(|a| panic!("refused: {a}"));
+        assert_eq!(request["method"], method);
+        (request, events)
+    };
+
+    // An empty `elicitation` is form mode only; `sampling` alone is without tool use.
+    let mut c = gw.client();
+    c.initialize_at("2025-11-25", json!({"elicitation": {}, "sampling": {}}))
+        .await;
+    refused(ask_client(&c, 1, &url).await, "elicitation.url");
+    refused(ask_client(&c, 2, &tools).await, "sampling.tools");
+    let (request, mut events) = reaches(ask_client(&c, 3, &form).await, "elicitation/create");
+    let r = c
+        .post(&json!({"jsonrpc": "2.0", "id": request["id"], "result": {"action": "decline"}}))
+        .await;
+    assert_eq!(r.status, 202);
+    let done = events.next().await.unwrap();
+    assert!(
+        done["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("decline")
+    );
+
+    // URL mode alone, and tool use.
+    let mut c = gw.client();
+    c.initialize_at(
+        "2025-11-25",
+        json!({"elicitation": {"url": {}}, "sampling": {"tools": {}}}),
+    )
+    .await;
+    refused(ask_client(&c, 1, &form).await, "elicitation.form");
+    for (id, ask, method) in [
+        (2, &url, "elicitation/create"),
+        (3, &tools, "sampling/createMessage"),
+    ] {
+        let (request, mut events) = reaches(ask_client(&c, id, ask).await, method);
+        let r = c
+            .post(&json!({"jsonrpc": "2.0", "id": request["id"], "error": {"code": -1, "message": "no"}}))
+            .await;
+        assert_eq!(r.status, 202);
+        assert_eq!(events.next().await.unwrap()["id"], id);
+    }
     gw.stop().await;
 }

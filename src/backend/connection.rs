@@ -2,9 +2,10 @@
 //!
 //! Every request towards the plugin gets an id from this connection's counter; a pending map
 //! remembers where each answer goes: back to a client's stream with the client's own id (the
-//! plugin's result bytes are forwarded with only the id swapped), or to a gateway task waiting
-//! on it. A progress token a client sent is replaced by the request's plugin-side id, so the
-//! plugin's progress notifications find their stream through the same map. The plugin's own
+//! plugin's result bytes are forwarded with only the id swapped, unless the request came with
+//! a [`Rewrite`]), or to a gateway task waiting on it. A progress token a client sent is
+//! replaced by the request's plugin-side id, so the plugin's progress notifications find their
+//! stream through the same map. The plugin's own
 //! requests and notifications go to a [`PluginEvents`] listener, whoever set it.
 //!
 //! Each client request is forwarded for a [`Caller`], a key the connection is handed and
@@ -30,7 +31,7 @@ use tokio::sync::oneshot;
 mod events;
 mod inbound;
 
-pub use events::{Caller, LIST_CHANGES, PluginEvents, Related};
+pub use events::{Caller, LIST_CHANGES, PluginEvents, RELATED_TASK, Related, task_named};
 
 use super::BackendError;
 use super::transport::{Inbound, PluginTransport, SendError};
@@ -53,10 +54,18 @@ enum Pending {
         deadline: std::time::Instant,
         /// Counts the request in flight until it ends; times its answer.
         timer: InFlight,
+        /// Changes a successful answer before the client sees it (see [`Rewrite`]).
+        rewrite: Option<Rewrite>,
     },
     /// To a gateway task.
     Internal(oneshot::Sender<Result<Box<RawValue>, CallError>>),
 }
+
+/// Changes a plugin's successful result on its way to the client: handed in with a forwarded
+/// request by the layer that knows why (a task id the gateway replaces with its own, a tool
+/// the client cannot use). `None` leaves the result as the plugin sent it. Errors pass
+/// untouched.
+pub type Rewrite = Box<dyn FnOnce(&RawValue) -> Option<Box<RawValue>> + Send>;
 
 /// A failed internal call.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -233,6 +242,20 @@ impl PluginConnection {
         params: Option<&RawValue>,
         sink: &Sink,
     ) {
+        self.forward_rewritten(caller, client_id, method, params, sink, None);
+    }
+
+    /// [`forward`](Self::forward), with the plugin's successful result passed through
+    /// `rewrite` before it goes to the client.
+    pub fn forward_rewritten(
+        &self,
+        caller: Caller,
+        client_id: Id,
+        method: &str,
+        params: Option<&RawValue>,
+        sink: &Sink,
+        rewrite: Option<Rewrite>,
+    ) {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         // The progress token the plugin sees is the request's own id on this connection, so
         // its progress notifications find their way back through the pending map.
@@ -250,6 +273,7 @@ impl PluginConnection {
             progress_token,
             deadline: std::time::Instant::now() + self.request_timeout,
             timer: InFlight::start(&self.metrics, method),
+            rewrite,
         };
         let sent = self.insert(id, pending).and_then(|()| {
             self.write(

@@ -18,7 +18,7 @@ pub mod stderr;
 pub mod stdio;
 pub mod transport;
 
-pub use connection::{PluginConnection, PluginEvents, Related};
+pub use connection::{PluginConnection, PluginEvents, RELATED_TASK, Related, Rewrite};
 pub use transport::PluginTransport;
 
 /// Why a plugin could not be used. Its `Display` is for the logs and the admin API (it may

@@ -33,8 +33,8 @@ pub use listener::{
     AllowList, ConnectionLimits, DEFAULT_LISTEN, DEFAULT_MAX_BODY_BYTES, MIN_HEADER_BYTES,
 };
 pub use plugin::{
-    PluginConfig, PluginSpec, ProcessModel, ResponseMode, SECRET_ENV_VARS, Scheduling, expand_env,
-    validate_plugin,
+    MAX_PREFIX_LEN, MAX_TOOL_NAME_LEN, PluginConfig, PluginSpec, ProcessModel, ResponseMode,
+    SECRET_ENV_VARS, Scheduling, expand_env, tool_name_char, validate_plugin,
 };
 pub use stream::{ReplayLimits, StreamSettings};
 
@@ -278,6 +278,12 @@ fn separator(cli: &Cli, file: Option<String>) -> Result<String, ConfigError> {
         .unwrap_or_else(|| DEFAULT_SEPARATOR.into());
     if separator.is_empty() || separator.contains(char::is_whitespace) {
         return Err(invalid("separator", "must be non-empty, without spaces"));
+    }
+    if !separator.chars().all(plugin::tool_name_char) {
+        return Err(invalid(
+            "separator",
+            "is part of prefixed tool names, which may hold only ASCII letters, digits, '_', '-' and '.'",
+        ));
     }
     Ok(separator)
 }

@@ -275,6 +275,19 @@ pub fn expand_env(value: &str, lookup: impl Fn(&str) -> Option<String>) -> Resul
     Ok(out)
 }
 
+/// The longest tool name the spec allows (2025-11-25, "Tool names"); the gateway holds prompt
+/// names to it too.
+pub const MAX_TOOL_NAME_LEN: usize = 128;
+
+/// The longest prefix with its separator: the rest of [`MAX_TOOL_NAME_LEN`] is left to the
+/// plugin's own names.
+pub const MAX_PREFIX_LEN: usize = 64;
+
+/// Whether a character may be part of a tool name: ASCII letters and digits, `_`, `-`, `.`.
+pub fn tool_name_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.')
+}
+
 /// Checks one plugin's definition (name, command, prefix, env).
 pub fn validate_plugin(p: &PluginConfig, separator: &str) -> Result<(), ConfigError> {
     let key = |k: &str| format!("plugins.{}.{k}", p.name);
@@ -330,6 +343,25 @@ pub fn validate_plugin(p: &PluginConfig, separator: &str) -> Result<(), ConfigEr
             key("prefix"),
             format!(
                 "`{prefix}` contains the separator `{separator}`, so names could not be split back"
+            ),
+        ));
+    }
+    // With several plugins the prefix (the plugin's name, unless set) begins every tool and
+    // prompt name of the plugin: it must be made of what a tool name may hold, and leave room.
+    if !prefix.chars().all(tool_name_char) {
+        return Err(invalid(
+            key("prefix"),
+            format!(
+                "`{prefix}` would begin this plugin's tool names, which may hold only ASCII letters, digits, '_', '-' and '.'"
+            ),
+        ));
+    }
+    let long = prefix.chars().count() + separator.chars().count();
+    if long > MAX_PREFIX_LEN {
+        return Err(invalid(
+            key("prefix"),
+            format!(
+                "`{prefix}` and the separator `{separator}` are {long} characters; at most {MAX_PREFIX_LEN} are allowed, so this plugin's tool names stay within {MAX_TOOL_NAME_LEN}"
             ),
         ));
     }

@@ -4,7 +4,8 @@
 //! concurrently. The cursor handed to the client is opaque: base64url of the plugins still
 //! listing and each one's own cursor. A cursor that does not decode, or names a plugin this
 //! session does not have, is invalid params. Resource results also teach the session which
-//! plugin serves which URI.
+//! plugin serves which URI. Tools the client cannot use (`tasks.rs`) and names too long once
+//! prefixed (`names.rs`) are left out.
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -120,6 +121,8 @@ pub async fn merged(
                 continue;
             }
         };
+        let task_calls = super::tasks::runs_task_calls(s);
+        let client_tasks = session.client_capabilities().tasks();
         let mut routes = session.routes.lock().expect("routes lock");
         for mut item in page
             .get(kind.key)
@@ -136,10 +139,18 @@ pub async fn merged(
             {
                 continue;
             }
+            if kind.key == "tools" && !super::tasks::offer_tool(&mut item, task_calls, client_tasks)
+            {
+                continue;
+            }
             if kind.prefixed
                 && let Some(name) = item.get("name").and_then(Value::as_str)
             {
                 let public = names::join(s.prefix.as_deref(), &view.separator, name);
+                if !names::fits(&public) {
+                    names::warn_too_long(s.name(), &kind.key[..kind.key.len() - 1], &public);
+                    continue;
+                }
                 item["name"] = Value::String(public);
             }
             items.push(item);

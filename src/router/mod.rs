@@ -3,11 +3,14 @@
 //! Tools and prompts are found by their (prefixed) name, resources by the URI a plugin listed
 //! or a template it advertised, completions by what they complete, and `logging/setLevel`
 //! goes to every plugin that logs. List methods with several plugins are merged here, with
-//! cursors that say where each plugin's listing stands. Every request handed to
-//! [`dispatch`] gets exactly one answer on its sink, whatever fails.
+//! cursors that say where each plugin's listing stands. Requests about a task go to the
+//! plugin instance that runs it (`tasks.rs`). Every request handed to [`dispatch`] gets
+//! exactly one answer on its sink, whatever fails.
 
+mod initialize;
 mod lists;
 pub mod names;
+mod tasks;
 
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -16,7 +19,9 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 pub use crate::session::ResourceRoutes;
+pub use initialize::{discover_result, initialize_result};
 
+use crate::backend::{PluginConnection, Rewrite};
 use crate::config::ResponseMode;
 use crate::jsonrpc::{self, Id, code};
 use crate::registry::{View, ViewPlugin};
@@ -28,13 +33,34 @@ enum Target {
     /// The gateway answers (`ping`, `logging/setLevel`, merged lists).
     Gateway,
     /// Forwarded to plugin `slot`; `rewritten` replaces the params when the gateway had to
-    /// change them (a prefixed name), else the client's params go as they came.
+    /// change them (a prefixed name), else the client's params go as they came; `answer` says
+    /// what becomes of the plugin's answer.
     Plugin {
         slot: usize,
         rewritten: Option<Box<RawValue>>,
+        answer: Answer,
+    },
+    /// About a task: to the instance of plugin `slot` that runs it, under the plugin's own
+    /// task id (`params`); the answer speaks of it by `public`.
+    Task {
+        slot: usize,
+        conn: Arc<PluginConnection>,
+        public: Arc<str>,
+        params: Option<Box<RawValue>>,
     },
     /// A resource URI no plugin is known to serve yet.
     UnknownUri(String),
+}
+
+/// What becomes of a plugin's answer on its way to the client.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Answer {
+    /// It goes as it came.
+    AsIs,
+    /// A task-augmented `tools/call`: a task it creates gets a public id.
+    NewTask,
+    /// A `tools/list` passed through: tools the client cannot use are taken out.
+    Tools,
 }
 
 /// A refusal before anything is forwarded.
@@ -67,7 +93,9 @@ impl Plan {
     /// progress and requests may come first), per that plugin's configured mode.
     pub fn response_mode(&self) -> ResponseMode {
         match &self.target {
-            Ok(Target::Plugin { slot, .. }) => self.view.plugins[*slot].entry.config.response_mode,
+            Ok(Target::Plugin { slot, .. } | Target::Task { slot, .. }) => {
+                self.view.plugins[*slot].entry.config.response_mode
+            }
             Ok(Target::UnknownUri(_)) => ResponseMode::Sse,
             _ => ResponseMode::Json,
         }
@@ -76,7 +104,9 @@ impl Plan {
     /// The plugin that answers, when one does (for logs).
     pub fn plugin(&self) -> Option<&str> {
         match &self.target {
-            Ok(Target::Plugin { slot, .. }) => Some(self.view.plugins[*slot].name()),
+            Ok(Target::Plugin { slot, .. } | Target::Task { slot, .. }) => {
+                Some(self.view.plugins[*slot].name())
+            }
             _ => None,
         }
     }
@@ -114,18 +144,40 @@ pub async fn dispatch(
                 set_log_level(&session, &view, params);
                 reply(jsonrpc::result_bytes(id.raw(), &empty()));
             }
+            "tasks/list" => reply(tasks::list(&session, &view, &id).await),
             _ => reply(lists::merged(&session, &view, &id, &method, params.as_deref()).await),
         },
-        Ok(Target::Plugin { slot, rewritten }) => {
+        Ok(Target::Plugin {
+            slot,
+            rewritten,
+            answer,
+        }) => {
             forward(
                 &session,
                 &view.plugins[slot],
                 id,
                 &method,
                 rewritten.or(params),
+                answer,
                 &sink,
             )
             .await
+        }
+        Ok(Target::Task {
+            conn,
+            public,
+            params,
+            ..
+        }) => {
+            let rewrite = tasks::answer_rewrite(&method, public);
+            conn.forward_rewritten(
+                session.caller,
+                id,
+                &method,
+                params.as_deref(),
+                &sink,
+                Some(rewrite),
+            );
         }
         Ok(Target::UnknownUri(uri)) => reply(jsonrpc::error_bytes(
             Some(&id),
@@ -136,11 +188,12 @@ pub async fn dispatch(
 }
 
 async fn forward(
-    session: &Session,
+    session: &Arc<Session>,
     plugin: &ViewPlugin,
     id: Id,
     method: &str,
     params: Option<Box<RawValue>>,
+    answer: Answer,
     sink: &Sink,
 ) {
     match session.plugin(plugin).await {
@@ -148,7 +201,12 @@ async fn forward(
             if let Some(p) = params.as_deref() {
                 track_subscription(session, plugin.name(), method, p);
             }
-            conn.forward(session.caller, id, method, params.as_deref(), sink);
+            let rewrite: Option<Rewrite> = match answer {
+                Answer::AsIs => None,
+                Answer::NewTask => Some(tasks::new_task_rewrite(session, &conn)),
+                Answer::Tools => tasks::tools_rewrite(plugin, session),
+            };
+            conn.forward_rewritten(session.caller, id, method, params.as_deref(), sink, rewrite);
         }
         Err(e) => {
             sink.respond(jsonrpc::error_bytes(
@@ -191,6 +249,9 @@ fn set_log_level(session: &Session, view: &View, params: Option<Box<RawValue>>) 
 struct NameParams<'a> {
     #[serde(borrow)]
     name: Cow<'a, str>,
+    /// Present in a task-augmented request; its content is the plugin's to read.
+    #[serde(default)]
+    task: Option<serde::de::IgnoredAny>,
 }
 
 #[derive(Deserialize)]
@@ -280,9 +341,19 @@ fn target(
                 Some(slot) => Ok(Target::Plugin {
                     slot,
                     rewritten: None,
+                    answer: if method == "tools/list" {
+                        Answer::Tools
+                    } else {
+                        Answer::AsIs
+                    },
                 }),
                 None => Ok(Target::Gateway),
             }
+        }
+        "tasks/list" | "tasks/get" | "tasks/result" | "tasks/cancel"
+            if tasks::any_plugin_has_tasks(view) =>
+        {
+            task_target(session, view, method, params)
         }
         "tools/call" | "prompts/get" => {
             let (capability, what) = if method == "tools/call" {
@@ -298,9 +369,24 @@ fn target(
             let (slot, local) = resolve_name(view, capability, &p.name).ok_or_else(|| {
                 Refusal(code::INVALID_PARAMS, format!("Unknown {what}: {}", p.name))
             })?;
+            let new_task = method == "tools/call" && p.task.is_some();
+            if new_task && !session.tasks.has_room() {
+                return refuse(
+                    code::INVALID_REQUEST,
+                    format!(
+                        "Too many tasks: this session has {} (finish or cancel some first)",
+                        crate::session::tasks::MAX_TASKS
+                    ),
+                );
+            }
             Ok(Target::Plugin {
                 slot,
                 rewritten: rename(params, &["name"], &p.name, local),
+                answer: if new_task {
+                    Answer::NewTask
+                } else {
+                    Answer::AsIs
+                },
             })
         }
         "resources/read" | "resources/subscribe" | "resources/unsubscribe" => {
@@ -314,6 +400,7 @@ fn target(
                 |slot| Target::Plugin {
                     slot,
                     rewritten: None,
+                    answer: Answer::AsIs,
                 },
             ))
         }
@@ -331,6 +418,7 @@ fn target(
                     Ok(Target::Plugin {
                         slot,
                         rewritten: rename(params, &["ref", "name"], &name, local),
+                        answer: Answer::AsIs,
                     })
                 }
                 CompleteRef::Resource { uri } => Ok(route_uri(session, view, &uri).map_or_else(
@@ -338,6 +426,7 @@ fn target(
                     |slot| Target::Plugin {
                         slot,
                         rewritten: None,
+                        answer: Answer::AsIs,
                     },
                 )),
             }
@@ -347,6 +436,41 @@ fn target(
             format!("Method not found: {method}"),
         ),
     }
+}
+
+/// Where a request about a task goes: the instance that runs it, if the session has it.
+fn task_target(
+    session: &Session,
+    view: &View,
+    method: &str,
+    params: Option<&RawValue>,
+) -> Result<Target, Refusal> {
+    if method == "tasks/list" {
+        let p: CursorParams = parse(method, params, "params.cursor must be a string")?;
+        if p._cursor.is_some() {
+            // The gateway's list is one page: it never hands out a cursor.
+            return refuse(code::INVALID_PARAMS, "Invalid cursor for tasks/list");
+        }
+        return Ok(Target::Gateway);
+    }
+    let p: tasks::TaskParams = parse(
+        method,
+        params,
+        "params.taskId is required and must be a string",
+    )?;
+    let found = session.tasks.get(&p.task_id);
+    let slot = found
+        .as_ref()
+        .and_then(|f| view.plugins.iter().position(|v| *v.name() == *f.plugin));
+    let (Some(found), Some(slot)) = (found, slot) else {
+        return refuse(code::INVALID_PARAMS, tasks::NOT_FOUND);
+    };
+    Ok(Target::Task {
+        slot,
+        params: tasks::local_params(params, &found.local),
+        public: Arc::from(&*p.task_id),
+        conn: found.conn,
+    })
 }
 
 /// The one plugin whose lists pass through untouched: the only plugin, unprefixed and
@@ -371,6 +495,8 @@ fn resolve_name<'a>(view: &View, capability: &str, name: &'a str) -> Option<(usi
     let (slot, local) = match view.plugins.as_slice() {
         // One unprefixed plugin: names are its own.
         [only] if only.prefix.is_none() => (0, name),
+        // A prefixed name too long to be listed is not one to call either.
+        _ if !names::fits(name) => return None,
         _ => view
             .plugins
             .iter()
@@ -423,112 +549,4 @@ fn rename(
 
 fn empty() -> Box<RawValue> {
     RawValue::from_string("{}".into()).expect("valid JSON")
-}
-
-/// The `initialize` result with `view` in protocol `version`. All but the version depends on
-/// the view alone (merged capabilities, server info, instructions), so it is made once per
-/// view and kept in it.
-pub fn initialize_result(view: &View, version: &str) -> Box<RawValue> {
-    let rest = view.initialize.get_or_init(|| initialize_rest(view));
-    // `rest` is an object with at least `capabilities`; the version is one of ours (no
-    // escapes needed).
-    RawValue::from_string(format!(r#"{{"protocolVersion":"{version}",{}"#, &rest[1..]))
-        .expect("valid JSON")
-}
-
-/// The `server/discover` result of a view (2026-07-28): every version served, the same
-/// merged capabilities, server info and instructions as `initialize` gives, and caching hints.
-pub fn discover_result(view: &View, cache_scope: &str) -> Box<RawValue> {
-    let rest = view.initialize.get_or_init(|| initialize_rest(view));
-    let rest: serde_json::Value = serde_json::from_str(rest).unwrap_or_default();
-    let mut out = serde_json::json!({
-        "resultType": "complete",
-        "supportedVersions": crate::protocol::modern::supported_versions(),
-        "capabilities": rest["capabilities"],
-        "_meta": { crate::protocol::modern::META_SERVER_INFO: rest["serverInfo"] },
-        "ttlMs": 0,
-        "cacheScope": cache_scope,
-    });
-    if let Some(text) = rest.get("instructions") {
-        out["instructions"] = text.clone();
-    }
-    RawValue::from_string(out.to_string()).expect("valid JSON")
-}
-
-fn initialize_rest(view: &View) -> Box<str> {
-    let capabilities: Vec<serde_json::Value> = view
-        .plugins
-        .iter()
-        .map(|p| p.info.capabilities.clone())
-        .collect();
-    let instructions: Vec<(String, Option<String>)> = view
-        .plugins
-        .iter()
-        .map(|p| (p.name().to_owned(), p.info.instructions.clone()))
-        .collect();
-    // One unprefixed plugin: the gateway is transparent and shows the plugin's own info.
-    let server_info: serde_json::Value = match view.plugins.as_slice() {
-        [only] if only.prefix.is_none() => {
-            serde_json::from_str(only.info.server_info.get()).unwrap_or_default()
-        }
-        _ => serde_json::json!({ "name": "mcp-gateway", "version": env!("CARGO_PKG_VERSION") }),
-    };
-    let mut rest = serde_json::json!({
-        "capabilities": merged_capabilities(&capabilities),
-        "serverInfo": server_info,
-    });
-    if let Some(text) = merged_instructions(&instructions) {
-        rest["instructions"] = text.into();
-    }
-    rest.to_string().into()
-}
-
-/// Capabilities for the client: the union of the plugins', plus `logging` (the gateway
-/// answers `logging/setLevel` itself), and list changes for tools, prompts and resources (the
-/// registry can change them at any time).
-fn merged_capabilities(plugins: &[serde_json::Value]) -> serde_json::Value {
-    let mut out = serde_json::Map::new();
-    for caps in plugins {
-        let Some(caps) = caps.as_object() else {
-            continue;
-        };
-        for key in ["tools", "prompts", "resources", "completions"] {
-            let Some(cap) = caps.get(key).and_then(|c| c.as_object()) else {
-                continue;
-            };
-            let merged = out
-                .entry(key)
-                .or_insert_with(|| serde_json::Value::Object(Default::default()))
-                .as_object_mut()
-                .expect("an object");
-            for flag in ["listChanged", "subscribe"] {
-                if cap.get(flag) == Some(&serde_json::Value::Bool(true)) {
-                    merged.insert(flag.into(), true.into());
-                }
-            }
-        }
-    }
-    for key in ["tools", "prompts", "resources"] {
-        let cap = out
-            .entry(key)
-            .or_insert_with(|| serde_json::Value::Object(Default::default()));
-        cap["listChanged"] = true.into();
-    }
-    out.insert("logging".into(), serde_json::json!({}));
-    serde_json::Value::Object(out)
-}
-
-/// The `instructions` for the client: the plugin's own with one plugin, each plugin's under
-/// its name with several.
-fn merged_instructions(plugins: &[(String, Option<String>)]) -> Option<String> {
-    match plugins {
-        [(_, only)] => only.clone(),
-        many => {
-            let parts: Vec<String> = many
-                .iter()
-                .filter_map(|(name, i)| i.as_ref().map(|i| format!("## {name}\n{i}")))
-                .collect();
-            (!parts.is_empty()).then(|| parts.join("\n\n"))
-        }
-    }
 }

@@ -14,6 +14,9 @@
 //!   on exactly one stream: the related request's when that is certain, else the GET stream;
 //!   and the client's answers back to the plugin that asked.
 //! - [`routes`]: which plugin serves which resource URI for this session.
+//! - [`tasks`]: the tasks the client created on its plugins, under ids of the gateway's own.
+//! - [`capabilities`]: what the client declared it can do, checked before a plugin's request
+//!   reaches it.
 //! - [`store`]: the session record behind the [`SessionStore`] seam.
 //! - `manager.rs` ([`SessionManager`]): all sessions: creation under caps, lookup, ending, the reaper.
 //!
@@ -22,6 +25,7 @@
 
 mod adopt;
 mod callers;
+pub mod capabilities;
 mod log_level;
 mod manager;
 mod plugins;
@@ -29,6 +33,7 @@ mod relay;
 pub mod routes;
 pub mod store;
 mod streams;
+pub mod tasks;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -39,6 +44,7 @@ use serde_json::value::RawValue;
 use tokio_util::sync::CancellationToken;
 
 pub use adopt::IN_FLIGHT_LOST;
+pub use capabilities::ClientCapabilities;
 pub(crate) use log_level::LOG_LEVELS;
 pub use manager::{AdoptError, SessionManager, TooManySessions};
 pub use routes::ResourceRoutes;
@@ -94,7 +100,9 @@ pub struct Session {
     /// Open connections (SSE responses and JSON waits): a session with any is not idle.
     pub connections: Arc<AtomicUsize>,
     /// The capabilities the client declared (`sampling`, `elicitation`, `roots`, ...).
-    client_capabilities: HashSet<String>,
+    client_capabilities: ClientCapabilities,
+    /// The tasks its client created on its plugins.
+    pub tasks: tasks::Tasks,
     /// The random tag in this session's event ids.
     pub tag: u32,
     /// The token subject that opened the session, if authorization is on.
@@ -177,14 +185,7 @@ impl Session {
         if let Some(params) = state.log_level.and_then(|l| RawValue::from_string(l).ok()) {
             log_level.set(params);
         }
-        /// Only the names of the client's capabilities, the rest skipped unread.
-        #[derive(serde::Deserialize)]
-        struct Params {
-            capabilities: HashMap<String, serde::de::IgnoredAny>,
-        }
-        let client_capabilities = serde_json::from_str::<Params>(init.plugin_params.get())
-            .map(|p| p.capabilities.into_keys().collect())
-            .unwrap_or_default();
+        let client_capabilities = ClientCapabilities::parse(&init.plugin_params, init.version);
         let events = store.session(&id);
         let get = Stream::new(
             StreamKey {
@@ -218,6 +219,7 @@ impl Session {
             last_active: Mutex::new(Instant::now()),
             connections: Arc::new(AtomicUsize::new(0)),
             client_capabilities,
+            tasks: tasks::Tasks::default(),
             tag,
             store,
             events,
@@ -306,6 +308,11 @@ impl Session {
                 }
             }
         });
+    }
+
+    /// What the client declared it can do.
+    pub fn client_capabilities(&self) -> &ClientCapabilities {
+        &self.client_capabilities
     }
 
     pub fn touch(&self) {

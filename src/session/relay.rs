@@ -4,8 +4,12 @@
 //! streams ([`Session::deliver`]): the related request's when that is certain, else the GET
 //! stream. A request to the client gets an id of the session's own (the client sees no
 //! plugin's ids) and is refused at once when the client did not declare the capability it
-//! needs or no stream can carry it; the client's answer goes back to the instance that asked.
-//! A `resources/list_changed` clears what the session learned of resource routes.
+//! needs (or the elicitation mode, or tool use in sampling: [`super::capabilities`]) or no
+//! stream can carry it; the client's answer goes back to the instance that asked.
+//! A `resources/list_changed` clears what the session learned of resource routes. A task a
+//! message names (`notifications/tasks/status`, related-task `_meta`) is given by the id the
+//! client knows it by, both ways ([`super::tasks`]); a status of a task that is not this
+//! session's is dropped.
 //!
 //! Relaying never waits for the client: a message no stream can take now waits on the GET
 //! stream (a notification) or is refused to the plugin (a request).
@@ -17,8 +21,9 @@ use bytes::Bytes;
 use serde_json::value::RawValue;
 
 use super::Session;
+use super::tasks::related_task_mut;
 use crate::backend::connection::LIST_CHANGES;
-use crate::backend::{PluginConnection, PluginEvents, Related};
+use crate::backend::{PluginConnection, PluginEvents, RELATED_TASK, Related};
 use crate::jsonrpc::{self, Id, Outcome};
 use crate::stream::Sink;
 
@@ -69,7 +74,10 @@ impl Session {
         };
         match conn.upgrade().filter(|c| c.is_alive()) {
             Some(conn) => conn.send_raw(match outcome {
-                Outcome::Result(r) => jsonrpc::result_bytes(plugin_id.raw(), r),
+                Outcome::Result(r) => match self.task_ids_in(r, &conn) {
+                    Some(r) => jsonrpc::result_bytes(plugin_id.raw(), &r),
+                    None => jsonrpc::result_bytes(plugin_id.raw(), r),
+                },
                 Outcome::Error(e) => jsonrpc::error_object_bytes(plugin_id.raw(), e),
             }),
             None => {
@@ -77,6 +85,71 @@ impl Session {
             }
         }
         true
+    }
+
+    /// A client's result that relates to a task by its public id, with `conn`'s own id in its
+    /// place; `None` when there is nothing to change.
+    fn task_ids_in(&self, result: &RawValue, conn: &PluginConnection) -> Option<Box<RawValue>> {
+        if !result.get().contains(RELATED_TASK) {
+            return None;
+        }
+        let mut value: serde_json::Value = serde_json::from_str(result.get()).ok()?;
+        let slot = related_task_mut(&mut value)?;
+        *slot = (*self.tasks.local_id(conn, slot.as_str()?)?).into();
+        RawValue::from_string(value.to_string()).ok()
+    }
+
+    /// Gives the task a plugin's message names in `params` (see
+    /// [`crate::backend::connection::task_named`]) the id this session's client knows it by.
+    /// `Ok(false)`: it names no task; `Err(())`: it names a task that is not this session's.
+    fn publish_task(
+        &self,
+        conn: &PluginConnection,
+        method: &str,
+        params: &mut serde_json::Value,
+    ) -> Result<bool, ()> {
+        let status = method == "notifications/tasks/status";
+        let local = if status {
+            params.get("taskId")
+        } else {
+            params
+                .get("_meta")
+                .and_then(|m| m.get(RELATED_TASK))
+                .and_then(|t| t.get("taskId"))
+        };
+        let Some(local) = local.and_then(serde_json::Value::as_str) else {
+            return Ok(false);
+        };
+        let public = self.tasks.public_id(conn, local).ok_or(())?;
+        if status {
+            params["taskId"] = (*public).into();
+        }
+        if let Some(slot) = related_task_mut(params) {
+            *slot = (*public).into();
+        }
+        Ok(true)
+    }
+
+    /// A plugin's notification with the task it names given its public id (`Ok(None)`: it
+    /// names none, send it as it is); `Err(())` when the task is not this session's.
+    fn published_notification(
+        &self,
+        conn: &PluginConnection,
+        method: &str,
+        message: &[u8],
+    ) -> Result<Option<Bytes>, ()> {
+        let status = method == "notifications/tasks/status";
+        if !status && memchr::memmem::find(message, RELATED_TASK.as_bytes()).is_none() {
+            return Ok(None);
+        }
+        let mut value: serde_json::Value = serde_json::from_slice(message).map_err(|_| ())?;
+        let Some(params) = value.get_mut("params") else {
+            return if status { Err(()) } else { Ok(None) };
+        };
+        if !self.publish_task(conn, method, params)? {
+            return if status { Err(()) } else { Ok(None) };
+        }
+        Ok(Some(Bytes::from(value.to_string())))
     }
 
     /// A plugin cancelling one of its own requests to the client: the request id becomes the
@@ -109,21 +182,35 @@ impl PluginEvents for Session {
         params: Option<&RawValue>,
         related: Related,
     ) {
-        let needs = match method {
-            "sampling/createMessage" => Some("sampling"),
-            "elicitation/create" => Some("elicitation"),
-            "roots/list" => Some("roots"),
-            _ => None,
-        };
-        if let Some(cap) = needs.filter(|c| !self.client_capabilities.contains(*c)) {
-            tracing::info!(plugin = %conn.name(), session = %self.id, "{method} refused: the client did not declare the `{cap}` capability");
-            conn.send_raw(jsonrpc::error_bytes(
-                Some(&id),
-                jsonrpc::code::METHOD_NOT_FOUND,
-                &format!("the client did not declare the `{cap}` capability"),
-            ));
+        if let Some((code, message)) = self.client_capabilities.refusal(method, params) {
+            tracing::info!(plugin = %conn.name(), session = %self.id, "{method} refused: {message}");
+            conn.send_raw(jsonrpc::error_bytes(Some(&id), code, &message));
             return;
         }
+        let published;
+        let params = match params.filter(|p| p.get().contains(RELATED_TASK)) {
+            Some(p) => {
+                let mut value: serde_json::Value =
+                    serde_json::from_str(p.get()).unwrap_or_default();
+                match self.publish_task(conn, method, &mut value) {
+                    Ok(false) => Some(p),
+                    Ok(true) => {
+                        published = RawValue::from_string(value.to_string()).expect("valid JSON");
+                        Some(&*published)
+                    }
+                    Err(()) => {
+                        tracing::info!(plugin = %conn.name(), session = %self.id, "{method} refused: it relates to a task this session does not have");
+                        conn.send_raw(jsonrpc::error_bytes(
+                            Some(&id),
+                            jsonrpc::code::INVALID_PARAMS,
+                            &format!("{method}: the task it relates to is not known to the gateway (expired, or not this client's)"),
+                        ));
+                        return;
+                    }
+                }
+            }
+            None => params,
+        };
         let n = self.next_server_request.fetch_add(1, Ordering::Relaxed);
         self.server_requests
             .lock()
@@ -169,13 +256,29 @@ impl PluginEvents for Session {
                     let _ = self.deliver(bytes, related, false);
                 }
             }
-            _ => {
-                let _ = self.deliver(message, related, false);
-            }
+            _ => match self.published_notification(conn, method, &message) {
+                Ok(None) => {
+                    let _ = self.deliver(message, related, false);
+                }
+                // About a task, not the request in flight: the GET stream.
+                Ok(Some(bytes)) if method == "notifications/tasks/status" => {
+                    let _ = self.deliver(bytes, Related::None, false);
+                }
+                Ok(Some(bytes)) => {
+                    let _ = self.deliver(bytes, related, false);
+                }
+                Err(()) => {
+                    tracing::debug!(plugin = %conn.name(), session = %self.id, "{method} about a task this session does not have: dropped");
+                }
+            },
         }
     }
 
     fn plugin_exited(&self, conn: &Arc<PluginConnection>) {
         self.instance_exited(conn);
+    }
+
+    fn owns_task(&self, conn: &Arc<PluginConnection>, task_id: &str) -> bool {
+        self.tasks.public_id(conn, task_id).is_some()
     }
 }

@@ -6,8 +6,10 @@
 //!   whose call caused it, which is only known when exactly one session has calls in flight
 //!   there; otherwise the request is refused (a guess could show one user's data to another).
 //!   Notifications about the plugin (list changes) go to every session; progress goes to the
-//!   session whose request its token names; any other notification (a log) names no request,
-//!   so it is dropped and counted (`mcp_gateway_plugin_notifications_dropped_total`).
+//!   session whose request its token names; a request or notification that names a task
+//!   (2025-11-25 tasks) goes to the session whose client created it, and to no one else;
+//!   any other notification (a log) names no request, so it is dropped and counted
+//!   (`mcp_gateway_plugin_notifications_dropped_total`).
 //! - Warm pools (`warm = K` on a per-session plugin): K processes started and initialized ahead
 //!   of demand, each handed whole to the next session that needs one, and replaced.
 //!
@@ -25,7 +27,7 @@ use serde_json::value::RawValue;
 
 use super::limits::Limits;
 use super::{Listeners, Running, breaker, start};
-use crate::backend::connection::LIST_CHANGES;
+use crate::backend::connection::{LIST_CHANGES, task_named};
 use crate::backend::{BackendError, PluginConnection, PluginEvents, Related};
 use crate::config::ProcessModel;
 use crate::jsonrpc::{self, Id, code};
@@ -364,6 +366,31 @@ impl SharedEvents {
     fn everyone(&self) -> Vec<Arc<dyn PluginEvents>> {
         self.listeners().map(|l| l.everyone()).unwrap_or_default()
     }
+
+    /// The session whose client created `conn`'s task `task`.
+    fn owner_of_task(
+        &self,
+        conn: &Arc<PluginConnection>,
+        task: &str,
+    ) -> Option<Arc<dyn PluginEvents>> {
+        self.everyone()
+            .into_iter()
+            .find(|s| s.owns_task(conn, task))
+    }
+}
+
+/// `related` if its stream is `owner`'s, else [`Related::None`]: a message routed by the task
+/// it names must not go on another session's stream.
+fn related_for(events: &SharedEvents, owner: &Arc<dyn PluginEvents>, related: Related) -> Related {
+    let same = |sink: &Sink| {
+        events
+            .session_of(sink)
+            .is_some_and(|s| std::ptr::addr_eq(Arc::as_ptr(&s), Arc::as_ptr(owner)))
+    };
+    match &related {
+        Related::Named(s) | Related::Exact(s) | Related::Ambiguous(s) if same(s) => related,
+        _ => Related::None,
+    }
 }
 
 impl PluginEvents for SharedEvents {
@@ -375,6 +402,13 @@ impl PluginEvents for SharedEvents {
         params: Option<&RawValue>,
         related: Related,
     ) {
+        // A request about a task (an elicitation the task needs) is for the task's client.
+        if let Some(task) = task_named(method, params)
+            && let Some(owner) = self.owner_of_task(conn, &task)
+        {
+            let related = related_for(self, &owner, related);
+            return owner.plugin_request(conn, id, method, params, related);
+        }
         let session = match &related {
             Related::Named(sink) | Related::Exact(sink) | Related::Ambiguous(sink) => {
                 self.session_of(sink)
@@ -407,6 +441,13 @@ impl PluginEvents for SharedEvents {
             for s in self.everyone() {
                 s.plugin_notification(conn, message.clone(), method, Related::None);
             }
+            return;
+        }
+        // About a task: its client's alone.
+        if let Some(owner) = named_task(method, &message).and_then(|t| self.owner_of_task(conn, &t))
+        {
+            let related = related_for(self, &owner, related);
+            owner.plugin_notification(conn, message, method, related);
             return;
         }
         match &related {
@@ -444,4 +485,20 @@ impl PluginEvents for SharedEvents {
             }
         }
     }
+}
+
+/// The task a shared plugin's notification names (see [`task_named`]); only a message that
+/// mentions a task is parsed.
+fn named_task(method: &str, message: &[u8]) -> Option<String> {
+    if method != "notifications/tasks/status"
+        && memchr::memmem::find(message, crate::backend::RELATED_TASK.as_bytes()).is_none()
+    {
+        return None;
+    }
+    #[derive(serde::Deserialize)]
+    struct Notification {
+        params: Option<Box<RawValue>>,
+    }
+    let n: Notification = serde_json::from_slice(message).ok()?;
+    task_named(method, n.params.as_deref())
 }

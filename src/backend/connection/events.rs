@@ -38,6 +38,33 @@ pub trait PluginEvents: Send + Sync + 'static {
 
     /// The plugin is gone (crashed or stopped).
     fn plugin_exited(&self, conn: &Arc<PluginConnection>);
+
+    /// Whether the task `task_id` of this plugin instance is this listener's (its client
+    /// created it): what a shared plugin sends about a task goes to that listener alone.
+    fn owns_task(&self, _conn: &Arc<PluginConnection>, _task_id: &str) -> bool {
+        false
+    }
+}
+
+/// The `_meta` key that ties a message to a task (2025-11-25 tasks).
+pub const RELATED_TASK: &str = "io.modelcontextprotocol/related-task";
+
+/// The task a plugin's message names, if any: the `taskId` of `notifications/tasks/status`,
+/// or the task in `params._meta` under [`RELATED_TASK`]. Params that do not mention the key
+/// are not parsed.
+pub fn task_named(method: &str, params: Option<&RawValue>) -> Option<String> {
+    let params = params?;
+    let status = method == "notifications/tasks/status";
+    if !status && !params.get().contains(RELATED_TASK) {
+        return None;
+    }
+    let value: serde_json::Value = serde_json::from_str(params.get()).ok()?;
+    let id = if status {
+        value.get("taskId")
+    } else {
+        value.get("_meta")?.get(RELATED_TASK)?.get("taskId")
+    };
+    id?.as_str().map(str::to_owned)
 }
 
 /// Notifications about a plugin's lists and resources, not about any request: above, they go

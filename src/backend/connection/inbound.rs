@@ -194,11 +194,15 @@ impl PluginConnection {
                 client_id,
                 sink,
                 timer,
+                rewrite,
                 ..
             } => {
                 timer.observe();
                 let bytes = match &outcome {
-                    Outcome::Result(r) => jsonrpc::result_bytes(client_id.raw(), r),
+                    Outcome::Result(r) => match rewrite.and_then(|f| f(r)) {
+                        Some(changed) => jsonrpc::result_bytes(client_id.raw(), &changed),
+                        None => jsonrpc::result_bytes(client_id.raw(), r),
+                    },
                     Outcome::Error(e) => jsonrpc::error_object_bytes(client_id.raw(), e),
                 };
                 sink.respond(bytes);
