@@ -33,8 +33,8 @@ pub use listener::{
     AllowList, ConnectionLimits, DEFAULT_LISTEN, DEFAULT_MAX_BODY_BYTES, MIN_HEADER_BYTES,
 };
 pub use plugin::{
-    PluginConfig, PluginSpec, ProcessModel, ResponseMode, SECRET_ENV_VARS, Scheduling, expand_env,
-    validate_plugin,
+    PluginConfig, PluginEra, PluginSpec, ProcessModel, ResponseMode, SECRET_ENV_VARS, Scheduling,
+    expand_env, validate_plugin,
 };
 pub use stream::{ReplayLimits, StreamSettings};
 

@@ -1,6 +1,8 @@
-//! The start-up probe: each plugin is started once when it appears or changes, initialized
-//! with the gateway's own client capabilities, asked for its tools, and stopped. What it said
-//! becomes the entry's [`ProbeState`], from which a client's `initialize` is answered.
+//! The start-up probe: each plugin is started once when it appears or changes, opened with the
+//! gateway's own client capabilities (its era found as the stdio transport says:
+//! `server/discover` first, `initialize` as the fallback; or pinned by its `era`), asked for
+//! its tools, and stopped. What it said, and its era, become the entry's [`ProbeState`], from
+//! which a client's `initialize` and `server/discover` are answered.
 //!
 //! A probe is not an instance: it is not counted against the limits, never restarted, and
 //! not subject to the crash breaker (those are [`crate::supervisor`]'s). It must never serve a
@@ -12,7 +14,7 @@ use std::time::{Duration, Instant};
 use serde_json::value::RawValue;
 
 use super::{PluginEntry, PluginInfo, ProbeState};
-use crate::backend::start_plugin;
+use crate::backend::{Era, start_plugin};
 use crate::protocol;
 
 /// How long after a failed probe a new session may trigger another.
@@ -34,6 +36,7 @@ pub(super) async fn probe(entry: &PluginEntry) -> ProbeState {
         &entry.config,
         Arc::from("probe"),
         &gateway_init_params(),
+        Era::pinned(entry.config.era),
         None,
     )
     .await;
@@ -68,6 +71,7 @@ pub(super) async fn probe(entry: &PluginEntry) -> ProbeState {
                 0
             };
             let info = PluginInfo {
+                era: conn.era(),
                 protocol_version: init.protocol_version.clone(),
                 capabilities,
                 server_info: init.server_info.clone(),
@@ -77,6 +81,7 @@ pub(super) async fn probe(entry: &PluginEntry) -> ProbeState {
             conn.shutdown().await;
             tracing::info!(
                 plugin = %entry.name(),
+                era = %info.era,
                 version = %info.protocol_version,
                 tools,
                 "plugin probed in {} ms",

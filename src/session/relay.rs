@@ -4,7 +4,9 @@
 //! streams ([`Session::deliver`]): the related request's when that is certain, else the GET
 //! stream. A request to the client gets an id of the session's own (the client sees no
 //! plugin's ids) and is refused at once when the client did not declare the capability it
-//! needs or no stream can carry it; the client's answer goes back to the instance that asked.
+//! needs or no stream can carry it; the client's answer goes back to the instance that asked
+//! (or, when it was asked for a modern plugin's `InputRequiredResult`, to that round:
+//! `modern_plugins.rs`).
 //! A `resources/list_changed` clears what the session learned of resource routes.
 //!
 //! Relaying never waits for the client: a message no stream can take now waits on the GET
@@ -18,7 +20,7 @@ use serde_json::value::RawValue;
 
 use super::Session;
 use crate::backend::connection::LIST_CHANGES;
-use crate::backend::{PluginConnection, PluginEvents, Related};
+use crate::backend::{InputRequired, PluginConnection, PluginEvents, Related};
 use crate::jsonrpc::{self, Id, Outcome};
 use crate::stream::Sink;
 
@@ -58,6 +60,9 @@ impl Session {
     /// Routes a client's response to the plugin request it answers. False when the id names
     /// no request the gateway sent.
     pub fn client_response(&self, id: &Id, outcome: &Outcome) -> bool {
+        if id.as_u64().is_some_and(|n| self.input_response(n, outcome)) {
+            return true;
+        }
         let entry = id.as_u64().and_then(|n| {
             self.server_requests
                 .lock()
@@ -177,5 +182,9 @@ impl PluginEvents for Session {
 
     fn plugin_exited(&self, conn: &Arc<PluginConnection>) {
         self.instance_exited(conn);
+    }
+
+    fn plugin_input_required(&self, conn: &Arc<PluginConnection>, input: InputRequired) {
+        self.input_required(conn, input);
     }
 }

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use serde_json::value::RawValue;
 
-use super::PluginConnection;
+use super::{InputRequired, PluginConnection};
 use crate::jsonrpc::Id;
 use crate::stream::Sink;
 
@@ -38,6 +38,14 @@ pub trait PluginEvents: Send + Sync + 'static {
 
     /// The plugin is gone (crashed or stopped).
     fn plugin_exited(&self, conn: &Arc<PluginConnection>);
+
+    /// A modern plugin answered a client's request with an `InputRequiredResult`: the
+    /// request is parked on `conn` until the listener resumes it with the client's input
+    /// ([`PluginConnection::resume_input`]), passes the result to a client that retries on
+    /// its own ([`PluginConnection::pass_input`]), or fails it. By default it is passed.
+    fn plugin_input_required(&self, conn: &Arc<PluginConnection>, input: InputRequired) {
+        conn.pass_input(input.call, &input.result);
+    }
 }
 
 /// Notifications about a plugin's lists and resources, not about any request: above, they go
