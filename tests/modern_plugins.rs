@@ -167,6 +167,10 @@ async fn a_legacy_session_uses_a_modern_plugin() {
     let init = c.initialize().await;
     assert_eq!(init["serverInfo"]["name"], "mcp-fixture-modern");
     assert_eq!(init["instructions"], "A modern-only fixture.");
+    assert!(
+        init["capabilities"]["resources"].get("subscribe").is_none(),
+        "its subscriptions come only through subscriptions/listen: {init}"
+    );
 
     let tools = c.result(1, "tools/list", json!({})).await;
     assert!(common::tool_names(&tools).contains(&"ask_name"), "{tools}");

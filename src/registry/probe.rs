@@ -30,6 +30,17 @@ pub fn gateway_init_params() -> Box<RawValue> {
     RawValue::from_string(params.to_string()).expect("valid JSON")
 }
 
+/// A modern plugin's resource subscriptions come only through `subscriptions/listen`, which
+/// the gateway does not open toward plugins: its `resources.subscribe` is not offered on.
+fn without_subscriptions(capabilities: &mut serde_json::Value) {
+    if let Some(r) = capabilities
+        .get_mut("resources")
+        .and_then(serde_json::Value::as_object_mut)
+    {
+        r.remove("subscribe");
+    }
+}
+
 pub(super) async fn probe(entry: &PluginEntry) -> ProbeState {
     let started = Instant::now();
     let result = start_plugin(
@@ -43,8 +54,11 @@ pub(super) async fn probe(entry: &PluginEntry) -> ProbeState {
     match result {
         Ok(conn) => {
             let init = conn.info().expect("initialized");
-            let capabilities: serde_json::Value =
+            let mut capabilities: serde_json::Value =
                 serde_json::from_str(init.capabilities.get()).unwrap_or_default();
+            if conn.is_modern() {
+                without_subscriptions(&mut capabilities);
+            }
             let tools = if capabilities.get("tools").is_some() {
                 match tokio::time::timeout(
                     entry.config.startup_timeout,
@@ -98,5 +112,24 @@ pub(super) async fn probe(entry: &PluginEntry) -> ProbeState {
                 at: Instant::now(),
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_modern_plugins_subscriptions_are_not_offered() {
+        let mut caps =
+            serde_json::json!({"resources": {"subscribe": true, "listChanged": true}, "tools": {}});
+        without_subscriptions(&mut caps);
+        assert_eq!(
+            caps,
+            serde_json::json!({"resources": {"listChanged": true}, "tools": {}})
+        );
+        let mut none = serde_json::json!({"tools": {}});
+        without_subscriptions(&mut none);
+        assert_eq!(none, serde_json::json!({"tools": {}}));
     }
 }

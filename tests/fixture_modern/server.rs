@@ -130,7 +130,7 @@ fn handle(versions: &[String], method: &str, params: &Value) -> Result<Value, Re
     match method {
         "server/discover" => Ok(json!({
             "supportedVersions": versions,
-            "capabilities": {"tools": {}, "resources": {}, "prompts": {}},
+            "capabilities": {"tools": {}, "resources": {"subscribe": true}, "prompts": {}},
             "instructions": "A modern-only fixture.",
             "ttlMs": 0,
             "cacheScope": "public",
