@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use mcp_gateway::config::{Cli, Command, Config};
+use mcp_gateway::config::{Cli, Command, Config, PluginEra};
 
 // Request and event buffers are freed out of order (replay buffers linger): glibc's allocator
 // spent over a tenth of the gateway's time consolidating chunks under load. jemalloc does not,
@@ -45,7 +45,12 @@ async fn main() -> ExitCode {
             config
                 .plugins
                 .iter()
-                .map(|p| p.name.as_str())
+                .map(|p| match p.era {
+                    // A pinned era is said: the probe will not try the other one.
+                    PluginEra::Auto => p.name.clone(),
+                    PluginEra::Legacy => format!("{} (era legacy)", p.name),
+                    PluginEra::Modern => format!("{} (era modern)", p.name),
+                })
                 .collect::<Vec<_>>()
                 .join(", ")
         );

@@ -56,6 +56,28 @@ fn check_accepts_good_configs_and_names_bad_keys() {
     assert!(err.contains("/nonexistent.toml"), "{err}");
 }
 
+/// `check` names each plugin whose era is pinned, and refuses an era that is not one.
+#[test]
+fn check_names_pinned_eras() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = write(
+        &dir,
+        "eras.toml",
+        "[plugins.a]\ncommand = \"x\"\n[plugins.b]\ncommand = \"y\"\nera = \"modern\"\n[plugins.c]\ncommand = \"z\"\nera = \"legacy\"\n",
+    );
+    let (code, out, err) = gateway(&["check", "--config", &good], &[]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("a, b (era modern), c (era legacy)"), "{out}");
+    let bad = write(
+        &dir,
+        "bad.toml",
+        "[plugins.a]\ncommand = \"x\"\nera = \"2026\"\n",
+    );
+    let (code, _, err) = gateway(&["check", "--config", &bad], &[]);
+    assert_ne!(code, 0);
+    assert!(err.contains("era") && err.contains("modern"), "{err}");
+}
+
 /// `check` says when a config turns cluster mode on (scripts/check-deploy relies on it to
 /// see that the deployment files' settings are read) and never shows the secrets.
 #[test]

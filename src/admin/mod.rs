@@ -272,11 +272,16 @@ fn describe(e: &PluginEntry) -> Value {
         .iter()
         .map(|(k, v)| (k.clone(), Value::String(mask(v))))
         .collect();
-    let (state, tools, probe_error) = match e.state() {
-        _ if !e.enabled => ("disabled", None, None),
-        ProbeState::Pending | ProbeState::Reprobing => ("starting", None, None),
-        ProbeState::Ready(info) => ("ready", Some(info.tools), None),
-        ProbeState::Failed { error, .. } => ("failed", None, Some(error)),
+    let (state, tools, probe_error, speaks) = match e.state() {
+        _ if !e.enabled => ("disabled", None, None, None),
+        ProbeState::Pending | ProbeState::Reprobing => ("starting", None, None, None),
+        ProbeState::Ready(info) => (
+            "ready",
+            Some(info.tools),
+            None,
+            Some(json!({"era": info.era, "protocol_version": info.protocol_version})),
+        ),
+        ProbeState::Failed { error, .. } => ("failed", None, Some(error), None),
     };
     let last_error = probe_error.or_else(|| e.stats.last_error.lock().expect("stats lock").clone());
     let breaker = e.stats.breaker_open();
@@ -308,6 +313,9 @@ fn describe(e: &PluginEntry) -> Value {
         "process_model": c.process_model,
         "pool_size": c.pool_size,
         "warm": c.warm,
+        "era": c.era,
+        // What the probe found: the era it speaks and its version (null until probed).
+        "speaks": speaks,
     })
 }
 

@@ -16,7 +16,11 @@
 //! The pending map sits behind a short synchronous lock never held across an await. One task
 //! reads the plugin's output (`connection/inbound.rs`); when the plugin goes, every request still pending
 //! fails with an error that names the plugin. `connection/events.rs` holds the listener seam, [`Related`]
-//! and [`Caller`]; this file the connection and what goes towards the plugin.
+//! and [`Caller`]; `connection/era.rs` the opening of a connection in the plugin's era
+//! (`initialize`, or `server/discover`, or the probe that tries one then the other);
+//! `connection/input.rs` a modern plugin's `InputRequiredResult`s, parked until the client's
+//! input comes and retried with it; this file the connection and what goes towards the plugin.
+//! A modern plugin's every request carries `_meta` with the version and its client.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -28,17 +32,22 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use tokio::sync::oneshot;
 
+mod era;
 mod events;
 mod inbound;
+mod input;
 
 pub use events::{Caller, LIST_CHANGES, PluginEvents, RELATED_TASK, Related, task_named};
+pub use input::InputRequired;
 
 use super::BackendError;
+use super::modern::{self, ClientMeta, Era};
 use super::transport::{Inbound, PluginTransport, SendError};
 use crate::jsonrpc::{self, Id, code};
 use crate::metrics::{InFlight, PluginMetrics};
 use crate::stream::Sink;
 use inbound::{expire_requests, read_loop};
+use input::Retry;
 
 /// Where a plugin's answer goes.
 enum Pending {
@@ -56,6 +65,9 @@ enum Pending {
         timer: InFlight,
         /// Changes a successful answer before the client sees it (see [`Rewrite`]).
         rewrite: Option<Rewrite>,
+        /// A request to a modern plugin that may be answered with an `InputRequiredResult`:
+        /// what it takes to retry it.
+        retry: Option<Box<Retry>>,
     },
     /// To a gateway task.
     Internal(oneshot::Sender<Result<Box<RawValue>, CallError>>),
@@ -103,6 +115,9 @@ pub struct PluginConnection {
     next_id: AtomicU64,
     alive: AtomicBool,
     init: std::sync::OnceLock<InitializeResult>,
+    /// Set when the plugin speaks the modern era: the `_meta` members a request gets when
+    /// nobody gave it any (the client the instance was started for, or the gateway).
+    modern: std::sync::OnceLock<ClientMeta>,
     /// Who hears the plugin's own requests and notifications: set at start, or when a warm
     /// instance is handed to a session.
     events: std::sync::OnceLock<Weak<dyn PluginEvents>>,
@@ -134,6 +149,7 @@ impl PluginConnection {
             next_id: AtomicU64::new(1),
             alive: AtomicBool::new(true),
             init: std::sync::OnceLock::new(),
+            modern: std::sync::OnceLock::new(),
             events: events.map(std::sync::OnceLock::from).unwrap_or_default(),
             request_timeout,
             last_active: Mutex::new(std::time::Instant::now()),
@@ -170,9 +186,30 @@ impl PluginConnection {
         *self.last_active.lock().expect("activity lock") = std::time::Instant::now();
     }
 
-    /// The plugin's `initialize` result, once the handshake is done.
+    /// The plugin's `initialize` result (or, from a modern plugin, what its
+    /// `server/discover` said), once the handshake is done.
     pub fn info(&self) -> Option<&InitializeResult> {
         self.init.get()
+    }
+
+    /// The era the plugin speaks (legacy until the handshake found it modern).
+    pub fn era(&self) -> Era {
+        if self.modern.get().is_some() {
+            Era::Modern
+        } else {
+            Era::Legacy
+        }
+    }
+
+    pub fn is_modern(&self) -> bool {
+        self.modern.get().is_some()
+    }
+
+    /// `params` as a modern plugin must get them: with `_meta` (the connection's own members
+    /// where the params have none); `None`: send them as they are.
+    fn with_meta(&self, params: Option<&RawValue>) -> Option<Box<RawValue>> {
+        let meta = self.modern.get()?;
+        modern::with_meta(params, &meta.members(None))
     }
 
     /// Runs the handshake: `initialize` with the given params, a version check, then
@@ -222,8 +259,13 @@ impl PluginConnection {
         let (tx, rx) = oneshot::channel();
         let id = self.register(Pending::Internal(tx))?;
         let forget = Forget { conn: self, id };
+        let meta = self.with_meta(params);
         self.write(
-            jsonrpc::request_bytes(Some(Id::from_u64(id).raw()), method, params),
+            jsonrpc::request_bytes(
+                Some(Id::from_u64(id).raw()),
+                method,
+                meta.as_deref().or(params),
+            ),
             id,
         )?;
         let result = rx.await.unwrap_or_else(|_| Err(self.gone_error().into()));
@@ -256,36 +298,62 @@ impl PluginConnection {
         sink: &Sink,
         rewrite: Option<Rewrite>,
     ) {
+        let meta = self.with_meta(params);
+        let params = meta.as_deref().or(params);
+        let retry = (self.is_modern() && modern::INPUT_METHODS.contains(&method))
+            .then(|| Retry::new(method, params));
+        let pending = Pending::Client {
+            caller,
+            client_id,
+            sink: sink.clone(),
+            progress_token: None,
+            deadline: std::time::Instant::now() + self.request_timeout,
+            timer: InFlight::start(&self.metrics, method),
+            rewrite,
+            retry,
+        };
+        self.send_client(method, params, pending);
+    }
+
+    /// Sends a client's request (`pending` says whose) under a new id of this connection.
+    fn send_client(&self, method: &str, params: Option<&RawValue>, mut pending: Pending) {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         // The progress token the plugin sees is the request's own id on this connection, so
         // its progress notifications find their way back through the pending map.
         let swapped = params
             .filter(|p| p.get().contains("\"progressToken\""))
             .and_then(|p| swap_progress_token(p, id));
-        let (rewritten, progress_token) = match swapped {
-            Some((token, rewritten)) => (Some(rewritten), Some(token)),
-            None => (None, None),
+        let rewritten = match swapped {
+            Some((token, rewritten)) => {
+                if let Pending::Client { progress_token, .. } = &mut pending {
+                    *progress_token = Some(token);
+                }
+                Some(rewritten)
+            }
+            None => None,
         };
-        let pending = Pending::Client {
-            caller,
-            client_id: client_id.clone(),
-            sink: sink.clone(),
-            progress_token,
-            deadline: std::time::Instant::now() + self.request_timeout,
-            timer: InFlight::start(&self.metrics, method),
-            rewrite,
+        let bytes = jsonrpc::request_bytes(
+            Some(Id::from_u64(id).raw()),
+            method,
+            rewritten.as_deref().or(params),
+        );
+        let (e, pending) = if self.is_alive() {
+            self.touch();
+            self.pending
+                .lock()
+                .expect("pending lock")
+                .insert(id, pending);
+            let Err(e) = self.transport.send(bytes, Some(id)) else {
+                return;
+            };
+            (self.send_error(e), self.take(id))
+        } else {
+            (self.gone_error(), Some(pending))
         };
-        let sent = self.insert(id, pending).and_then(|()| {
-            self.write(
-                jsonrpc::request_bytes(
-                    Some(Id::from_u64(id).raw()),
-                    method,
-                    rewritten.as_deref().or(params),
-                ),
-                id,
-            )
-        });
-        if let Err(e) = sent {
+        if let Some(Pending::Client {
+            client_id, sink, ..
+        }) = pending
+        {
             sink.respond(jsonrpc::error_bytes(
                 Some(&client_id),
                 e.code(),
@@ -326,10 +394,14 @@ impl PluginConnection {
             });
             key.and_then(|k| pending.remove(&k).map(|p| (k, p)))
         };
-        let Some((id, Pending::Client { sink, .. })) = found else {
+        let Some((id, Pending::Client { sink, retry, .. })) = found else {
             return false;
         };
         sink.dropped();
+        if retry.is_some_and(|r| r.parked()) {
+            // Answered already, parked for the client's input: the plugin works on nothing.
+            return true;
+        }
         if self.transport.withdraw(id) {
             // Still queued whole: the plugin never sees it, so there is nothing to tell it.
             return true;
@@ -376,7 +448,12 @@ impl PluginConnection {
             return Ok(());
         };
         self.take(id);
-        Err(match e {
+        Err(self.send_error(e))
+    }
+
+    /// The error for a message the transport would not take.
+    fn send_error(&self, e: SendError) -> BackendError {
+        match e {
             SendError::Closed => self.gone_error(),
             SendError::Full { messages, bytes } => {
                 tracing::warn!(plugin = %self.name, session = %self.label, "a request was refused: the plugin is not reading its input ({messages} messages, {bytes} bytes wait for it)");
@@ -386,7 +463,7 @@ impl PluginConnection {
                     bytes,
                 }
             }
-        })
+        }
     }
 
     /// Forgets a request: out of the pending map and, if still queued whole, out of the

@@ -3,22 +3,29 @@
 //! - [`transport`]: the seam a plugin's bytes cross ([`PluginTransport`]); [`stdio`] is the
 //!   implementation that runs a child process; [`orphans`] finds what its processes left
 //!   outside their group; [`stderr`] logs what a plugin writes to its stderr.
-//! - [`connection`]: JSON-RPC over a transport: the `initialize` handshake, many requests in
-//!   flight matched back by gateway-assigned ids, and the plugin's own requests and
-//!   notifications handed to whoever listens ([`PluginEvents`]).
+//! - [`connection`]: JSON-RPC over a transport: the handshake in the plugin's era (`initialize`,
+//!   or `server/discover` for a 2026-07-28 plugin, or the probe that finds which), many
+//!   requests in flight matched back by gateway-assigned ids, and the plugin's own requests
+//!   and notifications handed to whoever listens ([`PluginEvents`]).
+//! - [`modern`]: what speaking to a modern plugin takes (its `_meta`, its
+//!   `InputRequiredResult`s, what its `server/discover` says).
 //!
 //! This layer knows nothing of HTTP or sessions; it must never block a plugin's reader on a
 //! slow client. It is the mechanism (spawn, speak JSON-RPC, stop); when a plugin is started,
 //! restarted or refused is decided by [`crate::supervisor`].
 
 pub mod connection;
+pub mod modern;
 pub(crate) mod orphans;
 mod pipe_writer;
 pub mod stderr;
 pub mod stdio;
 pub mod transport;
 
-pub use connection::{PluginConnection, PluginEvents, RELATED_TASK, Related, Rewrite};
+pub use connection::{
+    InputRequired, PluginConnection, PluginEvents, RELATED_TASK, Related, Rewrite,
+};
+pub use modern::Era;
 pub use transport::PluginTransport;
 
 /// Why a plugin could not be used. Its `Display` is for the logs and the admin API (it may
@@ -121,13 +128,16 @@ use serde_json::value::RawValue;
 
 use crate::config::PluginConfig;
 
-/// Starts a plugin and runs its `initialize` handshake. On failure the child is stopped and
-/// the error carries the last lines of its stderr (for the logs, never for a client).
-/// `label` says whom it serves in the logs.
+/// Starts a plugin and opens it in `era` (`initialize`, or for a modern plugin
+/// `server/discover`; with `None`, the probe that finds its era). On failure the child is
+/// stopped and the error carries the last lines of its stderr (for the logs, never for a
+/// client). `label` says whom it serves in the logs; `init_params` are its client's
+/// `initialize` params (a modern plugin gets the same client in each request's `_meta`).
 pub async fn start_plugin(
     config: &PluginConfig,
     label: Arc<str>,
     init_params: &RawValue,
+    era: Option<Era>,
     events: Option<Weak<dyn PluginEvents>>,
 ) -> Result<Arc<PluginConnection>, BackendError> {
     let (transport, inbound) = stdio::StdioTransport::spawn(config, &label)?;
@@ -139,7 +149,7 @@ pub async fn start_plugin(
         events,
         config.request_timeout,
     );
-    match conn.initialize(init_params, config.startup_timeout).await {
+    match conn.open(init_params, era, config.startup_timeout).await {
         Ok(_) => Ok(conn),
         Err(e) => {
             conn.shutdown().await;

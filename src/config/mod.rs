@@ -33,8 +33,8 @@ pub use listener::{
     AllowList, ConnectionLimits, DEFAULT_LISTEN, DEFAULT_MAX_BODY_BYTES, MIN_HEADER_BYTES,
 };
 pub use plugin::{
-    MAX_PREFIX_LEN, MAX_TOOL_NAME_LEN, PluginConfig, PluginSpec, ProcessModel, ResponseMode,
-    SECRET_ENV_VARS, Scheduling, expand_env, tool_name_char, validate_plugin,
+    MAX_PREFIX_LEN, MAX_TOOL_NAME_LEN, PluginConfig, PluginEra, PluginSpec, ProcessModel,
+    ResponseMode, SECRET_ENV_VARS, Scheduling, expand_env, tool_name_char, validate_plugin,
 };
 pub use stream::{ReplayLimits, StreamSettings};
 

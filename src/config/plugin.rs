@@ -22,6 +22,21 @@ pub enum ResponseMode {
     Json,
 }
 
+/// Which era of MCP a plugin speaks (`era`): found by probing, or pinned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PluginEra {
+    /// Probed with `server/discover`, falling back to `initialize` (the stdio transport's
+    /// backward-compatibility rule).
+    #[default]
+    Auto,
+    /// `initialize` only: never sent `server/discover` (a legacy server that would mistake
+    /// it for something else, or take long to refuse it).
+    Legacy,
+    /// 2026-07-28 only: never sent `initialize`.
+    Modern,
+}
+
 /// One stdio MCP server behind the gateway.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PluginConfig {
@@ -59,6 +74,8 @@ pub struct PluginConfig {
     pub scope: Option<String>,
     /// The kernel scheduling policy of the plugin's processes.
     pub scheduling: Scheduling,
+    /// Which era it speaks: probed, or pinned.
+    pub era: PluginEra,
 }
 
 /// How the kernel schedules a plugin's processes (Linux; elsewhere it has no effect).
@@ -109,6 +126,7 @@ impl PluginConfig {
             warm: 0,
             scope: None,
             scheduling: Scheduling::Batch,
+            era: PluginEra::Auto,
         }
     }
 
@@ -175,6 +193,8 @@ pub struct PluginSpec {
     pub scope: Option<String>,
     #[serde(default)]
     pub scheduling: Scheduling,
+    #[serde(default, skip_serializing_if = "is_auto")]
+    pub era: PluginEra,
     /// Only meaningful in a config file (the API has enable/disable).
     #[serde(default = "yes", skip_serializing)]
     pub enabled: bool,
@@ -182,6 +202,10 @@ pub struct PluginSpec {
 
 fn yes() -> bool {
     true
+}
+
+fn is_auto(era: &PluginEra) -> bool {
+    *era == PluginEra::Auto
 }
 
 impl PluginSpec {
@@ -211,6 +235,7 @@ impl PluginSpec {
         c.warm = self.warm.unwrap_or(0);
         c.scope = self.scope;
         c.scheduling = self.scheduling;
+        c.era = self.era;
         c
     }
 
@@ -234,6 +259,7 @@ impl PluginSpec {
             warm: Some(c.warm),
             scope: c.scope.clone(),
             scheduling: c.scheduling,
+            era: c.era,
             enabled: true,
         }
     }
@@ -438,6 +464,22 @@ mod tests {
         assert!(!p.allows_tool("rm") && p.allows_tool("ls"));
         p.tools_allow = Some(vec!["ls".into(), "rm".into()]);
         assert!(p.allows_tool("ls") && !p.allows_tool("rm") && !p.allows_tool("cat"));
+    }
+
+    #[test]
+    fn the_era_is_probed_unless_pinned() {
+        let spec = |text: &str| toml::from_str::<PluginSpec>(text);
+        let pinned = spec("command = \"x\"\nera = \"modern\"").unwrap();
+        assert_eq!(pinned.into_config("p".into()).era, PluginEra::Modern);
+        assert_eq!(spec("command = \"x\"").unwrap().era, PluginEra::Auto);
+        assert!(spec("command = \"x\"\nera = \"ancient\"").is_err());
+        // Written only when pinned: definitions stored before it existed read the same.
+        let mut c = PluginConfig::new("p", "x", vec![]);
+        let stored = serde_json::to_value(PluginSpec::from_config(&c)).unwrap();
+        assert!(stored.get("era").is_none(), "{stored}");
+        c.era = PluginEra::Legacy;
+        let stored = serde_json::to_value(PluginSpec::from_config(&c)).unwrap();
+        assert_eq!(stored["era"], "legacy");
     }
 
     #[test]

@@ -13,13 +13,19 @@ use std::time::{Duration, Instant};
 use serde_json::value::RawValue;
 use tokio::sync::watch;
 
+use crate::backend::Era;
 use crate::config::PluginConfig;
 
 /// What a plugin said of itself.
 #[derive(Debug)]
 pub struct PluginInfo {
+    /// The era it speaks: its instances are opened in it, without probing again.
+    pub era: Era,
+    /// The version it answered `initialize` with, or 2026-07-28 for a modern plugin.
     pub protocol_version: String,
+    /// From `initialize`, or a modern plugin's `DiscoverResult`.
     pub capabilities: serde_json::Value,
+    /// `serverInfo`, or a modern plugin's `_meta["io.modelcontextprotocol/serverInfo"]`.
     pub server_info: Box<RawValue>,
     pub instructions: Option<String>,
     /// Its tools, as listed when probed (for counts and change detection).
@@ -103,5 +109,14 @@ impl PluginEntry {
 
     pub fn state(&self) -> ProbeState {
         self.state.borrow().clone()
+    }
+
+    /// The era its instances are opened in: the one its config pins, else the one its probe
+    /// found; `None` until probed (an instance then probes for itself).
+    pub fn era(&self) -> Option<Era> {
+        Era::pinned(self.config.era).or_else(|| match &*self.state.borrow() {
+            ProbeState::Ready(info) => Some(info.era),
+            _ => None,
+        })
     }
 }

@@ -1,6 +1,8 @@
-//! The start-up probe: each plugin is started once when it appears or changes, initialized
-//! with the gateway's own client capabilities, asked for its tools, and stopped. What it said
-//! becomes the entry's [`ProbeState`], from which a client's `initialize` is answered.
+//! The start-up probe: each plugin is started once when it appears or changes, opened with the
+//! gateway's own client capabilities (its era found as the stdio transport says:
+//! `server/discover` first, `initialize` as the fallback; or pinned by its `era`), asked for
+//! its tools, and stopped. What it said, and its era, become the entry's [`ProbeState`], from
+//! which a client's `initialize` and `server/discover` are answered.
 //!
 //! A probe is not an instance: it is not counted against the limits, never restarted, and
 //! not subject to the crash breaker (those are [`crate::supervisor`]'s). It must never serve a
@@ -12,7 +14,7 @@ use std::time::{Duration, Instant};
 use serde_json::value::RawValue;
 
 use super::{PluginEntry, PluginInfo, ProbeState};
-use crate::backend::start_plugin;
+use crate::backend::{Era, start_plugin};
 use crate::protocol;
 
 /// How long after a failed probe a new session may trigger another.
@@ -28,20 +30,35 @@ pub fn gateway_init_params() -> Box<RawValue> {
     RawValue::from_string(params.to_string()).expect("valid JSON")
 }
 
+/// A modern plugin's resource subscriptions come only through `subscriptions/listen`, which
+/// the gateway does not open toward plugins: its `resources.subscribe` is not offered on.
+fn without_subscriptions(capabilities: &mut serde_json::Value) {
+    if let Some(r) = capabilities
+        .get_mut("resources")
+        .and_then(serde_json::Value::as_object_mut)
+    {
+        r.remove("subscribe");
+    }
+}
+
 pub(super) async fn probe(entry: &PluginEntry) -> ProbeState {
     let started = Instant::now();
     let result = start_plugin(
         &entry.config,
         Arc::from("probe"),
         &gateway_init_params(),
+        Era::pinned(entry.config.era),
         None,
     )
     .await;
     match result {
         Ok(conn) => {
             let init = conn.info().expect("initialized");
-            let capabilities: serde_json::Value =
+            let mut capabilities: serde_json::Value =
                 serde_json::from_str(init.capabilities.get()).unwrap_or_default();
+            if conn.is_modern() {
+                without_subscriptions(&mut capabilities);
+            }
             let tools = if capabilities.get("tools").is_some() {
                 match tokio::time::timeout(
                     entry.config.startup_timeout,
@@ -68,6 +85,7 @@ pub(super) async fn probe(entry: &PluginEntry) -> ProbeState {
                 0
             };
             let info = PluginInfo {
+                era: conn.era(),
                 protocol_version: init.protocol_version.clone(),
                 capabilities,
                 server_info: init.server_info.clone(),
@@ -77,6 +95,7 @@ pub(super) async fn probe(entry: &PluginEntry) -> ProbeState {
             conn.shutdown().await;
             tracing::info!(
                 plugin = %entry.name(),
+                era = %info.era,
                 version = %info.protocol_version,
                 tools,
                 "plugin probed in {} ms",
@@ -93,5 +112,24 @@ pub(super) async fn probe(entry: &PluginEntry) -> ProbeState {
                 at: Instant::now(),
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_modern_plugins_subscriptions_are_not_offered() {
+        let mut caps =
+            serde_json::json!({"resources": {"subscribe": true, "listChanged": true}, "tools": {}});
+        without_subscriptions(&mut caps);
+        assert_eq!(
+            caps,
+            serde_json::json!({"resources": {"listChanged": true}, "tools": {}})
+        );
+        let mut none = serde_json::json!({"tools": {}});
+        without_subscriptions(&mut none);
+        assert_eq!(none, serde_json::json!({"tools": {}}));
     }
 }

@@ -198,6 +198,13 @@ async fn forward(
 ) {
     match session.plugin(plugin).await {
         Ok(conn) => {
+            let params = match session.toward(&conn, method, params) {
+                Ok(p) => p,
+                Err((code, message)) => {
+                    sink.respond(jsonrpc::error_bytes(Some(&id), code, &message));
+                    return;
+                }
+            };
             if let Some(p) = params.as_deref() {
                 track_subscription(session, plugin.name(), method, p);
             }
@@ -234,7 +241,8 @@ fn set_log_level(session: &Session, view: &View, params: Option<Box<RawValue>>) 
     // Stored first: a plugin starting now replays it; one already running is told here.
     session.set_log_level(params.clone());
     for p in view.plugins.iter().filter(|p| p.has_capability("logging")) {
-        if let Some(conn) = session.current(p.name()) {
+        // A modern plugin has no logging/setLevel: the level goes in each request's `_meta`.
+        if let Some(conn) = session.current(p.name()).filter(|c| !c.is_modern()) {
             let params = params.clone();
             tokio::spawn(async move {
                 if let Err(e) = conn.call("logging/setLevel", Some(&params)).await {

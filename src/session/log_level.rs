@@ -59,6 +59,12 @@ impl LogLevel {
         self.params.lock().expect("log level lock").clone()
     }
 
+    /// The level asked for, by name (a modern plugin is told it in each request's `_meta`).
+    pub(super) fn level(&self) -> Option<&'static str> {
+        let floor = self.floor.load(Ordering::Relaxed);
+        LOG_LEVELS.get(usize::from(floor).checked_sub(1)?).copied()
+    }
+
     /// Whether a `notifications/message` may reach the client: its level is at or above the
     /// one asked for. One that names no known level is let through.
     pub(super) fn allows(&self, message: &[u8]) -> bool {
@@ -93,5 +99,7 @@ mod tests {
         assert!(l.allows(&note("emergency")));
         assert!(l.allows(&note("no-such-level")));
         assert!(l.params().unwrap().get().contains("warning"));
+        assert_eq!(l.level(), Some("warning"));
+        assert_eq!(LogLevel::default().level(), None);
     }
 }

@@ -13,6 +13,9 @@
 //! - `relay.rs`: what plugins send on their own (notifications, requests to the client), each
 //!   on exactly one stream: the related request's when that is certain, else the GET stream;
 //!   and the client's answers back to the plugin that asked.
+//! - `modern_plugins.rs`: requests to plugins of the modern era (2026-07-28): the `_meta` they
+//!   carry, and their `InputRequiredResult`s asked of a legacy client as requests on its
+//!   streams, the answers sent back as the retry.
 //! - [`routes`]: which plugin serves which resource URI for this session.
 //! - [`tasks`]: the tasks the client created on its plugins, under ids of the gateway's own.
 //! - [`capabilities`]: what the client declared it can do, checked before a plugin's request
@@ -28,6 +31,7 @@ mod callers;
 pub mod capabilities;
 mod log_level;
 mod manager;
+mod modern_plugins;
 mod plugins;
 mod relay;
 pub mod routes;
@@ -128,6 +132,9 @@ pub struct Session {
     /// asked, and under which id.
     server_requests: Mutex<HashMap<u64, (Weak<PluginConnection>, Id)>>,
     next_server_request: AtomicU64,
+    /// Input a modern plugin asked for, as requests the client was sent (numbered from the
+    /// same counter): which round of which parked call each answers.
+    input_requests: Mutex<HashMap<u64, modern_plugins::Asked>>,
     /// The client's last `logging/setLevel`: sent to plugins that start later, and enforced
     /// on their logs.
     log_level: log_level::LogLevel,
@@ -230,6 +237,7 @@ impl Session {
             next_stream: AtomicU64::new((u64::from(generation) << 32) | 1),
             server_requests: Mutex::new(HashMap::new()),
             next_server_request: AtomicU64::new(1),
+            input_requests: Mutex::new(HashMap::new()),
             log_level,
             subscriptions: Mutex::new(state.subscriptions.into_iter().collect()),
             routes: Mutex::new(Default::default()),

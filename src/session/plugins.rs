@@ -178,7 +178,8 @@ impl Session {
         let Some(level) = self.log_level.params() else {
             return;
         };
-        if !slot.has_capability("logging") {
+        // A modern plugin has no logging/setLevel: the level goes in each request's `_meta`.
+        if !slot.has_capability("logging") || conn.is_modern() {
             return;
         }
         let call = conn.call("logging/setLevel", Some(&level));
@@ -197,6 +198,10 @@ impl Session {
     /// Brings a (re)started plugin up to what the client asked of the session (its log level
     /// is sent before, by [`Session::replay_log_level`]).
     fn replay_state(&self, slot: &Slot, conn: &Arc<PluginConnection>) {
+        if conn.is_modern() {
+            // It has no resources/subscribe (the router refuses it), so nothing to replay.
+            return;
+        }
         let uris: Vec<String> = self
             .subscriptions
             .lock()

@@ -10,6 +10,8 @@
 //! message names (`notifications/tasks/status`, related-task `_meta`) is given by the id the
 //! client knows it by, both ways ([`super::tasks`]); a status of a task that is not this
 //! session's is dropped.
+//! A modern plugin's `InputRequiredResult` asks the client through the same relay, and the
+//! answers go back to that round (`modern_plugins.rs`).
 //!
 //! Relaying never waits for the client: a message no stream can take now waits on the GET
 //! stream (a notification) or is refused to the plugin (a request).
@@ -23,7 +25,7 @@ use serde_json::value::RawValue;
 use super::Session;
 use super::tasks::related_task_mut;
 use crate::backend::connection::LIST_CHANGES;
-use crate::backend::{PluginConnection, PluginEvents, RELATED_TASK, Related};
+use crate::backend::{InputRequired, PluginConnection, PluginEvents, RELATED_TASK, Related};
 use crate::jsonrpc::{self, Id, Outcome};
 use crate::stream::Sink;
 
@@ -63,6 +65,9 @@ impl Session {
     /// Routes a client's response to the plugin request it answers. False when the id names
     /// no request the gateway sent.
     pub fn client_response(&self, id: &Id, outcome: &Outcome) -> bool {
+        if id.as_u64().is_some_and(|n| self.input_response(n, outcome)) {
+            return true;
+        }
         let entry = id.as_u64().and_then(|n| {
             self.server_requests
                 .lock()
@@ -280,5 +285,9 @@ impl PluginEvents for Session {
 
     fn owns_task(&self, conn: &Arc<PluginConnection>, task_id: &str) -> bool {
         self.tasks.public_id(conn, task_id).is_some()
+    }
+
+    fn plugin_input_required(&self, conn: &Arc<PluginConnection>, input: InputRequired) {
+        self.input_required(conn, input);
     }
 }

@@ -178,7 +178,7 @@ async fn start(
             plugin: entry.name().to_owned(),
             reason,
         })?;
-    let conn = start_plugin(&entry.config, label, params, events)
+    let conn = start_plugin(&entry.config, label, params, entry.era(), events)
         .await
         .inspect_err(|e| {
             tracing::warn!(plugin = %entry.name(), "{e}");

@@ -28,7 +28,7 @@ use serde_json::value::RawValue;
 use super::limits::Limits;
 use super::{Listeners, Running, breaker, start};
 use crate::backend::connection::{LIST_CHANGES, task_named};
-use crate::backend::{BackendError, PluginConnection, PluginEvents, Related};
+use crate::backend::{BackendError, InputRequired, PluginConnection, PluginEvents, Related};
 use crate::config::ProcessModel;
 use crate::jsonrpc::{self, Id, code};
 use crate::registry::{PluginEntry, Registry, View, ViewPlugin, gateway_init_params};
@@ -467,6 +467,23 @@ impl PluginEvents for SharedEvents {
                     .with_label_values(&[conn.name()])
                     .inc();
                 tracing::debug!(plugin = %conn.name(), "{method} from a shared plugin names no request in flight: dropped");
+            }
+        }
+    }
+
+    fn plugin_input_required(&self, conn: &Arc<PluginConnection>, input: InputRequired) {
+        // The session whose call it answers: its sink names it, whoever else has calls here.
+        match self.session_of(&input.sink) {
+            Some(s) => s.plugin_input_required(conn, input),
+            None => {
+                conn.fail_input(
+                    input.call,
+                    code::INTERNAL_ERROR,
+                    &format!(
+                        "plugin '{}' asked for the client's input, but the client has gone",
+                        conn.name()
+                    ),
+                );
             }
         }
     }

@@ -112,6 +112,13 @@ impl InProcess {
         InProcess::start(&args).await
     }
 
+    /// Quick mode in front of another stdio server (`command` with `args`).
+    pub async fn fixture_with(command: &str, args: &[&str]) -> InProcess {
+        let mut all = vec!["--", command];
+        all.extend_from_slice(args);
+        InProcess::start(&all).await
+    }
+
     pub fn client(&self) -> Client {
         Client::new(&self.url)
     }

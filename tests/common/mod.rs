@@ -63,6 +63,8 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 pub const FIXTURE: &str = env!("CARGO_BIN_EXE_mcp-fixture-server");
+/// The fixture plugin of the modern era (2026-07-28) only.
+pub const FIXTURE_MODERN: &str = env!("CARGO_BIN_EXE_mcp-fixture-modern");
 pub const GATEWAY: &str = env!("CARGO_BIN_EXE_mcp-gateway");
 
 /// Where a gateway under test answers, whichever harness runs it: what the client helpers

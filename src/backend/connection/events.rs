@@ -10,7 +10,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use serde_json::value::RawValue;
 
-use super::PluginConnection;
+use super::{InputRequired, PluginConnection};
 use crate::jsonrpc::Id;
 use crate::stream::Sink;
 
@@ -43,6 +43,14 @@ pub trait PluginEvents: Send + Sync + 'static {
     /// created it): what a shared plugin sends about a task goes to that listener alone.
     fn owns_task(&self, _conn: &Arc<PluginConnection>, _task_id: &str) -> bool {
         false
+    }
+
+    /// A modern plugin answered a client's request with an `InputRequiredResult`: the
+    /// request is parked on `conn` until the listener resumes it with the client's input
+    /// ([`PluginConnection::resume_input`]), passes the result to a client that retries on
+    /// its own ([`PluginConnection::pass_input`]), or fails it. By default it is passed.
+    fn plugin_input_required(&self, conn: &Arc<PluginConnection>, input: InputRequired) {
+        conn.pass_input(input.call, &input.result);
     }
 }
 

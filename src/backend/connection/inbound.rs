@@ -17,6 +17,7 @@ use serde_json::value::RawValue;
 use super::super::BackendError;
 use super::super::transport::Inbound;
 use super::{CallError, Caller, Pending, PluginConnection, Related, empty_object};
+use crate::backend::modern::is_input_required;
 use crate::jsonrpc::{self, Id, Message, Outcome, code};
 use crate::stream::Sink;
 
@@ -43,7 +44,10 @@ pub(super) async fn expire_requests(conn: Weak<PluginConnection>, timeout: Durat
         };
         for (id, p) in expired {
             let Pending::Client {
-                client_id, sink, ..
+                client_id,
+                sink,
+                retry,
+                ..
             } = p
             else {
                 continue;
@@ -59,8 +63,9 @@ pub(super) async fn expire_requests(conn: Weak<PluginConnection>, timeout: Durat
                     timeout.as_secs()
                 ),
             ));
-            if conn.transport.withdraw(id) {
-                // It never left the queue: the plugin does not know of it.
+            if retry.is_some_and(|r| r.parked()) || conn.transport.withdraw(id) {
+                // Parked for the client's input (the plugin answered it), or it never left
+                // the queue: the plugin works on nothing to cancel.
                 continue;
             }
             let params = RawValue::from_string(
@@ -184,10 +189,19 @@ impl PluginConnection {
         }
     }
 
-    fn handle_response(&self, id: Id, outcome: Outcome) {
-        let Some(pending) = id.as_u64().and_then(|n| self.take(n)) else {
+    fn handle_response(self: &Arc<Self>, id: Id, outcome: Outcome) {
+        let Some((n, pending)) = id.as_u64().and_then(|n| Some((n, self.take(n)?))) else {
             tracing::debug!(plugin = %self.name, session = %self.label, "response to no pending request (id {id}); dropped");
             return;
+        };
+        // A modern plugin asking for the client's input: parked until it comes.
+        let (pending, outcome) = match (pending, outcome) {
+            (p @ Pending::Client { retry: Some(_), .. }, Outcome::Result(r))
+                if is_input_required(&r) =>
+            {
+                return self.input_required(n, p, r);
+            }
+            other => other,
         };
         match pending {
             Pending::Client {
