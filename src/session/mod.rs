@@ -13,6 +13,9 @@
 //! - `relay.rs`: what plugins send on their own (notifications, requests to the client), each
 //!   on exactly one stream: the related request's when that is certain, else the GET stream;
 //!   and the client's answers back to the plugin that asked.
+//! - `bridge.rs` and `parked.rs`: a caller's session (a modern client's): a plugin's request
+//!   to the client answered as an `InputRequiredResult`, the call parked until the client's
+//!   retry brings the answers (multi round-trip requests).
 //! - [`routes`]: which plugin serves which resource URI for this session.
 //! - [`tasks`]: the tasks the client created on its plugins, under ids of the gateway's own.
 //! - [`capabilities`]: what the client declared it can do, checked before a plugin's request
@@ -24,10 +27,12 @@
 //! orders concurrent first uses of the same plugin in the same session.
 
 mod adopt;
+mod bridge;
 mod callers;
 pub mod capabilities;
 mod log_level;
 mod manager;
+mod parked;
 mod plugins;
 mod relay;
 pub mod routes;
@@ -44,9 +49,11 @@ use serde_json::value::RawValue;
 use tokio_util::sync::CancellationToken;
 
 pub use adopt::IN_FLIGHT_LOST;
+pub use bridge::{Binding, Exchange, Resume};
 pub use capabilities::ClientCapabilities;
 pub(crate) use log_level::LOG_LEVELS;
 pub use manager::{AdoptError, SessionManager, TooManySessions};
+pub use parked::{ParkLimits, ParkRefused, ParkedCalls, ResumeRefused};
 pub use routes::ResourceRoutes;
 pub use store::{
     MemorySessionStore, SessionRecord, SessionState, SessionStore, SessionStoreError, Touched,
@@ -128,6 +135,9 @@ pub struct Session {
     /// asked, and under which id.
     server_requests: Mutex<HashMap<u64, (Weak<PluginConnection>, Id)>>,
     next_server_request: AtomicU64,
+    /// The streams of its bridged calls (a caller's session): the only ones a plugin's
+    /// request to the client may go to (`bridge.rs`).
+    bridged: Mutex<HashSet<u64>>,
     /// The client's last `logging/setLevel`: sent to plugins that start later, and enforced
     /// on their logs.
     log_level: log_level::LogLevel,
@@ -230,6 +240,7 @@ impl Session {
             next_stream: AtomicU64::new((u64::from(generation) << 32) | 1),
             server_requests: Mutex::new(HashMap::new()),
             next_server_request: AtomicU64::new(1),
+            bridged: Mutex::default(),
             log_level,
             subscriptions: Mutex::new(state.subscriptions.into_iter().collect()),
             routes: Mutex::new(Default::default()),
