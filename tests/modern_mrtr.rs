@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use common::InProcess;
 use common::modern::{Answer, Modern, accept, all_capabilities, only, sampled};
-use serde_json::json;
+use serde_json::{Value, json};
 
 #[tokio::test]
 async fn an_elicitation_and_a_sampling_are_answered_through_input_required_results() {
@@ -159,15 +159,22 @@ async fn rounds_follow_each_other_and_requests_that_come_together_go_together() 
 #[tokio::test]
 async fn a_capability_the_request_did_not_declare_is_never_asked_for() {
     let gw = InProcess::fixture(&[], &[]).await;
-    // No capability at all: the plugin's elicitation is refused to it, as a legacy session
-    // refuses an undeclared one, and the tool answers at once.
+    let missing = |a: &Answer, caps: serde_json::Value| {
+        let (_, code, message) = a.error();
+        assert_eq!(code, -32021, "{}", a.message);
+        assert!(message.contains("capability"), "{message}");
+        assert_eq!(a.message["error"]["data"]["requiredCapabilities"], caps);
+    };
+    // No capability at all: the tool needs one, so the client is told which (-32021) and the
+    // call is cancelled toward the plugin.
     let none = Modern::new(gw.client(), json!({}));
-    let done = none
+    let a = none
         .call(1, "test_elicitation", json!({"message": "m"}))
         .await;
-    assert_eq!(done.text(), "User response: null");
+    missing(&a, json!({"elicitation": {}}));
 
-    // Sampling only: of the two requests that come together, only the sampling is asked.
+    // Sampling only: of the two requests that come together, only the sampling is asked; the
+    // elicitation is refused to the plugin, as a legacy session refuses it.
     let sampling = Modern::new(gw.client(), json!({"sampling": {}}));
     let first = sampling.call(2, "ask_both", json!({})).await;
     let key = only(first.input_requests(), "sampling/createMessage");
@@ -182,11 +189,11 @@ async fn a_capability_the_request_did_not_declare_is_never_asked_for() {
         .await;
     assert_eq!(done.text(), "elicited=(none) sampled=s");
 
-    // A retry declaring less than the first request: what it did not declare is refused.
+    // A retry declaring less than the first request: the next round needs what it lacks.
     let both = Modern::new(gw.client(), all_capabilities());
     let first = both.call(4, "ask_twice", json!({})).await;
     let key = only(first.input_requests(), "elicitation/create");
-    let done = sampling
+    let a = sampling
         .retry(
             5,
             "ask_twice",
@@ -195,7 +202,56 @@ async fn a_capability_the_request_did_not_declare_is_never_asked_for() {
             &first.state(),
         )
         .await;
-    assert_eq!(done.text(), "first=a second=(none)");
+    missing(&a, json!({"elicitation": {}}));
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn requests_are_keyed_by_the_plugins_ids_and_answers_given_before_are_taken() {
+    let gw = InProcess::fixture(&[], &[]).await;
+    let m = Modern::new(gw.client(), all_capabilities());
+    let tool = "test_input_required_result_elicitation";
+    let first = m.call(1, tool, json!({})).await;
+    assert_eq!(
+        only(first.input_requests(), "elicitation/create"),
+        "user_name"
+    );
+    let name = |n: &str| json!({"action": "accept", "content": {"name": n}});
+    let done = m
+        .retry(
+            2,
+            tool,
+            json!({}),
+            json!({"user_name": name("Alice")}),
+            &first.state(),
+        )
+        .await;
+    assert_eq!(done.text(), "Hello, Alice!");
+
+    // A first request that brings the answer (and keys nobody asks for) completes at once.
+    let seeded = m
+        .post(
+            3,
+            "tools/call",
+            json!({"name": tool, "arguments": {}, "inputResponses": {"user_name": name("Bob"), "extra": {"x": 1}}}),
+        )
+        .await;
+    assert_eq!(seeded.text(), "Hello, Bob!");
+    // One whose answers do not fit (another key, not an object, none) is asked as usual.
+    for (id, responses) in [
+        (4, json!({"wrong_key": name("x")})),
+        (5, json!({"user_name": 12345})),
+        (6, Value::Null),
+    ] {
+        let a = m
+            .post(
+                id,
+                "tools/call",
+                json!({"name": tool, "arguments": {}, "inputResponses": responses}),
+            )
+            .await;
+        assert_eq!(only(a.input_requests(), "elicitation/create"), "user_name");
+    }
     gw.stop().await;
 }
 

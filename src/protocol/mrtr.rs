@@ -174,6 +174,24 @@ pub fn read_retry(params: Option<&RawValue>) -> Result<Retry, String> {
     })
 }
 
+/// The answers a first request (one without `requestState`) carries in `inputResponses`:
+/// those that are objects, by key; anything else there is ignored (a client may answer
+/// before it is asked, and a server uses what it recognizes).
+pub fn offered_responses(params: Option<&RawValue>) -> HashMap<String, Box<RawValue>> {
+    #[derive(Deserialize)]
+    struct Offered {
+        #[serde(rename = "inputResponses")]
+        responses: Option<HashMap<String, Box<RawValue>>>,
+    }
+    params
+        .and_then(|p| serde_json::from_str::<Offered>(p.get()).ok())
+        .and_then(|o| o.responses)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|(_, v)| v.get().starts_with('{'))
+        .collect()
+}
+
 /// The request a retry must repeat, as a digest (SHA-256, hex): the method and its params
 /// without `_meta`, `inputResponses` and `requestState`, objects' keys in order, so the same
 /// request sent again with its keys in another order is the same request.
@@ -397,6 +415,18 @@ mod tests {
             assert!(read_retry(Some(&raw(bad))).is_err(), "{bad}");
         }
         assert!(read_retry(None).unwrap().state.is_none());
+        let offered = offered_responses(Some(&raw(
+            r#"{"inputResponses":{"a":{"x":1},"b":12345,"c":null}}"#,
+        )));
+        assert_eq!(offered.len(), 1);
+        assert_eq!(offered["a"].get(), r#"{"x":1}"#);
+        for none in [
+            r#"{"inputResponses":null}"#,
+            r#"{"inputResponses":[1]}"#,
+            "{}",
+        ] {
+            assert!(offered_responses(Some(&raw(none))).is_empty(), "{none}");
+        }
     }
 
     #[test]

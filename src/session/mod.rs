@@ -28,6 +28,7 @@
 
 mod adopt;
 mod bridge;
+mod bridged_call;
 mod callers;
 pub mod capabilities;
 mod log_level;

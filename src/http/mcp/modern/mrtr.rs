@@ -167,6 +167,11 @@ pub(super) async fn start(
         id: id.clone(),
         sink: Sink::new(stream.clone()),
         capabilities: meta.capabilities_raw.clone(),
+        // A retry's answers are handed to what they answer; a first request's wait for it.
+        offered: match retry {
+            Some(_) => HashMap::new(),
+            None => mrtr::offered_responses(params.as_deref()),
+        },
     };
     if let Some(r) = retry {
         let wake = gw
