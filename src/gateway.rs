@@ -15,10 +15,11 @@ use crate::auth::Auth;
 use crate::auth::store::AuthStoreError;
 use crate::cluster::{Cluster, ClusterError};
 use crate::config::{Config, ConfigError};
-use crate::database::{Database, DatabaseError};
+use crate::database::{Database, DatabaseError, secrets};
+use crate::protocol::mrtr::StateKey;
 use crate::registry::store::PluginStore;
 use crate::registry::{Registry, RegistryError};
-use crate::session::{SessionManager, SessionStore};
+use crate::session::{ParkedCalls, SessionManager, SessionStore};
 use crate::stream::{EventStore, MemoryEventStore, RedisEventStore};
 use crate::supervisor::Supervisor;
 
@@ -35,6 +36,9 @@ pub struct Gateway {
     /// Cluster mode: the Redis the replicas share, this replica's heartbeat, forwarding to a
     /// session's owner. `None` on a replica of its own.
     pub cluster: Option<Arc<Cluster>>,
+    /// Modern clients' calls parked for the input a plugin asked for, and the key their
+    /// `requestState` is sealed with (the same on every replica: it is kept in the database).
+    pub parked: Arc<ParkedCalls>,
     /// Cancelled when the gateway stops: sessions' streams close.
     pub shutdown: CancellationToken,
     /// Cancelled when a stop begins: readiness fails, the public listener stops accepting,
@@ -100,6 +104,16 @@ impl Gateway {
             Some(c) => Some(Cluster::connect(c, c.advertise(bound)?).await?),
             None => None,
         };
+        let state_key = database.shared_secret(secrets::REQUEST_STATE_KEY).await?;
+        let replica: Arc<str> = match &cluster {
+            Some(c) => c.replica().clone(),
+            None => Arc::from(format!("{:016x}", rand::random::<u64>())),
+        };
+        let parked = Arc::new(ParkedCalls::new(
+            StateKey::new(&state_key),
+            replica,
+            config.session.input_timeout,
+        ));
         let plugin_store = database.plugin_store();
         let registry = Registry::load(&config, plugin_store.clone()).await?;
         // In a cluster, revocations are heard by every replica at once and registrations are
@@ -153,10 +167,10 @@ impl Gateway {
         sessions.registry_changed(&registry.view());
         let shutdown = CancellationToken::new();
         if let Some(c) = &cluster {
-            let stored = config.admin.token.is_some() || auth.server.is_some();
-            if stored && config.database_url.starts_with("sqlite") {
+            // The key of modern clients' `requestState` is always stored there.
+            if config.database_url.starts_with("sqlite") {
                 tracing::warn!(
-                    "cluster mode on SQLite: unless every replica opens the same database file, admin API changes, signing keys and revocations stay on the replica that made them (use PostgreSQL)"
+                    "cluster mode on SQLite: unless every replica opens the same database file, admin API changes, signing keys, revocations and the key of modern clients' requestState stay on the replica that made them (use PostgreSQL)"
                 );
             }
             // The admin API's changes reach the other replicas, which re-read the overlay
@@ -171,6 +185,7 @@ impl Gateway {
             plugin_store,
             sessions,
             cluster,
+            parked,
             shutdown,
             draining: CancellationToken::new(),
             serving: AtomicBool::new(false),

@@ -142,3 +142,32 @@ async fn the_python_sdk_speaks_2026_07_28_to_the_gateway() {
         assert!(out["tools"].as_u64().unwrap() > 10, "{out}");
     }
 }
+
+/// The official Python SDK 2.x client pinned to 2026-07-28, with elicitation and sampling
+/// callbacks: the legacy fixture's requests to the client come to it as
+/// `InputRequiredResult`s (the gateway's bridge), which the SDK answers and retries itself,
+/// for as many rounds as the tool asks.
+#[tokio::test]
+async fn the_python_sdk_answers_a_legacy_plugins_requests_through_input_required_results() {
+    let gw = Gateway::fixture(&[], &[]);
+    let url = gw.url.clone();
+    let out = tokio::task::spawn_blocking(move || common::python_sdk_client("modern_input", &url))
+        .await
+        .unwrap();
+    assert_eq!(out["protocol_version"], "2026-07-28", "{out}");
+    let elicited = out["elicitation"].as_str().unwrap();
+    assert!(
+        elicited.starts_with("User response: ") && elicited.contains("python"),
+        "{out}"
+    );
+    assert_eq!(
+        out["sampling"], "LLM response: sampled(what is 2+2)",
+        "{out}"
+    );
+    assert_eq!(out["twice"], "first=re:first? second=re:second?", "{out}");
+    assert_eq!(
+        out["asked"],
+        serde_json::json!(["who are you", "sampling", "first?", "second?"]),
+        "{out}"
+    );
+}

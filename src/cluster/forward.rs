@@ -1,5 +1,5 @@
-//! Forwarding a request to the replica that owns its session, and telling a forwarded request
-//! from a client's.
+//! Forwarding a request to the replica that owns its session (or, for a modern client's
+//! retry, the call it resumes), and telling a forwarded request from a client's.
 //!
 //! The forwarder sends the client's request as it came (method, body, end-to-end headers,
 //! `Host` and `Origin` included, so the owner's checks see what the client sent) to the
@@ -75,6 +75,16 @@ impl Cluster {
         headers
             .get(&REPLICA_HEADER)
             .is_some_and(|v| v.as_bytes() != self.replica.as_bytes())
+    }
+
+    /// Where the live replica `replica` is reached, for a request only it can serve (a
+    /// modern client's retry of a call parked there); `None` when it is not alive and
+    /// serving (gone, or draining).
+    pub async fn replica_url(&self, replica: &str) -> Result<Option<String>, super::ClusterError> {
+        Ok(match self.heartbeat_of(replica).await? {
+            super::Heartbeat::Alive(url) => Some(url),
+            _ => None,
+        })
     }
 
     /// Sends a client's request to `replica`, the owner, at `url` and streams its answer

@@ -122,6 +122,12 @@ pub struct Cli {
     #[arg(long, env = "MCP_GATEWAY_SESSION_UNUSED_TIMEOUT_SECS")]
     pub session_unused_timeout_secs: Option<u64>,
 
+    /// Seconds a 2026-07-28 client's call waits for the client to come back with the input a
+    /// plugin asked for (an `InputRequiredResult`'s retry) before it is cancelled.
+    /// [default: 60]
+    #[arg(long, env = "MCP_GATEWAY_SESSION_INPUT_TIMEOUT_SECS")]
+    pub session_input_timeout_secs: Option<u64>,
+
     /// Proxies in front of the gateway whose `X-Forwarded-For` is believed, as addresses or
     /// networks (comma-separated, e.g. 10.0.0.0/8); the client is the last address in it that
     /// is not one of them. [default: none: the client is the peer]

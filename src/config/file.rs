@@ -45,6 +45,7 @@ pub struct SessionSection {
     pub unused_timeout_secs: Option<u64>,
     pub max_sessions: Option<usize>,
     pub max_per_client: Option<usize>,
+    pub input_timeout_secs: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -93,6 +93,9 @@ pub struct SessionConfig {
     pub max_sessions: usize,
     /// Most sessions of one client (a token subject, or an address).
     pub max_per_client: usize,
+    /// How long a modern client's call waits, parked, for the client to come back with the
+    /// input a plugin asked for (multi round-trip requests) before it is cancelled.
+    pub input_timeout: Duration,
 }
 
 /// Why a configuration was refused.
@@ -127,6 +130,8 @@ pub const DEFAULT_DATABASE_URL: &str = "sqlite://mcp-gateway.db?mode=rwc";
 pub const MEMORY_DATABASE_URL: &str = "sqlite::memory:";
 pub const DEFAULT_SEPARATOR: &str = "__";
 pub const DEFAULT_SHUTDOWN_GRACE_SECS: u64 = 20;
+/// See [`SessionConfig::input_timeout`].
+pub const DEFAULT_INPUT_TIMEOUT_SECS: u64 = 60;
 
 impl Config {
     /// Builds the config from parsed flags, reading the config file they name.
@@ -197,6 +202,7 @@ impl Config {
                 unused_timeout: Duration::from_secs(60),
                 max_sessions: 10_000,
                 max_per_client: 256,
+                input_timeout: Duration::from_secs(DEFAULT_INPUT_TIMEOUT_SECS),
             },
             trusted_proxies: Vec::new(),
             stream: StreamSettings {
@@ -261,11 +267,19 @@ fn session(cli: &Cli, file: &file::SessionSection) -> Result<SessionConfig, Conf
     if unused == 0 {
         return Err(invalid("session.unused_timeout_secs", "must be at least 1"));
     }
+    let input = cli
+        .session_input_timeout_secs
+        .or(file.input_timeout_secs)
+        .unwrap_or(DEFAULT_INPUT_TIMEOUT_SECS);
+    if input == 0 {
+        return Err(invalid("session.input_timeout_secs", "must be at least 1"));
+    }
     Ok(SessionConfig {
         idle_timeout: Duration::from_secs(idle),
         unused_timeout: Duration::from_secs(unused),
         max_sessions,
         max_per_client,
+        input_timeout: Duration::from_secs(input),
     })
 }
 

@@ -4,7 +4,7 @@
 //! the stores that keep their state in it, each behind the trait its user defines:
 //! [`Database::plugin_store`] to the registry ([`PluginStore`], implemented in [`plugins`])
 //! and [`Database::auth_store`] to the authorization server ([`AuthStore`], implemented in
-//! [`auth`]).
+//! [`auth`]). It also keeps the secrets the replicas share ([`secrets`]).
 //!
 //! This is the only module that speaks SQL. It sits above the stores' traits and below the
 //! gateway that wires them: it never decides what a plugin or a token is, and neither the
@@ -12,6 +12,7 @@
 
 pub mod auth;
 pub mod plugins;
+pub mod secrets;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -37,6 +38,9 @@ pub enum DatabaseError {
     /// The migrations did not run (for example, one applied earlier was changed since).
     #[error("database migration failed: {0}")]
     Migration(String),
+    /// A query failed (the shared secrets, read at start).
+    #[error("database error: {0}")]
+    Query(String),
 }
 
 /// The open, migrated database, lending its stores.

@@ -4,6 +4,7 @@
 
 pub mod era;
 pub mod modern;
+pub mod mrtr;
 
 use serde::Deserialize;
 use serde_json::value::RawValue;

@@ -7,8 +7,10 @@
 //! era has no resumption), and ends when idle like any other.
 //!
 //! Its plugin instances are initialized at the newest legacy version, as a client the gateway
-//! speaks for: with no client capabilities until the bridge for plugin requests to modern
-//! clients (`InputRequiredResult`) declares them.
+//! speaks for, declaring sampling, elicitation and roots: a plugin may ask, and the bridge
+//! (`bridge.rs`) asks the modern client through an `InputRequiredResult`, only what that
+//! request's own `_meta` declares, and only while its `tools/call`, `resources/read` or
+//! `prompts/get` runs.
 
 use std::sync::Arc;
 
@@ -22,7 +24,11 @@ use super::{ClientInit, Origin, Session};
 fn plugin_params() -> Arc<RawValue> {
     let params = serde_json::json!({
         "protocolVersion": crate::protocol::LATEST,
-        "capabilities": {},
+        "capabilities": {
+            "sampling": {"tools": {}},
+            "elicitation": {"form": {}, "url": {}},
+            "roots": {},
+        },
         "clientInfo": {"name": "mcp-gateway", "version": env!("CARGO_PKG_VERSION")},
     });
     Arc::from(RawValue::from_string(params.to_string()).expect("valid JSON"))

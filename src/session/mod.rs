@@ -16,6 +16,9 @@
 //! - `modern_plugins.rs`: requests to plugins of the modern era (2026-07-28): the `_meta` they
 //!   carry, and their `InputRequiredResult`s asked of a legacy client as requests on its
 //!   streams, the answers sent back as the retry.
+//! - `bridge.rs` and `parked.rs`: a caller's session (a modern client's): a plugin's request
+//!   to the client answered as an `InputRequiredResult`, the call parked until the client's
+//!   retry brings the answers (multi round-trip requests).
 //! - [`routes`]: which plugin serves which resource URI for this session.
 //! - [`tasks`]: the tasks the client created on its plugins, under ids of the gateway's own.
 //! - [`capabilities`]: what the client declared it can do, checked before a plugin's request
@@ -27,11 +30,14 @@
 //! orders concurrent first uses of the same plugin in the same session.
 
 mod adopt;
+mod bridge;
+mod bridged_call;
 mod callers;
 pub mod capabilities;
 mod log_level;
 mod manager;
 mod modern_plugins;
+mod parked;
 mod plugins;
 mod relay;
 pub mod routes;
@@ -48,9 +54,11 @@ use serde_json::value::RawValue;
 use tokio_util::sync::CancellationToken;
 
 pub use adopt::IN_FLIGHT_LOST;
+pub use bridge::{Binding, Exchange, Resume};
 pub use capabilities::ClientCapabilities;
 pub(crate) use log_level::LOG_LEVELS;
 pub use manager::{AdoptError, SessionManager, TooManySessions};
+pub use parked::{ParkLimits, ParkRefused, ParkedCalls, ResumeRefused};
 pub use routes::ResourceRoutes;
 pub use store::{
     MemorySessionStore, SessionRecord, SessionState, SessionStore, SessionStoreError, Touched,
@@ -135,6 +143,9 @@ pub struct Session {
     /// Input a modern plugin asked for, as requests the client was sent (numbered from the
     /// same counter): which round of which parked call each answers.
     input_requests: Mutex<HashMap<u64, modern_plugins::Asked>>,
+    /// The streams of its bridged calls (a caller's session): the only ones a plugin's
+    /// request to the client may go to (`bridge.rs`).
+    bridged: Mutex<HashSet<u64>>,
     /// The client's last `logging/setLevel`: sent to plugins that start later, and enforced
     /// on their logs.
     log_level: log_level::LogLevel,
@@ -238,6 +249,7 @@ impl Session {
             server_requests: Mutex::new(HashMap::new()),
             next_server_request: AtomicU64::new(1),
             input_requests: Mutex::new(HashMap::new()),
+            bridged: Mutex::default(),
             log_level,
             subscriptions: Mutex::new(state.subscriptions.into_iter().collect()),
             routes: Mutex::new(Default::default()),

@@ -187,6 +187,10 @@ impl PluginEvents for Session {
         params: Option<&RawValue>,
         related: Related,
     ) {
+        if self.for_caller {
+            // A modern client is asked only through the bridge of the call it waits on.
+            return self.bridge_request(conn, id, method, params, related);
+        }
         if let Some((code, message)) = self.client_capabilities.refusal(method, params) {
             tracing::info!(plugin = %conn.name(), session = %self.id, "{method} refused: {message}");
             conn.send_raw(jsonrpc::error_bytes(Some(&id), code, &message));

@@ -132,6 +132,18 @@ impl Attached {
         }
     }
 
+    /// The next frame, for a reader inside the gateway (the bridge of multi round-trip
+    /// requests reads a call's stream itself): what was replayed first, then the live events;
+    /// `None` once the stream is released or another connection took it over.
+    pub async fn next_frame(&mut self) -> Option<Frame> {
+        let p = self.0.as_mut().expect("not taken");
+        if !p.replay.is_empty() {
+            let (seq, data) = p.replay.remove(0);
+            return Some(Frame::Event { seq, data });
+        }
+        p.rx.recv().await
+    }
+
     pub(super) fn take(mut self) -> AttachedParts {
         self.0.take().expect("taken once")
     }

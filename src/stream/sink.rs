@@ -135,9 +135,20 @@ impl Sink {
         }
     }
 
+    /// Whether the stream takes nothing any more (released: answered and gone, or its
+    /// client left an unbuffered stream).
+    pub fn is_closed(&self) -> bool {
+        self.0.is_released()
+    }
+
     /// Whether both ends belong to the same stream.
     pub fn same_stream(&self, other: &Sink) -> bool {
         Arc::ptr_eq(&self.0, &other.0)
+    }
+
+    /// The number of the stream within its session.
+    pub fn stream_number(&self) -> u64 {
+        self.0.key.stream
     }
 
     /// The session the stream belongs to.

@@ -10,6 +10,8 @@ Usage: python_sdk_client.py MODE URL
                 (polling mode): calls must still complete
   modern      - a 2026-07-28 client (no session): tools, a resource, a prompt
   auto        - the same in the SDK's `auto` mode, which must end up modern
+  modern_input - a 2026-07-28 client answering the fixture's elicitation and sampling (and a
+                tool that asks twice) through InputRequiredResult, with its callbacks
   cluster     - URL is a load balancer in front of several replicas in cluster mode, in
                 polling mode: tools, progress, sampling, a resource subscription and streams
                 resumed, every request on whichever replica round-robin picks
@@ -233,6 +235,34 @@ async def auto(url: str) -> dict:
     return await modern(url, "auto")
 
 
+async def modern_input(url: str) -> dict:
+    """A 2026-07-28 client whose elicitation and sampling callbacks answer what the legacy
+    fixture asks: the gateway turns its requests into `InputRequiredResult`s, which the SDK
+    resolves itself, retrying with the answers."""
+    out: dict = {"asked": []}
+
+    async def elicit(context, params: types.ElicitRequestParams) -> types.ElicitResult:
+        out["asked"].append(params.message)
+        if params.message.endswith("?") and "username" not in str(params.requested_schema):
+            return types.ElicitResult(action="accept", content={"answer": f"re:{params.message}"})
+        return types.ElicitResult(action="accept", content={"username": "python", "email": "py@example.com"})
+
+    async def sample(context, params: types.CreateMessageRequestParams) -> types.CreateMessageResult:
+        out["asked"].append("sampling")
+        return await sampling(context, params)
+
+    async with httpx2.AsyncClient(timeout=TIMEOUTS) as http:
+        transport = streamable_http_client(url, http_client=http)
+        async with Client(
+            transport, mode="2026-07-28", cache=None, elicitation_callback=elicit, sampling_callback=sample
+        ) as client:
+            out["protocol_version"] = client.protocol_version
+            out["elicitation"] = text_of(await client.call_tool("test_elicitation", {"message": "who are you"}))
+            out["sampling"] = text_of(await client.call_tool("test_sampling", {"prompt": "what is 2+2"}))
+            out["twice"] = text_of(await client.call_tool("ask_twice", {}))
+    return out
+
+
 async def main() -> None:
     mode, url = sys.argv[1], sys.argv[2]
     modes = {
@@ -242,6 +272,7 @@ async def main() -> None:
         "cluster": cluster,
         "modern": modern,
         "auto": auto,
+        "modern_input": modern_input,
     }
     result = await modes[mode](url)
     print(json.dumps(result))

@@ -16,6 +16,7 @@
 //!   child it did not start itself, child-process gateways included. [`claim_harness`] fails
 //!   a test binary that tries.
 //! - `client`: the hand-rolled transport client and raw requests.
+//! - `modern`: a 2026-07-28 client by hand (no session), and multi round-trip retries.
 //! - `sse`: the SSE parser and live streams.
 //! - `admin`: the admin listener (probes, metrics text, the admin API).
 //! - `oauth`: a gateway in `builtin` auth mode and the OAuth flows against it.
@@ -34,6 +35,7 @@ pub mod browser;
 pub mod client;
 pub mod cluster;
 pub mod inprocess;
+pub mod modern;
 pub mod oauth;
 pub mod postgres;
 pub mod process;

@@ -5,6 +5,9 @@
 //! session ([`crate::session::SessionManager::for_caller`]), answered as one JSON body or an
 //! SSE stream (no event ids, no priming: the modern era has no resumption; a closed stream
 //! cancels the request). Every result gets `resultType`, the cacheable ones caching hints.
+//! `tools/call`, `resources/read` and `prompts/get` go through the bridge of multi round-trip
+//! requests ([`mrtr`]): a plugin's requests to the client come back as an
+//! `InputRequiredResult`, and the retry resumes the call.
 
 use std::sync::Arc;
 
@@ -23,6 +26,8 @@ use crate::jsonrpc::{self, Body as RpcBody, Message};
 use crate::protocol::modern::{self, MirroredHeaders, ModernError};
 use crate::router;
 use crate::stream::{self, Cursor, Opening, Sink, StreamGuard};
+
+mod mrtr;
 
 const VERSION_HEADER: HeaderName = HeaderName::from_static("mcp-protocol-version");
 const METHOD_HEADER: HeaderName = HeaderName::from_static("mcp-method");
@@ -73,6 +78,22 @@ pub(super) async fn modern(
     }
     // As at `initialize`: a gateway that just started answers once its plugins' probes did.
     gw.registry.ready(gw.probe_wait()).await;
+    // A retry's requestState is checked first; one for a call on another replica goes there.
+    let retry = match mrtr::retry(
+        gw,
+        headers,
+        principal,
+        &id,
+        &method,
+        params.as_deref(),
+        conn,
+    )
+    .await?
+    {
+        mrtr::Retry::Answered(answer) => return Ok(answer),
+        mrtr::Retry::Here(resumed) => Some(resumed),
+        mrtr::Retry::First => None,
+    };
     // What depends on who asks is private to the caller.
     let scope = if gw.auth.enabled() {
         "private"
@@ -107,17 +128,25 @@ pub(super) async fn modern(
         .await
         .map_err(|e| HttpError::EventStore(e.to_string()))?;
     let guard = StreamGuard::new(session.connections.clone());
-    let call = tokio::spawn(
-        router::dispatch(
-            session.clone(),
-            id.clone(),
-            method,
-            params,
-            plan,
-            Sink::new(stream.clone()),
+    let call = if mrtr::bridged(&method) {
+        let request = (id.clone(), method, params);
+        mrtr::start(
+            gw, &session, retry, request, plan, &meta, principal, &stream, cache,
         )
-        .instrument(tracing::Span::current()),
-    );
+        .await?
+    } else {
+        tokio::spawn(
+            router::dispatch(
+                session.clone(),
+                id.clone(),
+                method,
+                params,
+                plan,
+                Sink::new(stream.clone()),
+            )
+            .instrument(tracing::Span::current()),
+        )
+    };
     if sse {
         let opening = Opening {
             priming: None,

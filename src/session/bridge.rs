@@ -1,0 +1,156 @@
+//! The bridge of multi round-trip requests (2026-07-28): a legacy plugin's request to a
+//! modern client (`sampling/createMessage`, `elicitation/create`, `roots/list`) made while it
+//! serves that client's `tools/call`, `resources/read` or `prompts/get`.
+//!
+//! A bridged call runs on a stream of its own that no connection reads: its task does
+//! (`bridged_call.rs`). The relay sends a plugin's request to a caller's client only to such
+//! a stream ([`Session::bridge_request`]); the task gathers the requests that come together
+//! (until the plugin is quiet for a few milliseconds, bounded) and answers the client with
+//! them as one `InputRequiredResult`, each under the plugin's own request id as its key, with
+//! a sealed `requestState`; the call is parked ([`super::parked`]). The client's retry wakes
+//! it with the answers, each handed to the plugin as the response it waits for, and with the
+//! retry's own stream, which the call's notifications and its answer (or the next round's
+//! requests) go to from then on. Any number of rounds.
+//!
+//! What the client may be asked is what this request's `_meta` declares: a request it cannot
+//! take is refused to the plugin as a legacy session refuses it, and when nothing of a round
+//! can be asked the client gets -32021 (`requiredCapabilities`) and the call is cancelled. An
+//! answer the client gives before it is asked (a first request's `inputResponses`) goes to
+//! the plugin's request whose key it bears. A call nobody resumes in time, or whose client
+//! leaves, is cancelled toward the plugin, as a client's cancellation is.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use serde_json::value::RawValue;
+
+use super::Session;
+use super::parked::ParkedCalls;
+use crate::backend::{PluginConnection, Related};
+use crate::jsonrpc::{self, Id, code};
+use crate::stream::{Cursor, Sink};
+
+/// One HTTP request of a bridged call: the first, or a retry.
+pub struct Exchange {
+    /// Its JSON-RPC id.
+    pub id: Id,
+    /// Its response stream.
+    pub sink: Sink,
+    /// The capabilities its `_meta` declares (`clientCapabilities`), as sent.
+    pub capabilities: Option<Box<RawValue>>,
+    /// Answers the client gave to no request asked yet (a first request's
+    /// `inputResponses`), by key: one goes, unasked, to the plugin's request of that key.
+    pub offered: HashMap<String, Box<RawValue>>,
+}
+
+/// A retry, for the parked call it resumes.
+pub struct Resume {
+    pub exchange: Exchange,
+    /// `inputResponses`, by key: each an object.
+    pub responses: HashMap<String, Box<RawValue>>,
+}
+
+/// What each round's `requestState` binds besides the call.
+pub struct Binding {
+    /// The token's subject, or none for the anonymous caller.
+    pub caller: Option<String>,
+    /// [`crate::protocol::mrtr::request_digest`] of the request.
+    pub digest: String,
+}
+
+impl Session {
+    /// Starts a bridged call answering `first`: the id and the sink to dispatch it to the
+    /// plugin with. `None` when the session has ended.
+    pub async fn bridge(
+        self: &Arc<Self>,
+        parked: Arc<ParkedCalls>,
+        binding: Binding,
+        first: Exchange,
+    ) -> Option<(Id, Sink)> {
+        if self.closed.is_cancelled() {
+            return None;
+        }
+        let stream = self.new_post_stream(1, true);
+        let attached = stream.attach(Cursor::Start, None).await.ok()?;
+        let number = stream.number();
+        self.bridged.lock().expect("bridged lock").insert(number);
+        let call: u64 = rand::random();
+        let id = Id::from_raw(
+            &RawValue::from_string(format!("\"bridged-{call:016x}\"")).expect("valid JSON"),
+        )
+        .expect("a string id");
+        super::bridged_call::start(
+            self,
+            parked,
+            binding,
+            call,
+            id.clone(),
+            number,
+            attached,
+            first,
+        );
+        Some((id, Sink::new(stream)))
+    }
+
+    /// A plugin's request to a caller's client (a modern one, which takes no requests): it
+    /// goes to the bridged call it was made for, if the stream it relates to is one; `ping`
+    /// is answered here; anything else is refused as a request the client cannot be asked.
+    pub(super) fn bridge_request(
+        &self,
+        conn: &Arc<PluginConnection>,
+        id: Id,
+        method: &str,
+        params: Option<&RawValue>,
+        related: Related,
+    ) {
+        let sink = match related {
+            Related::Named(s) | Related::Exact(s) | Related::Ambiguous(s) => Some(s),
+            Related::None | Related::Unattributable => None,
+        }
+        .filter(|s| {
+            s.session_id() == &*self.id
+                && self
+                    .bridged
+                    .lock()
+                    .expect("bridged lock")
+                    .contains(&s.stream_number())
+        });
+        let Some(sink) = sink else {
+            if method == "ping" {
+                conn.send_raw(jsonrpc::result_bytes(id.raw(), &empty()));
+                return;
+            }
+            tracing::info!(plugin = %conn.name(), session = %self.id, "{method} refused: a 2026-07-28 client is asked for input only while its tools/call, resources/read or prompts/get runs");
+            conn.send_raw(jsonrpc::error_bytes(
+                Some(&id),
+                code::METHOD_NOT_FOUND,
+                &format!("{method} cannot reach this client: a 2026-07-28 client is asked for input only while its tools/call, resources/read or prompts/get runs"),
+            ));
+            return;
+        };
+        let n = self.next_server_request.fetch_add(1, Ordering::Relaxed);
+        self.server_requests
+            .lock()
+            .expect("requests lock")
+            .insert(n, (Arc::downgrade(conn), id));
+        let bytes = jsonrpc::request_bytes(Some(Id::from_u64(n).raw()), method, params);
+        if sink.message(bytes).is_err() {
+            let (_, plugin_id) = self
+                .server_requests
+                .lock()
+                .expect("requests lock")
+                .remove(&n)
+                .expect("just inserted");
+            conn.send_raw(jsonrpc::error_bytes(
+                Some(&plugin_id),
+                code::INTERNAL_ERROR,
+                &format!("{method}: the request it was made for has ended"),
+            ));
+        }
+    }
+}
+
+fn empty() -> Box<RawValue> {
+    RawValue::from_string("{}".into()).expect("valid JSON")
+}
