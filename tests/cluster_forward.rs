@@ -1,7 +1,8 @@
 //! Cluster mode, two replicas sharing the Redis at 127.0.0.1:6379 (a key prefix of each
 //! test's own): a session created on one is served through the other, which forwards its
 //! requests to the owner with the cluster's secret; DELETE on either ends it on both; a
-//! forged secret gets nothing; readiness names Redis; the keys are gone once the replicas stop.
+//! forged secret gets nothing; readiness names Redis; the keys are gone once the replicas stop;
+//! the owner checks the client's own Host and Origin on a forwarded request.
 
 mod common;
 
@@ -102,6 +103,94 @@ async fn a_session_is_served_through_any_replica_and_ends_on_all() {
         .filter(|k| !k.starts_with(&format!("{prefix}replica:")))
         .collect();
     assert!(left.is_empty(), "keys left in Redis: {left:?}");
+    for k in redis_keys(&prefix) {
+        let _ = Command::new("redis-cli").args(["del", &k]).output();
+    }
+}
+
+/// A forwarded request reaches the owner with the client's own `Host` and `Origin`, which the
+/// owner checks as its `/mcp` would. A forwarder that sent the owner's address instead (what an
+/// HTTP/2 request carries as its authority when no `Host` goes along) would be refused: the
+/// replicas here allow only a public name and one origin.
+#[tokio::test]
+async fn the_owner_sees_the_clients_own_host_and_origin() {
+    const HOST: &str = "mcp.example.test";
+    const ORIGIN: &str = "https://app.example.test";
+    let prefix = prefix();
+    let start = || {
+        Gateway::start(&[
+            "--redis-url",
+            "redis://127.0.0.1:6379",
+            "--redis-key-prefix",
+            &prefix,
+            "--cluster-secret",
+            SECRET,
+            "--allowed-hosts",
+            HOST,
+            "--allowed-origins",
+            ORIGIN,
+            "--",
+            FIXTURE,
+        ])
+    };
+    let mut a = start();
+    let mut b = start();
+    let http = reqwest::Client::new();
+    let post = |url: &str, sid: Option<&str>, host: &str, body: serde_json::Value| {
+        let mut r = http
+            .post(url)
+            .header("host", host)
+            .header("origin", ORIGIN)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .body(body.to_string());
+        if let Some(sid) = sid {
+            r = r.header("mcp-session-id", sid);
+        }
+        r.send()
+    };
+    let r = post(
+        &a.url,
+        None,
+        HOST,
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "t", "version": "1"}}}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status(), 200);
+    let sid = r.headers()["mcp-session-id"].to_str().unwrap().to_owned();
+    let r = post(
+        &a.url,
+        Some(&sid),
+        HOST,
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status(), 202);
+
+    // Through B, which forwards to A: A accepts the client's Host and Origin.
+    let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": "echo", "arguments": {"text": "through b"}}});
+    let r = post(&b.url, Some(&sid), HOST, call.clone()).await.unwrap();
+    let status = r.status();
+    let text = r.text().await.unwrap();
+    assert_eq!(status, 200, "{text}");
+    assert!(text.contains("through b"), "{text}");
+    assert!(
+        b.metric("mcp_gateway_cluster_forwards_total{outcome=\"ok\"}")
+            .await
+            .unwrap_or(0.0)
+            >= 1.0
+    );
+    // The checks are on: a Host the replicas do not allow is refused.
+    let r = post(&b.url, Some(&sid), "127.0.0.1", call).await.unwrap();
+    assert_eq!(r.status(), 403);
+
+    a.terminate();
+    b.terminate();
     for k in redis_keys(&prefix) {
         let _ = Command::new("redis-cli").args(["del", &k]).output();
     }

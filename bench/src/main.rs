@@ -6,8 +6,10 @@
 //! serve-inproc`). Scenarios: (a) 1 session, 16 calls in flight; (b) 64 sessions, 64 in
 //! flight; (c) N sessions each holding a GET stream: setup rate and memory of the target's
 //! process tree; (d) initialize, and initialize + first call, cold and with a warm pool;
-//! (e) resumable streams on against off, in alternating runs. Every reply is checked: a wrong or missing one is
-//! counted. Results go to `bench/results/latest.json` and `BENCHMARKS.md`.
+//! (e) resumable streams on against off, in alternating runs; cluster mode through HAProxy
+//! against memory mode, failover and a rolling restart (bench/src/cluster/). Every reply is
+//! checked: a wrong or missing one is counted. Results go to `bench/results/latest.json` and
+//! `BENCHMARKS.md`.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -22,6 +24,7 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, Command};
 
+mod cluster;
 mod inproc;
 mod soak;
 
@@ -44,6 +47,10 @@ struct Cli {
     /// Where results go.
     #[arg(long, default_value = "bench/results")]
     out: PathBuf,
+    /// Leave cluster mode out of the full run (it needs Redis and HAProxy); its section of
+    /// BENCHMARKS.md is kept as it was.
+    #[arg(long)]
+    no_cluster: bool,
 }
 
 #[derive(Subcommand)]
@@ -108,6 +115,11 @@ enum Cmd {
         #[arg(long, default_value_t = 16)]
         in_flight: usize,
     },
+    /// Cluster mode through HAProxy: three replicas with Redis against one in memory mode
+    /// (paired runs of half of `--duration`), the forwarding hop, failover after SIGKILL and
+    /// a rolling restart under load (bench/src/cluster/); results in the Cluster mode section
+    /// of BENCHMARKS.md.
+    Cluster(cluster::Options),
 }
 
 #[derive(Debug, Default, Serialize, Clone)]
@@ -129,6 +141,7 @@ struct Report {
     targets: Vec<TargetReport>,
     ceiling_share: Vec<CeilingShare>,
     e_resumable_cost: Vec<ResumableCost>,
+    cluster: Option<cluster::Report>,
 }
 
 /// (a) or (b): the gateway against the in-process ceiling in alternating pairs of runs, each
@@ -287,6 +300,11 @@ fn main() {
             );
         }
         Some(Cmd::Soak(options)) => soak::main(&rt, options),
+        Some(Cmd::Cluster(options)) => rt.block_on(cluster::main(
+            options,
+            Duration::from_secs(cli.duration),
+            &cli.out,
+        )),
         None => rt.block_on(run(cli)),
     }
 }
@@ -484,6 +502,7 @@ async fn run(cli: Cli) {
         targets: Vec::new(),
         ceiling_share: Vec::new(),
         e_resumable_cost: Vec::new(),
+        cluster: None,
     };
 
     // The plugin over raw pipes: the stdio ceiling.
@@ -680,12 +699,24 @@ async fn run(cli: Cli) {
             .push(resumable_cost(scenario, sessions, in_flight, duration).await);
     }
 
+    if !cli.no_cluster {
+        report.cluster = Some(cluster::measure(&cluster::Options::full(), duration).await);
+    }
+
     std::fs::create_dir_all(&cli.out).expect("results directory");
     let json = serde_json::to_string_pretty(&report).expect("serializable");
     std::fs::write(cli.out.join("latest.json"), &json).expect("write results");
-    // The soak's and the fuzzing's sections come from runs of their own: kept as they are.
+    // The soak's and the fuzzing's sections come from runs of their own: kept as they are;
+    // so is cluster mode's when this run left it out.
     let old = std::fs::read_to_string("BENCHMARKS.md").unwrap_or_default();
-    let text = soak::keep_sections(&old, markdown(&report), &[soak::SECTION, "## Fuzzing"]);
+    let mut text = soak::keep_sections(
+        &old,
+        markdown(&report),
+        &[soak::SECTION, "## Fuzzing", cluster::SECTION],
+    );
+    if let Some(c) = &report.cluster {
+        text = soak::replace_section(&text, cluster::SECTION, &cluster::markdown(c));
+    }
     std::fs::write("BENCHMARKS.md", text).expect("write BENCHMARKS.md");
     println!("{json}");
 }

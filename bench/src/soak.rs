@@ -1243,7 +1243,7 @@ struct Gateway {
 /// A log line's gist, to group lines that say the same: its level, target and message, with
 /// the stderr tail a crash report quotes cut, session ids and pids left out, and numbers
 /// blanked.
-fn gist(line: &str) -> Option<String> {
+pub fn gist(line: &str) -> Option<String> {
     let rest = line.split_once(' ')?.1.trim_start();
     if !(rest.starts_with("WARN") || rest.starts_with("ERROR")) {
         return None;
@@ -1834,6 +1834,12 @@ fn write_section(table: &str) {
 }
 
 fn commit() -> String {
+    commit_excluding(&["BENCHMARKS.md", "bench/results/soak.json"])
+}
+
+/// The short hash of HEAD, marked when files other than those under `ours` (what a run
+/// writes) have uncommitted changes.
+pub fn commit_excluding(ours: &[&str]) -> String {
     let git = |args: &[&str]| {
         std::process::Command::new("git")
             .args(args)
@@ -1845,8 +1851,10 @@ fn commit() -> String {
     let hash = git(&["rev-parse", "--short", "HEAD"]).unwrap_or_else(|| "unknown".into());
     // Changes beyond the results this run writes make the commit an approximation.
     let dirty = git(&["status", "--porcelain", "--untracked-files=no"]).is_some_and(|s| {
-        s.lines()
-            .any(|l| !l.ends_with("BENCHMARKS.md") && !l.ends_with("bench/results/soak.json"))
+        s.lines().any(|l| {
+            let path = l.get(3..).unwrap_or(l);
+            !ours.iter().any(|o| path.starts_with(o))
+        })
     });
     if dirty {
         format!("{hash} (with uncommitted changes)")
