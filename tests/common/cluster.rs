@@ -446,8 +446,9 @@ fn haproxy_binary() -> &'static str {
 /// connections to the replicas are kept alive and reused, as HAProxy does by default), TCP
 /// health checks every 100 ms that take a dead replica out at the first failure and put it
 /// back at the first success, and timeouts long enough for an SSE stream to sit idle. A
-/// request whose connection to a replica fails is sent to another (`retries`,
-/// `redispatch`): only a failed connect is retried, never a request a replica has seen.
+/// request whose connection to a replica fails, or that a replica closed without a byte of
+/// answer (a draining replica closing a kept-alive connection), is sent to another
+/// (`retries`, `retry-on`, `redispatch`), as `deploy/config/haproxy.cfg` does.
 fn haproxy_config(lb_port: u16, ports: &[u16], stats: &Path) -> String {
     let mut cfg = format!(
         "global
@@ -463,6 +464,7 @@ defaults
     timeout http-request 30s
     timeout http-keep-alive 1m
     retries 2
+    retry-on conn-failure empty-response
     option redispatch 1
 
 frontend mcp

@@ -517,6 +517,7 @@ defaults
     timeout http-request 30s
     timeout http-keep-alive 1m
     retries 2
+    retry-on conn-failure empty-response
     option redispatch 1
 
 frontend mcp
