@@ -97,6 +97,10 @@ pub trait StreamHooks: Send + Sync {
     fn read(&self, stream: u64);
     /// The stream is released: forget it.
     fn released(&self, stream: u64);
+    /// The stream is released with requests on it still unanswered (its client went away
+    /// from an unbuffered stream, or its session ended): called just before
+    /// [`StreamHooks::released`].
+    fn cut_short(&self, _stream: u64) {}
 }
 
 /// Rewrites a response before it is kept or sent (see [`Stream::rewrite_responses`]).
@@ -265,6 +269,9 @@ impl Stream {
             self.events.release(self.key.stream);
         }
         if let Some(h) = &self.hooks {
+            if self.lock().owed.is_some_and(|n| n > 0) {
+                h.cut_short(self.key.stream);
+            }
             h.released(self.key.stream);
         }
     }

@@ -144,4 +144,9 @@ impl Sink {
     pub fn session_id(&self) -> &str {
         &self.0.key.session
     }
+
+    /// The stream's number in its session.
+    pub fn stream_number(&self) -> u64 {
+        self.0.key.stream
+    }
 }
