@@ -1,7 +1,6 @@
-//! What a 2026-07-28 client's closed response stream does (issue 22): closing the stream is
-//! the client's cancellation, so the call is cancelled at the plugin, whether the answer was
-//! to come as SSE or as one JSON body. Raw HTTP against the in-process gateway and the
-//! fixture plugin.
+//! What a 2026-07-28 client hears beyond its answers (issue 22): log messages only for
+//! requests that opt in and at their level, and a closed response stream cancelling the call
+//! at the plugin. Raw HTTP against the in-process gateway and the fixture plugin.
 
 mod common;
 
@@ -77,6 +76,67 @@ async fn text(c: &Client, name: &str, arguments: Value) -> String {
         .as_str()
         .unwrap_or_else(|| panic!("no text in {last}"))
         .to_owned()
+}
+
+/// The `notifications/message` among an answer's messages.
+fn logs(all: &[Value]) -> Vec<&Value> {
+    all.iter()
+        .filter(|m| m["method"] == "notifications/message")
+        .collect()
+}
+
+#[tokio::test]
+async fn log_messages_reach_only_requests_that_opt_in_at_their_level() {
+    let gw = InProcess::fixture(&[], &[]).await;
+    let c = gw.client();
+    let level = |l: &str| json!({"io.modelcontextprotocol/logLevel": l});
+    let said = |all: &[Value]| -> Vec<String> {
+        logs(all)
+            .iter()
+            .map(|m| m["params"]["data"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    // The plugin logs whatever it was asked (`log_at` does not filter its own logs).
+    let all = call(
+        &c,
+        "log_at",
+        json!({"level": "error", "text": "unasked"}),
+        json!({}),
+    )
+    .await;
+    assert_eq!(all.last().unwrap()["result"]["resultType"], "complete");
+    assert!(said(&all).is_empty(), "no opt-in, no logs: {all:?}");
+    let all = call(
+        &c,
+        "log_at",
+        json!({"level": "info", "text": "below"}),
+        level("warning"),
+    )
+    .await;
+    assert!(said(&all).is_empty(), "below the level asked: {all:?}");
+    let all = call(
+        &c,
+        "log_at",
+        json!({"level": "error", "text": "above"}),
+        level("warning"),
+    )
+    .await;
+    assert_eq!(said(&all), ["above"], "{all:?}");
+    assert_eq!(logs(&all)[0]["params"]["level"], "error");
+    // A log comes before its request's answer, on that request's stream.
+    assert!(all.last().unwrap().get("result").is_some());
+    let all = call(&c, "test_tool_with_logging", json!({}), level("debug")).await;
+    assert_eq!(
+        said(&all),
+        [
+            "Tool execution started",
+            "Tool processing data",
+            "Tool execution completed"
+        ]
+    );
+    // The caller's instance was asked for the most verbose level any request wanted.
+    assert_eq!(text(&c, "log_level", json!({})).await, "debug");
+    gw.stop().await;
 }
 
 /// Calls `slow` with a progress token and returns its stream once the plugin has begun it

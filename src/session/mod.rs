@@ -14,6 +14,7 @@
 //!   on exactly one stream: the related request's when that is certain, else the GET stream;
 //!   and the client's answers back to the plugin that asked.
 //! - [`routes`]: which plugin serves which resource URI for this session.
+//! - `request_logs.rs`: a modern request's log messages, at its own level.
 //! - [`store`]: the session record behind the [`SessionStore`] seam.
 //! - `manager.rs` ([`SessionManager`]): all sessions: creation under caps, lookup, ending, the reaper.
 //!
@@ -26,6 +27,7 @@ mod log_level;
 mod manager;
 mod plugins;
 mod relay;
+mod request_logs;
 pub mod routes;
 pub mod store;
 mod streams;
@@ -127,6 +129,8 @@ pub struct Session {
     subscriptions: Mutex<HashSet<(String, String)>>,
     /// Which plugin serves which resource URI, learned from list results.
     pub routes: Mutex<ResourceRoutes>,
+    /// The log levels of a modern caller's requests in flight (`request_logs.rs`).
+    request_logs: request_logs::RequestLogs,
     /// Cancelled when the session ends: its streams close.
     pub closed: CancellationToken,
     /// A modern client's caller's session: what would go on its GET stream is dropped.
@@ -231,6 +235,7 @@ impl Session {
             log_level,
             subscriptions: Mutex::new(state.subscriptions.into_iter().collect()),
             routes: Mutex::new(Default::default()),
+            request_logs: Default::default(),
             closed,
             for_caller: caller,
             generation,

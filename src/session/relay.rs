@@ -5,7 +5,8 @@
 //! stream. A request to the client gets an id of the session's own (the client sees no
 //! plugin's ids) and is refused at once when the client did not declare the capability it
 //! needs or no stream can carry it; the client's answer goes back to the instance that asked.
-//! A `resources/list_changed` clears what the session learned of resource routes.
+//! A `resources/list_changed` clears what the session learned of resource routes. A modern
+//! caller's logs go only to the request that asked for them (`request_logs.rs`).
 //!
 //! Relaying never waits for the client: a message no stream can take now waits on the GET
 //! stream (a notification) or is refused to the plugin (a request).
@@ -153,8 +154,14 @@ impl PluginEvents for Session {
         method: &str,
         related: Related,
     ) {
-        if method == "notifications/message" && !self.log_level.allows(&message) {
-            return;
+        if method == "notifications/message" {
+            if self.for_caller {
+                // A modern request's own, at its own level (`request_logs.rs`).
+                return self.relay_request_log(message, related);
+            }
+            if !self.log_level.allows(&message) {
+                return;
+            }
         }
         match method {
             // Unrelated to any request: the GET stream.

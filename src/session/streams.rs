@@ -79,6 +79,9 @@ impl StreamHooks for SessionHooks {
     fn released(&self, stream: u64) {
         if let Some(s) = self.0.upgrade() {
             s.streams.lock().expect("streams lock").live.remove(stream);
+            if s.for_caller {
+                s.forget_request_logs(stream);
+            }
         }
     }
 

@@ -106,6 +106,9 @@ pub(super) async fn modern(
         .attach(Cursor::Start, conn.cut.clone().filter(|_| sse))
         .await
         .map_err(|e| HttpError::EventStore(e.to_string()))?;
+    if sse && let Some(level) = &meta.log_level {
+        session.want_logs(&stream, level).await;
+    }
     let guard = StreamGuard::new(session.connections.clone());
     let call = tokio::spawn(
         router::dispatch(
