@@ -14,7 +14,9 @@
 //!   on exactly one stream: the related request's when that is certain, else the GET stream;
 //!   and the client's answers back to the plugin that asked.
 //! - [`routes`]: which plugin serves which resource URI for this session.
-//! - `request_logs.rs`: a modern request's log messages, at its own level.
+//! - `listen.rs`: a modern caller's `subscriptions/listen` streams and what they hear;
+//!   `holds.rs`: resource subscriptions counted across holders (listeners, and sessions on a
+//!   shared plugin); `request_logs.rs`: a modern request's log messages, at its own level.
 //! - [`store`]: the session record behind the [`SessionStore`] seam.
 //! - `manager.rs` ([`SessionManager`]): all sessions: creation under caps, lookup, ending, the reaper.
 //!
@@ -23,6 +25,8 @@
 
 mod adopt;
 mod callers;
+mod holds;
+mod listen;
 mod log_level;
 mod manager;
 mod plugins;
@@ -41,6 +45,11 @@ use serde_json::value::RawValue;
 use tokio_util::sync::CancellationToken;
 
 pub use adopt::IN_FLIGHT_LOST;
+pub use holds::Hold;
+pub use listen::{
+    LISTEN_QUEUE_BYTES, ListenFilter, ListenSlot, Listener, SUBSCRIPTION_ID, TooManyListeners,
+    tagged,
+};
 pub(crate) use log_level::LOG_LEVELS;
 pub use manager::{AdoptError, SessionManager, TooManySessions};
 pub use routes::ResourceRoutes;
@@ -129,6 +138,12 @@ pub struct Session {
     subscriptions: Mutex<HashSet<(String, String)>>,
     /// Which plugin serves which resource URI, learned from list results.
     pub routes: Mutex<ResourceRoutes>,
+    /// A modern caller's listen streams (`listen.rs`).
+    listeners: listen::Hub,
+    /// What its listeners hold on its own plugin instances, by plugin (`holds.rs`).
+    own_holds: Mutex<HashMap<String, Arc<crate::supervisor::subscriptions::Subscriptions>>>,
+    /// What its legacy client holds on shared plugins: (plugin, URI) (`holds.rs`).
+    shared_holds: Mutex<HashSet<(String, String)>>,
     /// The log levels of a modern caller's requests in flight (`request_logs.rs`).
     request_logs: request_logs::RequestLogs,
     /// Cancelled when the session ends: its streams close.
@@ -235,6 +250,9 @@ impl Session {
             log_level,
             subscriptions: Mutex::new(state.subscriptions.into_iter().collect()),
             routes: Mutex::new(Default::default()),
+            listeners: Default::default(),
+            own_holds: Mutex::new(HashMap::new()),
+            shared_holds: Mutex::new(HashSet::new()),
             request_logs: Default::default(),
             closed,
             for_caller: caller,
@@ -356,6 +374,8 @@ impl Session {
 
     async fn close(&self, leaving: bool) {
         self.closed.cancel();
+        self.remove_listeners();
+        self.release_shared_subscriptions();
         if leaving {
             // The store forgets first, so the releases below touch nothing shared.
             self.store.leave_session(&self.id);

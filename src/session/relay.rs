@@ -6,7 +6,8 @@
 //! plugin's ids) and is refused at once when the client did not declare the capability it
 //! needs or no stream can carry it; the client's answer goes back to the instance that asked.
 //! A `resources/list_changed` clears what the session learned of resource routes. A modern
-//! caller's logs go only to the request that asked for them (`request_logs.rs`).
+//! caller's session has no GET stream: its list changes go to its listeners (`listen.rs`),
+//! its logs to the request that asked for them (`request_logs.rs`).
 //!
 //! Relaying never waits for the client: a message no stream can take now waits on the GET
 //! stream (a notification) or is refused to the plugin (a request).
@@ -164,10 +165,13 @@ impl PluginEvents for Session {
             }
         }
         match method {
-            // Unrelated to any request: the GET stream.
+            // Unrelated to any request: the GET stream, or a modern caller's listeners.
             m if LIST_CHANGES.contains(&m) => {
                 if method == "notifications/resources/list_changed" {
                     self.routes.lock().expect("routes lock").clear();
+                }
+                if self.for_caller {
+                    return self.publish(Some(conn.name()), method, Some(&message[..]));
                 }
                 let _ = self.deliver(message, Related::None, false);
             }

@@ -80,6 +80,7 @@ impl StreamHooks for SessionHooks {
         if let Some(s) = self.0.upgrade() {
             s.streams.lock().expect("streams lock").live.remove(stream);
             if s.for_caller {
+                s.remove_listener(stream);
                 s.forget_request_logs(stream);
             }
         }

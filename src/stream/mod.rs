@@ -120,6 +120,9 @@ struct Inner {
     released: bool,
     /// When the last connection went away without finishing the stream.
     detached_at: Option<Instant>,
+    /// Bytes a connection writing to a socket may have queued before it counts as too slow
+    /// ([`LIVE_QUEUE_BYTES`] unless the stream says less).
+    queue_limit: usize,
 }
 
 impl Frame {
@@ -157,6 +160,7 @@ impl Stream {
                 delivered: 0,
                 released: false,
                 detached_at: None,
+                queue_limit: LIVE_QUEUE_BYTES,
             }),
             hooks,
         })
@@ -180,6 +184,13 @@ impl Stream {
     /// client's results get `resultType`), set before any response comes.
     pub fn rewrite_responses(&self, rewrite: Rewrite) {
         self.lock().rewrite = Some(rewrite);
+    }
+
+    /// Lowers the bytes a connection may fall behind by before it is dropped and cut (a
+    /// long-lived stream of small notifications needs far less than a call's answer).
+    pub fn limit_queue_bytes(&self, bytes: usize) {
+        let mut g = self.lock();
+        g.queue_limit = g.queue_limit.min(bytes);
     }
 
     /// Takes a stream over from where another replica left it in the shared store (an

@@ -6,6 +6,8 @@
 //! SSE stream (no event ids, no priming: the modern era has no resumption; a closed stream
 //! cancels the request). Every result gets `resultType`, the cacheable ones caching hints.
 
+mod listen;
+
 use std::sync::Arc;
 
 use axum::http::{HeaderMap, HeaderName, StatusCode};
@@ -92,6 +94,9 @@ pub(super) async fn modern(
             StatusCode::OK,
             jsonrpc::result_bytes(id.raw(), &result),
         ));
+    }
+    if method == "subscriptions/listen" {
+        return listen::listen(gw, &session, &view, principal, id, params, conn).await;
     }
     let plan = router::plan(&session, &view, &method, params.as_deref());
     let sse = plan.response_mode() == ResponseMode::Sse;
