@@ -5,7 +5,8 @@
 
 mod common;
 
-use common::{Gateway, tool};
+use common::admin::{ADMIN_TOKEN, WITH_MAIN_PLUGIN};
+use common::{FIXTURE, Gateway, tool};
 
 #[tokio::test]
 async fn python_sdk_client_against_the_fixture() {
@@ -168,6 +169,33 @@ async fn the_python_sdk_answers_a_legacy_plugins_requests_through_input_required
     assert_eq!(
         out["asked"],
         serde_json::json!(["who are you", "sampling", "first?", "second?"]),
+        "{out}"
+    );
+}
+
+/// The official Python SDK 2.x's `Client.listen()` (2026-07-28 `subscriptions/listen`) hears
+/// of a plugin added through the admin API while it listens.
+#[tokio::test]
+async fn the_python_sdk_listens_for_tool_list_changes() {
+    let gw = Gateway::start(&WITH_MAIN_PLUGIN);
+    let url = gw.url.clone();
+    let admin = gw.admin.clone().expect("the admin listener");
+    let out = tokio::task::spawn_blocking(move || {
+        common::python_sdk_client_with("listen", &url, &[&admin, ADMIN_TOKEN, FIXTURE])
+    })
+    .await
+    .unwrap();
+    assert_eq!(out["protocol_version"], "2026-07-28", "{out}");
+    assert_eq!(
+        out["honored"],
+        serde_json::json!({"toolsListChanged": true}),
+        "{out}"
+    );
+    assert_eq!(out["admin_status"], 201, "{out}");
+    assert_eq!(out["event"], "ToolsListChanged", "{out}");
+    assert_eq!(
+        out["tools"],
+        serde_json::json!(["extra__echo", "main__echo"]),
         "{out}"
     );
 }

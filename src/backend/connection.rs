@@ -382,37 +382,78 @@ impl PluginConnection {
         client_id: &Id,
         reason: Option<&RawValue>,
     ) -> bool {
-        let found = {
-            let mut pending = self.pending.lock().expect("pending lock");
-            let key = pending.iter().find_map(|(k, p)| match p {
+        let found = self.take_client_requests(|from, c, _| *from == caller && c == client_id, 1);
+        let reason = reason.map(|r| serde_json::from_str(r.get()).unwrap_or_default());
+        let cancelled = !found.is_empty();
+        for (id, sink, parked) in found {
+            self.cancel_taken(id, &sink, parked, reason.clone());
+        }
+        cancelled
+    }
+
+    /// Cancels every request of `caller` in flight here whose answer goes to stream number
+    /// `stream` (its client closed that stream: a cancellation in the 2026-07-28 era). How
+    /// many there were.
+    pub fn cancel_stream_requests(&self, caller: Caller, stream: u64, reason: &str) -> usize {
+        let found = self.take_client_requests(
+            |from, _, sink| *from == caller && sink.stream_number() == stream,
+            usize::MAX,
+        );
+        let n = found.len();
+        for (id, sink, parked) in found {
+            self.cancel_taken(id, &sink, parked, Some(reason.into()));
+        }
+        n
+    }
+
+    /// Takes up to `most` client requests that `which` picks out of the pending map.
+    fn take_client_requests(
+        &self,
+        which: impl Fn(&Caller, &Id, &Sink) -> bool,
+        most: usize,
+    ) -> Vec<(u64, Sink, bool)> {
+        let mut pending = self.pending.lock().expect("pending lock");
+        let keys: Vec<u64> = pending
+            .iter()
+            .filter_map(|(k, p)| match p {
                 Pending::Client {
-                    caller: from,
-                    client_id: c,
+                    caller,
+                    client_id,
+                    sink,
                     ..
-                } if c == client_id && *from == caller => Some(*k),
+                } if which(caller, client_id, sink) => Some(*k),
                 _ => None,
-            });
-            key.and_then(|k| pending.remove(&k).map(|p| (k, p)))
-        };
-        let Some((id, Pending::Client { sink, retry, .. })) = found else {
-            return false;
-        };
+            })
+            .take(most)
+            .collect();
+        keys.into_iter()
+            .filter_map(|k| match pending.remove(&k) {
+                Some(Pending::Client { sink, retry, .. }) => {
+                    Some((k, sink, retry.is_some_and(|r| r.parked())))
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// A client request taken out of the pending map for a cancellation: its stream stops
+    /// waiting, and the plugin is told unless it never saw it.
+    fn cancel_taken(&self, id: u64, sink: &Sink, parked: bool, reason: Option<serde_json::Value>) {
         sink.dropped();
-        if retry.is_some_and(|r| r.parked()) {
+        if parked {
             // Answered already, parked for the client's input: the plugin works on nothing.
-            return true;
+            return;
         }
         if self.transport.withdraw(id) {
             // Still queued whole: the plugin never sees it, so there is nothing to tell it.
-            return true;
+            return;
         }
         let mut params = serde_json::json!({ "requestId": id });
         if let Some(reason) = reason {
-            params["reason"] = serde_json::from_str(reason.get()).unwrap_or_default();
+            params["reason"] = reason;
         }
         let params = RawValue::from_string(params.to_string()).expect("valid JSON");
         self.notify("notifications/cancelled", Some(&params));
-        true
     }
 
     /// Stops the plugin process and waits for it to be gone.

@@ -56,6 +56,14 @@ pub enum HttpError {
         "Too Many Requests: this client holds {0} sessions, the most one client may; end one (DELETE) or retry later"
     )]
     TooManySessionsForClient(usize),
+    #[error(
+        "Service Unavailable: the gateway holds its maximum number of subscriptions/listen streams; retry later"
+    )]
+    TooManyListeners,
+    #[error(
+        "Too Many Requests: this caller holds {0} subscriptions/listen streams, the most one caller may; close one or retry later"
+    )]
+    TooManyListenersForCaller(usize),
     #[error("{0}")]
     Auth(AuthError, Challenge),
     /// Cluster mode's shared state did not answer; the cause stays in the logs.
@@ -96,6 +104,8 @@ impl HttpError {
             HttpError::Conflict(_) => StatusCode::CONFLICT,
             HttpError::TooManySessions => StatusCode::SERVICE_UNAVAILABLE,
             HttpError::TooManySessionsForClient(_) => StatusCode::TOO_MANY_REQUESTS,
+            HttpError::TooManyListeners => StatusCode::SERVICE_UNAVAILABLE,
+            HttpError::TooManyListenersForCaller(_) => StatusCode::TOO_MANY_REQUESTS,
             HttpError::Auth(_, c) => c.status,
             HttpError::Cluster(_) | HttpError::OwnerUnreachable(_) => {
                 StatusCode::SERVICE_UNAVAILABLE
@@ -131,6 +141,8 @@ impl HttpError {
             | HttpError::EventStore(_)
             | HttpError::TooManySessions
             | HttpError::TooManySessionsForClient(_)
+            | HttpError::TooManyListeners
+            | HttpError::TooManyListenersForCaller(_)
             | HttpError::Auth(..)
             | HttpError::Cluster(_)
             | HttpError::OwnerUnreachable(_)
@@ -161,6 +173,8 @@ impl HttpError {
             | HttpError::EventStore(_)
             | HttpError::TooManySessions
             | HttpError::TooManySessionsForClient(_)
+            | HttpError::TooManyListeners
+            | HttpError::TooManyListenersForCaller(_)
             | HttpError::Auth(..)
             | HttpError::Cluster(_)
             | HttpError::OwnerUnreachable(_)
@@ -208,7 +222,10 @@ impl IntoResponse for HttpError {
         );
         if matches!(
             self,
-            HttpError::TooManySessions | HttpError::TooManySessionsForClient(_)
+            HttpError::TooManySessions
+                | HttpError::TooManySessionsForClient(_)
+                | HttpError::TooManyListeners
+                | HttpError::TooManyListenersForCaller(_)
         ) {
             headers.insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
         }

@@ -43,6 +43,7 @@ pub const METHODS: &[&str] = &[
     "prompts/list",
     "prompts/get",
     "completion/complete",
+    "subscriptions/listen",
 ];
 
 /// The Base64 sentinel around an encoded header value.

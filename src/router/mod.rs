@@ -21,8 +21,9 @@ use serde_json::value::RawValue;
 pub use crate::session::ResourceRoutes;
 pub use initialize::{discover_result, initialize_result};
 
+use crate::backend::connection::CallError;
 use crate::backend::{PluginConnection, Rewrite};
-use crate::config::ResponseMode;
+use crate::config::{ProcessModel, ResponseMode};
 use crate::jsonrpc::{self, Id, code};
 use crate::registry::{View, ViewPlugin};
 use crate::session::{LOG_LEVELS, Session};
@@ -196,6 +197,26 @@ async fn forward(
     answer: Answer,
     sink: &Sink,
 ) {
+    if plugin.entry.config.process_model == ProcessModel::Shared
+        && let Some(on) = subscribe_verb(method)
+        && let Some(UriParams { uri }) = params
+            .as_deref()
+            .and_then(|p| serde_json::from_str(p.get()).ok())
+    {
+        // Counted with every other session's and listener's (`session/holds.rs`).
+        let answer = match session.client_shared_subscription(plugin, &uri, on).await {
+            Ok(()) => jsonrpc::result_bytes(id.raw(), &empty()),
+            Err(CallError::Rpc(e)) => match RawValue::from_string(e) {
+                Ok(e) => jsonrpc::error_object_bytes(id.raw(), &e),
+                Err(_) => jsonrpc::error_bytes(Some(&id), code::INTERNAL_ERROR, "invalid error"),
+            },
+            Err(CallError::Backend(e)) => {
+                jsonrpc::error_bytes(Some(&id), e.code(), &e.client_message())
+            }
+        };
+        sink.respond(answer);
+        return;
+    }
     match session.plugin(plugin).await {
         Ok(conn) => {
             let params = match session.toward(&conn, method, params) {
@@ -225,11 +246,18 @@ async fn forward(
     }
 }
 
+/// `Some(true)` for a subscribe, `Some(false)` for an unsubscribe.
+fn subscribe_verb(method: &str) -> Option<bool> {
+    match method {
+        "resources/subscribe" => Some(true),
+        "resources/unsubscribe" => Some(false),
+        _ => None,
+    }
+}
+
 fn track_subscription(session: &Session, plugin: &str, method: &str, params: &RawValue) {
-    let on = match method {
-        "resources/subscribe" => true,
-        "resources/unsubscribe" => false,
-        _ => return,
+    let Some(on) = subscribe_verb(method) else {
+        return;
     };
     if let Ok(UriParams { uri }) = serde_json::from_str(params.get()) {
         session.subscription(plugin, &uri, on);
@@ -520,6 +548,20 @@ fn resolve_name<'a>(view: &View, capability: &str, name: &'a str) -> Option<(usi
     let plugin = &view.plugins[slot];
     let allowed = capability != "tools" || plugin.entry.config.allows_tool(local);
     (plugin.has_capability(capability) && allowed).then_some((slot, local))
+}
+
+/// The plugin serving resource `uri` for `session`, learning who serves what from the
+/// plugins' lists when it is not known yet (a `subscriptions/listen` filter's URIs).
+pub async fn resource_plugin<'v>(
+    session: &Session,
+    view: &'v View,
+    uri: &str,
+) -> Option<&'v ViewPlugin> {
+    if let Some(slot) = route_uri(session, view, uri) {
+        return Some(&view.plugins[slot]);
+    }
+    lists::learn_resources(session, view).await;
+    route_uri(session, view, uri).map(|slot| &view.plugins[slot])
 }
 
 /// The plugin serving a resource URI, if known.

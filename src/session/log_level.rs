@@ -36,7 +36,8 @@ struct Notification<'a> {
     params: Level<'a>,
 }
 
-fn severity(level: &str) -> Option<u8> {
+/// A level's severity, 1 for the least severe; `None` for no known level.
+pub(super) fn severity(level: &str) -> Option<u8> {
     LOG_LEVELS
         .iter()
         .position(|l| *l == level)
@@ -72,11 +73,15 @@ impl LogLevel {
         if floor == 0 {
             return true;
         }
-        serde_json::from_slice::<Notification>(message)
-            .ok()
-            .and_then(|n| severity(&n.params.level))
-            .is_none_or(|s| s >= floor)
+        message_severity(message).is_none_or(|s| s >= floor)
     }
+}
+
+/// The severity of a `notifications/message`, if it names a known level.
+pub(super) fn message_severity(message: &[u8]) -> Option<u8> {
+    serde_json::from_slice::<Notification>(message)
+        .ok()
+        .and_then(|n| severity(&n.params.level))
 }
 
 #[cfg(test)]

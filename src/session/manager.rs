@@ -63,6 +63,8 @@ pub struct SessionManager {
     adoption_locks: Box<[tokio::sync::Mutex<()>]>,
     /// Modern clients' callers' sessions, by caller (see `callers.rs`).
     pub(super) callers: DashMap<Arc<str>, Arc<Session>, foldhash::fast::RandomState>,
+    /// Modern clients' listen streams open (or being opened) now (see `listen.rs`).
+    pub(super) listening: Arc<AtomicUsize>,
     stripes: foldhash::fast::RandomState,
 }
 
@@ -100,6 +102,7 @@ impl SessionManager {
             tasks: TaskTracker::new(),
             adoption_locks: (0..64).map(|_| tokio::sync::Mutex::new(())).collect(),
             callers: DashMap::default(),
+            listening: Arc::new(AtomicUsize::new(0)),
             stripes: Default::default(),
         });
         let listeners: std::sync::Weak<dyn Listeners> = Arc::downgrade(&manager) as _;
@@ -233,6 +236,16 @@ impl SessionManager {
         use std::hash::BuildHasher;
         let i = self.stripes.hash_one(id) as usize % self.adoption_locks.len();
         &self.adoption_locks[i]
+    }
+
+    /// Most listen streams open at once: as many as sessions.
+    pub(super) fn max_listeners(&self) -> usize {
+        self.config.max_sessions
+    }
+
+    /// Most listen streams of one caller: as many as one client's sessions.
+    pub(super) fn max_listeners_per_caller(&self) -> usize {
+        self.config.max_per_client
     }
 
     pub fn get(&self, id: &str) -> Option<Arc<Session>> {

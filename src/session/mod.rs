@@ -23,6 +23,9 @@
 //! - [`tasks`]: the tasks the client created on its plugins, under ids of the gateway's own.
 //! - [`capabilities`]: what the client declared it can do, checked before a plugin's request
 //!   reaches it.
+//! - `listen.rs`: a modern caller's `subscriptions/listen` streams and what they hear;
+//!   `holds.rs`: resource subscriptions counted across holders (listeners, and sessions on a
+//!   shared plugin); `request_logs.rs`: a modern request's log messages, at its own level.
 //! - [`store`]: the session record behind the [`SessionStore`] seam.
 //! - `manager.rs` ([`SessionManager`]): all sessions: creation under caps, lookup, ending, the reaper.
 //!
@@ -34,12 +37,15 @@ mod bridge;
 mod bridged_call;
 mod callers;
 pub mod capabilities;
+mod holds;
+mod listen;
 mod log_level;
 mod manager;
 mod modern_plugins;
 mod parked;
 mod plugins;
 mod relay;
+mod request_logs;
 pub mod routes;
 pub mod store;
 mod streams;
@@ -56,6 +62,11 @@ use tokio_util::sync::CancellationToken;
 pub use adopt::IN_FLIGHT_LOST;
 pub use bridge::{Binding, Exchange, Resume};
 pub use capabilities::ClientCapabilities;
+pub use holds::Hold;
+pub use listen::{
+    LISTEN_QUEUE_BYTES, ListenFilter, ListenSlot, Listener, SUBSCRIPTION_ID, TooManyListeners,
+    tagged,
+};
 pub(crate) use log_level::LOG_LEVELS;
 pub use manager::{AdoptError, SessionManager, TooManySessions};
 pub use parked::{ParkLimits, ParkRefused, ParkedCalls, ResumeRefused};
@@ -153,6 +164,14 @@ pub struct Session {
     subscriptions: Mutex<HashSet<(String, String)>>,
     /// Which plugin serves which resource URI, learned from list results.
     pub routes: Mutex<ResourceRoutes>,
+    /// A modern caller's listen streams (`listen.rs`).
+    listeners: listen::Hub,
+    /// What its listeners hold on its own plugin instances, by plugin (`holds.rs`).
+    own_holds: Mutex<HashMap<String, Arc<crate::supervisor::subscriptions::Subscriptions>>>,
+    /// What its legacy client holds on shared plugins: (plugin, URI) (`holds.rs`).
+    shared_holds: Mutex<HashSet<(String, String)>>,
+    /// The log levels of a modern caller's requests in flight (`request_logs.rs`).
+    request_logs: request_logs::RequestLogs,
     /// Cancelled when the session ends: its streams close.
     pub closed: CancellationToken,
     /// A modern client's caller's session: what would go on its GET stream is dropped.
@@ -253,6 +272,10 @@ impl Session {
             log_level,
             subscriptions: Mutex::new(state.subscriptions.into_iter().collect()),
             routes: Mutex::new(Default::default()),
+            listeners: Default::default(),
+            own_holds: Mutex::new(HashMap::new()),
+            shared_holds: Mutex::new(HashSet::new()),
+            request_logs: Default::default(),
             closed,
             for_caller: caller,
             generation,
@@ -378,6 +401,8 @@ impl Session {
 
     async fn close(&self, leaving: bool) {
         self.closed.cancel();
+        self.remove_listeners();
+        self.release_shared_subscriptions();
         if leaving {
             // The store forgets first, so the releases below touch nothing shared.
             self.store.leave_session(&self.id);

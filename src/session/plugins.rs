@@ -139,6 +139,12 @@ impl Session {
             s.stop();
         }
         self.routes.lock().expect("routes lock").clear();
+        if self.for_caller {
+            for method in &LIST_CHANGES[..3] {
+                self.publish(None, method, None);
+            }
+            return self.keep_subscribed();
+        }
         for method in &LIST_CHANGES[..3] {
             let _ = self.deliver(
                 jsonrpc::request_bytes(None, method, None),
@@ -156,6 +162,8 @@ impl Session {
             .lock()
             .expect("slots lock")
             .values()
+            // Listeners' subscriptions keep an instance busy.
+            .filter(|s| !self.holds_on(s.entry.name()))
             .filter(|s| {
                 s.entry.config.idle_timeout.is_some_and(|t| {
                     s.current()
@@ -260,6 +268,7 @@ impl Session {
             slot.take_running();
             if !self.closed.is_cancelled() && !conn.is_stopping() {
                 slot.crashed(conn, &self.client, &self.id);
+                self.keep_subscribed();
             }
         }
     }

@@ -12,6 +12,8 @@
 //! session's is dropped.
 //! A modern plugin's `InputRequiredResult` asks the client through the same relay, and the
 //! answers go back to that round (`modern_plugins.rs`).
+//! A modern caller's session has no GET stream: its list changes go to its listeners
+//! (`listen.rs`), its logs to the request that asked for them (`request_logs.rs`).
 //!
 //! Relaying never waits for the client: a message no stream can take now waits on the GET
 //! stream (a notification) or is refused to the plugin (a request).
@@ -249,14 +251,23 @@ impl PluginEvents for Session {
         method: &str,
         related: Related,
     ) {
-        if method == "notifications/message" && !self.log_level.allows(&message) {
-            return;
+        if method == "notifications/message" {
+            if self.for_caller {
+                // A modern request's own, at its own level (`request_logs.rs`).
+                return self.relay_request_log(message, related);
+            }
+            if !self.log_level.allows(&message) {
+                return;
+            }
         }
         match method {
-            // Unrelated to any request: the GET stream.
+            // Unrelated to any request: the GET stream, or a modern caller's listeners.
             m if LIST_CHANGES.contains(&m) => {
                 if method == "notifications/resources/list_changed" {
                     self.routes.lock().expect("routes lock").clear();
+                }
+                if self.for_caller {
+                    return self.publish(Some(conn.name()), method, Some(&message[..]));
                 }
                 let _ = self.deliver(message, Related::None, false);
             }

@@ -79,11 +79,39 @@ impl StreamHooks for SessionHooks {
     fn released(&self, stream: u64) {
         if let Some(s) = self.0.upgrade() {
             s.streams.lock().expect("streams lock").live.remove(stream);
+            if s.for_caller {
+                s.remove_listener(stream);
+                s.forget_request_logs(stream);
+            }
+        }
+    }
+
+    fn cut_short(&self, stream: u64) {
+        if let Some(s) = self.0.upgrade()
+            && s.for_caller
+        {
+            s.cancel_stream(stream);
         }
     }
 }
 
 impl Session {
+    /// A modern caller's stream is released before its answer (its client closed it):
+    /// closing a response stream is how a 2026-07-28 client cancels, so what its request
+    /// still waits for from plugins is cancelled.
+    fn cancel_stream(&self, stream: u64) {
+        let reason = "the client closed the response stream";
+        let cancelled: usize = self
+            .running()
+            .iter()
+            .chain(self.supervisor.shared_conns().iter())
+            .map(|c| c.cancel_stream_requests(self.caller, stream, reason))
+            .sum();
+        if cancelled > 0 {
+            tracing::debug!(session = %self.id, stream, "{reason}: {cancelled} request(s) cancelled");
+        }
+    }
+
     /// A new stream for a POST's answers: `owed` responses, SSE or JSON. An SSE stream is
     /// kept (for resumption) until its last event has gone out or it is abandoned.
     pub fn new_post_stream(&self, owed: usize, sse: bool) -> Arc<Stream> {
@@ -93,8 +121,9 @@ impl Session {
             stream: number,
         };
         let buffered = sse && self.stream_settings.resumable;
-        // Only a buffered stream is kept in `streams`, lingers and is released from there.
-        let hooks = buffered.then(|| self.hooks.clone());
+        // Only a buffered stream is kept in `streams`, lingers and is released from there; a
+        // modern caller's stream tells its release (its client may have closed it early).
+        let hooks = (buffered || self.for_caller).then(|| self.hooks.clone());
         let buffering = if buffered {
             Buffering::Replay
         } else {

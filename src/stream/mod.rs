@@ -97,6 +97,10 @@ pub trait StreamHooks: Send + Sync {
     fn read(&self, stream: u64);
     /// The stream is released: forget it.
     fn released(&self, stream: u64);
+    /// The stream is released with requests on it still unanswered (its client went away
+    /// from an unbuffered stream, or its session ended): called just before
+    /// [`StreamHooks::released`].
+    fn cut_short(&self, _stream: u64) {}
 }
 
 /// Rewrites a response before it is kept or sent (see [`Stream::rewrite_responses`]).
@@ -116,6 +120,9 @@ struct Inner {
     released: bool,
     /// When the last connection went away without finishing the stream.
     detached_at: Option<Instant>,
+    /// Bytes a connection writing to a socket may have queued before it counts as too slow
+    /// ([`LIVE_QUEUE_BYTES`] unless the stream says less).
+    queue_limit: usize,
 }
 
 impl Frame {
@@ -153,6 +160,7 @@ impl Stream {
                 delivered: 0,
                 released: false,
                 detached_at: None,
+                queue_limit: LIVE_QUEUE_BYTES,
             }),
             hooks,
         })
@@ -176,6 +184,13 @@ impl Stream {
     /// client's results get `resultType`), set before any response comes.
     pub fn rewrite_responses(&self, rewrite: Rewrite) {
         self.lock().rewrite = Some(rewrite);
+    }
+
+    /// Lowers the bytes a connection may fall behind by before it is dropped and cut (a
+    /// long-lived stream of small notifications needs far less than a call's answer).
+    pub fn limit_queue_bytes(&self, bytes: usize) {
+        let mut g = self.lock();
+        g.queue_limit = g.queue_limit.min(bytes);
     }
 
     /// Takes a stream over from where another replica left it in the shared store (an
@@ -265,6 +280,9 @@ impl Stream {
             self.events.release(self.key.stream);
         }
         if let Some(h) = &self.hooks {
+            if self.lock().owed.is_some_and(|n| n > 0) {
+                h.cut_short(self.key.stream);
+            }
             h.released(self.key.stream);
         }
     }

@@ -14,7 +14,7 @@ use bytes::Bytes;
 use tokio::sync::mpsc;
 
 use super::connection::LIVE_QUEUE;
-use super::{Frame, Inner, LIVE_QUEUE_BYTES, Stream};
+use super::{Frame, Inner, Stream};
 
 impl Stream {
     /// Adds an event: kept in the store when buffered, sent to the connection if one is
@@ -62,7 +62,7 @@ impl Stream {
         let queued = c.queued.fetch_add(bytes, Ordering::AcqRel);
         // A queue that is not written to a socket (a JSON answer being collected) is drained
         // as it fills: only a socket's reader can fall behind in bytes.
-        let sent = if c.cut.is_some() && queued > 0 && queued + bytes > LIVE_QUEUE_BYTES {
+        let sent = if c.cut.is_some() && queued > 0 && queued + bytes > g.queue_limit {
             Err(true)
         } else {
             c.tx.try_send(frame)
@@ -72,7 +72,8 @@ impl Stream {
             c.queued.fetch_sub(bytes, Ordering::AcqRel);
             if too_slow {
                 tracing::debug!(
-                    "a client fell {LIVE_QUEUE} events or {LIVE_QUEUE_BYTES} bytes behind: its connection is closed"
+                    "a client fell {LIVE_QUEUE} events or {} bytes behind: its connection is closed",
+                    g.queue_limit
                 );
                 if let Some(cut) = &c.cut {
                     cut.fire();

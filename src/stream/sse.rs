@@ -69,6 +69,11 @@ pub async fn sse_response(
         first.push_back((Some(seq), encode(id, None, Some(&data))));
     }
     // Whatever comes within the hold goes out with the headers.
+    let mut waiting = Detach {
+        stream: stream.clone(),
+        conn,
+        armed: true,
+    };
     let mut ended = None;
     if !opening.hold.is_zero()
         && let Ok(frame) = tokio::time::timeout(opening.hold, rx.recv()).await
@@ -91,6 +96,7 @@ pub async fn sse_response(
             }
         }
     }
+    waiting.armed = false;
     if let Some(finished) = ended {
         let mut body = Vec::with_capacity(first.iter().map(|(_, b)| b.len()).sum());
         for (seq, chunk) in &first {
@@ -272,6 +278,11 @@ pub async fn collect_responses(attached: Attached, closed: &CancellationToken) -
         mut rx,
         ..
     } = attached.take();
+    let mut waiting = Detach {
+        stream: stream.clone(),
+        conn,
+        armed: true,
+    };
     let mut out = Vec::new();
     let mut finished = false;
     loop {
@@ -288,8 +299,27 @@ pub async fn collect_responses(attached: Attached, closed: &CancellationToken) -
             None => break,
         }
     }
+    waiting.armed = false;
     stream.detach(conn, finished);
     out
+}
+
+/// Detaches a connection whose response is dropped while it waits (its client went away
+/// before the body began, or during a JSON answer): the stream must not think it attached.
+/// An unbuffered stream is then released, which is how a modern request's cancellation is
+/// seen.
+struct Detach {
+    stream: Arc<Stream>,
+    conn: u64,
+    armed: bool,
+}
+
+impl Drop for Detach {
+    fn drop(&mut self) {
+        if self.armed {
+            self.stream.detach(self.conn, false);
+        }
+    }
 }
 
 #[cfg(test)]

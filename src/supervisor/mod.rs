@@ -7,7 +7,9 @@
 //! - the limits (`limits.rs`) on running processes, per plugin and for the gateway;
 //! - the crash [`breaker`];
 //! - restarts with backoff (`restart.rs`) of one owner's instance ([`Slot`]);
-//! - the pools (`pools.rs`) of processes that are no one session's own: shared and warm.
+//! - the pools (`pools.rs`) of processes that are no one session's own: shared and warm;
+//! - resource subscriptions counted by holder ([`subscriptions`]): across every session and
+//!   listener on a shared plugin.
 //!
 //! Sessions ask it for instances and keep them in their slots; the [`crate::backend`] is the
 //! mechanism (spawn a child, speak JSON-RPC with it, stop it) and decides nothing about when.
@@ -19,6 +21,7 @@ pub mod breaker;
 mod limits;
 mod pools;
 mod restart;
+pub mod subscriptions;
 
 use std::sync::{Arc, OnceLock, Weak};
 

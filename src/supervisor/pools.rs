@@ -15,6 +15,10 @@
 //!
 //! Every process here counts against the plugin's limits like a session's own.
 //!
+//! Resource subscriptions on a shared plugin are counted across all its holders (sessions and
+//! modern listeners, `subscriptions.rs`); a process of the pool that starts is subscribed to
+//! what they hold, and one is started when they hold something and none runs.
+//!
 //! What a shared process sends reaches sessions only through [`Listeners`]: this file never
 //! names a session.
 
@@ -26,6 +30,7 @@ use bytes::Bytes;
 use serde_json::value::RawValue;
 
 use super::limits::Limits;
+use super::subscriptions::{Subscriptions, tell};
 use super::{Listeners, Running, breaker, start};
 use crate::backend::connection::{LIST_CHANGES, task_named};
 use crate::backend::{BackendError, InputRequired, PluginConnection, PluginEvents, Related};
@@ -43,6 +48,9 @@ pub(super) struct Pools {
     shared: Mutex<HashMap<String, Arc<SharedPool>>>,
     warm: Mutex<HashMap<String, Arc<WarmPool>>>,
     events: Arc<SharedEvents>,
+    /// The resource subscriptions held on each shared plugin, by plugin name: they outlive
+    /// its pool (a change of definition starts a new one).
+    subscriptions: Mutex<HashMap<String, Arc<Subscriptions>>>,
 }
 
 struct SharedPool {
@@ -80,7 +88,76 @@ impl Pools {
                 registry: Arc::downgrade(&registry),
                 pools: pools.clone(),
             }),
+            subscriptions: Mutex::new(HashMap::new()),
         })
+    }
+
+    /// The subscriptions held on a shared plugin.
+    pub(super) fn subscriptions(&self, plugin: &str) -> Arc<Subscriptions> {
+        self.subscriptions
+            .lock()
+            .expect("subscriptions lock")
+            .entry(plugin.to_owned())
+            .or_default()
+            .clone()
+    }
+
+    /// The running processes of one shared plugin.
+    pub(super) fn members_of(&self, plugin: &str) -> Vec<Arc<PluginConnection>> {
+        self.shared
+            .lock()
+            .expect("pools lock")
+            .get(plugin)
+            .map(|p| p.members.iter().filter_map(Member::current).collect())
+            .unwrap_or_default()
+    }
+
+    /// Subscribes a process that just started to what its plugin's holders hold.
+    fn resubscribe(&self, plugin: &str, conn: &Arc<PluginConnection>) {
+        let held = match self
+            .subscriptions
+            .lock()
+            .expect("subscriptions lock")
+            .get(plugin)
+        {
+            Some(s) => s.held(),
+            None => return,
+        };
+        for uri in held {
+            let conn = conn.clone();
+            tokio::spawn(async move {
+                if let Err(e) = tell(&conn, &uri, true).await {
+                    tracing::warn!(plugin = %conn.name(), "resources/subscribe {uri} again: {e}");
+                }
+            });
+        }
+    }
+
+    /// Starts a process of a shared plugin when something is held on it and none runs (it
+    /// crashed, or its definition changed), so its holders' updates keep coming.
+    fn keep_subscribed(&self, plugin: &str) {
+        let holds = self
+            .subscriptions
+            .lock()
+            .expect("subscriptions lock")
+            .get(plugin)
+            .is_some_and(|s| !s.is_empty());
+        if !holds || !self.members_of(plugin).is_empty() {
+            return;
+        }
+        let (Some(pools), view) = (self.events.pools.upgrade(), self.registry.view()) else {
+            return;
+        };
+        let name = plugin.to_owned();
+        tokio::spawn(async move {
+            let Some(p) = view.find(&name) else { return };
+            if p.entry.config.process_model != ProcessModel::Shared {
+                return;
+            }
+            if let Err(e) = pools.shared(p).await {
+                tracing::warn!(plugin = %name, "a process for the resource subscriptions held on it did not start: {e}");
+            }
+        });
     }
 
     /// Takes a dead shared process out of its pool, so it no longer counts against the
@@ -174,6 +251,7 @@ impl Pools {
         }
         let conn = running.conn.clone();
         *member.running.lock().expect("member lock") = Some(running);
+        self.resubscribe(plugin.name(), &conn);
         Ok(conn)
     }
 
@@ -212,7 +290,7 @@ impl Pools {
     }
 
     /// Brings the pools in line with the registry: pools of plugins that left or changed
-    /// stop; warm pools fill up.
+    /// stop (a shared one with subscriptions held on it starts again); warm pools fill up.
     pub(super) fn apply(&self, view: &View) {
         let current = |name: &str, generation: u64| {
             view.find(name)
@@ -228,6 +306,11 @@ impl Pools {
                 }
                 keep
             });
+        for p in &view.plugins {
+            if p.entry.config.process_model == ProcessModel::Shared {
+                self.keep_subscribed(p.name());
+            }
+        }
         let mut warm = self.warm.lock().expect("pools lock");
         warm.retain(|name, pool| {
             let keep = current(name, pool.entry.generation) && pool.entry.config.warm > 0;
@@ -489,7 +572,8 @@ impl PluginEvents for SharedEvents {
     }
 
     fn plugin_exited(&self, conn: &Arc<PluginConnection>) {
-        let current = self.pools.upgrade().is_some_and(|p| p.forget_shared(conn));
+        let pools = self.pools.upgrade();
+        let current = pools.as_ref().is_some_and(|p| p.forget_shared(conn));
         if !current || conn.is_stopping() {
             return;
         }
@@ -500,6 +584,9 @@ impl PluginEvents for SharedEvents {
             if breaker::record_crash(&entry, None) {
                 tracing::error!(plugin = %conn.name(), "plugin keeps crashing: the circuit breaker is open");
             }
+        }
+        if let Some(p) = &pools {
+            p.keep_subscribed(conn.name());
         }
     }
 }

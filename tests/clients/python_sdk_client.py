@@ -1,7 +1,7 @@
 """A real MCP client, the official Python SDK (mcp 2.x), driven against the gateway by
 tests/python_sdk.rs.
 
-Usage: python_sdk_client.py MODE URL
+Usage: python_sdk_client.py MODE URL [ARGS...]
   fixture     - the gateway fronts tests/fixture: tools, resources, prompts, sampling,
                 progress, cancellation, then DELETE on close
   thirdparty  - the gateway fronts @modelcontextprotocol/server-everything (npm) and
@@ -12,6 +12,9 @@ Usage: python_sdk_client.py MODE URL
   auto        - the same in the SDK's `auto` mode, which must end up modern
   modern_input - a 2026-07-28 client answering the fixture's elicitation and sampling (and a
                 tool that asks twice) through InputRequiredResult, with its callbacks
+  listen      - a 2026-07-28 client's `Client.listen()` for tool list changes, while the
+                client adds a plugin through the admin API (ARGS: the admin listener's
+                address, its token, the fixture's path): the change must reach it
   cluster     - URL is a load balancer in front of several replicas in cluster mode, in
                 polling mode: tools, progress, sampling, a resource subscription and streams
                 resumed, every request on whichever replica round-robin picks
@@ -263,6 +266,34 @@ async def modern_input(url: str) -> dict:
     return out
 
 
+async def listen(url: str, admin: str, token: str, fixture_path: str) -> dict:
+    """`Client.listen()` (subscriptions/listen) hears of a plugin added through the admin API."""
+    out: dict = {}
+    async with httpx2.AsyncClient(timeout=TIMEOUTS) as http:
+        transport = streamable_http_client(url, http_client=http)
+        async with Client(transport, mode="2026-07-28", cache=None) as client:
+            out["protocol_version"] = client.protocol_version
+            async with client.listen(tools_list_changed=True) as sub:
+                out["honored"] = sub.honored.model_dump(by_alias=True, exclude_none=True)
+                added = await http.post(
+                    f"http://{admin}/admin/plugins",
+                    json={"name": "extra", "command": fixture_path, "args": ["--name", "extra"]},
+                    headers={"authorization": f"Bearer {token}"},
+                )
+                out["admin_status"] = added.status_code
+                event = await asyncio.wait_for(sub.__anext__(), 20)
+                out["event"] = type(event).__name__
+            # The new plugin's tools are there once it is ready.
+            for _ in range(100):
+                tools = await client.list_tools()
+                names = sorted(t.name for t in tools.tools)
+                if "extra__echo" in names:
+                    break
+                await asyncio.sleep(0.05)
+            out["tools"] = [n for n in names if n.endswith("__echo")]
+    return out
+
+
 async def main() -> None:
     mode, url = sys.argv[1], sys.argv[2]
     modes = {
@@ -273,8 +304,9 @@ async def main() -> None:
         "modern": modern,
         "auto": auto,
         "modern_input": modern_input,
+        "listen": listen,
     }
-    result = await modes[mode](url)
+    result = await modes[mode](url, *sys.argv[3:])
     print(json.dumps(result))
 
 

@@ -147,12 +147,19 @@ pub fn free_port() -> u16 {
 /// against `url`; what it printed, as JSON. Fails the test if it fails.
 #[allow(dead_code)]
 pub fn python_sdk_client(mode: &str, url: &str) -> serde_json::Value {
+    python_sdk_client_with(mode, url, &[])
+}
+
+/// [`python_sdk_client`] with the mode's further arguments.
+#[allow(dead_code)]
+pub fn python_sdk_client_with(mode: &str, url: &str, args: &[&str]) -> serde_json::Value {
     let script = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/tests/clients/python_sdk_client.py"
     );
     let out = std::process::Command::new(tool("venv/bin/python"))
         .args([script, mode, url])
+        .args(args)
         .output()
         .expect("run the Python client");
     let stdout = String::from_utf8_lossy(&out.stdout);

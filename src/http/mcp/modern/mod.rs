@@ -9,6 +9,8 @@
 //! requests ([`mrtr`]): a plugin's requests to the client come back as an
 //! `InputRequiredResult`, and the retry resumes the call.
 
+mod listen;
+
 use std::sync::Arc;
 
 use axum::http::{HeaderMap, HeaderName, StatusCode};
@@ -114,6 +116,9 @@ pub(super) async fn modern(
             jsonrpc::result_bytes(id.raw(), &result),
         ));
     }
+    if method == "subscriptions/listen" {
+        return listen::listen(gw, &session, &view, principal, id, params, conn).await;
+    }
     let plan = router::plan(&session, &view, &method, params.as_deref());
     let sse = plan.response_mode() == ResponseMode::Sse;
     let stream = session.new_post_stream(1, sse);
@@ -127,6 +132,9 @@ pub(super) async fn modern(
         .attach(Cursor::Start, conn.cut.clone().filter(|_| sse))
         .await
         .map_err(|e| HttpError::EventStore(e.to_string()))?;
+    if sse && let Some(level) = &meta.log_level {
+        session.want_logs(&stream, level).await;
+    }
     let guard = StreamGuard::new(session.connections.clone());
     let call = if mrtr::bridged(&method) {
         let request = (id.clone(), method, params);

@@ -212,6 +212,11 @@ pub(super) async fn start(
                 Some(id.clone()),
             )
         })?;
+    // The plugin's logs relate to the bridged call's own stream: wanted there at the level
+    // this request asked for.
+    if let Some(level) = &meta.log_level {
+        session.want_logs_on(call_sink.stream_number(), level).await;
+    }
     Ok(tokio::spawn(
         router::dispatch(session.clone(), call_id, method, params, plan, call_sink)
             .instrument(tracing::Span::current()),
