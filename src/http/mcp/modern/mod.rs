@@ -80,22 +80,6 @@ pub(super) async fn modern(
     }
     // As at `initialize`: a gateway that just started answers once its plugins' probes did.
     gw.registry.ready(gw.probe_wait()).await;
-    // A retry's requestState is checked first; one for a call on another replica goes there.
-    let retry = match mrtr::retry(
-        gw,
-        headers,
-        principal,
-        &id,
-        &method,
-        params.as_deref(),
-        conn,
-    )
-    .await?
-    {
-        mrtr::Retry::Answered(answer) => return Ok(answer),
-        mrtr::Retry::Here(resumed) => Some(resumed),
-        mrtr::Retry::First => None,
-    };
     // What depends on who asks is private to the caller.
     let scope = if gw.auth.enabled() {
         "private"
@@ -120,6 +104,33 @@ pub(super) async fn modern(
         return listen::listen(gw, &session, &view, principal, id, params, conn).await;
     }
     let plan = router::plan(&session, &view, &method, params.as_deref());
+    // A modern plugin asks for input itself: its `InputRequiredResult` and `requestState`
+    // pass through as they are, and the client's retry goes to it unchanged. The bridge is
+    // for legacy plugins.
+    let to_modern_plugin = plan
+        .plugin()
+        .and_then(|name| view.find(name))
+        .is_some_and(|p| p.info.era == crate::backend::Era::Modern);
+    // A retry's requestState is checked first; one for a call on another replica goes there.
+    let retry = if to_modern_plugin {
+        None
+    } else {
+        match mrtr::retry(
+            gw,
+            headers,
+            principal,
+            &id,
+            &method,
+            params.as_deref(),
+            conn,
+        )
+        .await?
+        {
+            mrtr::Retry::Answered(answer) => return Ok(answer),
+            mrtr::Retry::Here(resumed) => Some(resumed),
+            mrtr::Retry::First => None,
+        }
+    };
     let sse = plan.response_mode() == ResponseMode::Sse;
     let stream = session.new_post_stream(1, sse);
     let cache = modern::CACHEABLE
@@ -136,7 +147,7 @@ pub(super) async fn modern(
         session.want_logs(&stream, level).await;
     }
     let guard = StreamGuard::new(session.connections.clone());
-    let call = if mrtr::bridged(&method) {
+    let call = if mrtr::bridged(&method) && !to_modern_plugin {
         let request = (id.clone(), method, params);
         mrtr::start(
             gw, &session, retry, request, plan, &meta, principal, &stream, cache,
