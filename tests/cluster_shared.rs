@@ -13,7 +13,6 @@
 
 mod common;
 
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::admin::{ADMIN_TOKEN as PLUGINS_ADMIN_TOKEN, fixture_plugin};
@@ -308,62 +307,9 @@ async fn wait_tools(c: &Client, first_id: i64, want: impl Fn(&[&str]) -> bool) -
     unreachable!()
 }
 
-/// A `redis-server` of the test's own, keeping nothing on disk; killed when dropped.
-struct OwnRedis {
-    port: u16,
-    child: Option<Child>,
-}
-
-impl OwnRedis {
-    fn start() -> OwnRedis {
-        let port = free_port();
-        let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server (scripts/install-test-deps)");
-        let redis = OwnRedis {
-            port,
-            child: Some(child),
-        };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !redis.answers() {
-            assert!(Instant::now() < deadline, "redis-server did not start");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        redis
-    }
-
-    fn answers(&self) -> bool {
-        Command::new("redis-cli")
-            .args(["-p", &self.port.to_string(), "PING"])
-            .output()
-            .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "PONG")
-    }
-
-    fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
-    }
-
-    fn stop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
-impl Drop for OwnRedis {
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
-
 #[tokio::test]
 async fn with_redis_gone_revocations_still_hold_everywhere_and_registrations_are_still_limited() {
-    let mut redis = OwnRedis::start();
+    let mut redis = common::redis_server::RedisServer::start();
     let db = Postgres::create("shared_no_redis");
     let flags = |port: u16| {
         [
@@ -383,7 +329,7 @@ async fn with_redis_gone_revocations_still_hold_everywhere_and_registrations_are
     let token = robot_token(&r[0]).await;
     assert_eq!(token_status(&r[1], &token).await.0, 400, "taken");
 
-    redis.stop();
+    redis.kill();
     // The replicas' subscriptions are lost: each now re-reads the database every second.
     revoke_as_robot(&r[0], &token).await;
     let revoked_at = Instant::now();
