@@ -2,7 +2,8 @@
 //! test's own): a session created on one is served through the other, which forwards its
 //! requests to the owner with the cluster's secret; DELETE on either ends it on both; a
 //! forged secret gets nothing; readiness names Redis; the keys are gone once the replicas stop;
-//! the owner checks the client's own Host and Origin on a forwarded request.
+//! the owner checks the client's own Host and Origin on a forwarded request; a forwarder
+//! remembers the owner for a moment and asks again when it moves.
 
 mod common;
 
@@ -191,6 +192,73 @@ async fn the_owner_sees_the_clients_own_host_and_origin() {
 
     a.terminate();
     b.terminate();
+    for k in redis_keys(&prefix) {
+        let _ = Command::new("redis-cli").args(["del", &k]).output();
+    }
+}
+
+/// A forwarder remembers a session's owner for a moment instead of asking Redis for every
+/// request; when the owner it remembers no longer serves the session (killed, and the session
+/// taken over elsewhere; or the session ended there), it asks Redis again and the client gets
+/// the right answer, never a stale owner's error.
+#[tokio::test]
+async fn a_forwarder_remembers_the_owner_and_asks_again_when_it_moves() {
+    let prefix = prefix();
+    let mut a = replica(&prefix);
+    let mut b = replica(&prefix);
+    let mut c = replica(&prefix);
+    let owner_lookups = "mcp_gateway_redis_seconds_count{operation=\"owner\"}";
+
+    let mut on_a = a.client();
+    on_a.initialize().await;
+    let on_b = on_a.at(&b.url);
+    let on_c = on_a.at(&c.url);
+
+    // Asked for every request, the owner would cost B two lookups per call (the session's
+    // record, then the owner's heartbeat): 60 for these 30.
+    for i in 0..30 {
+        let text = on_b
+            .tool_text(10 + i, "echo", json!({"text": format!("b{i}")}))
+            .await;
+        assert!(text.contains(&format!("b{i}")), "{text}");
+    }
+    let lookups = b.metric(owner_lookups).await.unwrap_or(0.0);
+    assert!(
+        lookups < 30.0,
+        "B asked Redis for the owner {lookups} times for 30 calls"
+    );
+
+    // The owner dies; C takes the session over. B, which may still remember A, finds it
+    // gone, asks again, and forwards to C.
+    a.signal("-KILL");
+    let text = on_c.tool_text(50, "echo", json!({"text": "to c"})).await;
+    assert!(text.contains("to c"), "{text}");
+    assert_eq!(c.metric("mcp_gateway_sessions_active").await, Some(1.0));
+    let text = on_b.tool_text(51, "echo", json!({"text": "b again"})).await;
+    assert!(text.contains("b again"), "{text}");
+
+    // The session ends on its owner, C, while B remembers C: B's next request is told the
+    // session is not found, as a client must be (the spec's 404), not an error of the hop.
+    let remembered = std::time::Instant::now();
+    let text = on_b
+        .tool_text(52, "echo", json!({"text": "b remembers c"}))
+        .await;
+    assert!(text.contains("b remembers c"), "{text}");
+    assert_eq!(on_c.delete().await, 200);
+    let r = on_b.call(53, "tools/list", json!({})).await;
+    assert_eq!(r.status, 404, "{r:?}");
+    if remembered.elapsed() < std::time::Duration::from_millis(500) {
+        // Still remembered when it was sent: C said it does not hold the session.
+        assert_eq!(
+            b.metric("mcp_gateway_cluster_forwards_total{outcome=\"not_here\"}")
+                .await,
+            Some(1.0)
+        );
+    }
+
+    b.terminate();
+    c.terminate();
+    let _ = a.terminate();
     for k in redis_keys(&prefix) {
         let _ = Command::new("redis-cli").args(["del", &k]).output();
     }

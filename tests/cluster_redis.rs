@@ -245,6 +245,21 @@ async fn redis_lost_mid_run_is_503s_within_seconds_then_recovery_when_it_returns
         let body = wait_readyz(&cluster, i, 503).await;
         assert_names_redis(&body, redis.port());
     }
+    // A replica that asked Redis for the owner within the last second still forwards to it
+    // (which serves its own sessions without Redis); after that it must ask, and cannot.
+    let remembered_until = Instant::now() + Duration::from_secs(3);
+    loop {
+        let r = old_via_1.call(7, "tools/list", json!({})).await;
+        if r.status != 200 {
+            break;
+        }
+        assert!(r.last()["result"]["tools"].is_array(), "{r:?}");
+        assert!(
+            Instant::now() < remembered_until,
+            "the owner is still remembered after a second: {r:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     assert_unavailable(&old_via_1, "a forwarded session, Redis dead").await;
     assert_unavailable(&stranger(&cluster, 0), "an unknown session, Redis dead").await;
     for (i, before) in before.iter().enumerate() {

@@ -25,6 +25,9 @@ pub const SECRET_HEADER: HeaderName = HeaderName::from_static("x-mcp-gateway-clu
 /// Names the replica a forwarded request is meant for: another process at that address (a
 /// replica restarted on the same port) answers 421 rather than serve it.
 pub const REPLICA_HEADER: HeaderName = HeaderName::from_static("x-mcp-gateway-replica");
+/// Marks an owner's 404 to a forwarded request for a session it does not hold: the forwarder
+/// that took it for the owner from memory asks Redis again (see [`super::owners`]).
+pub const NOT_HERE_HEADER: HeaderName = HeaderName::from_static("x-mcp-gateway-not-here");
 
 /// Marks a request that another replica forwarded (its secret checked).
 #[derive(Debug, Clone, Copy)]
@@ -46,6 +49,7 @@ fn hop_by_hop(name: &HeaderName) -> bool {
             | "content-length"
     ) || *name == SECRET_HEADER
         || *name == REPLICA_HEADER
+        || *name == NOT_HERE_HEADER
 }
 
 /// Why a forward failed.
@@ -58,6 +62,8 @@ pub struct ForwardError {
     /// is at its address): it is gone, and the session may be taken over. Otherwise it may
     /// have run the request.
     pub gone: bool,
+    /// The replica at that address does not hold the session (it never ran the request).
+    pub not_here: bool,
 }
 
 impl Cluster {
@@ -120,6 +126,7 @@ impl Cluster {
                 url: url.to_owned(),
                 cause,
                 gone: false,
+                not_here: false,
             }
         };
         // While it waits on the owner, and while the owner's answer streams back, the owner's
@@ -147,6 +154,20 @@ impl Cluster {
             return Err(ForwardError {
                 gone: true,
                 ..failed("another replica is at its address now".into())
+            });
+        }
+        if answer.status() == reqwest::StatusCode::NOT_FOUND
+            && answer.headers().contains_key(NOT_HERE_HEADER)
+        {
+            crate::metrics::get()
+                .cluster_forwards
+                .with_label_values(&["not_here"])
+                .inc();
+            return Err(ForwardError {
+                url: url.to_owned(),
+                cause: "it does not hold this session".into(),
+                gone: false,
+                not_here: true,
             });
         }
         crate::metrics::get()

@@ -23,6 +23,7 @@
 mod bus;
 pub mod forward;
 mod liveness;
+pub mod owners;
 pub mod registry;
 mod sessions;
 #[cfg(test)]
@@ -96,6 +97,8 @@ pub struct Cluster {
     beaten: std::sync::atomic::AtomicBool,
     /// The replicas forwarded to, watched (see [`liveness`]).
     liveness: liveness::Liveness,
+    /// The sessions' owners, remembered for a moment (see [`owners`]).
+    owners: owners::Owners,
 }
 
 /// What a replica's heartbeat key says.
@@ -193,6 +196,7 @@ impl Cluster {
             lapsed: Default::default(),
             beaten: Default::default(),
             liveness: Default::default(),
+            owners: Default::default(),
         });
         // Said before the replica serves, when Redis answers; when it does not, the
         // heartbeat goes on trying every second.
@@ -353,12 +357,14 @@ impl Cluster {
     }
 
     /// Says this replica is draining: the others retry requests for its sessions rather
-    /// than take them over, until it hands them over.
+    /// than take them over, until it hands them over. Returns once the others have stopped
+    /// forwarding to it ([`owners::DRAIN_NOTICE`]): until then it serves as before.
     pub async fn drain(&self) {
         self.draining
             .store(true, std::sync::atomic::Ordering::Relaxed);
-        if let Err(e) = self.beat().await {
-            tracing::warn!("cluster heartbeat: {e}");
+        match self.beat().await {
+            Ok(()) => tokio::time::sleep(owners::DRAIN_NOTICE).await,
+            Err(e) => tracing::warn!("cluster heartbeat: {e}"),
         }
     }
 
@@ -438,6 +444,31 @@ impl Cluster {
         } else {
             Heartbeat::Alive(url)
         })
+    }
+
+    /// Who owns a session, as [`Cluster::owner_of`] says; a live owner named within the last
+    /// [`owners::OWNER_TTL`] is taken from memory (the `bool` says so), and whoever uses it
+    /// calls [`Cluster::forget_owner`] when the owner turns out not to serve the session.
+    /// With `fresh`, Redis is asked whatever is remembered.
+    pub async fn owner_of_cached(
+        &self,
+        session: &str,
+        fresh: bool,
+    ) -> Result<(Option<Owner>, bool), ClusterError> {
+        if let Some(r) = self.owners.get(session).filter(|_| !fresh) {
+            let (replica, url) = (r.replica.to_string(), r.url.to_string());
+            return Ok((Some(Owner::Alive { replica, url }), true));
+        }
+        let owner = self.owner_of(session).await?;
+        if let Some(Owner::Alive { replica, url }) = &owner {
+            self.owners.remember(session, replica, url);
+        }
+        Ok((owner, false))
+    }
+
+    /// Forgets the owner remembered for `session`.
+    pub fn forget_owner(&self, session: &str) {
+        self.owners.forget(session);
     }
 
     /// Who owns a session: `None` when no replica has it (it ended, expired, or never was).

@@ -39,6 +39,12 @@ pub enum HttpError {
         "Not Found: no session with this Mcp-Session-Id (it ended or never existed); initialize a new one"
     )]
     SessionNotFound,
+    /// Not Found, to a request another replica forwarded for a session this one does not
+    /// hold: marked so that the forwarder asks again who holds it.
+    #[error(
+        "Not Found: no session with this Mcp-Session-Id (it ended or never existed); initialize a new one"
+    )]
+    SessionNotHere,
     #[error("Bad Request: {0}")]
     BadProtocolVersion(String),
     #[error("Conflict: {0}")]
@@ -100,7 +106,7 @@ impl HttpError {
             | HttpError::BadProtocolVersion(_) => StatusCode::BAD_REQUEST,
             HttpError::Gone(_) => StatusCode::GONE,
             HttpError::EventStore(_) => StatusCode::SERVICE_UNAVAILABLE,
-            HttpError::SessionNotFound => StatusCode::NOT_FOUND,
+            HttpError::SessionNotFound | HttpError::SessionNotHere => StatusCode::NOT_FOUND,
             HttpError::Conflict(_) => StatusCode::CONFLICT,
             HttpError::TooManySessions => StatusCode::SERVICE_UNAVAILABLE,
             HttpError::TooManySessionsForClient(_) => StatusCode::TOO_MANY_REQUESTS,
@@ -124,7 +130,7 @@ impl HttpError {
             HttpError::Parse(e) => e.code(),
             HttpError::InvalidRequest(..) => code::INVALID_REQUEST,
             HttpError::InvalidParams(..) => code::INVALID_PARAMS,
-            HttpError::SessionNotFound => code::SESSION_NOT_FOUND,
+            HttpError::SessionNotFound | HttpError::SessionNotHere => code::SESSION_NOT_FOUND,
             HttpError::Modern(e, _) => e.code(),
             HttpError::ForbiddenOrigin(_)
             | HttpError::ForbiddenHost(_)
@@ -166,6 +172,7 @@ impl HttpError {
             | HttpError::BodyTimeout(_)
             | HttpError::MissingSession(_)
             | HttpError::SessionNotFound
+            | HttpError::SessionNotHere
             | HttpError::BadProtocolVersion(_)
             | HttpError::Conflict(_)
             | HttpError::BadLastEventId(_)
@@ -231,6 +238,12 @@ impl IntoResponse for HttpError {
         }
         if matches!(self, HttpError::Cluster(_) | HttpError::OwnerUnreachable(_)) {
             headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        }
+        if matches!(self, HttpError::SessionNotHere) {
+            headers.insert(
+                crate::cluster::forward::NOT_HERE_HEADER,
+                HeaderValue::from_static("1"),
+            );
         }
         if let HttpError::Auth(_, c) = &self {
             headers.insert(header::WWW_AUTHENTICATE, c.www_authenticate.clone());

@@ -223,7 +223,8 @@ impl Metrics {
             cluster_forwards: counter_vec(
                 "mcp_gateway_cluster_forwards_total",
                 "Requests forwarded to the replica that owns their session, by outcome \
-                 (ok: the owner answered; unreachable: it could not be reached).",
+                 (ok: the owner answered; unreachable: it could not be reached; not_here: it no \
+                 longer held the session, and the owner was asked for again).",
                 &["outcome"],
             ),
         };

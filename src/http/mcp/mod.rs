@@ -194,8 +194,13 @@ fn session_header(headers: &HeaderMap) -> Result<Option<&str>, HttpError> {
 enum Located {
     /// Here: the session, owned by the request's subject.
     Here(Arc<Session>),
-    /// On another live replica of the cluster: its id and URL.
-    There { replica: String, url: String },
+    /// On another live replica of the cluster: its id and URL, and whether that answer was
+    /// remembered rather than read from Redis just now (see [`crate::cluster::owners`]).
+    There {
+        replica: String,
+        url: String,
+        remembered: bool,
+    },
 }
 
 /// A request for a session: to serve here, or already answered by the replica that owns it.
@@ -207,6 +212,8 @@ enum Reached {
 /// Finds the request's session and, in cluster mode, the replica that serves it: here (taken
 /// over if its replica is gone), or forwarded to the live replica that owns it, whose answer
 /// comes back. A forward that finds the owner gone takes the session over and serves it here.
+/// An owner taken from memory that turns out not to serve the session (gone, or no longer
+/// holding it) is looked up again in Redis, once.
 async fn reach(
     gw: &Edge,
     id: &str,
@@ -214,62 +221,108 @@ async fn reach(
     request: (&Conn, &HeaderMap, Method, Bytes),
 ) -> Result<Reached, HttpError> {
     let (conn, headers, method, body) = request;
-    let (replica, url) = match locate(gw, id, principal, conn, headers).await? {
-        Located::Here(session) => return Ok(Reached::Here(session)),
-        Located::There { replica, url } => (replica, url),
-    };
-    let cluster = gw.cluster.as_ref().expect("only cluster mode forwards");
-    let get = method == Method::GET;
-    match cluster.forward(&replica, &url, method, headers, body).await {
-        // A GET stream passed through ends when this replica drains, as its own GET streams
-        // do: it would otherwise hold the drain for the whole grace period. The client
-        // reconnects elsewhere and resumes.
-        Ok(answer) if get => {
-            let (parts, body) = answer.into_parts();
-            let draining = gw.draining.clone().cancelled_owned();
-            let body = axum::body::Body::from_stream(body.into_data_stream().take_until(draining));
-            Ok(Reached::Answered(Response::from_parts(parts, body)))
-        }
-        Ok(answer) => Ok(Reached::Answered(answer)),
-        Err(e) if e.gone => {
-            tracing::warn!(session = %id, "{e}: taking the session over");
-            take_over(gw, id, &replica, principal, conn, headers)
-                .await
-                .map(|located| match located {
-                    Located::Here(s) => Reached::Here(s),
-                    // Another replica took it over first: the client retries there.
-                    Located::There { .. } => Reached::Answered(
-                        HttpError::OwnerUnreachable(e.to_string()).into_response(),
-                    ),
-                })
-        }
-        Err(e) => Err(HttpError::OwnerFailed(e.to_string())),
+    let mut located = locate(gw, id, principal, conn, headers, false).await?;
+    loop {
+        let (replica, url, remembered) = match located {
+            Located::Here(session) => return Ok(Reached::Here(session)),
+            Located::There {
+                replica,
+                url,
+                remembered,
+            } => (replica, url, remembered),
+        };
+        let cluster = gw.cluster.as_ref().expect("only cluster mode forwards");
+        let get = method == Method::GET;
+        let forwarded = cluster
+            .forward(&replica, &url, method.clone(), headers, body.clone())
+            .await;
+        return match forwarded {
+            // A GET stream passed through ends when this replica drains, as its own GET
+            // streams do: it would otherwise hold the drain for the whole grace period. The
+            // client reconnects elsewhere and resumes.
+            Ok(answer) if get => {
+                let (parts, body) = answer.into_parts();
+                let draining = gw.draining.clone().cancelled_owned();
+                let body =
+                    axum::body::Body::from_stream(body.into_data_stream().take_until(draining));
+                Ok(Reached::Answered(Response::from_parts(parts, body)))
+            }
+            Ok(answer) => Ok(Reached::Answered(answer)),
+            // Neither reached a replica that serves the session: Redis says who does now.
+            Err(e) if remembered && (e.gone || e.not_here) => {
+                cluster.forget_owner(id);
+                located = locate(gw, id, principal, conn, headers, true).await?;
+                match &located {
+                    // Named again, and still not reachable: gone.
+                    Located::There { replica: r, .. } if e.gone && *r == replica => {
+                        take_over_gone(gw, id, &replica, principal, conn, headers, &e).await
+                    }
+                    _ => continue,
+                }
+            }
+            Err(e) if e.not_here => Err(HttpError::SessionNotFound),
+            Err(e) if e.gone => {
+                take_over_gone(gw, id, &replica, principal, conn, headers, &e).await
+            }
+            Err(e) => Err(HttpError::OwnerFailed(e.to_string())),
+        };
     }
+}
+
+/// Takes over a session whose owner, `replica`, a forward found gone.
+async fn take_over_gone(
+    gw: &Edge,
+    id: &str,
+    replica: &str,
+    principal: Option<&Principal>,
+    conn: &Conn,
+    headers: &HeaderMap,
+    e: &crate::cluster::forward::ForwardError,
+) -> Result<Reached, HttpError> {
+    tracing::warn!(session = %id, "{e}: taking the session over");
+    take_over(gw, id, replica, principal, conn, headers)
+        .await
+        .map(|located| match located {
+            Located::Here(s) => Reached::Here(s),
+            // Another replica took it over first: the client retries there.
+            Located::There { .. } => {
+                Reached::Answered(HttpError::OwnerUnreachable(e.to_string()).into_response())
+            }
+        })
 }
 
 /// Finds a session here, or (in cluster mode, for a request not already forwarded) the live
 /// replica that owns it; a session whose replica is gone is taken over. A session no replica
-/// serves is not found.
+/// serves is not found. With `fresh`, the owner is read from Redis even if remembered.
 async fn locate(
     gw: &Edge,
     id: &str,
     principal: Option<&Principal>,
     conn: &Conn,
     headers: &HeaderMap,
+    fresh: bool,
 ) -> Result<Located, HttpError> {
     if let Some(session) = gw.sessions.get(id) {
         return owned(session, principal).map(Located::Here);
     }
-    let Some(cluster) = gw.cluster.as_ref().filter(|_| !conn.forwarded) else {
+    let Some(cluster) = gw.cluster.as_ref() else {
         return Err(HttpError::SessionNotFound);
     };
-    let owner = cluster
-        .owner_of(id)
+    if conn.forwarded {
+        // The forwarder named this replica from memory, or a moment ago: it asks again.
+        return Err(HttpError::SessionNotHere);
+    }
+    let (owner, remembered) = cluster
+        .owner_of_cached(id, fresh)
         .await
         .map_err(|e| HttpError::Cluster(e.to_string()))?;
     match owner {
         None => Err(HttpError::SessionNotFound),
-        Some(Owner::Alive { replica, url }) => Ok(Located::There { replica, url }),
+        Some(Owner::Alive { replica, url }) => Ok(Located::There {
+            replica,
+            url,
+            remembered,
+        }),
         Some(Owner::Draining) => Err(HttpError::OwnerUnreachable(
             "the replica that serves this session is handing it over".into(),
         )),
@@ -308,7 +361,11 @@ async fn take_over(
     let Some(record) = claimed else {
         // Ended, or another replica took it over first.
         return match cluster.owner_of(id).await.map_err(cluster_error)? {
-            Some(Owner::Alive { replica, url }) => Ok(Located::There { replica, url }),
+            Some(Owner::Alive { replica, url }) => Ok(Located::There {
+                replica,
+                url,
+                remembered: false,
+            }),
             Some(Owner::Draining | Owner::Unsure) => Err(HttpError::OwnerUnreachable(
                 "the replica that serves this session is handing it over".into(),
             )),
