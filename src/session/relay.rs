@@ -266,6 +266,9 @@ impl PluginEvents for Session {
                 if method == "notifications/resources/list_changed" {
                     self.routes.lock().expect("routes lock").clear();
                 }
+                if method == "notifications/tools/list_changed" {
+                    self.tasks.forget_tool_support(conn.name());
+                }
                 if self.for_caller {
                     return self.publish(Some(conn.name()), method, Some(&message[..]));
                 }
@@ -295,6 +298,7 @@ impl PluginEvents for Session {
     }
 
     fn plugin_exited(&self, conn: &Arc<PluginConnection>) {
+        self.tasks.forget_tool_support(conn.name());
         self.instance_exited(conn);
     }
 
