@@ -443,3 +443,100 @@ async fn the_task_id_header_must_match_the_body() {
     assert_eq!(r.status(), 200);
     ack(&m.post(3, "tasks/cancel", json!({"taskId": task})).await);
 }
+
+/// Opens a `subscriptions/listen` stream for `task_ids` (declaring `capabilities`): the
+/// response, unread.
+async fn listen_for(gw: &Gateway, capabilities: Value, task_ids: Value) -> reqwest::Response {
+    let body = json!({"jsonrpc": "2.0", "id": "tasks-listener", "method": "subscriptions/listen",
+    "params": {"notifications": {"taskIds": task_ids}, "_meta": {
+        "io.modelcontextprotocol/protocolVersion": common::modern::MODERN,
+        "io.modelcontextprotocol/clientCapabilities": capabilities,
+    }}});
+    gw.client()
+        .request(reqwest::Method::POST)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", common::modern::MODERN)
+        .header("mcp-method", "subscriptions/listen")
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_listener_hears_how_the_tasks_it_asked_for_go() {
+    let gw = gateway();
+    let m = with_tasks(&gw);
+    let task = create(&m, 1, "confirm_delete", json!({"filename": "d.txt"})).await;
+
+    let refused = listen_for(&gw, json!({}), json!([task])).await;
+    assert_eq!(refused.status(), 400);
+    let v: Value = refused.json().await.unwrap();
+    assert_eq!(v["error"]["code"], -32021, "{v}");
+
+    let r = listen_for(
+        &gw,
+        json!({"extensions": {TASKS: {}}}),
+        json!([task, "no-such-task"]),
+    )
+    .await;
+    assert_eq!(r.status(), 200);
+    let mut events = common::Events::new(r);
+    let acked = events.next().await.unwrap();
+    assert_eq!(acked["method"], "notifications/subscriptions/acknowledged");
+    assert_eq!(
+        acked["params"]["notifications"]["taskIds"],
+        json!([task]),
+        "{acked}"
+    );
+
+    let asking = loop {
+        let n = next_status(&mut events, &task).await;
+        if n["status"] == "input_required" {
+            break n;
+        }
+        assert_eq!(n["status"], "working", "{n}");
+    };
+    let key = asking["inputRequests"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .next()
+        .unwrap()
+        .clone();
+    ack(&m
+        .post(
+            2,
+            "tasks/update",
+            json!({"taskId": task, "inputResponses": {
+                key.as_str(): {"action": "accept", "content": {"confirm": true}},
+            }}),
+        )
+        .await);
+    let done = loop {
+        let n = next_status(&mut events, &task).await;
+        if n["status"] == "completed" {
+            break n;
+        }
+    };
+    assert_eq!(
+        done["result"]["content"][0]["text"], "Deleted d.txt",
+        "{done}"
+    );
+}
+
+/// The next `notifications/tasks` of the listener, about `task`: the task as `tasks/get`
+/// shows it, tagged with the subscription.
+async fn next_status(events: &mut common::Events, task: &str) -> Value {
+    let n = events.next().await.expect("a notification");
+    assert_eq!(n["method"], "notifications/tasks", "{n}");
+    assert_eq!(n["params"]["taskId"], task, "{n}");
+    assert_eq!(
+        n["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"],
+        "tasks-listener"
+    );
+    assert!(n["params"].get("resultType").is_none(), "{n}");
+    assert!(n["params"]["ttlMs"].is_u64(), "{n}");
+    n["params"].clone()
+}

@@ -27,19 +27,20 @@ use bytes::Bytes;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
-use super::tasks::{self, NOT_FOUND, runs_task_calls};
+use super::tasks::{NOT_FOUND, runs_task_calls};
 use crate::backend::connection::CallError;
-use crate::backend::{PluginConnection, RELATED_TASK, Rewrite};
+use crate::backend::{PluginConnection, Rewrite};
 use crate::jsonrpc::{self, Id, code};
 use crate::protocol::modern::ModernError;
 use crate::registry::{View, ViewPlugin};
 use crate::session::Session;
+use crate::session::task_status::{
+    TaskError, call, error_code, is_invalid_params, modern_task, without_related,
+};
 use crate::session::tasks::{Found, ttl_of};
 
 /// The `ttl` the gateway asks of a plugin for a task it creates (the plugin may give less).
 pub const TASK_TTL_MS: u64 = 15 * 60 * 1000;
-/// How long the plugin may take to answer a `tasks/get`, `tasks/result` or `tasks/cancel`.
-const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 /// Pages of a plugin's `tools/list` read to learn its tools' task support, at most.
 const SUPPORT_PAGES: usize = 50;
 /// How long one page may take.
@@ -165,9 +166,6 @@ pub fn created_rewrite(
         );
         tracing::info!(plugin = %conn.name(), session = %session.id, task = %public, "task created for a 2026-07-28 client");
         modern_task(&mut task, &public);
-        for key in ["result", "error", "inputRequests", "requestState"] {
-            task.remove(key);
-        }
         let mut created = Map::new();
         created.insert("resultType".into(), "task".into());
         created.extend(task);
@@ -176,34 +174,6 @@ pub fn created_rewrite(
         }
         RawValue::from_string(Value::Object(created).to_string()).ok()
     })
-}
-
-/// A 2025-11-25 `Task` in the extension's words: the public id, `ttlMs` and
-/// `pollIntervalMs` (integer milliseconds) for `ttl` and `pollInterval`, no `_meta` about
-/// the related task.
-fn modern_task(task: &mut Map<String, Value>, public: &str) {
-    task.insert("taskId".into(), public.into());
-    let ttl = task.remove("ttl").unwrap_or(Value::Null);
-    let ttl = match ttl.as_f64() {
-        Some(ms) if ms >= 1.0 => Value::from(ms.round() as u64),
-        _ => Value::Null,
-    };
-    task.insert("ttlMs".into(), ttl);
-    if let Some(ms) = task.remove("pollInterval").and_then(|p| p.as_f64())
-        && ms >= 1.0
-    {
-        task.insert("pollIntervalMs".into(), Value::from(ms.round() as u64));
-    }
-    if let Some(meta) = task.remove("_meta").and_then(without_related) {
-        task.insert("_meta".into(), meta);
-    }
-}
-
-/// `_meta` without the related-task key; `None` when nothing else is left.
-fn without_related(meta: Value) -> Option<Value> {
-    let mut meta = meta.as_object()?.clone();
-    meta.remove(RELATED_TASK);
-    (!meta.is_empty()).then_some(Value::Object(meta))
 }
 
 /// Answers a modern client's `tasks/get`, `tasks/update` or `tasks/cancel` about the task
@@ -250,27 +220,11 @@ fn ack() -> Map<String, Value> {
     ack
 }
 
-/// One call to the instance that runs the task, about it (its own id in `params`).
-async fn call(found: &Found, method: &str) -> Result<Box<RawValue>, CallError> {
-    let params = serde_json::json!({ "taskId": &*found.local }).to_string();
-    let params = RawValue::from_string(params).expect("valid JSON");
-    match tokio::time::timeout(CALL_TIMEOUT, found.conn.call(method, Some(&params))).await {
-        Ok(answer) => answer,
-        Err(_) => Err(CallError::Rpc(
-            serde_json::json!({
-                "code": code::INTERNAL_ERROR,
-                "message": format!("the plugin did not answer {method} in time"),
-            })
-            .to_string(),
-        )),
-    }
-}
-
 /// A plugin's failed call, for the client; a task the plugin no longer knows is forgotten
 /// and not found.
 fn failure(session: &Session, public: &str, e: CallError) -> Failure {
     match e {
-        CallError::Rpc(e) if tasks::is_invalid_params(&e) => {
+        CallError::Rpc(e) if is_invalid_params(&e) => {
             session.tasks.forget(public);
             Failure::Error(code::INVALID_PARAMS, NOT_FOUND.into())
         }
@@ -279,88 +233,20 @@ fn failure(session: &Session, public: &str, e: CallError) -> Failure {
     }
 }
 
-/// `tasks/get`: the task as the plugin says it is now, in the extension's shape (see the
-/// module's doc).
+/// `tasks/get`: the task as the plugin says it is now, in the extension's shape.
 async fn get(
     session: &Session,
     found: &Found,
     public: &str,
 ) -> Result<Map<String, Value>, Failure> {
-    let raw = call(found, "tasks/get")
+    let task = session
+        .detailed_task(found, public)
         .await
-        .map_err(|e| failure(session, public, e))?;
-    let Ok(Value::Object(mut task)) = serde_json::from_str::<Value>(raw.get()) else {
-        return Err(Failure::Error(
-            code::INTERNAL_ERROR,
-            "the plugin's tasks/get result is not a task".into(),
-        ));
-    };
-    let status = task
-        .get("status")
-        .and_then(Value::as_str)
-        .unwrap_or("working")
-        .to_owned();
-    modern_task(&mut task, public);
-    for key in ["result", "error", "inputRequests", "requestState"] {
-        task.remove(key);
-    }
-    match status.as_str() {
-        "completed" | "failed" => {
-            // Nobody answers what it asked any more.
-            session.drop_task_inputs(public);
-            match call(found, "tasks/result").await {
-                Ok(result) => {
-                    let mut result: Value = serde_json::from_str(result.get()).map_err(|_| {
-                        Failure::Error(
-                            code::INTERNAL_ERROR,
-                            "the plugin's tasks/result is not JSON".into(),
-                        )
-                    })?;
-                    if let Some(object) = result.as_object_mut()
-                        && let Some(meta) = object.remove("_meta").and_then(without_related)
-                    {
-                        object.insert("_meta".into(), meta);
-                    }
-                    // A tool error (`isError`) is a result: completed.
-                    task.insert("status".into(), "completed".into());
-                    task.insert("result".into(), result);
-                }
-                Err(CallError::Rpc(error)) => {
-                    let error: Value = serde_json::from_str(&error).unwrap_or_else(
-                        |_| serde_json::json!({ "code": code::INTERNAL_ERROR, "message": error }),
-                    );
-                    task.insert("status".into(), "failed".into());
-                    task.insert("error".into(), error);
-                }
-                Err(CallError::Backend(e)) => {
-                    return Err(Failure::Error(e.code(), e.client_message()));
-                }
-            }
-        }
-        "cancelled" => session.drop_task_inputs(public),
-        _ => {
-            // Input required exactly while the task waits on its client for something.
-            let inputs = session.task_inputs(public);
-            if inputs.is_empty() {
-                task.insert("status".into(), "working".into());
-            } else {
-                let mut requests = Map::new();
-                for input in inputs {
-                    let mut request = Map::new();
-                    request.insert("method".into(), input.method.into());
-                    if let Some(p) = input
-                        .params
-                        .and_then(|p| serde_json::from_str(p.get()).ok())
-                    {
-                        request.insert("params".into(), p);
-                    }
-                    requests.insert(input.key, Value::Object(request));
-                }
-                task.insert("status".into(), "input_required".into());
-                task.insert("inputRequests".into(), Value::Object(requests));
-            }
-        }
-    }
+        .map_err(|e| match e {
+            TaskError::Gone => Failure::Error(code::INVALID_PARAMS, NOT_FOUND.into()),
+            TaskError::Plugin(e) => Failure::Plugin(e),
+            TaskError::Gateway(code, message) => Failure::Error(code, message),
+        })?;
     let mut out = ack();
     out.extend(task);
     Ok(out)
@@ -405,7 +291,7 @@ async fn cancel(
     match answer {
         Ok(_) => Ok(ack()),
         Err(CallError::Rpc(e))
-            if tasks::is_invalid_params(&e) || error_code(&e) == Some(code::METHOD_NOT_FOUND) =>
+            if is_invalid_params(&e) || error_code(&e) == Some(code::METHOD_NOT_FOUND) =>
         {
             tracing::debug!(plugin = %found.plugin, session = %session.id, task = %public, "tasks/cancel: {e}; acknowledged");
             Ok(ack())
@@ -414,47 +300,11 @@ async fn cancel(
     }
 }
 
-fn error_code(error: &str) -> Option<i64> {
-    serde_json::from_str::<Value>(error)
-        .ok()?
-        .get("code")?
-        .as_i64()
-}
-
 #[cfg(test)]
 mod tests {
     use serde_json::json;
 
     use super::*;
-
-    #[test]
-    fn a_legacy_task_is_shown_in_the_extensions_words() {
-        let mut task = json!({
-            "taskId": "local-1", "status": "working", "ttl": 60000, "pollInterval": 250,
-            "createdAt": "2026-07-28T10:30:00.000Z", "lastUpdatedAt": "2026-07-28T10:30:00.000Z",
-            "_meta": {RELATED_TASK: {"taskId": "local-1"}},
-        })
-        .as_object()
-        .unwrap()
-        .clone();
-        modern_task(&mut task, "public-1");
-        assert_eq!(
-            Value::Object(task),
-            json!({
-                "taskId": "public-1", "status": "working", "ttlMs": 60000, "pollIntervalMs": 250,
-                "createdAt": "2026-07-28T10:30:00.000Z", "lastUpdatedAt": "2026-07-28T10:30:00.000Z",
-            })
-        );
-        let mut unlimited = json!({"taskId": "x", "ttl": null, "_meta": {"other": 1}})
-            .as_object()
-            .unwrap()
-            .clone();
-        modern_task(&mut unlimited, "y");
-        assert_eq!(
-            Value::Object(unlimited),
-            json!({"taskId": "y", "ttlMs": null, "_meta": {"other": 1}})
-        );
-    }
 
     #[test]
     fn the_gateway_alone_decides_the_task_param() {

@@ -219,7 +219,7 @@ pub async fn list(session: &Session, view: &View, id: &Id) -> Bytes {
     )
 }
 
-pub(super) fn is_invalid_params(error: &str) -> bool {
+fn is_invalid_params(error: &str) -> bool {
     serde_json::from_str::<Value>(error)
         .ok()
         .and_then(|e| e.get("code").and_then(Value::as_i64))

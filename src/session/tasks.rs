@@ -344,6 +344,7 @@ impl Session {
             return refuse(code::INTERNAL_ERROR, format!("{method}: {why}"));
         }
         tracing::debug!(plugin = %conn.name(), session = %self.id, task = %public, "{method} waits on the client, as the task's input");
+        self.task_changed(public);
     }
 
     /// The requests task `public` waits on its client for (its `inputRequests`).

@@ -104,7 +104,8 @@ pub(super) async fn modern(
         ));
     }
     if method == "subscriptions/listen" {
-        return listen::listen(gw, &session, &view, principal, id, params, conn).await;
+        let tasks = meta.tasks();
+        return listen::listen(gw, &session, &view, principal, id, params, tasks, conn).await;
     }
     let refuse = |e: ModernError| HttpError::Modern(e, Some(id.clone()));
     // The tasks extension: offered when a plugin runs tasks, to a request that declares it.
