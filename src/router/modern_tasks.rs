@@ -14,7 +14,9 @@
 //! `tasks/get` is answered from the plugin's `tasks/get`, with the result or error inlined
 //! from its `tasks/result` once the task is terminal (a tool error is `completed` with
 //! `isError`, a JSON-RPC error `failed`), and with the requests the task waits on its client
-//! for as `inputRequests` (the task is `input_required` exactly while there are some).
+//! for as `inputRequests` (the task is `input_required` exactly while there are some): the
+//! session makes that `DetailedTask` ([`crate::session::task_status`]), which its listeners
+//! hear too.
 //! `tasks/update` hands the client's answers to them; `tasks/cancel` asks the plugin to
 //! cancel and acknowledges, also for a task that has ended already. Both acknowledgements are
 //! empty. `tasks/result` and `tasks/list` are not the extension's: not found.
@@ -220,19 +222,6 @@ fn ack() -> Map<String, Value> {
     ack
 }
 
-/// A plugin's failed call, for the client; a task the plugin no longer knows is forgotten
-/// and not found.
-fn failure(session: &Session, public: &str, e: CallError) -> Failure {
-    match e {
-        CallError::Rpc(e) if is_invalid_params(&e) => {
-            session.tasks.forget(public);
-            Failure::Error(code::INVALID_PARAMS, NOT_FOUND.into())
-        }
-        CallError::Rpc(e) => Failure::Plugin(e),
-        CallError::Backend(e) => Failure::Error(e.code(), e.client_message()),
-    }
-}
-
 /// `tasks/get`: the task as the plugin says it is now, in the extension's shape.
 async fn get(
     session: &Session,
@@ -296,7 +285,8 @@ async fn cancel(
             tracing::debug!(plugin = %found.plugin, session = %session.id, task = %public, "tasks/cancel: {e}; acknowledged");
             Ok(ack())
         }
-        Err(e) => Err(failure(session, public, e)),
+        Err(CallError::Rpc(e)) => Err(Failure::Plugin(e)),
+        Err(CallError::Backend(e)) => Err(Failure::Error(e.code(), e.client_message())),
     }
 }
 
