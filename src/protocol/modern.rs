@@ -24,6 +24,13 @@ pub const META_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities"
 pub const META_LOG_LEVEL: &str = "io.modelcontextprotocol/logLevel";
 pub const META_SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
 
+/// The tasks extension's identifier (SEP-2663), in `capabilities.extensions`.
+pub const TASKS_EXTENSION: &str = "io.modelcontextprotocol/tasks";
+
+/// The methods of the tasks extension a modern client may call (`tasks/result` and
+/// `tasks/list` are gone from it: not found).
+pub const TASK_METHODS: &[&str] = &["tasks/get", "tasks/update", "tasks/cancel"];
+
 /// JSON-RPC error codes of the modern era.
 pub mod code {
     pub const HEADER_MISMATCH: i64 = -32020;
@@ -44,6 +51,9 @@ pub const METHODS: &[&str] = &[
     "prompts/get",
     "completion/complete",
     "subscriptions/listen",
+    "tasks/get",
+    "tasks/update",
+    "tasks/cancel",
 ];
 
 /// The Base64 sentinel around an encoded header value.
@@ -65,15 +75,31 @@ pub enum ModernError {
     /// `_meta` is not what the spec says (-32602).
     #[error("Invalid params: {0}")]
     InvalidMeta(String),
+    /// The request needs a capability its `_meta` does not declare (-32021); `required` is
+    /// what it needs, shaped as a client declares capabilities.
+    #[error("Missing required client capability: {what}")]
+    MissingCapability {
+        what: String,
+        required: serde_json::Value,
+    },
 }
 
 impl ModernError {
+    /// -32021 naming the tasks extension.
+    pub fn tasks_extension_missing() -> ModernError {
+        ModernError::MissingCapability {
+            what: format!("the {TASKS_EXTENSION} extension"),
+            required: serde_json::json!({ "extensions": { TASKS_EXTENSION: {} } }),
+        }
+    }
+
     pub fn code(&self) -> i64 {
         match self {
             ModernError::HeaderMismatch(_) => code::HEADER_MISMATCH,
             ModernError::UnsupportedVersion { .. } => code::UNSUPPORTED_PROTOCOL_VERSION,
             ModernError::MethodNotFound(_) => crate::jsonrpc::code::METHOD_NOT_FOUND,
             ModernError::InvalidMeta(_) => crate::jsonrpc::code::INVALID_PARAMS,
+            ModernError::MissingCapability { .. } => code::MISSING_REQUIRED_CLIENT_CAPABILITY,
         }
     }
 
@@ -84,6 +110,9 @@ impl ModernError {
                 "supported": supported_versions(),
                 "requested": requested,
             })),
+            ModernError::MissingCapability { required, .. } => {
+                Some(serde_json::json!({ "requiredCapabilities": required }))
+            }
             _ => None,
         }
     }
@@ -110,6 +139,15 @@ pub struct RequestMeta {
     pub capabilities_raw: Option<Box<RawValue>>,
     /// The level at or above which this request's log messages are wanted; none without.
     pub log_level: Option<String>,
+    /// The extensions the client declared (`clientCapabilities.extensions`), by identifier.
+    pub extensions: Vec<String>,
+}
+
+impl RequestMeta {
+    /// Whether the request declares the tasks extension.
+    pub fn tasks(&self) -> bool {
+        self.extensions.iter().any(|e| e == TASKS_EXTENSION)
+    }
 }
 
 #[derive(Deserialize)]
@@ -120,6 +158,8 @@ struct Params<'a> {
     name: Option<&'a RawValue>,
     #[serde(borrow)]
     uri: Option<&'a RawValue>,
+    #[serde(borrow, rename = "taskId")]
+    task_id: Option<&'a RawValue>,
 }
 
 #[derive(Deserialize)]
@@ -163,14 +203,22 @@ pub fn read_meta(params: Option<&RawValue>) -> Result<RequestMeta, ModernError> 
         .ok_or_else(|| {
             bad("_meta[\"io.modelcontextprotocol/protocolVersion\"] must be a string")
         })?;
-    let capabilities = match &meta.capabilities {
-        None => Vec::new(),
-        Some(raw) => serde_json::from_str::<HashMap<String, IgnoredAny>>(raw.get())
-            .map_err(|_| {
-                bad("_meta[\"io.modelcontextprotocol/clientCapabilities\"] must be an object")
-            })?
-            .into_keys()
-            .collect(),
+    let (capabilities, extensions) = match &meta.capabilities {
+        None => (Vec::new(), Vec::new()),
+        Some(raw) => {
+            let declared =
+                serde_json::from_str::<HashMap<String, &RawValue>>(raw.get()).map_err(|_| {
+                    bad("_meta[\"io.modelcontextprotocol/clientCapabilities\"] must be an object")
+                })?;
+            let extensions = match declared.get("extensions") {
+                None => Vec::new(),
+                Some(e) => serde_json::from_str::<HashMap<String, IgnoredAny>>(e.get())
+                    .map_err(|_| bad("clientCapabilities.extensions must be an object"))?
+                    .into_keys()
+                    .collect(),
+            };
+            (declared.into_keys().collect(), extensions)
+        }
     };
     let log_level = match meta.log_level {
         None => None,
@@ -191,6 +239,7 @@ pub fn read_meta(params: Option<&RawValue>) -> Result<RequestMeta, ModernError> 
         capabilities,
         capabilities_raw: meta.capabilities,
         log_level,
+        extensions,
     })
 }
 
@@ -204,7 +253,7 @@ pub struct MirroredHeaders<'a> {
 
 /// Checks that the headers mirror the body: `MCP-Protocol-Version` equals the version in
 /// `_meta`, `Mcp-Method` the method, and `Mcp-Name` (decoded from its Base64 form) the
-/// `name` or `uri` of the requests that have one.
+/// `name` or `uri` of the requests that have one, and the `taskId` of the tasks extension's.
 pub fn check_headers(
     headers: MirroredHeaders<'_>,
     meta: &RequestMeta,
@@ -236,11 +285,17 @@ pub fn check_headers(
     let field = match method {
         "tools/call" | "prompts/get" => "name",
         "resources/read" => "uri",
+        // The tasks extension routes by task (`Mcp-Name` is the task id).
+        m if TASK_METHODS.contains(&m) => "taskId",
         _ => return Ok(()),
     };
     let body_value: Option<String> = params
         .and_then(|p| serde_json::from_str::<Params>(p.get()).ok())
-        .and_then(|p| if field == "name" { p.name } else { p.uri })
+        .and_then(|p| match field {
+            "name" => p.name,
+            "uri" => p.uri,
+            _ => p.task_id,
+        })
         .and_then(|v| serde_json::from_str(v.get()).ok());
     let Some(body_value) = body_value else {
         // The body's own check (the router's) says what is missing.

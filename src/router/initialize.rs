@@ -24,10 +24,21 @@ pub fn initialize_result(view: &View, version: &str) -> Box<RawValue> {
 pub fn discover_result(view: &View, cache_scope: &str) -> Box<RawValue> {
     let rest = view.initialize.get_or_init(|| initialize_rest(view));
     let rest: serde_json::Value = serde_json::from_str(rest).unwrap_or_default();
+    // Tasks are the extension's for a modern client: the 2025-11-25 slot is not shown.
+    let mut capabilities = rest["capabilities"].clone();
+    if let Some(caps) = capabilities.as_object_mut() {
+        caps.remove("tasks");
+        if super::modern_tasks::offers_tasks(view) {
+            caps.insert(
+                "extensions".into(),
+                serde_json::json!({ crate::protocol::modern::TASKS_EXTENSION: {} }),
+            );
+        }
+    }
     let mut out = serde_json::json!({
         "resultType": "complete",
         "supportedVersions": crate::protocol::modern::supported_versions(),
-        "capabilities": rest["capabilities"],
+        "capabilities": capabilities,
         "_meta": { crate::protocol::modern::META_SERVER_INFO: rest["serverInfo"] },
         "ttlMs": 0,
         "cacheScope": cache_scope,

@@ -78,13 +78,15 @@ impl Kind {
     }
 }
 
-/// One merged page of `method`, as a response to `id`.
+/// One merged page of `method`, as a response to `id`; `client_tasks`: whether the client
+/// can run tools as tasks.
 pub async fn merged(
     session: &Session,
     view: &View,
     id: &Id,
     method: &str,
     params: Option<&RawValue>,
+    client_tasks: bool,
 ) -> Bytes {
     let kind = Kind::of(method);
     let cursor = params
@@ -122,7 +124,6 @@ pub async fn merged(
             }
         };
         let task_calls = super::tasks::runs_task_calls(s);
-        let client_tasks = session.client_capabilities().tasks();
         let mut routes = session.routes.lock().expect("routes lock");
         for mut item in page
             .get(kind.key)

@@ -4,11 +4,13 @@
 //! or a template it advertised, completions by what they complete, and `logging/setLevel`
 //! goes to every plugin that logs. List methods with several plugins are merged here, with
 //! cursors that say where each plugin's listing stands. Requests about a task go to the
-//! plugin instance that runs it (`tasks.rs`). Every request handed to [`dispatch`] gets
-//! exactly one answer on its sink, whatever fails.
+//! plugin instance that runs it (`tasks.rs`); a modern client's, in the tasks extension's
+//! wire, are mapped to the plugin's 2025-11-25 tasks (`modern_tasks.rs`). Every request
+//! handed to [`dispatch`] gets exactly one answer on its sink, whatever fails.
 
 mod initialize;
 mod lists;
+mod modern_tasks;
 pub mod names;
 mod tasks;
 
@@ -20,12 +22,14 @@ use serde_json::value::RawValue;
 
 pub use crate::session::ResourceRoutes;
 pub use initialize::{discover_result, initialize_result};
+pub use modern_tasks::{offers_tasks, runs_as_task};
 
 use crate::backend::connection::CallError;
 use crate::backend::{PluginConnection, Rewrite};
 use crate::config::{ProcessModel, ResponseMode};
 use crate::jsonrpc::{self, Id, code};
 use crate::registry::{View, ViewPlugin};
+use crate::session::tasks::Found;
 use crate::session::{LOG_LEVELS, Session};
 use crate::stream::Sink;
 
@@ -49,19 +53,41 @@ enum Target {
         public: Arc<str>,
         params: Option<Box<RawValue>>,
     },
+    /// A modern client's `tasks/get`, `tasks/update` or `tasks/cancel` (the tasks extension),
+    /// about a task plugin `slot` runs: answered by the gateway from what that instance says.
+    ModernTask {
+        slot: usize,
+        found: Found,
+        public: Arc<str>,
+    },
     /// A resource URI no plugin is known to serve yet.
     UnknownUri(String),
 }
 
 /// What becomes of a plugin's answer on its way to the client.
-#[derive(Clone, Copy, PartialEq, Eq)]
 enum Answer {
     /// It goes as it came.
     AsIs,
     /// A task-augmented `tools/call`: a task it creates gets a public id.
     NewTask,
-    /// A `tools/list` passed through: tools the client cannot use are taken out.
-    Tools,
+    /// A modern client's `tools/call` the gateway runs as a task: the task it creates gets a
+    /// public id and is shown as the extension's `CreateTaskResult`; it may ask what
+    /// `declared` (the request's capabilities) allows.
+    ModernTask { declared: Option<Box<RawValue>> },
+    /// A `tools/list` passed through: tools the client cannot use are taken out (whether it
+    /// can run tasks is known when the request is dispatched).
+    Tools { client_tasks: bool },
+}
+
+/// What a modern (2026-07-28) request brings to its routing besides its method and params.
+#[derive(Debug, Clone, Default)]
+pub struct Modern {
+    /// Its `_meta` declares the tasks extension.
+    pub tasks: bool,
+    /// A `tools/call` runs as a task ([`runs_as_task`] said so).
+    pub as_task: bool,
+    /// The capabilities its `_meta` declares, as sent.
+    pub declared: Option<Box<RawValue>>,
 }
 
 /// A refusal before anything is forwarded.
@@ -78,14 +104,32 @@ pub struct Plan {
     /// move it to another plugin).
     view: Arc<View>,
     target: Result<Target, Refusal>,
+    /// A modern request's own part (`None`: a legacy session's request).
+    modern: Option<Modern>,
 }
 
 /// Plans a request against `view` (one view for all requests of a POST): validates what the
 /// gateway reads of it and finds who answers it.
 pub fn plan(session: &Session, view: &Arc<View>, method: &str, params: Option<&RawValue>) -> Plan {
     Plan {
-        target: target(session, view, method, params),
+        target: target(session, view, method, params, None),
         view: view.clone(),
+        modern: None,
+    }
+}
+
+/// Plans a modern client's request (see [`plan`]).
+pub fn plan_modern(
+    session: &Session,
+    view: &Arc<View>,
+    method: &str,
+    params: Option<&RawValue>,
+    modern: Modern,
+) -> Plan {
+    Plan {
+        target: target(session, view, method, params, Some(&modern)),
+        view: view.clone(),
+        modern: Some(modern),
     }
 }
 
@@ -94,9 +138,11 @@ impl Plan {
     /// progress and requests may come first), per that plugin's configured mode.
     pub fn response_mode(&self) -> ResponseMode {
         match &self.target {
-            Ok(Target::Plugin { slot, .. } | Target::Task { slot, .. }) => {
-                self.view.plugins[*slot].entry.config.response_mode
-            }
+            Ok(
+                Target::Plugin { slot, .. }
+                | Target::Task { slot, .. }
+                | Target::ModernTask { slot, .. },
+            ) => self.view.plugins[*slot].entry.config.response_mode,
             Ok(Target::UnknownUri(_)) => ResponseMode::Sse,
             _ => ResponseMode::Json,
         }
@@ -105,9 +151,11 @@ impl Plan {
     /// The plugin that answers, when one does (for logs).
     pub fn plugin(&self) -> Option<&str> {
         match &self.target {
-            Ok(Target::Plugin { slot, .. } | Target::Task { slot, .. }) => {
-                Some(self.view.plugins[*slot].name())
-            }
+            Ok(
+                Target::Plugin { slot, .. }
+                | Target::Task { slot, .. }
+                | Target::ModernTask { slot, .. },
+            ) => Some(self.view.plugins[*slot].name()),
             _ => None,
         }
     }
@@ -126,11 +174,16 @@ pub async fn dispatch(
         sink.respond(bytes);
     };
     let view = plan.view;
+    let modern = plan.modern;
+    // Whether the client can run tools as tasks: a modern request's `_meta` says so.
+    let client_tasks = modern
+        .as_ref()
+        .map_or_else(|| session.client_capabilities().tasks(), |m| m.tasks);
     let planned = match plan.target {
         Ok(Target::UnknownUri(uri)) => {
             // Learn who serves what from the plugins' lists, then plan again.
             lists::learn_resources(&session, &view).await;
-            match target(&session, &view, &method, params.as_deref()) {
+            match target(&session, &view, &method, params.as_deref(), modern.as_ref()) {
                 Ok(found @ Target::Plugin { .. }) => Ok(found),
                 _ => Ok(Target::UnknownUri(uri)),
             }
@@ -146,13 +199,27 @@ pub async fn dispatch(
                 reply(jsonrpc::result_bytes(id.raw(), &empty()));
             }
             "tasks/list" => reply(tasks::list(&session, &view, &id).await),
-            _ => reply(lists::merged(&session, &view, &id, &method, params.as_deref()).await),
+            _ => reply(
+                lists::merged(
+                    &session,
+                    &view,
+                    &id,
+                    &method,
+                    params.as_deref(),
+                    client_tasks,
+                )
+                .await,
+            ),
         },
         Ok(Target::Plugin {
             slot,
             rewritten,
             answer,
         }) => {
+            let answer = match answer {
+                Answer::Tools { .. } => Answer::Tools { client_tasks },
+                other => other,
+            };
             forward(
                 &session,
                 &view.plugins[slot],
@@ -164,6 +231,9 @@ pub async fn dispatch(
             )
             .await
         }
+        Ok(Target::ModernTask { found, public, .. }) => reply(
+            modern_tasks::answer(&session, &id, &method, params.as_deref(), found, public).await,
+        ),
         Ok(Target::Task {
             conn,
             public,
@@ -232,7 +302,10 @@ async fn forward(
             let rewrite: Option<Rewrite> = match answer {
                 Answer::AsIs => None,
                 Answer::NewTask => Some(tasks::new_task_rewrite(session, &conn)),
-                Answer::Tools => tasks::tools_rewrite(plugin, session),
+                Answer::ModernTask { declared } => {
+                    Some(modern_tasks::created_rewrite(session, &conn, declared))
+                }
+                Answer::Tools { client_tasks } => tasks::tools_rewrite(plugin, client_tasks),
             };
             conn.forward_rewritten(session.caller, id, method, params.as_deref(), sink, rewrite);
         }
@@ -354,6 +427,7 @@ fn target(
     view: &View,
     method: &str,
     params: Option<&RawValue>,
+    modern: Option<&Modern>,
 ) -> Result<Target, Refusal> {
     match method {
         "ping" => Ok(Target::Gateway),
@@ -378,7 +452,9 @@ fn target(
                     slot,
                     rewritten: None,
                     answer: if method == "tools/list" {
-                        Answer::Tools
+                        Answer::Tools {
+                            client_tasks: false,
+                        }
                     } else {
                         Answer::AsIs
                     },
@@ -386,8 +462,11 @@ fn target(
                 None => Ok(Target::Gateway),
             }
         }
+        "tasks/get" | "tasks/update" | "tasks/cancel" if modern.is_some() => {
+            modern_task_target(session, view, method, params)
+        }
         "tasks/list" | "tasks/get" | "tasks/result" | "tasks/cancel"
-            if tasks::any_plugin_has_tasks(view) =>
+            if modern.is_none() && tasks::any_plugin_has_tasks(view) =>
         {
             task_target(session, view, method, params)
         }
@@ -405,7 +484,10 @@ fn target(
             let (slot, local) = resolve_name(view, capability, &p.name).ok_or_else(|| {
                 Refusal(code::INVALID_PARAMS, format!("Unknown {what}: {}", p.name))
             })?;
-            let new_task = method == "tools/call" && p.task.is_some();
+            // A modern client's call runs as a task when the gateway says so, whatever `task`
+            // param (a 2025-11-25 hint) it carries.
+            let as_task = modern.filter(|_| method == "tools/call").map(|m| m.as_task);
+            let new_task = as_task.unwrap_or(method == "tools/call" && p.task.is_some());
             if new_task && !session.tasks.has_room() {
                 return refuse(
                     code::INVALID_REQUEST,
@@ -415,11 +497,30 @@ fn target(
                     ),
                 );
             }
+            let rewritten = rename(params, &["name"], &p.name, local);
+            let Some(as_task) = as_task else {
+                return Ok(Target::Plugin {
+                    slot,
+                    rewritten,
+                    answer: if new_task {
+                        Answer::NewTask
+                    } else {
+                        Answer::AsIs
+                    },
+                });
+            };
+            let rewritten = if as_task || p.task.is_some() {
+                modern_tasks::call_params(rewritten.as_deref().or(params), as_task)
+            } else {
+                rewritten
+            };
             Ok(Target::Plugin {
                 slot,
-                rewritten: rename(params, &["name"], &p.name, local),
-                answer: if new_task {
-                    Answer::NewTask
+                rewritten,
+                answer: if as_task {
+                    Answer::ModernTask {
+                        declared: modern.and_then(|m| m.declared.clone()),
+                    }
                 } else {
                     Answer::AsIs
                 },
@@ -509,6 +610,33 @@ fn task_target(
     })
 }
 
+/// Where a modern client's request about a task goes: the gateway answers it from the
+/// instance that runs the task, if the caller has it.
+fn modern_task_target(
+    session: &Session,
+    view: &View,
+    method: &str,
+    params: Option<&RawValue>,
+) -> Result<Target, Refusal> {
+    let p: tasks::TaskParams = parse(
+        method,
+        params,
+        "params.taskId is required and must be a string",
+    )?;
+    let found = session.tasks.get(&p.task_id);
+    let slot = found
+        .as_ref()
+        .and_then(|f| view.plugins.iter().position(|v| *v.name() == *f.plugin));
+    let (Some(found), Some(slot)) = (found, slot) else {
+        return refuse(code::INVALID_PARAMS, tasks::NOT_FOUND);
+    };
+    Ok(Target::ModernTask {
+        slot,
+        found,
+        public: Arc::from(&*p.task_id),
+    })
+}
+
 /// The one plugin whose lists pass through untouched: the only plugin, unprefixed and
 /// unfiltered.
 fn passthrough_slot(view: &View) -> Option<usize> {
@@ -520,8 +648,15 @@ fn passthrough_slot(view: &View) -> Option<usize> {
 
 /// The plugin a `tools/call` would reach, when its params name a tool of the view.
 pub fn tool_plugin<'v>(view: &'v View, params: Option<&RawValue>) -> Option<&'v ViewPlugin> {
+    tool_target(view, params).map(|(plugin, _)| plugin)
+}
+
+/// The plugin a `tools/call` would reach and the tool's name there, when its params name a
+/// tool of the view.
+fn tool_target<'v>(view: &'v View, params: Option<&RawValue>) -> Option<(&'v ViewPlugin, String)> {
     let p: NameParams = serde_json::from_str(params?.get()).ok()?;
-    resolve_name(view, "tools", &p.name).map(|(slot, _)| &view.plugins[slot])
+    resolve_name(view, "tools", &p.name)
+        .map(|(slot, local)| (&view.plugins[slot], local.to_owned()))
 }
 
 /// The plugin and local name behind a public tool or prompt name: the plugin whose prefix

@@ -97,12 +97,10 @@ pub fn offer_tool(tool: &mut Value, plugin_task_calls: bool, client_tasks: bool)
 }
 
 /// For a `tools/list` passed through from the only plugin: the tools it lists that the client
-/// cannot use taken out (see [`offer_tool`]). `None` when every tool is of use.
-pub fn tools_rewrite(plugin: &ViewPlugin, session: &Session) -> Option<Rewrite> {
-    let (calls, client) = (
-        runs_task_calls(plugin),
-        session.client_capabilities().tasks(),
-    );
+/// cannot use taken out (see [`offer_tool`]; `client`: whether the client can run tasks).
+/// `None` when every tool is of use.
+pub fn tools_rewrite(plugin: &ViewPlugin, client: bool) -> Option<Rewrite> {
+    let calls = runs_task_calls(plugin);
     if calls && client {
         return None;
     }
@@ -129,7 +127,7 @@ pub fn new_task_rewrite(session: &Arc<Session>, conn: &Arc<PluginConnection>) ->
         let mut value: Value = serde_json::from_str(result.get()).ok()?;
         let task = value.get_mut("task")?;
         let local = task.get("taskId")?.as_str()?.to_owned();
-        let public = session.tasks.add(&conn, &local, ttl_of(task));
+        let public = session.tasks.add(&conn, &local, ttl_of(task), None);
         tracing::info!(plugin = %conn.name(), session = %session.id, task = %public, "task created");
         task["taskId"] = (*public).into();
         if let Some(slot) = related_task_mut(&mut value) {

@@ -93,9 +93,11 @@ impl Session {
         Some((id, Sink::new(stream)))
     }
 
-    /// A plugin's request to a caller's client (a modern one, which takes no requests): it
-    /// goes to the bridged call it was made for, if the stream it relates to is one; `ping`
-    /// is answered here; anything else is refused as a request the client cannot be asked.
+    /// A plugin's request to a caller's client (a modern one, which takes no requests): one
+    /// a task makes (related-task `_meta`) waits among that task's `inputRequests`
+    /// ([`Session::task_input_request`]); any other goes to the bridged call it was made for,
+    /// if the stream it relates to is one; `ping` is answered here; anything else is refused
+    /// as a request the client cannot be asked.
     pub(super) fn bridge_request(
         &self,
         conn: &Arc<PluginConnection>,
@@ -104,6 +106,11 @@ impl Session {
         params: Option<&RawValue>,
         related: Related,
     ) {
+        if method != "ping"
+            && let Some(task) = crate::backend::connection::task_named(method, params)
+        {
+            return self.task_input_request(conn, id, method, params, &task);
+        }
         let sink = match related {
             Related::Named(s) | Related::Exact(s) | Related::Ambiguous(s) => Some(s),
             Related::None | Related::Unattributable => None,

@@ -42,6 +42,8 @@ pub struct ListenFilter {
     pub resources: bool,
     /// `notifications/resources/updated` for these URIs.
     pub uris: BTreeSet<String>,
+    /// `notifications/tasks` for these tasks (the caller's, by public id).
+    pub task_ids: BTreeSet<String>,
 }
 
 /// One open listen stream.
@@ -237,6 +239,51 @@ impl Session {
                     .sink
                     .message(tagged(method, &l.subscription_id, uri.as_deref()));
             }
+        }
+    }
+}
+
+impl Session {
+    /// Whether a listener asked for task `public`'s notifications.
+    pub(super) fn wants_task(&self, public: &str) -> bool {
+        let table = self.listeners.listeners.lock().expect("listeners lock");
+        table
+            .values()
+            .any(|(l, _)| l.filter.task_ids.contains(public))
+    }
+
+    /// Sends `notifications/tasks` with `task` (a `DetailedTask`) to the listeners that asked
+    /// for task `public`'s.
+    pub(super) fn notify_task_listeners(
+        &self,
+        public: &str,
+        task: serde_json::Map<String, serde_json::Value>,
+    ) {
+        let listeners: Vec<Arc<Listener>> = {
+            let table = self.listeners.listeners.lock().expect("listeners lock");
+            table
+                .values()
+                .filter(|(l, _)| l.filter.task_ids.contains(public))
+                .map(|(l, _)| l.clone())
+                .collect()
+        };
+        for l in listeners {
+            let mut params = task.clone();
+            let subscription: serde_json::Value =
+                serde_json::from_str(l.subscription_id.get()).unwrap_or_default();
+            let meta = params
+                .entry("_meta")
+                .or_insert_with(|| serde_json::Value::Object(Default::default()));
+            if let Some(meta) = meta.as_object_mut() {
+                meta.insert(SUBSCRIPTION_ID.into(), subscription);
+            }
+            let params = RawValue::from_string(serde_json::Value::Object(params).to_string())
+                .expect("valid JSON");
+            let _ = l.sink.message(jsonrpc::request_bytes(
+                None,
+                "notifications/tasks",
+                Some(&params),
+            ));
         }
     }
 }

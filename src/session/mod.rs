@@ -20,7 +20,9 @@
 //!   to the client answered as an `InputRequiredResult`, the call parked until the client's
 //!   retry brings the answers (multi round-trip requests).
 //! - [`routes`]: which plugin serves which resource URI for this session.
-//! - [`tasks`]: the tasks the client created on its plugins, under ids of the gateway's own.
+//! - [`tasks`]: the tasks the client created on its plugins, under ids of the gateway's own;
+//!   [`task_status`]: a modern caller's task as the tasks extension shows it, and its
+//!   notifications to the caller's listeners.
 //! - [`capabilities`]: what the client declared it can do, checked before a plugin's request
 //!   reaches it.
 //! - `listen.rs`: a modern caller's `subscriptions/listen` streams and what they hear;
@@ -49,6 +51,7 @@ mod request_logs;
 pub mod routes;
 pub mod store;
 mod streams;
+pub mod task_status;
 pub mod tasks;
 
 use std::collections::{HashMap, HashSet};

@@ -159,6 +159,14 @@ impl Session {
         Ok(Some(Bytes::from(value.to_string())))
     }
 
+    /// The public id of the task a plugin's `notifications/tasks/status` is about, if it is
+    /// this session's.
+    fn status_task(&self, conn: &PluginConnection, message: &[u8]) -> Option<Arc<str>> {
+        let value: serde_json::Value = serde_json::from_slice(message).ok()?;
+        let local = value.get("params")?.get("taskId")?.as_str()?;
+        self.tasks.public_id(conn, local)
+    }
+
     /// A plugin cancelling one of its own requests to the client: the request id becomes the
     /// one the client saw.
     fn map_plugin_cancel(&self, conn: &Arc<PluginConnection>, message: &[u8]) -> Option<Bytes> {
@@ -266,6 +274,9 @@ impl PluginEvents for Session {
                 if method == "notifications/resources/list_changed" {
                     self.routes.lock().expect("routes lock").clear();
                 }
+                if method == "notifications/tools/list_changed" {
+                    self.tasks.forget_tool_support(conn.name());
+                }
                 if self.for_caller {
                     return self.publish(Some(conn.name()), method, Some(&message[..]));
                 }
@@ -280,8 +291,15 @@ impl PluginEvents for Session {
                 Ok(None) => {
                     let _ = self.deliver(message, related, false);
                 }
-                // About a task, not the request in flight: the GET stream.
+                // About a task, not the request in flight: the GET stream; for a modern
+                // caller, the listeners that asked for the task's notifications.
                 Ok(Some(bytes)) if method == "notifications/tasks/status" => {
+                    if self.for_caller {
+                        if let Some(public) = self.status_task(conn, &message) {
+                            self.task_changed(public);
+                        }
+                        return;
+                    }
                     let _ = self.deliver(bytes, Related::None, false);
                 }
                 Ok(Some(bytes)) => {
@@ -295,6 +313,7 @@ impl PluginEvents for Session {
     }
 
     fn plugin_exited(&self, conn: &Arc<PluginConnection>) {
+        self.tasks.forget_tool_support(conn.name());
         self.instance_exited(conn);
     }
 

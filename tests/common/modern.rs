@@ -100,7 +100,12 @@ impl Modern {
             .header("accept", "application/json, text/event-stream")
             .header("mcp-protocol-version", MODERN)
             .header("mcp-method", method);
-        if let Some(name) = params["name"].as_str().or(params["uri"].as_str()) {
+        let name = params["name"].as_str().or(params["uri"].as_str());
+        // The tasks extension's requests are routed by task.
+        let name = name.or(params["taskId"]
+            .as_str()
+            .filter(|_| method.starts_with("tasks/")));
+        if let Some(name) = name {
             r = r.header("mcp-name", name);
         }
         let r = r.body(body.to_string()).send().await?;

@@ -7,7 +7,10 @@
 //! The list changes are always honoured (the registry can change any list at any time). A
 //! resource URI is honoured when a plugin the caller may use serves it and declares
 //! `resources.subscribe`, and that plugin took the subscription (or already had it for
-//! another holder: subscriptions are counted, `session/holds.rs`). When the gateway drains,
+//! another holder: subscriptions are counted, `session/holds.rs`). A task id (`taskIds`, the
+//! tasks extension, which the request must declare: -32021 otherwise) is honoured when it is
+//! one of the caller's tasks; its `notifications/tasks` carry the task as `tasks/get` would
+//! show it (`session/task_status.rs`), the first one at once, then one on each change. When the gateway drains,
 //! each listen stream gets its successful response (`resultType: complete`) and ends, as the
 //! spec's graceful closure says; a client that closes its stream ends the listener and lets
 //! go of its subscriptions.
@@ -25,6 +28,7 @@ use crate::auth::Principal;
 use crate::http::Edge;
 use crate::http::error::HttpError;
 use crate::jsonrpc::{self, Id};
+use crate::protocol::modern::ModernError;
 use crate::registry::View;
 use crate::router;
 use crate::session::{ListenFilter, Listener, SUBSCRIPTION_ID, Session, TooManyListeners, tagged};
@@ -32,6 +36,8 @@ use crate::stream::{self, Cursor, Opening, Sink, StreamGuard};
 
 /// Most resource URIs one listener may ask for.
 const MAX_URIS: usize = 100;
+/// Most task ids one listener may ask for.
+const MAX_TASK_IDS: usize = 256;
 
 #[derive(Deserialize)]
 struct Params {
@@ -45,9 +51,12 @@ struct Filter {
     prompts_list_changed: Option<bool>,
     resources_list_changed: Option<bool>,
     resource_subscriptions: Option<Vec<String>>,
+    task_ids: Option<Vec<String>>,
 }
 
-/// Answers a `subscriptions/listen` of `session`'s caller with its listen stream.
+/// Answers a `subscriptions/listen` of `session`'s caller with its listen stream; `tasks`:
+/// whether the request declares the tasks extension.
+#[allow(clippy::too_many_arguments)]
 pub(super) async fn listen(
     gw: &Edge,
     session: &Arc<Session>,
@@ -55,6 +64,7 @@ pub(super) async fn listen(
     principal: Option<&Principal>,
     id: Id,
     params: Option<Box<RawValue>>,
+    tasks: bool,
     conn: &Conn,
 ) -> Result<Response, HttpError> {
     let bad = |why: String| HttpError::InvalidParams(why, id.clone());
@@ -79,6 +89,28 @@ pub(super) async fn listen(
             "a listener may ask for at most {MAX_URIS} resource URIs"
         )));
     }
+    let task_ids: BTreeSet<String> = asked
+        .notifications
+        .task_ids
+        .unwrap_or_default()
+        .into_iter()
+        .collect();
+    if !task_ids.is_empty() && !tasks {
+        return Err(HttpError::Modern(
+            ModernError::tasks_extension_missing(),
+            Some(id.clone()),
+        ));
+    }
+    if task_ids.len() > MAX_TASK_IDS {
+        return Err(bad(format!(
+            "a listener may ask for at most {MAX_TASK_IDS} task ids"
+        )));
+    }
+    // Only the caller's own tasks: another's is not known, as it is not to tasks/get.
+    let task_ids: BTreeSet<String> = task_ids
+        .into_iter()
+        .filter(|t| session.tasks.get(t).is_some())
+        .collect();
     let slot = gw.sessions.reserve_listener(session).map_err(|e| match e {
         TooManyListeners::Gateway(_) => HttpError::TooManyListeners,
         TooManyListeners::Caller(n) => HttpError::TooManyListenersForCaller(n),
@@ -110,6 +142,7 @@ pub(super) async fn listen(
         prompts: asked.notifications.prompts_list_changed == Some(true),
         resources: asked.notifications.resources_list_changed == Some(true),
         uris: honoured,
+        task_ids,
     };
 
     let stream = session.listen_stream();
@@ -119,6 +152,7 @@ pub(super) async fn listen(
         .map_err(|e| HttpError::EventStore(e.to_string()))?;
     let sink = Sink::new(stream.clone());
     let _ = sink.message(acknowledgement(id.raw(), &filter));
+    let tasks_asked: Vec<String> = filter.task_ids.iter().cloned().collect();
     let gone = session.add_listener(Listener {
         sink: sink.clone(),
         subscription_id: id.raw().to_owned(),
@@ -127,6 +161,10 @@ pub(super) async fn listen(
         holds,
         slot,
     });
+    // Each task as it is now, first: it may have changed before the listener came.
+    for task in tasks_asked {
+        session.task_changed(Arc::from(task));
+    }
     // The gateway drains: the listener's graceful end, its one response.
     let draining = gw.draining.clone();
     let subscription = id.raw().to_owned();
@@ -169,6 +207,9 @@ fn acknowledgement(id: &RawValue, filter: &ListenFilter) -> bytes::Bytes {
             "resourceSubscriptions".into(),
             filter.uris.iter().cloned().collect(),
         );
+    }
+    if !filter.task_ids.is_empty() {
+        honoured.insert("taskIds".into(), filter.task_ids.iter().cloned().collect());
     }
     let honoured = serde_json::Value::Object(honoured);
     let message = tagged("notifications/subscriptions/acknowledged", id, None);

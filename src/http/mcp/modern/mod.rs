@@ -7,7 +7,10 @@
 //! cancels the request). Every result gets `resultType`, the cacheable ones caching hints.
 //! `tools/call`, `resources/read` and `prompts/get` go through the bridge of multi round-trip
 //! requests ([`mrtr`]): a plugin's requests to the client come back as an
-//! `InputRequiredResult`, and the retry resumes the call.
+//! `InputRequiredResult`, and the retry resumes the call. The tasks extension's methods are
+//! served when a plugin runs tasks, to requests that declare the extension (-32021 to the
+//! others); whether a `tools/call` runs as a task is decided here, before it is planned
+//! (`router::runs_as_task`).
 
 mod listen;
 
@@ -101,9 +104,32 @@ pub(super) async fn modern(
         ));
     }
     if method == "subscriptions/listen" {
-        return listen::listen(gw, &session, &view, principal, id, params, conn).await;
+        let tasks = meta.tasks();
+        return listen::listen(gw, &session, &view, principal, id, params, tasks, conn).await;
     }
-    let plan = router::plan(&session, &view, &method, params.as_deref());
+    let refuse = |e: ModernError| HttpError::Modern(e, Some(id.clone()));
+    // The tasks extension: offered when a plugin runs tasks, to a request that declares it.
+    if modern::TASK_METHODS.contains(&method.as_str()) {
+        if !router::offers_tasks(&view) {
+            return Err(refuse(ModernError::MethodNotFound(method)));
+        }
+        if !meta.tasks() {
+            return Err(refuse(ModernError::tasks_extension_missing()));
+        }
+    }
+    let as_task = if method == "tools/call" {
+        router::runs_as_task(&session, &view, params.as_deref(), meta.tasks())
+            .await
+            .map_err(refuse)?
+    } else {
+        false
+    };
+    let modern_part = router::Modern {
+        tasks: meta.tasks(),
+        as_task,
+        declared: meta.capabilities_raw.clone(),
+    };
+    let plan = router::plan_modern(&session, &view, &method, params.as_deref(), modern_part);
     // A modern plugin asks for input itself: its `InputRequiredResult` and `requestState`
     // pass through as they are, and the client's retry goes to it unchanged. The bridge is
     // for legacy plugins.
