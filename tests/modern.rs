@@ -242,6 +242,17 @@ async fn versions_and_methods_the_modern_era_does_not_have() {
             .contains(&json!(MODERN))
     );
 
+    // A body version unlike the version header is a header mismatch (-32020), before the
+    // version is found unsupported.
+    let a = post(&c, &old).await;
+    assert_eq!(
+        (a.status, a.message["error"]["code"].clone()),
+        (400, json!(-32020)),
+        "{}",
+        a.message
+    );
+    assert_eq!(a.message["id"], 1);
+
     // The legacy era's own methods are unknown to a modern request.
     for method in ["initialize", "ping", "logging/setLevel", "no/such"] {
         let a = post(&c, &body(2, method, json!({"level": "info"}))).await;
@@ -294,4 +305,143 @@ async fn anonymous_modern_clients_share_one_plugin_instance() {
     assert_eq!(legacy.tool_text(3, "counter", json!({})).await, "1");
     assert_eq!(count(post(&c, &call(4)).await), "3");
     gw.stop().await;
+}
+
+/// A `_meta` without a required field (or none at all) is malformed: -32602 with HTTP 400 and
+/// the request's id (2026-07-28 basic, "Per-request protocol fields"). A request shows it is
+/// modern by its `_meta`, by being `server/discover`, or by a modern `MCP-Protocol-Version`
+/// header; one without any of these and without a session stays a legacy client's that
+/// forgot its session (a plain 400, no modern error).
+#[tokio::test]
+async fn a_meta_without_its_required_fields_is_refused_with_32602() {
+    let gw = InProcess::fixture(&[], &[]).await;
+    let c = gw.client();
+    let info = json!({"name": "modern-test", "version": "1"});
+    let cases = [
+        ("no _meta", json!({})),
+        (
+            "no protocolVersion",
+            json!({"_meta": {
+                "io.modelcontextprotocol/clientInfo": info,
+                "io.modelcontextprotocol/clientCapabilities": {},
+            }}),
+        ),
+        (
+            "a protocolVersion that is not a string",
+            json!({"_meta": {
+                "io.modelcontextprotocol/protocolVersion": 20260728,
+                "io.modelcontextprotocol/clientCapabilities": {},
+            }}),
+        ),
+        (
+            "no clientCapabilities",
+            json!({"_meta": {
+                "io.modelcontextprotocol/protocolVersion": MODERN,
+                "io.modelcontextprotocol/clientInfo": info,
+            }}),
+        ),
+        (
+            "clientCapabilities that are not an object",
+            json!({"_meta": {
+                "io.modelcontextprotocol/protocolVersion": MODERN,
+                "io.modelcontextprotocol/clientCapabilities": ["sampling"],
+            }}),
+        ),
+    ];
+    for (why, params) in cases {
+        for (id, method) in [(101, "server/discover"), (102, "tools/list")] {
+            let b = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+            let a = post(&c, &b).await;
+            assert_eq!(a.status, 400, "{why}, {method}: {}", a.message);
+            assert_eq!(
+                a.message["error"]["code"], -32602,
+                "{why}, {method}: {}",
+                a.message
+            );
+            assert_eq!(a.message["id"], id, "{why}, {method}");
+        }
+    }
+    // `server/discover` is modern by itself, without the version header.
+    let a = post_with(
+        &c,
+        &json!({"jsonrpc": "2.0", "id": 103, "method": "server/discover"}),
+        |h| {
+            h.remove("mcp-protocol-version");
+        },
+    )
+    .await;
+    assert_eq!(
+        (a.status, a.message["error"]["code"].clone()),
+        (400, json!(-32602)),
+        "{}",
+        a.message
+    );
+
+    // clientInfo is a SHOULD: a request without it is served.
+    let lean = json!({"jsonrpc": "2.0", "id": 104, "method": "server/discover", "params": {"_meta": {
+        "io.modelcontextprotocol/protocolVersion": MODERN,
+        "io.modelcontextprotocol/clientCapabilities": {},
+    }}});
+    let a = post(&c, &lean).await;
+    assert_eq!(a.status, 200, "{}", a.message);
+    assert!(a.message["result"]["supportedVersions"].is_array());
+
+    // No hint of the modern era and no session: a legacy client that forgot its session.
+    let legacy = json!({"jsonrpc": "2.0", "id": 105, "method": "tools/list"});
+    let a = post_with(&c, &legacy, |h| {
+        h.insert("mcp-protocol-version", "2025-11-25".parse().unwrap());
+    })
+    .await;
+    assert_eq!(a.status, 400);
+    assert_eq!(
+        a.message["error"]["code"], -32000,
+        "not a modern error: {}",
+        a.message
+    );
+    gw.stop().await;
+}
+
+/// A bridged call that finds out mid-call that it needs a capability the request did not
+/// declare (the legacy plugin asks for sampling) answers -32021 with HTTP 400, as one JSON
+/// body, on an SSE-mode plugin (the response head waits for the call's first event) and a
+/// JSON-mode one alike. Declared, the same call asks for input with 200.
+#[tokio::test]
+async fn a_capability_found_missing_mid_call_is_refused_with_400() {
+    for args in [&[][..], &["--response-mode", "json"][..]] {
+        let gw = InProcess::fixture(args, &[]).await;
+        let c = gw.client();
+        let call = |id| {
+            body(
+                id,
+                "tools/call",
+                json!({"name": "test_missing_capability", "arguments": {}}),
+            )
+        };
+        let a = post(&c, &call(401)).await;
+        assert_eq!(a.status, 400, "{args:?}: {}", a.message);
+        assert_eq!(
+            a.headers.get("content-type").unwrap(),
+            "application/json",
+            "{args:?}"
+        );
+        let e = &a.message["error"];
+        assert_eq!(e["code"], -32021, "{args:?}: {e}");
+        assert!(
+            e["data"]["requiredCapabilities"]["sampling"].is_object(),
+            "an object of capability objects: {e}"
+        );
+        assert_eq!(a.message["id"], 401);
+
+        let mut declared = call(402);
+        declared["params"]["_meta"]["io.modelcontextprotocol/clientCapabilities"] =
+            json!({"sampling": {}});
+        let a = post(&c, &declared).await;
+        assert_eq!(a.status, 200, "{args:?}: {}", a.message);
+        assert_eq!(
+            a.message["result"]["resultType"], "input_required",
+            "{args:?}: {}",
+            a.message
+        );
+        gw.stop().await;
+    }
 }
