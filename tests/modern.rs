@@ -445,3 +445,187 @@ async fn a_capability_found_missing_mid_call_is_refused_with_400() {
         gw.stop().await;
     }
 }
+
+/// A `tools/call`'s `Mcp-Param-*` headers must match the arguments its tool mirrors in
+/// headers (`x-mcp-header` in its `inputSchema`: the fixture's `test_custom_headers` mirrors
+/// `region` and `priority`): a value in the body needs its header, equal once decoded (an
+/// integer compared as a number); a header needs a value; anything else is -32020 with HTTP
+/// 400, before the plugin is reached.
+#[tokio::test]
+async fn mcp_param_headers_must_match_the_mirrored_arguments() {
+    let gw = InProcess::fixture(&[], &[]).await;
+    let c = gw.client();
+    let call = |args: &Value| {
+        body(
+            1,
+            "tools/call",
+            json!({"name": "test_custom_headers", "arguments": args}),
+        )
+    };
+    let send = |args: Value, sent: Vec<(&'static str, &'static [u8])>| {
+        let c = &c;
+        async move {
+            post_with(c, &call(&args), |h| {
+                for (name, value) in sent {
+                    h.append(
+                        reqwest::header::HeaderName::from_static(name),
+                        reqwest::header::HeaderValue::from_bytes(value).unwrap(),
+                    );
+                }
+            })
+            .await
+        }
+    };
+    let full = json!({"region": "us-west1", "priority": 42, "query": "q"});
+    /// Headers sent: name and raw value.
+    type Sent = Vec<(&'static str, &'static [u8])>;
+    let both: Sent = vec![
+        ("mcp-param-region", b"us-west1"),
+        ("mcp-param-priority", b"42"),
+    ];
+    let accepted: Vec<(&str, Value, Sent)> = vec![
+        ("plain values", full.clone(), both.clone()),
+        (
+            "Base64, and an integer written 42.0",
+            full.clone(),
+            vec![
+                ("mcp-param-region", b"=?base64?dXMtd2VzdDE=?="),
+                ("mcp-param-priority", b"42.0"),
+            ],
+        ),
+        (
+            "no priority, no header",
+            json!({"region": "us-west1", "query": "q"}),
+            vec![("mcp-param-region", b"us-west1")],
+        ),
+        (
+            "a null priority, no header",
+            json!({"region": "us-west1", "priority": null, "query": "q"}),
+            vec![("mcp-param-region", b"us-west1")],
+        ),
+        (
+            "a header no parameter is mirrored in is ignored",
+            full.clone(),
+            [both.clone(), vec![("mcp-param-other", b"anything")]].concat(),
+        ),
+    ];
+    for (why, args, sent) in accepted {
+        let a = send(args, sent).await;
+        assert_eq!(a.status, 200, "{why}: {}", a.message);
+        let text = a.message["result"]["content"][0]["text"].as_str().unwrap();
+        assert!(text.contains("region=\"us-west1\""), "{why}: {text}");
+    }
+    let refused: Vec<(&str, Value, Sent)> = vec![
+        (
+            "a mirrored value without its header",
+            full.clone(),
+            vec![("mcp-param-priority", b"42")],
+        ),
+        (
+            "another string",
+            full.clone(),
+            vec![
+                ("mcp-param-region", b"us-east1"),
+                ("mcp-param-priority", b"42"),
+            ],
+        ),
+        (
+            "another integer",
+            full.clone(),
+            vec![
+                ("mcp-param-region", b"us-west1"),
+                ("mcp-param-priority", b"41"),
+            ],
+        ),
+        (
+            "Base64 without its padding",
+            full.clone(),
+            vec![
+                ("mcp-param-region", b"=?base64?dXMtd2VzdDE?="),
+                ("mcp-param-priority", b"42"),
+            ],
+        ),
+        (
+            "Base64 with characters outside its alphabet",
+            full.clone(),
+            vec![
+                ("mcp-param-region", b"=?base64?dXMt!!!d2VzdDE=?="),
+                ("mcp-param-priority", b"42"),
+            ],
+        ),
+        (
+            "bytes outside visible ASCII",
+            full.clone(),
+            vec![
+                ("mcp-param-region", b"us-w\xc3\xa9st1"),
+                ("mcp-param-priority", b"42"),
+            ],
+        ),
+        (
+            "a header without a value in the body",
+            json!({"region": "us-west1", "query": "q"}),
+            both.clone(),
+        ),
+        (
+            "a header sent twice",
+            full.clone(),
+            [both.clone(), vec![("mcp-param-region", b"us-west1")]].concat(),
+        ),
+    ];
+    for (why, args, sent) in refused {
+        let a = send(args, sent).await;
+        assert_eq!(a.status, 400, "{why}: {}", a.message);
+        assert_eq!(a.message["error"]["code"], -32020, "{why}: {}", a.message);
+        assert_eq!(a.message["id"], 1, "{why}");
+    }
+    gw.stop().await;
+}
+
+/// What a tool mirrors in headers is read from its plugin's list, and read again once the
+/// plugin says its tools changed: the fixture's `test_dynamic_tool` (answered whether listed
+/// or not) mirrors `mode` only while listed.
+#[tokio::test]
+async fn what_a_tool_mirrors_is_read_again_when_its_tools_change() {
+    let gw = InProcess::fixture(&[], &[]).await;
+    let c = gw.client();
+    let dynamic = |id| {
+        body(
+            id,
+            "tools/call",
+            json!({"name": "test_dynamic_tool", "arguments": {"mode": "m"}}),
+        )
+    };
+    let trigger = |id| {
+        body(
+            id,
+            "tools/call",
+            json!({"name": "test_trigger_tool_change", "arguments": {}}),
+        )
+    };
+    // Not listed: nothing is known to be mirrored.
+    assert_eq!(post(&c, &dynamic(1)).await.status, 200);
+    let a = post(&c, &trigger(2)).await;
+    assert_eq!(
+        a.message["result"]["content"][0]["text"],
+        "test_dynamic_tool is listed"
+    );
+    let a = post(&c, &dynamic(3)).await;
+    assert_eq!(
+        (a.status, a.message["error"]["code"].clone()),
+        (400, json!(-32020)),
+        "{}",
+        a.message
+    );
+    let a = post_with(&c, &dynamic(4), |h| {
+        h.insert("mcp-param-mode", "m".parse().unwrap());
+    })
+    .await;
+    assert_eq!(a.status, 200, "{}", a.message);
+    let a = post(&c, &trigger(5)).await;
+    assert_eq!(
+        a.message["result"]["content"][0]["text"],
+        "test_dynamic_tool is gone"
+    );
+    assert_eq!(post(&c, &dynamic(6)).await.status, 200);
+    gw.stop().await;
+}

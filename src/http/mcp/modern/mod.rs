@@ -1,11 +1,14 @@
 //! A modern-era (2026-07-28) POST: no session, the version and the client's capabilities in
 //! the request's `_meta`, the headers mirroring the body. Checked in this order: `_meta`
 //! (-32602), the version header against `_meta` (-32020), the version served (-32022), the
-//! other headers (-32020), the method (-32601), then `server/discover` is answered from the
-//! registry's view, and every other method goes to plugins through the caller's hidden
-//! session ([`crate::session::SessionManager::for_caller`]), answered as one JSON body or an
-//! SSE stream (no event ids, no priming: the modern era has no resumption; a closed stream
-//! cancels the request). Every result gets `resultType`, the cacheable ones caching hints.
+//! other headers (-32020), the method (-32601); a `tools/call`'s `Mcp-Param-*` headers are
+//! checked against its arguments once its tool is found (-32020). Then `server/discover` is
+//! answered from the registry's view, and every other method goes to plugins through the
+//! caller's hidden session ([`crate::session::SessionManager::for_caller`]), answered as one
+//! JSON body or an SSE stream (no event ids, no priming: the modern era has no resumption; a
+//! closed stream cancels the request; the response head waits for the first event, so an
+//! answer that is -32021 goes with its 400). Every result gets `resultType`, the cacheable
+//! ones caching hints.
 //! `tools/call`, `resources/read` and `prompts/get` go through the bridge of multi round-trip
 //! requests ([`mrtr`]): a plugin's requests to the client come back as an
 //! `InputRequiredResult`, and the retry resumes the call.
@@ -17,6 +20,7 @@ use std::sync::Arc;
 use axum::http::{HeaderMap, HeaderName, StatusCode};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
+use serde_json::value::RawValue;
 use tracing::Instrument;
 
 use super::step_up::visible_view;
@@ -27,7 +31,10 @@ use crate::http::Edge;
 use crate::http::error::HttpError;
 use crate::jsonrpc::{self, Body as RpcBody, Message};
 use crate::protocol::modern::{self, MirroredHeaders, ModernError};
+use crate::protocol::param_headers;
+use crate::registry::View;
 use crate::router;
+use crate::session::Session;
 use crate::stream::{self, Cursor, Opening, Sink, StreamGuard};
 
 mod mrtr;
@@ -106,6 +113,11 @@ pub(super) async fn modern(
         return listen::listen(gw, &session, &view, principal, id, params, conn).await;
     }
     let plan = router::plan(&session, &view, &method, params.as_deref());
+    if method == "tools/call" {
+        check_param_headers(&session, &view, headers, params.as_deref())
+            .await
+            .map_err(|e| HttpError::Modern(e, Some(id.clone())))?;
+    }
     // A modern plugin asks for input itself: its `InputRequiredResult` and `requestState`
     // pass through as they are, and the client's retry goes to it unchanged. The bridge is
     // for legacy plugins.
@@ -225,4 +237,37 @@ pub(super) async fn modern(
 fn refusal_status(message: &[u8]) -> Option<StatusCode> {
     (modern::response_error_code(message)? == modern::code::MISSING_REQUIRED_CLIENT_CAPABILITY)
         .then_some(StatusCode::BAD_REQUEST)
+}
+
+/// Checks a `tools/call`'s `Mcp-Param-*` headers against its arguments, for the parameters
+/// its tool mirrors in headers (`x-mcp-header`, learned from the plugin's list). A tool the
+/// view does not have, or whose list cannot be read, is not checked: its call fails, or goes
+/// on as an intermediary would let it.
+async fn check_param_headers(
+    session: &Session,
+    view: &View,
+    headers: &HeaderMap,
+    params: Option<&RawValue>,
+) -> Result<(), ModernError> {
+    let Some(mapped) = router::tool_header_params(session, view, params).await else {
+        return Ok(());
+    };
+    if mapped.is_empty() {
+        return Ok(());
+    }
+    let sent: Vec<(&str, &[u8])> = headers
+        .iter()
+        .filter_map(|(name, value)| {
+            let suffix = name.as_str().strip_prefix(param_headers::PREFIX)?;
+            Some((suffix, value.as_bytes()))
+        })
+        .collect();
+    #[derive(serde::Deserialize)]
+    struct Call {
+        arguments: Option<serde_json::Value>,
+    }
+    let arguments = params
+        .and_then(|p| serde_json::from_str::<Call>(p.get()).ok())
+        .and_then(|c| c.arguments);
+    param_headers::check_param_headers(&mapped, &sent, arguments.as_ref())
 }
