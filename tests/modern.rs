@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{Client, InProcess};
+use common::{Client, FIXTURE, InProcess};
 use serde_json::{Value, json};
 
 const MODERN: &str = "2026-07-28";
@@ -628,4 +628,69 @@ async fn what_a_tool_mirrors_is_read_again_when_its_tools_change() {
     );
     assert_eq!(post(&c, &dynamic(6)).await.status, 200);
     gw.stop().await;
+}
+
+/// A plugin's tool schema reaches the client unchanged through `tools/list` (the JSON Schema
+/// 2020-12 keywords of the fixture's `json_schema_2020_12_tool`: `$schema`, `$defs` with an
+/// `$anchor`, `$ref`, `allOf`/`anyOf`, `if`/`then`/`else`, `additionalProperties`), in both
+/// eras, passed through from a single plugin and merged from two prefixed ones.
+#[tokio::test]
+async fn tool_schemas_reach_the_client_unchanged_in_both_eras() {
+    let expected = json!({
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "type": "object",
+        "$defs": {"address": {"$anchor": "addressDef", "type": "object", "properties": {"street": {"type": "string"}, "city": {"type": "string"}}}},
+        "properties": {
+            "name": {"type": "string"},
+            "address": {"$ref": "#/$defs/address"},
+            "contactMethod": {"type": "string", "enum": ["phone", "email"]},
+            "phone": {"type": "string"},
+            "email": {"type": "string"},
+        },
+        "allOf": [{"anyOf": [{"required": ["phone"]}, {"required": ["email"]}]}],
+        "if": {"properties": {"contactMethod": {"const": "phone"}}, "required": ["contactMethod"]},
+        "then": {"required": ["phone"]},
+        "else": {"required": ["email"]},
+        "additionalProperties": false,
+    });
+    let schemas = |tools: &Value| -> Vec<Value> {
+        tools
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|t| {
+                t["name"]
+                    .as_str()
+                    .unwrap()
+                    .ends_with("json_schema_2020_12_tool")
+            })
+            .map(|t| t["inputSchema"].clone())
+            .collect()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let config = common::write_config(
+        &dir,
+        &format!("[plugins.a]\ncommand = \"{FIXTURE}\"\n[plugins.b]\ncommand = \"{FIXTURE}\"\n"),
+    );
+    for (how, plugins) in [("one plugin", 1), ("two plugins", 2)] {
+        let gw = match plugins {
+            1 => InProcess::fixture(&[], &[]).await,
+            _ => InProcess::start(&["--config", &config]).await,
+        };
+        let mut legacy = gw.client();
+        legacy.initialize().await;
+        let listed = legacy.result(1, "tools/list", json!({})).await;
+        assert_eq!(
+            schemas(&listed["tools"]),
+            vec![expected.clone(); plugins],
+            "{how}, legacy"
+        );
+        let a = post(&gw.client(), &body(2, "tools/list", json!({}))).await;
+        assert_eq!(
+            schemas(&a.message["result"]["tools"]),
+            vec![expected.clone(); plugins],
+            "{how}, modern"
+        );
+        gw.stop().await;
+    }
 }
