@@ -43,6 +43,8 @@ pub struct Principal {
     pub subject: String,
     pub client_id: String,
     pub scopes: BTreeSet<String>,
+    /// The groups the token's issuer says the subject is in (empty when it says none).
+    pub groups: BTreeSet<String>,
 }
 
 impl Principal {
