@@ -152,7 +152,8 @@ impl OidcProvider {
     }
 
     /// The provider's current signing key, private parts included: a JWK with `kid` and
-    /// `alg`, and `pem` (PKCS#8) and `public_pem` (SPKI) beside.
+    /// `alg`, and beside it `pem` (PKCS#8), `der` (base64 of the DER that jsonwebtoken's
+    /// `EncodingKey::from_rsa_der` or `from_ec_der` takes) and `public_pem` (SPKI).
     pub async fn signing_key(&self) -> Value {
         self.admin(http().get(self.url("/__test/signing-key")))
             .await

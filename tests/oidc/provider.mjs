@@ -27,8 +27,9 @@
 //   POST /__test/rotate[?keep=0]  a new signing key, first in the JWKS; the old ones stay
 //                                 published unless keep=0. Answers {kid}.
 //   GET  /__test/signing-key      the current private signing key (a JWK, with `pem`: PKCS#8,
-//                                 and `public_pem`: SPKI), for tests that forge tokens the
-//                                 provider could have signed
+//                                 `der`: base64 of PKCS#1 for RSA or PKCS#8 for EC, as
+//                                 jsonwebtoken takes them, and `public_pem`: SPKI), for tests
+//                                 that forge tokens the provider could have signed
 //   GET  /__test/counts           requests served, by path ({"/jwks": 3, ...})
 // Rotation builds a new Provider on the same issuer; its state (the in-memory adapter) is
 // kept, so sessions, grants and tokens survive it.
@@ -261,6 +262,8 @@ function admin(req, res, path) {
     send(res, 200, 'application/json', JSON.stringify({
       ...keys[0],
       pem: key.export({ type: 'pkcs8', format: 'pem' }),
+      der: key.export({ type: keys[0].kty === 'RSA' ? 'pkcs1' : 'pkcs8', format: 'der' })
+        .toString('base64'),
       public_pem: createPublicKey(key).export({ type: 'spki', format: 'pem' }),
     }));
   } else if (req.method === 'GET' && path === '/__test/counts') {
