@@ -24,11 +24,13 @@ use p256::ecdsa::{Signature, VerifyingKey};
 use p256::pkcs8::DecodePrivateKey;
 
 fuzz_target!(|data: &[u8]| {
-    let auth = &setup().auth;
+    let s = setup();
+    let auth = &s.auth;
     if let Ok(value) = HeaderValue::from_bytes(data) {
         let mut headers = HeaderMap::new();
         headers.insert(header::AUTHORIZATION, value);
-        match auth.authenticate(&headers, &Uri::from_static("/mcp")) {
+        let uri = Uri::from_static("/mcp");
+        match s.runtime.block_on(auth.authenticate(&headers, &uri)) {
             Ok(Some(p)) => {
                 let token = headers[header::AUTHORIZATION].to_str().unwrap();
                 let token = token.split_once(' ').unwrap().1.trim();
@@ -44,7 +46,7 @@ fuzz_target!(|data: &[u8]| {
     }
     if let Ok(text) = std::str::from_utf8(data) {
         let token = text.split_once(' ').map_or(text, |(_, t)| t);
-        if let Ok(p) = auth.validate(token) {
+        if let Ok(p) = s.runtime.block_on(auth.validate(token)) {
             signed_by_us(token, &p);
         }
     }

@@ -389,6 +389,7 @@ impl TokenValidator for KeyRing {
             subject: c.sub,
             client_id: c.client_id,
             scopes: c.scope.split_whitespace().map(str::to_owned).collect(),
+            groups: BTreeSet::new(),
         })
     }
 }

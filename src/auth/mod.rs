@@ -1,15 +1,17 @@
 //! OAuth 2.1 for `/mcp`: the gateway as resource server (every request carries a bearer
 //! token issued for this resource) and, in `builtin` mode, as the authorization server that
-//! issues those tokens.
+//! issues those tokens; in `external` mode another server issues them.
 //!
 //! The resource side ([`resource`]) reads the `Authorization` header, hands the token to a
-//! [`TokenValidator`] (the seam: the built-in one checks the gateway's own signatures; external
-//! issuers come later behind the same trait), checks the audience and scopes, and answers
-//! refusals with the `WWW-Authenticate` challenges of RFC 6750 and RFC 9728 that send a client
-//! to the metadata and, on missing scope, to step-up authorization. The authorization server
-//! ([`server`]) serves RFC 8414 metadata, client registration (RFC 7591, and client ID
-//! metadata documents, [`cimd`]), the login and consent pages ([`pages`]), `/token`,
-//! `/revoke` and `/jwks.json`; its state is behind the [`store::AuthStore`] trait (the SQL
+//! validator (the seam: a [`TokenValidator`] answers from memory, as the built-in issuer's
+//! keys do; a [`RemoteTokenValidator`] may wait for the network, as mode `external`'s
+//! ([`external`]) does for an authorization server the gateway does not run), checks the
+//! scopes, and answers refusals with the `WWW-Authenticate` challenges of RFC 6750 and
+//! RFC 9728 that send a client to the metadata and, on missing scope, to step-up
+//! authorization. The authorization server ([`server`], mode `builtin`) serves RFC 8414
+//! metadata, client registration (RFC 7591, and client ID metadata documents, [`cimd`]),
+//! the login and consent pages ([`pages`]), `/token`, `/revoke` and `/jwks.json`; its
+//! state is behind the [`store::AuthStore`] trait (the SQL
 //! implementation is lent by the `database` module), its signing keys in [`keys`], and the
 //! rules for redirect URIs in [`redirect`]. In a cluster, what the replicas share beyond the
 //! database (revocations and new keys heard at once, the registration limit) comes through
@@ -19,6 +21,7 @@
 //! the database.
 
 pub mod cimd;
+pub mod external;
 pub mod keys;
 pub mod pages;
 pub mod redirect;
@@ -43,6 +46,8 @@ pub struct Principal {
     pub subject: String,
     pub client_id: String,
     pub scopes: BTreeSet<String>,
+    /// The groups the token's issuer says the subject is in (empty when it says none).
+    pub groups: BTreeSet<String>,
 }
 
 impl Principal {
@@ -70,12 +75,35 @@ pub enum TokenError {
     WrongAudience,
     #[error("the token was revoked")]
     Revoked,
+    #[error("the token's algorithm {0} is not accepted")]
+    BadAlgorithm(String),
+    #[error("the authorization server says the token is not active")]
+    Inactive,
+    /// The authorization server could not be asked (its keys, or introspection): the token
+    /// may be good, so this is no refusal of it.
+    #[error("{0}")]
+    Unavailable(String),
 }
 
-/// Checks an access token and says whom it speaks for. The built-in issuer's implementation
-/// is [`keys::KeyRing`]; an external issuer's (JWKS fetched from its metadata) fits here too.
+/// Checks an access token from what it holds in memory and says whom it speaks for. The
+/// built-in issuer's implementation is [`keys::KeyRing`].
 pub trait TokenValidator: Send + Sync + 'static {
     fn validate(&self, token: &str) -> Result<Principal, TokenError>;
+}
+
+/// Checks an access token, asking the network when it must (an issuer's keys, introspection).
+/// Mode `external`'s implementation is [`external::External`].
+pub trait RemoteTokenValidator: Send + Sync + 'static {
+    fn validate<'a>(
+        &'a self,
+        token: &'a str,
+    ) -> futures_util::future::BoxFuture<'a, Result<Principal, TokenError>>;
+}
+
+/// The validator of the mode: the built-in one answers without a future to poll.
+enum Validator {
+    Local(Arc<dyn TokenValidator>),
+    Remote(Arc<dyn RemoteTokenValidator>),
 }
 
 /// Leeway for `exp` and `nbf`, for clocks a little apart.
@@ -86,11 +114,12 @@ pub struct Auth {
     pub config: AuthConfig,
     /// The canonical URL of `/mcp`: the resource, and the audience of its tokens.
     pub resource: String,
-    /// The authorization server's issuer: the public URL's origin.
+    /// The authorization server's issuer: the public URL's origin, or in mode `external`,
+    /// `auth.issuer`.
     pub issuer: String,
     /// Protected resource metadata, path-inserted (RFC 9728 §3.1).
     pub metadata_url: String,
-    validator: Option<Arc<dyn TokenValidator>>,
+    validator: Option<Validator>,
     /// The built-in authorization server (mode `builtin`).
     pub server: Option<Arc<server::AuthServer>>,
 }
@@ -109,7 +138,8 @@ impl Auth {
     }
 
     /// Builds the authorization for `config`: for `builtin`, the server with its keys, its
-    /// state in `store` (unused when authorization is off); a replica of its own.
+    /// state in `store` (unused when authorization is off or external); for `external`, the
+    /// validator of the external issuer's tokens. A replica of its own.
     pub async fn new(
         config: AuthConfig,
         store: Arc<dyn store::AuthStore>,
@@ -129,13 +159,25 @@ impl Auth {
         let public = config
             .public_url
             .clone()
-            .expect("validated: builtin mode has a public URL");
+            .expect("validated: builtin and external modes have a public URL");
         let resource = canonical_resource(&public);
         let issuer = public.origin().ascii_serialization();
         let metadata_url = format!(
             "{issuer}/.well-known/oauth-protected-resource{}",
             public.path().trim_end_matches('/')
         );
+        if let Some(ext) = config.external.clone() {
+            // No authorization server here: its routes are not served.
+            let validator = external::External::start(&ext, &resource).await;
+            return Ok(Auth {
+                config,
+                resource,
+                issuer: ext.issuer,
+                metadata_url,
+                validator: Some(Validator::Remote(Arc::new(validator))),
+                server: None,
+            });
+        }
         let keys = Arc::new(
             keys::KeyRing::load(
                 store.clone(),
@@ -158,7 +200,7 @@ impl Auth {
             resource,
             issuer,
             metadata_url,
-            validator: Some(keys),
+            validator: Some(Validator::Local(keys)),
             server: Some(server),
         })
     }
@@ -168,9 +210,10 @@ impl Auth {
     }
 
     /// Validates a token: signature, issuer, times, audience, revocation.
-    pub fn validate(&self, token: &str) -> Result<Principal, TokenError> {
+    pub async fn validate(&self, token: &str) -> Result<Principal, TokenError> {
         match &self.validator {
-            Some(v) => v.validate(token),
+            Some(Validator::Local(v)) => v.validate(token),
+            Some(Validator::Remote(v)) => v.validate(token).await,
             None => Err(TokenError::UnknownKey),
         }
     }

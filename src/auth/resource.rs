@@ -18,6 +18,12 @@ pub enum AuthError {
     Invalid(TokenError),
     #[error("Forbidden: the token lacks the scope this needs: {}", .0.join(" "))]
     InsufficientScope(Vec<String>),
+    /// The external authorization server could not be asked about the token (why is
+    /// logged; the client is told no more than that).
+    #[error(
+        "Service Unavailable: the authorization server cannot be asked about this token; retry later"
+    )]
+    Unavailable,
 }
 
 impl AuthError {
@@ -28,6 +34,7 @@ impl AuthError {
             AuthError::TokenInQuery | AuthError::MalformedHeader => "invalid_request",
             AuthError::Invalid(_) => "invalid_token",
             AuthError::InsufficientScope(_) => "insufficient_scope",
+            AuthError::Unavailable => "issuer_unavailable",
         }
     }
 }
@@ -41,7 +48,7 @@ pub struct Challenge {
 
 impl Auth {
     /// The principal of a request to `/mcp`: `None` when authorization is off.
-    pub fn authenticate(
+    pub async fn authenticate(
         &self,
         headers: &HeaderMap,
         uri: &Uri,
@@ -71,7 +78,13 @@ impl Auth {
             })
             .filter(|t| !t.is_empty() && !t.contains(' '))
             .ok_or(AuthError::MalformedHeader)?;
-        let principal = self.validate(token).map_err(AuthError::Invalid)?;
+        let principal = self.validate(token).await.map_err(|e| match e {
+            TokenError::Unavailable(why) => {
+                tracing::warn!("a bearer token could not be checked: {why}");
+                AuthError::Unavailable
+            }
+            e => AuthError::Invalid(e),
+        })?;
         if !principal.has_all(self.required_scopes()) {
             return Err(AuthError::InsufficientScope(
                 self.required_scopes().to_vec(),
@@ -112,6 +125,8 @@ impl Auth {
                     ),
                 ],
             ),
+            // No error code: the token was not refused, only not checked yet.
+            AuthError::Unavailable => (StatusCode::SERVICE_UNAVAILABLE, vec![]),
         };
         let mut value = format!("Bearer resource_metadata=\"{}\"", self.metadata_url);
         for (k, v) in parts {

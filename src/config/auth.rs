@@ -8,6 +8,7 @@ use std::time::Duration;
 use clap::ValueEnum;
 use serde::{Deserialize, Serialize};
 
+use super::external::{ExternalConfig, external_config};
 use super::file::AuthSection;
 use super::{Cli, ConfigError, invalid};
 
@@ -20,6 +21,8 @@ pub enum AuthMode {
     None,
     /// The gateway is resource server and authorization server.
     Builtin,
+    /// The gateway is resource server for an authorization server it does not run.
+    External,
 }
 
 /// A user who can sign in at the built-in authorization server.
@@ -66,6 +69,8 @@ pub struct AuthConfig {
     pub public_url: Option<url::Url>,
     /// Scopes every request to `/mcp` needs.
     pub scopes: Vec<String>,
+    /// The authorization server of mode `external`.
+    pub external: Option<ExternalConfig>,
     pub users: Vec<UserConfig>,
     /// Clients provisioned by the operator (client credentials).
     pub clients: Vec<ClientConfig>,
@@ -95,6 +100,7 @@ impl Default for AuthConfig {
             mode: AuthMode::None,
             public_url: None,
             scopes: vec!["mcp".into()],
+            external: None,
             users: Vec::new(),
             clients: Vec::new(),
             access_ttl: Duration::from_secs(600),
@@ -129,11 +135,18 @@ pub(super) fn auth_config(
             ),
         ));
     }
-    let public_url = match cli.public_url.clone().or(file.public_url) {
-        None if mode == AuthMode::Builtin => {
+    let public_url = match cli.public_url.clone().or(file.public_url.clone()) {
+        None if mode != AuthMode::None => {
             return Err(invalid(
                 "auth.public_url",
-                "auth.mode = \"builtin\" needs the public URL of /mcp, e.g. https://mcp.example.com/mcp",
+                format!(
+                    "auth.mode = \"{}\" needs the public URL of /mcp, e.g. https://mcp.example.com/mcp",
+                    if mode == AuthMode::Builtin {
+                        "builtin"
+                    } else {
+                        "external"
+                    }
+                ),
             ));
         }
         None => None,
@@ -159,6 +172,27 @@ pub(super) fn auth_config(
                 ));
             }
             Some(url)
+        }
+    };
+    let external = match mode {
+        AuthMode::External => {
+            if !file.users.is_empty() || !file.clients.is_empty() {
+                return Err(invalid(
+                    if file.users.is_empty() {
+                        "auth.clients"
+                    } else {
+                        "auth.users"
+                    },
+                    "users and clients are the built-in authorization server's; in external mode they are the authorization server's",
+                ));
+            }
+            Some(external_config(&file, |v| std::env::var(v).ok())?)
+        }
+        _ => {
+            if let Some(key) = super::external::given(&file) {
+                return Err(invalid(key, "is for auth.mode = \"external\""));
+            }
+            None
         }
     };
     let scopes = file.scopes.unwrap_or(d.scopes);
@@ -233,6 +267,7 @@ pub(super) fn auth_config(
         mode,
         public_url,
         scopes,
+        external,
         users: file.users,
         clients: file.clients,
         access_ttl: secs(

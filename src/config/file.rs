@@ -115,6 +115,16 @@ pub struct AuthSection {
     pub failed_signins_per_user: Option<u32>,
     pub failed_signins_per_address: Option<u32>,
     pub signin_lockout_secs: Option<u64>,
+    // `auth.mode = "external"` (config::external).
+    pub issuer: Option<String>,
+    pub audiences: Option<Vec<String>>,
+    pub groups_claim: Option<String>,
+    pub jwks_refresh_min_secs: Option<u64>,
+    pub introspection_endpoint: Option<String>,
+    pub introspection_client_id: Option<String>,
+    pub introspection_client_secret_file: Option<std::path::PathBuf>,
+    pub introspection_client_secret_env: Option<String>,
+    pub introspection_cache_secs: Option<u64>,
     #[serde(default)]
     pub users: Vec<super::UserConfig>,
     #[serde(default)]

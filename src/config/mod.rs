@@ -12,10 +12,14 @@
 //! file holds the [`Config`] model, the small session and admin sections, and
 //! [`Config::merge`], which reads the sections one by one. This module imports no other
 //! module of the crate: everything else reads it.
+//!
+//! `external` checks `[auth]`'s keys of `auth.mode = "external"` (an authorization server the
+//! gateway does not run).
 
 mod auth;
 mod cli;
 mod cluster;
+mod external;
 mod file;
 mod listener;
 mod plugin;
@@ -28,6 +32,7 @@ use std::time::Duration;
 pub use auth::{AuthConfig, AuthMode, ClientConfig, UserConfig};
 pub use cli::{Cli, Command, LogFormat};
 pub use cluster::{ClusterConfig, DEFAULT_KEY_PREFIX, MIN_SECRET_LEN, redact_url};
+pub use external::{ExternalConfig, INTROSPECTION_SECRET_ENV, IntrospectionConfig};
 pub use file::FileConfig;
 pub use listener::{
     AllowList, ConnectionLimits, DEFAULT_LISTEN, DEFAULT_MAX_BODY_BYTES, MIN_HEADER_BYTES,

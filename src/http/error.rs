@@ -238,7 +238,10 @@ impl IntoResponse for HttpError {
         }
         if matches!(
             self,
-            HttpError::Cluster(_) | HttpError::OwnerUnreachable(_) | HttpError::EventStore(_)
+            HttpError::Cluster(_)
+                | HttpError::OwnerUnreachable(_)
+                | HttpError::EventStore(_)
+                | HttpError::Auth(AuthError::Unavailable, _)
         ) {
             headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
         }

@@ -46,7 +46,7 @@ pub(super) async fn revoke(
             tracing::info!(client_id = %client.client_id, "refresh token revoked");
         }
         _ => {
-            if let Ok(p) = auth.validate(token)
+            if let Ok(p) = auth.validate(token).await
                 && p.client_id == client.client_id
                 && s.keys.revoke_access(token).await?
             {

@@ -27,7 +27,7 @@ pub(super) async fn handle_get(
     conn: Conn,
 ) -> Result<Response, HttpError> {
     gw.guard.check(headers, uri)?;
-    let principal = authorize(gw, headers, uri)?;
+    let principal = authorize(gw, headers, uri).await?;
     checks::accepts_sse(headers)?;
     let id = session_header(headers)?
         .ok_or_else(|| HttpError::MissingSession(protocol::supported_list()))?;

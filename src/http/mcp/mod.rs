@@ -122,11 +122,19 @@ pub async fn delete(State(gw): State<Arc<Edge>>, request: Request) -> Response {
 }
 
 /// The request's token, checked (with authorization on): who it speaks for.
-fn authorize(gw: &Edge, headers: &HeaderMap, uri: &Uri) -> Result<Option<Principal>, HttpError> {
-    gw.auth.authenticate(headers, uri).map_err(|e| {
+async fn authorize(
+    gw: &Edge,
+    headers: &HeaderMap,
+    uri: &Uri,
+) -> Result<Option<Principal>, HttpError> {
+    let principal = gw.auth.authenticate(headers, uri).await.map_err(|e| {
         let c = gw.auth.challenge(&e);
         HttpError::Auth(e, c)
-    })
+    })?;
+    if let Some(p) = &principal {
+        tracing::debug!(subject = %p.subject, client_id = %p.client_id, scopes = ?p.scopes, groups = ?p.groups, "bearer token accepted");
+    }
+    Ok(principal)
 }
 
 /// The session, if it belongs to the request's subject: another subject's session is as
@@ -166,7 +174,7 @@ async fn handle_delete(
     conn: &Conn,
 ) -> Result<Response, HttpError> {
     gw.guard.check(headers, uri)?;
-    let principal = authorize(gw, headers, uri)?;
+    let principal = authorize(gw, headers, uri).await?;
     let id = session_header(headers)?
         .ok_or_else(|| HttpError::MissingSession(protocol::supported_list()))?;
     let request = (conn, headers, Method::DELETE, Bytes::new());

@@ -48,7 +48,7 @@ pub(super) async fn handle_post(
     // client that pooled it (a 401, then the same request with a token) finds it closed
     // under its next request.
     let bytes = read_body(headers, body, gw.config.max_body_bytes).await?;
-    let principal = authorize(gw, headers, uri)?;
+    let principal = authorize(gw, headers, uri).await?;
     checks::accepts_post(headers)?;
     checks::json_content(headers)?;
     let parsed = jsonrpc::parse_body(&bytes).map_err(HttpError::Parse)?;
