@@ -18,6 +18,10 @@ pub enum AuthError {
     Invalid(TokenError),
     #[error("Forbidden: the token lacks the scope this needs: {}", .0.join(" "))]
     InsufficientScope(Vec<String>),
+    /// A plugin or tool whose `allow_groups` / `allow_subjects` leave the token's subject
+    /// out: answered like a missing scope (the scopes it would need besides are named).
+    #[error("Forbidden: this plugin or tool is not open to the token's subject or groups")]
+    NotAllowed(Vec<String>),
 }
 
 impl AuthError {
@@ -28,6 +32,7 @@ impl AuthError {
             AuthError::TokenInQuery | AuthError::MalformedHeader => "invalid_request",
             AuthError::Invalid(_) => "invalid_token",
             AuthError::InsufficientScope(_) => "insufficient_scope",
+            AuthError::NotAllowed(_) => "not_allowed",
         }
     }
 }
@@ -109,6 +114,17 @@ impl Auth {
                     (
                         "error_description",
                         "the token lacks a scope this request needs".into(),
+                    ),
+                ],
+            ),
+            AuthError::NotAllowed(needed) => (
+                StatusCode::FORBIDDEN,
+                vec![
+                    ("error", "insufficient_scope".into()),
+                    ("scope", needed.join(" ")),
+                    (
+                        "error_description",
+                        "this plugin or tool is not open to the token's subject or groups".into(),
                     ),
                 ],
             ),
