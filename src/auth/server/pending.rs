@@ -127,7 +127,8 @@ pub(super) struct Returned {
 
 /// The pending request the provider's `state` names, taken out of the store (a second answer
 /// finds nothing): the browser's CSRF cookie must be the one the request was made with, and
-/// the state's random part the one sent.
+/// the state's random part the one sent. Both are checked before the request is taken, so an
+/// answer that fails them leaves it to the browser that started it.
 pub(super) async fn take_for_callback(
     s: &AuthServer,
     headers: &HeaderMap,
@@ -140,7 +141,7 @@ pub(super) async fn take_for_callback(
             "the identity provider's answer names no sign-in here".into(),
         ));
     };
-    let p = match s.store.take_pending(id).await? {
+    let p = match s.store.pending(id).await? {
         Some(p) if p.expires_at >= now_secs() => p,
         _ => return Err(expired()),
     };
@@ -156,6 +157,12 @@ pub(super) async fn take_for_callback(
         return Err(PageError::Invalid(
             "the identity provider's answer does not belong to this sign-in".into(),
         ));
+    }
+    // Single use: of two answers at once, one takes it. What was taken is what was checked
+    // unless the person restarted the sign-in meanwhile (a new leg): then it is refused.
+    let taken = s.store.take_pending(id).await?.ok_or_else(expired)?;
+    if taken.request != p.request {
+        return Err(expired());
     }
     let client = client_of(s, &request, addr).await?;
     Ok(Returned {
