@@ -394,7 +394,7 @@ impl TokenValidator for KeyRing {
             subject: c.sub,
             client_id: c.client_id,
             scopes: c.scope.split_whitespace().map(str::to_owned).collect(),
-            groups: c.groups,
+            groups: c.groups.into_iter().collect(),
         })
     }
 }

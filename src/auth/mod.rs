@@ -47,8 +47,9 @@ pub struct Principal {
     pub subject: String,
     pub client_id: String,
     pub scopes: BTreeSet<String>,
-    /// The groups the token says the subject is in (for plugins' `allow_groups`).
-    pub groups: Vec<String>,
+    /// The groups the token's issuer says the subject is in (empty when it says none): what
+    /// plugins' `allow_groups` look at.
+    pub groups: BTreeSet<String>,
 }
 
 impl Principal {

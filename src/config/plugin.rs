@@ -2,7 +2,7 @@
 //! `[plugins.NAME]` table, an admin API body, a stored row), the checks every definition
 //! passes, and `${NAME}` expansion of a plugin's environment. Nothing here starts a process.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -102,13 +102,10 @@ impl Access {
     }
 
     /// Whether the caller `subject`, a member of `groups`, is let in.
-    pub fn admits(&self, subject: &str, groups: &[String]) -> bool {
+    pub fn admits(&self, subject: &str, groups: &BTreeSet<String>) -> bool {
         !self.restricts()
             || self.allow_subjects.iter().any(|s| s == subject)
-            || self
-                .allow_groups
-                .iter()
-                .any(|g| groups.iter().any(|have| have == g))
+            || self.allow_groups.iter().any(|g| groups.contains(g))
     }
 }
 
@@ -234,7 +231,7 @@ impl PluginConfig {
 
     /// The tool name patterns of the `tool_access` rules that leave out the caller `subject`,
     /// a member of `groups`.
-    pub fn tools_denied_to(&self, subject: &str, groups: &[String]) -> Vec<String> {
+    pub fn tools_denied_to(&self, subject: &str, groups: &BTreeSet<String>) -> Vec<String> {
         self.tool_access
             .iter()
             .filter(|r| !r.access().admits(subject, groups))
@@ -672,13 +669,14 @@ mod tests {
     #[test]
     fn access_rules() {
         let mut p = PluginConfig::new("a", "x", vec![]);
-        let none: Vec<String> = Vec::new();
+        let set = |g: &[&str]| g.iter().map(|s| (*s).to_owned()).collect::<BTreeSet<_>>();
+        let none = set(&[]);
         assert!(!p.restricts_callers() && p.access.admits("anyone", &none));
         p.access.allow_groups = vec!["eng".into()];
         p.access.allow_subjects = vec!["carol".into()];
-        assert!(p.access.admits("bob", &["ops".into(), "eng".into()]));
+        assert!(p.access.admits("bob", &set(&["ops", "eng"])));
         assert!(p.access.admits("carol", &none));
-        assert!(!p.access.admits("bob", &["ops".into()]));
+        assert!(!p.access.admits("bob", &set(&["ops"])));
         p.tool_access = vec![
             ToolAccess {
                 tools: vec!["delete_*".into(), "drop".into()],
@@ -692,11 +690,11 @@ mod tests {
             },
         ];
         assert_eq!(
-            p.tools_denied_to("bob", &["eng".into()]),
+            p.tools_denied_to("bob", &set(&["eng"])),
             ["delete_*", "drop"]
         );
         assert!(
-            p.tools_denied_to("root", &["eng".into(), "admins".into()])
+            p.tools_denied_to("root", &set(&["eng", "admins"]))
                 .is_empty()
         );
         let check = |p: &PluginConfig| validate_plugin(p, "__");

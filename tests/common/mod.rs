@@ -21,6 +21,8 @@
 //! - `admin`: the admin listener (probes, metrics text, the admin API).
 //! - `oauth`: a gateway in `builtin` auth mode and the OAuth flows against it.
 //! - `browser`: a real browser through chromedriver.
+//! - `oidc`: an OpenID provider of the test's own (`oidc-provider` from npm): tokens for a
+//!   resource, introspection, revocation, key rotation.
 //! - `procfs`: process checks through /proc.
 //! - `postgres`: a database of its own on the test PostgreSQL server.
 //! - `redis_server`: a Redis of the test's own (`redis-server` on a port of its own, nothing
@@ -37,6 +39,7 @@ pub mod cluster;
 pub mod inprocess;
 pub mod modern;
 pub mod oauth;
+pub mod oidc;
 pub mod postgres;
 pub mod process;
 pub mod procfs;
