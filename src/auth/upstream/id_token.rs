@@ -448,6 +448,129 @@ mod tests {
         assert!(e.to_string().contains("eve@evil.org"), "{e}");
     }
 
+    /// A P-256 key: its encoding key and its public JWK with `kid`.
+    fn es256_key(kid: &str) -> (jsonwebtoken::EncodingKey, Value) {
+        use p256::elliptic_curve::sec1::ToEncodedPoint;
+        use p256::pkcs8::EncodePrivateKey;
+        let secret = loop {
+            if let Ok(k) = p256::SecretKey::from_slice(&rand::random::<[u8; 32]>()) {
+                break k;
+            }
+        };
+        let der = secret.to_pkcs8_der().unwrap();
+        let point = secret.public_key().to_encoded_point(false);
+        let b64 =
+            |b: &[u8]| base64::Engine::encode(&base64::engine::general_purpose::URL_SAFE_NO_PAD, b);
+        let jwk = json!({"kty": "EC", "crv": "P-256", "kid": kid, "use": "sig", "alg": "ES256",
+                         "x": b64(point.x().unwrap()), "y": b64(point.y().unwrap())});
+        (jsonwebtoken::EncodingKey::from_ec_der(der.as_bytes()), jwk)
+    }
+
+    #[tokio::test]
+    async fn id_tokens_are_checked_against_the_providers_keys_and_the_request() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let (key, jwk) = es256_key("k1");
+        let (other_key, _) = es256_key("k1");
+        let fetches = Arc::new(AtomicUsize::new(0));
+        let served = (json!({"keys": [jwk, {"kty": "weird"}]}), fetches.clone());
+        let app = axum::Router::new().route(
+            "/jwks",
+            axum::routing::get(move || {
+                let (doc, fetches) = served.clone();
+                fetches.fetch_add(1, Ordering::SeqCst);
+                async move { axum::Json(doc) }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let jwks_uri = format!("http://{}/jwks", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        let d = Discovered {
+            issuer: "https://id.example.com".into(),
+            authorization_endpoint: "https://id.example.com/auth".into(),
+            token_endpoint: "https://id.example.com/token".into(),
+            jwks_uri,
+            token_auth_methods: None,
+            id_token_algs: Some(vec!["ES256".into(), "RS256".into()]),
+        };
+        let c = config(|_| {});
+        let now = crate::auth::now_secs();
+        let base = json!({"iss": "https://id.example.com", "aud": "gw", "sub": "1",
+                          "exp": now + 300, "iat": now, "nonce": "n-1"});
+        let sign = |claims: &Value, kid: &str, key: &jsonwebtoken::EncodingKey| {
+            let mut h = jsonwebtoken::Header::new(Algorithm::ES256);
+            h.kid = Some(kid.into());
+            jsonwebtoken::encode(&h, claims, key).unwrap()
+        };
+        let with = |k: &str, v: Value| {
+            let mut c = base.clone();
+            if v.is_null() {
+                c.as_object_mut().unwrap().remove(k);
+            } else {
+                c[k] = v;
+            }
+            c
+        };
+        let cache = KeyCache::default();
+        let http = reqwest::Client::new();
+        let check = async |token: &str| cache.validate(&http, &d, &c, token, "n-1").await;
+        let ok = check(&sign(&base, "k1", &key)).await.unwrap();
+        assert_eq!(ok["sub"], "1");
+        assert_eq!(
+            fetches.load(Ordering::SeqCst),
+            1,
+            "fetched once, then cached"
+        );
+        assert!(check(&sign(&base, "k1", &key)).await.is_ok());
+        assert_eq!(fetches.load(Ordering::SeqCst), 1);
+        for (claims, says) in [
+            (with("nonce", json!("n-2")), "nonce is not the one sent"),
+            (with("nonce", Value::Null), "no nonce"),
+            (with("aud", json!("someone-else")), "not for this client"),
+            (
+                with("iss", json!("https://evil.example.com")),
+                "another issuer",
+            ),
+            (with("exp", json!(now - 3600)), "expired"),
+            (
+                with("aud", json!(["gw", "x"])),
+                "several audiences and no azp",
+            ),
+            (with("azp", json!("x")), "another client"),
+            (with("sub", Value::Null), "no `sub`"),
+        ] {
+            let e = check(&sign(&claims, "k1", &key)).await.unwrap_err();
+            assert!(e.to_string().contains(says), "{claims}: {e}");
+        }
+        let e = check(&sign(&base, "k1", &other_key)).await.unwrap_err();
+        assert!(e.to_string().contains("signature is invalid"), "{e}");
+        // HMAC (keyed with anything at all) and `none` are never accepted.
+        let hs = jsonwebtoken::encode(
+            &jsonwebtoken::Header::new(Algorithm::HS256),
+            &base,
+            &jsonwebtoken::EncodingKey::from_secret(b"client-secret"),
+        )
+        .unwrap();
+        let e = check(&hs).await.unwrap_err();
+        assert!(e.to_string().contains("not accepted"), "{e}");
+        let b64 = |v: &Value| {
+            base64::Engine::encode(
+                &base64::engine::general_purpose::URL_SAFE_NO_PAD,
+                v.to_string(),
+            )
+        };
+        let none = format!("{}.{}.", b64(&json!({"alg": "none"})), b64(&base));
+        assert!(check(&none).await.is_err());
+        // A key not seen yet: the keys are fetched again, once within REFETCH_AFTER.
+        let fetched = fetches.load(Ordering::SeqCst);
+        let e = check(&sign(&base, "k2", &key)).await.unwrap_err();
+        assert!(e.to_string().contains("no key"), "{e}");
+        assert_eq!(
+            fetches.load(Ordering::SeqCst),
+            fetched,
+            "fetched < 10 s ago: not again"
+        );
+    }
+
     #[test]
     fn only_asymmetric_algorithms_with_fitting_keys() {
         assert!(accepted(Algorithm::RS256) && accepted(Algorithm::ES256));
