@@ -264,6 +264,62 @@ async fn a_forwarder_remembers_the_owner_and_asks_again_when_it_moves() {
     }
 }
 
+/// A session whose record names a replica that does not hold it (that replica's takeover
+/// failed halfway: it claimed the record, then the shared store did not answer) is taken over
+/// there when a request for it is forwarded there, as it is when a request comes straight to
+/// it; the client is not told its session is gone.
+#[tokio::test]
+async fn a_takeover_that_failed_halfway_is_finished_by_a_forwarded_request() {
+    let prefix = prefix();
+    let mut a = replica(&prefix);
+    let mut b = replica(&prefix);
+    let mut c = replica(&prefix);
+    let mut on_a = a.client();
+    on_a.initialize().await;
+    let sid = on_a.session.clone().unwrap();
+
+    // B's id, from its heartbeat (which holds the address it is reached at).
+    let b_id = redis_keys(&prefix)
+        .into_iter()
+        .filter_map(|k| {
+            k.strip_prefix(&format!("{prefix}replica:"))
+                .map(str::to_owned)
+        })
+        .find(|id| {
+            let out = Command::new("redis-cli")
+                .args(["get", &format!("{prefix}replica:{id}")])
+                .output()
+                .expect("redis-cli runs");
+            let url = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+            !url.is_empty() && b.url.starts_with(&url)
+        })
+        .expect("B's heartbeat");
+    // The record now names B, which never held the session.
+    let out = Command::new("redis-cli")
+        .args(["hset", &format!("{prefix}session:{sid}"), "replica", &b_id])
+        .output()
+        .expect("redis-cli runs");
+    assert!(out.status.success());
+
+    // Through C, which forwards to B: B takes it over and answers.
+    let text = on_a
+        .at(&c.url)
+        .tool_text(2, "echo", json!({"text": "finished on b"}))
+        .await;
+    assert!(text.contains("finished on b"), "{text}");
+    assert_eq!(
+        b.metric("mcp_gateway_sessions_adopted_total").await,
+        Some(1.0)
+    );
+
+    a.terminate();
+    b.terminate();
+    c.terminate();
+    for k in redis_keys(&prefix) {
+        let _ = Command::new("redis-cli").args(["del", &k]).output();
+    }
+}
+
 #[tokio::test]
 async fn the_internal_route_refuses_anyone_without_the_secret() {
     let prefix = prefix();

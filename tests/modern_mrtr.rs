@@ -160,8 +160,9 @@ async fn rounds_follow_each_other_and_requests_that_come_together_go_together() 
 async fn a_capability_the_request_did_not_declare_is_never_asked_for() {
     let gw = InProcess::fixture(&[], &[]).await;
     let missing = |a: &Answer, caps: serde_json::Value| {
-        let (_, code, message) = a.error();
+        let (status, code, message) = a.error();
         assert_eq!(code, -32021, "{}", a.message);
+        assert_eq!(status, 400, "-32021 is a 400 on HTTP");
         assert!(message.contains("capability"), "{message}");
         assert_eq!(a.message["error"]["data"]["requiredCapabilities"], caps);
     };

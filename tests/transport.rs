@@ -138,10 +138,11 @@ async fn sessions_required_unknown_and_ended() {
     gw.stop().await;
 }
 
-/// Without a session and without a modern `_meta`, a request gets a plain 400 that is not a
-/// modern-era error (-32020..-32022), so a dual-era client falls back to `initialize`. With a
-/// modern `_meta` it is a modern request (tests/modern.rs), refused here for its missing
-/// headers with a modern error.
+/// Without a session and without a modern `_meta`, a request gets a 400 that is not a
+/// modern-era error (-32020..-32022), so a dual-era client falls back to `initialize`: a plain
+/// one, or -32602 for a `server/discover` (modern by its method, and missing its `_meta`:
+/// tests/modern.rs). With a modern `_meta` it is a modern request, refused here for its
+/// missing headers with a modern error.
 #[tokio::test]
 async fn a_request_without_session_or_modern_meta_gets_a_legacy_400() {
     let gw = InProcess::fixture(&[], &[]).await;

@@ -236,7 +236,10 @@ impl IntoResponse for HttpError {
         ) {
             headers.insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
         }
-        if matches!(self, HttpError::Cluster(_) | HttpError::OwnerUnreachable(_)) {
+        if matches!(
+            self,
+            HttpError::Cluster(_) | HttpError::OwnerUnreachable(_) | HttpError::EventStore(_)
+        ) {
             headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
         }
         if matches!(self, HttpError::SessionNotHere) {

@@ -5,8 +5,13 @@
 //! session; the version travels in each request's `_meta`, and that alone decides: a request
 //! whose `_meta` declares a version is modern whatever its method and headers (2026-07-28
 //! versioning, "Backward Compatibility": a dual-era server selects its behavior from how the
-//! client opens). A request with neither a session nor a modern `_meta` is answered with a
-//! plain 400 that is deliberately *not* a modern-era error.
+//! client opens). Without a session, a request that shows it means to be modern without
+//! declaring a version in `_meta` (it is `server/discover`, names a modern `_meta` key, or
+//! carries a modern `MCP-Protocol-Version` header) is modern too, and malformed: the modern
+//! handler refuses it with -32602, HTTP 400, as the spec says of a `_meta` that lacks a
+//! required field (2026-07-28 basic, "Per-request protocol fields"). Any other request with
+//! neither a session nor a modern `_meta` is answered with a plain 400 that is deliberately
+//! *not* a modern-era error.
 
 use crate::jsonrpc::{Body, Message};
 
@@ -17,20 +22,25 @@ pub enum Era<'a> {
     Initialize,
     /// A legacy request inside the named session.
     Session(&'a str),
-    /// A modern-era (2026-07-28) request: its params' `_meta` declare a version. Whatever its
-    /// method (`initialize` included) and whatever session header it carries.
+    /// A modern-era (2026-07-28) request: its params' `_meta` declare a version, whatever its
+    /// method (`initialize` included) and whatever session header it carries; or, without a
+    /// session, it hints at the modern era without declaring one (its `_meta` is then refused
+    /// as malformed).
     Modern,
-    /// No session, no `initialize`, no modern `_meta`: a legacy client that forgot the
-    /// session header, or a modern one that forgot its `_meta`. `modern` is true when the
-    /// message hints at the modern era (`server/discover`).
-    Sessionless { modern: bool },
+    /// No session, no `initialize`, no hint of the modern era: a legacy client that forgot
+    /// the session header.
+    Sessionless,
 }
 
 /// Meta key a modern-era request carries its version in.
 pub const MODERN_VERSION_META: &str = "io.modelcontextprotocol/protocolVersion";
 
-/// Classifies a POST by its session header and body.
-pub fn classify<'a>(session_header: Option<&'a str>, body: &Body) -> Era<'a> {
+/// Classifies a POST by its session and `MCP-Protocol-Version` headers and its body.
+pub fn classify<'a>(
+    session_header: Option<&'a str>,
+    version_header: Option<&[u8]>,
+    body: &Body,
+) -> Era<'a> {
     let first = match body {
         Body::Single(m) => Some(m),
         Body::Batch(v) => v.first(),
@@ -44,14 +54,20 @@ pub fn classify<'a>(session_header: Option<&'a str>, body: &Body) -> Era<'a> {
         return Era::Session(id);
     }
     let Some(first) = first else {
-        return Era::Sessionless { modern: false };
+        return Era::Sessionless;
     };
     if first.method() == Some("initialize") {
         return Era::Initialize;
     }
-    Era::Sessionless {
-        modern: looks_modern(first),
+    let modern_header = version_header.is_some_and(|v| {
+        super::modern::MODERN_VERSIONS
+            .iter()
+            .any(|m| m.as_bytes() == v)
+    });
+    if first.is_request() && (modern_header || looks_modern(first)) {
+        return Era::Modern;
     }
+    Era::Sessionless
 }
 
 fn looks_modern(m: &Message) -> bool {
@@ -72,9 +88,17 @@ mod tests {
     use crate::jsonrpc::parse_body;
 
     fn era(session: Option<&str>, body: &str) -> String {
+        era_with(session, None, body)
+    }
+
+    fn era_with(session: Option<&str>, version: Option<&str>, body: &str) -> String {
         format!(
             "{:?}",
-            classify(session, &parse_body(body.as_bytes()).unwrap())
+            classify(
+                session,
+                version.map(str::as_bytes),
+                &parse_body(body.as_bytes()).unwrap()
+            )
         )
     }
 
@@ -84,7 +108,11 @@ mod tests {
         assert_eq!(era(None, init), "Initialize");
         assert_eq!(era(Some("abc"), init), "Session(\"abc\")");
         let discover = r#"{"jsonrpc":"2.0","id":1,"method":"server/discover"}"#;
-        assert_eq!(era(None, discover), "Sessionless { modern: true }");
+        assert_eq!(
+            era(None, discover),
+            "Modern",
+            "refused for its missing _meta"
+        );
         let meta = r#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}"#;
         assert_eq!(era(None, meta), "Modern");
         assert_eq!(
@@ -98,8 +126,24 @@ mod tests {
         assert_eq!(era(None, modern_init), "Modern");
         // Only a string in `_meta` counts, not the key's name somewhere in the params.
         let text = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"io.modelcontextprotocol/protocolVersion"}}"#;
-        assert_eq!(era(None, text), "Sessionless { modern: true }");
+        // ...though naming the key hints at the modern era: refused for its `_meta`.
+        assert_eq!(era(None, text), "Modern");
         let plain = r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#;
-        assert_eq!(era(None, plain), "Sessionless { modern: false }");
+        assert_eq!(era(None, plain), "Sessionless");
+        // A modern version header without `_meta`: a modern request missing its `_meta`.
+        assert_eq!(era_with(None, Some("2026-07-28"), plain), "Modern");
+        assert_eq!(era_with(None, Some("2025-11-25"), plain), "Sessionless");
+        assert_eq!(
+            era_with(Some("abc"), Some("2026-07-28"), plain),
+            "Session(\"abc\")",
+            "in a session, the header is the session's to check"
+        );
+        assert_eq!(
+            era_with(None, Some("2026-07-28"), init),
+            "Initialize",
+            "a legacy initialize opens a session whatever the header says"
+        );
+        let note = r#"{"jsonrpc":"2.0","method":"notifications/x"}"#;
+        assert_eq!(era_with(None, Some("2026-07-28"), note), "Sessionless");
     }
 }

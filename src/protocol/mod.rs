@@ -5,6 +5,7 @@
 pub mod era;
 pub mod modern;
 pub mod mrtr;
+pub mod param_headers;
 
 use serde::Deserialize;
 use serde_json::value::RawValue;

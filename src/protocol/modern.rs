@@ -203,23 +203,22 @@ pub fn read_meta(params: Option<&RawValue>) -> Result<RequestMeta, ModernError> 
         .ok_or_else(|| {
             bad("_meta[\"io.modelcontextprotocol/protocolVersion\"] must be a string")
         })?;
-    let (capabilities, extensions) = match &meta.capabilities {
-        None => (Vec::new(), Vec::new()),
-        Some(raw) => {
-            let declared =
-                serde_json::from_str::<HashMap<String, &RawValue>>(raw.get()).map_err(|_| {
-                    bad("_meta[\"io.modelcontextprotocol/clientCapabilities\"] must be an object")
-                })?;
-            let extensions = match declared.get("extensions") {
-                None => Vec::new(),
-                Some(e) => serde_json::from_str::<HashMap<String, IgnoredAny>>(e.get())
-                    .map_err(|_| bad("clientCapabilities.extensions must be an object"))?
-                    .into_keys()
-                    .collect(),
-            };
-            (declared.into_keys().collect(), extensions)
-        }
+    // Required on every request, `{}` when the client declares nothing.
+    let not_object =
+        || bad("_meta[\"io.modelcontextprotocol/clientCapabilities\"] must be an object");
+    let declared = meta
+        .capabilities
+        .as_ref()
+        .and_then(|raw| serde_json::from_str::<HashMap<String, &RawValue>>(raw.get()).ok())
+        .ok_or_else(not_object)?;
+    let extensions = match declared.get("extensions") {
+        None => Vec::new(),
+        Some(e) => serde_json::from_str::<HashMap<String, IgnoredAny>>(e.get())
+            .map_err(|_| bad("clientCapabilities.extensions must be an object"))?
+            .into_keys()
+            .collect(),
     };
+    let capabilities = declared.into_keys().collect();
     let log_level = match meta.log_level {
         None => None,
         Some(l) => {
@@ -251,27 +250,34 @@ pub struct MirroredHeaders<'a> {
     pub name: Option<&'a [u8]>,
 }
 
-/// Checks that the headers mirror the body: `MCP-Protocol-Version` equals the version in
-/// `_meta`, `Mcp-Method` the method, and `Mcp-Name` (decoded from its Base64 form) the
-/// `name` or `uri` of the requests that have one, and the `taskId` of the tasks extension's.
-pub fn check_headers(
+/// Checks that `MCP-Protocol-Version` equals the version in `_meta`. First of the header
+/// checks: a version the gateway does not serve is refused after it (-32022) but before the
+/// other headers, which a version the gateway does not know may define otherwise.
+pub fn check_version_header(
     headers: MirroredHeaders<'_>,
     meta: &RequestMeta,
+) -> Result<(), ModernError> {
+    let mismatch = |s: String| Err(ModernError::HeaderMismatch(s));
+    match headers.protocol_version {
+        None => mismatch("the MCP-Protocol-Version header is required".into()),
+        Some(v) if v != meta.version.as_bytes() => mismatch(format!(
+            "MCP-Protocol-Version header value '{}' does not match the body's protocol version '{}'",
+            String::from_utf8_lossy(v),
+            meta.version
+        )),
+        Some(_) => Ok(()),
+    }
+}
+
+/// Checks that the other standard headers mirror the body: `Mcp-Method` the method, and
+/// `Mcp-Name` (decoded from its Base64 form) the `name` or `uri` of the requests that have
+/// one, and the `taskId` of the tasks extension's. After [`check_version_header`].
+pub fn check_headers(
+    headers: MirroredHeaders<'_>,
     method: &str,
     params: Option<&RawValue>,
 ) -> Result<(), ModernError> {
     let mismatch = |s: String| Err(ModernError::HeaderMismatch(s));
-    match headers.protocol_version {
-        None => return mismatch("the MCP-Protocol-Version header is required".into()),
-        Some(v) if v != meta.version.as_bytes() => {
-            return mismatch(format!(
-                "MCP-Protocol-Version header value '{}' does not match the body's protocol version '{}'",
-                String::from_utf8_lossy(v),
-                meta.version
-            ));
-        }
-        Some(_) => {}
-    }
     match headers.method {
         None => return mismatch("the Mcp-Method header is required".into()),
         Some(m) if m != method.as_bytes() => {
@@ -354,6 +360,19 @@ struct Envelope<'a> {
     result: Option<&'a RawValue>,
     #[serde(borrow)]
     error: Option<&'a RawValue>,
+}
+
+/// The `error.code` of a response, when it is an error response; `None` for anything else
+/// (a result, a request, a notification, what does not parse).
+pub fn response_error_code(bytes: &[u8]) -> Option<i64> {
+    #[derive(Deserialize)]
+    struct Error {
+        code: i64,
+    }
+    let error = serde_json::from_slice::<Envelope>(bytes).ok()?.error?;
+    serde_json::from_str::<Error>(error.get())
+        .ok()
+        .map(|e| e.code)
 }
 
 /// A legacy plugin's response made a modern one: a result object gets `resultType:
@@ -444,20 +463,46 @@ mod tests {
         assert_eq!(meta.capabilities, vec!["elicitation".to_string()]);
         assert!(declared_version(Some(&raw(r#"{"name":"x"}"#))).is_none());
         assert!(declared_version(None).is_none());
-        let bad = raw(
-            r#"{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/logLevel":"loud"}}"#,
+        // clientInfo is optional; clientCapabilities is not.
+        let lean = raw(
+            r#"{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}"#,
         );
-        assert!(matches!(
-            read_meta(Some(&bad)),
-            Err(ModernError::InvalidMeta(_))
-        ));
+        assert!(read_meta(Some(&lean)).unwrap().capabilities.is_empty());
+        for (bad, why) in [
+            (
+                r#"{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{},"io.modelcontextprotocol/logLevel":"loud"}}"#,
+                "logLevel",
+            ),
+            (
+                r#"{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}"#,
+                "clientCapabilities",
+            ),
+            (
+                r#"{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":[]}}"#,
+                "clientCapabilities",
+            ),
+            (
+                r#"{"_meta":{"io.modelcontextprotocol/clientCapabilities":{}}}"#,
+                "protocolVersion",
+            ),
+            (r#"{}"#, "_meta is required"),
+        ] {
+            match read_meta(Some(&raw(bad))) {
+                Err(ModernError::InvalidMeta(m)) => assert!(m.contains(why), "{m}"),
+                other => panic!("{bad}: {other:?}"),
+            }
+        }
+        assert!(matches!(read_meta(None), Err(ModernError::InvalidMeta(_))));
     }
 
     #[test]
     fn headers_must_mirror_the_body() {
         let p = params(r#","name":"get_weather""#);
         let meta = read_meta(Some(&p)).unwrap();
-        let check = |h| check_headers(h, &meta, "tools/call", Some(&p));
+        let check = |h| {
+            check_version_header(h, &meta)?;
+            check_headers(h, "tools/call", Some(&p))
+        };
         assert_eq!(
             check(headers("2026-07-28", "tools/call", Some("get_weather"))),
             Ok(())
@@ -537,6 +582,21 @@ mod tests {
         assert_eq!(v["error"]["code"], -32602);
         assert_eq!(v["error"]["message"], "no such resource");
         assert_eq!(m("not json", None), "not json");
+    }
+
+    #[test]
+    fn an_error_responses_code_is_read() {
+        let code = |b: &str| response_error_code(b.as_bytes());
+        assert_eq!(
+            code(r#"{"jsonrpc":"2.0","id":1,"error":{"code":-32021,"message":"x","data":{}}}"#),
+            Some(-32021)
+        );
+        assert_eq!(code(r#"{"jsonrpc":"2.0","id":1,"result":{}}"#), None);
+        assert_eq!(
+            code(r#"{"jsonrpc":"2.0","method":"notifications/progress","params":{}}"#),
+            None
+        );
+        assert_eq!(code("not json"), None);
     }
 
     #[test]

@@ -4,7 +4,8 @@
 //! concurrently. The cursor handed to the client is opaque: base64url of the plugins still
 //! listing and each one's own cursor. A cursor that does not decode, or names a plugin this
 //! session does not have, is invalid params. Resource results also teach the session which
-//! plugin serves which URI. Tools the client cannot use (`tasks.rs`) and names too long once
+//! plugin serves which URI; a plugin's whole tool list, read for a modern `tools/call`, which
+//! of its tools' parameters are mirrored in headers. Tools the client cannot use (`tasks.rs`) and names too long once
 //! prefixed (`names.rs`) are left out.
 
 use base64::Engine;
@@ -13,9 +14,13 @@ use bytes::Bytes;
 use serde_json::Value;
 use serde_json::value::RawValue;
 
+use std::sync::Arc;
+
 use super::names;
 use crate::jsonrpc::{self, Id, code};
+use crate::protocol::param_headers::header_params;
 use crate::registry::{View, ViewPlugin};
+use crate::session::tool_headers::ToolParams;
 use crate::session::{ResourceRoutes, Session};
 
 /// Pages fetched per plugin when learning resource routes, at most.
@@ -216,6 +221,50 @@ async fn learn_one(session: &Session, plugin: &ViewPlugin, method: &str) {
             None => return,
         }
     }
+}
+
+/// The tools of `plugin` that have header-mapped parameters, from its whole `tools/list`
+/// (bounded), remembered for the session; `None` when the list cannot be read.
+pub async fn learn_tool_headers(session: &Session, plugin: &ViewPlugin) -> Option<Arc<ToolParams>> {
+    let mut tools = ToolParams::new();
+    let mut cursor: Option<String> = None;
+    for _ in 0..LEARN_PAGES {
+        let page = match fetch_page(session, plugin, "tools/list", cursor.as_deref()).await {
+            Ok(page) => page,
+            Err(e) => {
+                tracing::info!(plugin = %plugin.name(), session = %session.id, "its tools' header-mapped parameters are unknown: {e}; Mcp-Param headers go unchecked");
+                return None;
+            }
+        };
+        for tool in page
+            .get("tools")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let (Some(name), Some(schema)) = (
+                tool.get("name").and_then(Value::as_str),
+                tool.get("inputSchema"),
+            ) else {
+                continue;
+            };
+            let params = header_params(schema);
+            if !params.is_empty() {
+                tools.insert(name.to_owned(), params.into());
+            }
+        }
+        match page.get("nextCursor").and_then(Value::as_str) {
+            Some(next) => cursor = Some(next.to_owned()),
+            None => break,
+        }
+    }
+    let tools = Arc::new(tools);
+    session
+        .tool_headers
+        .lock()
+        .expect("tool headers lock")
+        .learn(plugin.name(), plugin.info.clone(), tools.clone());
+    Some(tools)
 }
 
 async fn fetch_page(

@@ -28,6 +28,7 @@ use crate::backend::connection::CallError;
 use crate::backend::{PluginConnection, Rewrite};
 use crate::config::{ProcessModel, ResponseMode};
 use crate::jsonrpc::{self, Id, code};
+use crate::protocol::param_headers::HeaderParam;
 use crate::registry::{View, ViewPlugin};
 use crate::session::tasks::Found;
 use crate::session::{LOG_LEVELS, Session};
@@ -655,6 +656,29 @@ pub fn tool_target<'v>(
     let p: NameParams = serde_json::from_str(params?.get()).ok()?;
     resolve_name(view, "tools", &p.name)
         .map(|(slot, local)| (&view.plugins[slot], local.to_owned()))
+}
+
+/// The header-mapped parameters (`x-mcp-header`) of the tool a `tools/call` names, as its
+/// plugin lists it for this session (read once, then remembered until its tools change);
+/// `None` when the params name no tool of the view, or the plugin's list cannot be read.
+pub async fn tool_header_params(
+    session: &Session,
+    view: &View,
+    params: Option<&RawValue>,
+) -> Option<Arc<[HeaderParam]>> {
+    let p: NameParams = serde_json::from_str(params?.get()).ok()?;
+    let (slot, local) = resolve_name(view, "tools", &p.name)?;
+    let plugin = &view.plugins[slot];
+    let known = session
+        .tool_headers
+        .lock()
+        .expect("tool headers lock")
+        .get(plugin.name(), &plugin.info);
+    let tools = match known {
+        Some(tools) => tools,
+        None => lists::learn_tool_headers(session, plugin).await?,
+    };
+    Some(tools.get(local).cloned().unwrap_or_else(|| Arc::from([])))
 }
 
 /// The plugin and local name behind a public tool or prompt name: the plugin whose prefix

@@ -53,6 +53,7 @@ pub mod store;
 mod streams;
 pub mod task_status;
 pub mod tasks;
+pub mod tool_headers;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -167,6 +168,9 @@ pub struct Session {
     subscriptions: Mutex<HashSet<(String, String)>>,
     /// Which plugin serves which resource URI, learned from list results.
     pub routes: Mutex<ResourceRoutes>,
+    /// The header-mapped parameters of its plugins' tools, learned from their lists for a
+    /// modern `tools/call` (`tool_headers.rs`).
+    pub tool_headers: Mutex<tool_headers::ToolHeaders>,
     /// A modern caller's listen streams (`listen.rs`).
     listeners: listen::Hub,
     /// What its listeners hold on its own plugin instances, by plugin (`holds.rs`).
@@ -275,6 +279,7 @@ impl Session {
             log_level,
             subscriptions: Mutex::new(state.subscriptions.into_iter().collect()),
             routes: Mutex::new(Default::default()),
+            tool_headers: Mutex::new(Default::default()),
             listeners: Default::default(),
             own_holds: Mutex::new(HashMap::new()),
             shared_holds: Mutex::new(HashSet::new()),

@@ -6,7 +6,9 @@
 //! plugin's ids) and is refused at once when the client did not declare the capability it
 //! needs (or the elicitation mode, or tool use in sampling: [`super::capabilities`]) or no
 //! stream can carry it; the client's answer goes back to the instance that asked.
-//! A `resources/list_changed` clears what the session learned of resource routes. A task a
+//! A `resources/list_changed` clears what the session learned of resource routes, a
+//! `tools/list_changed` (or the instance's exit) what it learned of that plugin's tools'
+//! header-mapped parameters. A task a
 //! message names (`notifications/tasks/status`, related-task `_meta`) is given by the id the
 //! client knows it by, both ways ([`super::tasks`]); a status of a task that is not this
 //! session's is dropped.
@@ -32,6 +34,13 @@ use crate::jsonrpc::{self, Id, Outcome};
 use crate::stream::Sink;
 
 impl Session {
+    fn forget_tool_headers(&self, plugin: &str) {
+        self.tool_headers
+            .lock()
+            .expect("tool headers lock")
+            .forget(plugin);
+    }
+
     /// Sends a server-initiated message on exactly one stream: the related request's when it
     /// is certain, else the GET stream if a connection listens there, else (when the relation
     /// is a guess) the newest request stream. Failing these, a notification waits on the GET
@@ -276,6 +285,7 @@ impl PluginEvents for Session {
                 }
                 if method == "notifications/tools/list_changed" {
                     self.tasks.forget_tool_support(conn.name());
+                    self.forget_tool_headers(conn.name());
                 }
                 if self.for_caller {
                     return self.publish(Some(conn.name()), method, Some(&message[..]));
@@ -314,6 +324,7 @@ impl PluginEvents for Session {
 
     fn plugin_exited(&self, conn: &Arc<PluginConnection>) {
         self.tasks.forget_tool_support(conn.name());
+        self.forget_tool_headers(conn.name());
         self.instance_exited(conn);
     }
 

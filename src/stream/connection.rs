@@ -59,10 +59,15 @@ pub(super) struct Conn {
 pub(super) struct Live {
     pub(super) rx: mpsc::Receiver<Frame>,
     pub(super) queued: Arc<AtomicUsize>,
+    /// A frame taken from the queue to be looked at ([`Attached::peek`]), handed out first.
+    pub(super) peeked: Option<Frame>,
 }
 
 impl Live {
     pub(super) async fn recv(&mut self) -> Option<Frame> {
+        if let Some(f) = self.peeked.take() {
+            return Some(f);
+        }
         let frame = self.rx.recv().await;
         if let Some(f) = &frame {
             self.took(f);
@@ -71,6 +76,9 @@ impl Live {
     }
 
     pub(super) fn try_recv(&mut self) -> Result<Frame, mpsc::error::TryRecvError> {
+        if let Some(f) = self.peeked.take() {
+            return Ok(f);
+        }
         let frame = self.rx.try_recv();
         if let Ok(f) = &frame {
             self.took(f);
@@ -144,6 +152,23 @@ impl Attached {
         p.rx.recv().await
     }
 
+    /// The data of the first event this connection will be handed (a replayed one, else the
+    /// first live one, waited for), left in place: whoever reads the connection gets it all
+    /// the same. `None` when the stream ends, or is released or taken over, before any.
+    pub async fn peek(&mut self) -> Option<Bytes> {
+        let p = self.0.as_mut().expect("not taken");
+        if let Some((_, data)) = p.replay.first() {
+            return Some(data.clone());
+        }
+        if p.rx.peeked.is_none() {
+            p.rx.peeked = p.rx.recv().await;
+        }
+        match &p.rx.peeked {
+            Some(Frame::Event { data, .. }) => Some(data.clone()),
+            Some(Frame::End) | None => None,
+        }
+    }
+
     pub(super) fn take(mut self) -> AttachedParts {
         self.0.take().expect("taken once")
     }
@@ -172,6 +197,7 @@ impl Stream {
         let rx = Live {
             rx,
             queued: queued.clone(),
+            peeked: None,
         };
         let (conn, after, upto, skip_evicted) = {
             let mut g = self.lock();

@@ -276,6 +276,7 @@ pub async fn collect_responses(attached: Attached, closed: &CancellationToken) -
         stream,
         conn,
         mut rx,
+        replay,
         ..
     } = attached.take();
     let mut waiting = Detach {
@@ -283,7 +284,7 @@ pub async fn collect_responses(attached: Attached, closed: &CancellationToken) -
         conn,
         armed: true,
     };
-    let mut out = Vec::new();
+    let mut out: Vec<Bytes> = replay.into_iter().map(|(_, data)| data).collect();
     let mut finished = false;
     loop {
         let frame = tokio::select! {

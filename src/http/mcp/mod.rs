@@ -309,6 +309,17 @@ async fn locate(
         return Err(HttpError::SessionNotFound);
     };
     if conn.forwarded {
+        // Its record names this replica, which does not hold it: a takeover here that failed
+        // halfway (the shared store did not answer). Taken over again, as a request that came
+        // straight here would.
+        let mine = cluster
+            .owner_of(id)
+            .await
+            .map_err(|e| HttpError::Cluster(e.to_string()))?;
+        if mine == Some(Owner::Me) {
+            let me = cluster.replica().to_string();
+            return take_over(gw, id, &me, principal, conn, headers).await;
+        }
         // The forwarder named this replica from memory, or a moment ago: it asks again.
         return Err(HttpError::SessionNotHere);
     }

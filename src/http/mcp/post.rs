@@ -53,10 +53,11 @@ pub(super) async fn handle_post(
     checks::json_content(headers)?;
     let parsed = jsonrpc::parse_body(&bytes).map_err(HttpError::Parse)?;
     let session_id = session_header(headers)?;
-    match era::classify(session_id, &parsed) {
+    let version_header = headers.get(&super::VERSION_HEADER).map(|v| v.as_bytes());
+    match era::classify(session_id, version_header, &parsed) {
         Era::Initialize => initialize(gw, headers, parsed, principal.as_ref(), &conn).await,
         Era::Modern => modern(gw, headers, parsed, principal.as_ref(), &conn).await,
-        Era::Sessionless { .. } => Err(HttpError::MissingSession(protocol::supported_list())),
+        Era::Sessionless => Err(HttpError::MissingSession(protocol::supported_list())),
         Era::Session(id) => {
             let request = (&conn, headers, Method::POST, bytes);
             let session = match reach(gw, id, principal.as_ref(), request).await? {

@@ -1,10 +1,14 @@
 //! A modern-era (2026-07-28) POST: no session, the version and the client's capabilities in
-//! the request's `_meta`, the headers mirroring the body. Checked in the spec's order (the
-//! version served, the headers, the method), then `server/discover` is answered from the
-//! registry's view, and every other method goes to plugins through the caller's hidden
-//! session ([`crate::session::SessionManager::for_caller`]), answered as one JSON body or an
-//! SSE stream (no event ids, no priming: the modern era has no resumption; a closed stream
-//! cancels the request). Every result gets `resultType`, the cacheable ones caching hints.
+//! the request's `_meta`, the headers mirroring the body. Checked in this order: `_meta`
+//! (-32602), the version header against `_meta` (-32020), the version served (-32022), the
+//! other headers (-32020), the method (-32601); a `tools/call`'s `Mcp-Param-*` headers are
+//! checked against its arguments once its tool is found (-32020). Then `server/discover` is
+//! answered from the registry's view, and every other method goes to plugins through the
+//! caller's hidden session ([`crate::session::SessionManager::for_caller`]), answered as one
+//! JSON body or an SSE stream (no event ids, no priming: the modern era has no resumption; a
+//! closed stream cancels the request; the response head waits for the first event, so an
+//! answer that is -32021 goes with its 400). Every result gets `resultType`, the cacheable
+//! ones caching hints.
 //! `tools/call`, `resources/read` and `prompts/get` go through the bridge of multi round-trip
 //! requests ([`mrtr`]): a plugin's requests to the client come back as an
 //! `InputRequiredResult`, and the retry resumes the call. The tasks extension's methods are
@@ -19,6 +23,7 @@ use std::sync::Arc;
 use axum::http::{HeaderMap, HeaderName, StatusCode};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
+use serde_json::value::RawValue;
 use tracing::Instrument;
 
 use super::step_up::visible_view;
@@ -29,7 +34,10 @@ use crate::http::Edge;
 use crate::http::error::HttpError;
 use crate::jsonrpc::{self, Body as RpcBody, Message};
 use crate::protocol::modern::{self, MirroredHeaders, ModernError};
+use crate::protocol::param_headers;
+use crate::registry::View;
 use crate::router;
+use crate::session::Session;
 use crate::stream::{self, Cursor, Opening, Sink, StreamGuard};
 
 mod mrtr;
@@ -67,17 +75,18 @@ pub(super) async fn modern(
     };
     let refuse = |e: ModernError| HttpError::Modern(e, Some(id.clone()));
     let meta = modern::read_meta(params.as_deref()).map_err(refuse)?;
-    if !modern::MODERN_VERSIONS.contains(&meta.version.as_str()) {
-        return Err(refuse(ModernError::UnsupportedVersion {
-            requested: meta.version,
-        }));
-    }
     let mirrored = MirroredHeaders {
         protocol_version: headers.get(&VERSION_HEADER).map(|v| v.as_bytes()),
         method: headers.get(&METHOD_HEADER).map(|v| v.as_bytes()),
         name: headers.get(&NAME_HEADER).map(|v| v.as_bytes()),
     };
-    modern::check_headers(mirrored, &meta, &method, params.as_deref()).map_err(refuse)?;
+    modern::check_version_header(mirrored, &meta).map_err(refuse)?;
+    if !modern::MODERN_VERSIONS.contains(&meta.version.as_str()) {
+        return Err(refuse(ModernError::UnsupportedVersion {
+            requested: meta.version,
+        }));
+    }
+    modern::check_headers(mirrored, &method, params.as_deref()).map_err(refuse)?;
     if !modern::METHODS.contains(&method.as_str()) {
         return Err(refuse(ModernError::MethodNotFound(method)));
     }
@@ -116,6 +125,11 @@ pub(super) async fn modern(
         if !meta.tasks() {
             return Err(refuse(ModernError::tasks_extension_missing()));
         }
+    }
+    if method == "tools/call" {
+        check_param_headers(&session, &view, headers, params.as_deref())
+            .await
+            .map_err(refuse)?;
     }
     let as_task = if method == "tools/call" {
         router::runs_as_task(&session, &view, params.as_deref(), meta.tasks())
@@ -165,7 +179,7 @@ pub(super) async fn modern(
     stream.rewrite_responses(Arc::new(move |bytes: Bytes| {
         Bytes::from(modern::modernize_response(&bytes, cache))
     }));
-    let attached = stream
+    let mut attached = stream
         .attach(Cursor::Start, conn.cut.clone().filter(|_| sse))
         .await
         .map_err(|e| HttpError::EventStore(e.to_string()))?;
@@ -193,6 +207,26 @@ pub(super) async fn modern(
         )
     };
     if sse {
+        // The head waits for the first event (a keep-alive's time at most): when that is the
+        // answer, and an error the spec gives an HTTP status of its own (a bridged call that
+        // needs a capability the client did not declare finds it out only then), it goes as
+        // one JSON body with that status. After anything else, the stream has begun with 200.
+        let first = tokio::time::timeout(session.stream_settings.keep_alive, attached.peek())
+            .await
+            .ok()
+            .flatten();
+        if let Some(status) = first.as_deref().and_then(refusal_status) {
+            let responses = stream::collect_responses(attached, &session.closed).await;
+            drop(guard);
+            if let Some(answer) = responses.into_iter().next() {
+                return Ok(json_response(status, answer));
+            }
+            call.abort();
+            return Err(HttpError::InvalidRequest(
+                "the request ended without an answer".into(),
+                Some(id),
+            ));
+        }
         let opening = Opening {
             priming: None,
             retry: None,
@@ -208,7 +242,10 @@ pub(super) async fn modern(
     let responses = stream::collect_responses(attached, &session.closed).await;
     drop(guard);
     match responses.into_iter().next() {
-        Some(answer) => Ok(json_response(StatusCode::OK, answer)),
+        Some(answer) => {
+            let status = refusal_status(&answer).unwrap_or(StatusCode::OK);
+            Ok(json_response(status, answer))
+        }
         None => {
             call.abort();
             Err(HttpError::InvalidRequest(
@@ -217,4 +254,46 @@ pub(super) async fn modern(
             ))
         }
     }
+}
+
+/// The HTTP status of an answer that is an error the spec gives a status of its own on HTTP:
+/// -32021, a capability the client did not declare (2026-07-28 basic, "Per-request protocol
+/// fields"), is 400. `None` for anything else (a result, a notification, another error),
+/// which goes with 200.
+fn refusal_status(message: &[u8]) -> Option<StatusCode> {
+    (modern::response_error_code(message)? == modern::code::MISSING_REQUIRED_CLIENT_CAPABILITY)
+        .then_some(StatusCode::BAD_REQUEST)
+}
+
+/// Checks a `tools/call`'s `Mcp-Param-*` headers against its arguments, for the parameters
+/// its tool mirrors in headers (`x-mcp-header`, learned from the plugin's list). A tool the
+/// view does not have, or whose list cannot be read, is not checked: its call fails, or goes
+/// on as an intermediary would let it.
+async fn check_param_headers(
+    session: &Session,
+    view: &View,
+    headers: &HeaderMap,
+    params: Option<&RawValue>,
+) -> Result<(), ModernError> {
+    let Some(mapped) = router::tool_header_params(session, view, params).await else {
+        return Ok(());
+    };
+    if mapped.is_empty() {
+        return Ok(());
+    }
+    let sent: Vec<(&str, &[u8])> = headers
+        .iter()
+        .filter_map(|(name, value)| {
+            let suffix = name.as_str().strip_prefix(param_headers::PREFIX)?;
+            Some((suffix, value.as_bytes()))
+        })
+        .collect();
+    #[derive(serde::Deserialize)]
+    struct Call {
+        arguments: Option<serde_json::Value>,
+    }
+    let arguments = params
+        .and_then(|p| serde_json::from_str::<Call>(p.get()).ok())
+        .and_then(|c| c.arguments);
+    param_headers::check_param_headers(&mapped, &sent, arguments.as_ref())
 }
