@@ -314,6 +314,11 @@ fn describe(e: &PluginEntry) -> Value {
         "pool_size": c.pool_size,
         "warm": c.warm,
         "era": c.era,
+        // Who may see and use it (with auth.mode): scope, subjects, groups, per-tool rules.
+        "scope": c.scope,
+        "allow_groups": c.access.allow_groups,
+        "allow_subjects": c.access.allow_subjects,
+        "tool_access": c.tool_access,
         // What the probe found: the era it speaks and its version (null until probed).
         "speaks": speaks,
     })

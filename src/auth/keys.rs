@@ -43,6 +43,9 @@ struct Claims {
     iat: i64,
     nbf: i64,
     jti: String,
+    /// The subject's groups, when it has any (for plugins' `allow_groups`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    groups: Vec<String>,
 }
 
 struct SigningKey {
@@ -284,7 +287,7 @@ impl KeyRing {
         client_id: &str,
         scopes: &BTreeSet<String>,
     ) -> (String, u64) {
-        self.issue_as(&self.plan(), subject, client_id, scopes)
+        self.issue_as(&self.plan(), subject, client_id, scopes, &[])
     }
 
     /// The id and times of an access token about to be issued, to be recorded first (what
@@ -298,13 +301,14 @@ impl KeyRing {
         }
     }
 
-    /// [`KeyRing::issue`] with the id and times planned.
+    /// [`KeyRing::issue`] with the id and times planned, for a subject in `groups`.
     pub fn issue_as(
         &self,
         planned: &Planned,
         subject: &str,
         client_id: &str,
         scopes: &BTreeSet<String>,
+        groups: &[String],
     ) -> (String, u64) {
         let claims = Claims {
             iss: self.issuer.clone(),
@@ -316,6 +320,7 @@ impl KeyRing {
             iat: planned.iat,
             nbf: planned.iat,
             jti: planned.jti.clone(),
+            groups: groups.to_vec(),
         };
         let key = self.keys.read().expect("keys lock").current.clone();
         let mut header = Header::new(Algorithm::ES256);
@@ -389,7 +394,7 @@ impl TokenValidator for KeyRing {
             subject: c.sub,
             client_id: c.client_id,
             scopes: c.scope.split_whitespace().map(str::to_owned).collect(),
-            groups: BTreeSet::new(),
+            groups: c.groups.into_iter().collect(),
         })
     }
 }

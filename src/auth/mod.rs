@@ -15,11 +15,14 @@
 //! implementation is lent by the `database` module), its signing keys in [`keys`], and the
 //! rules for redirect URIs in [`redirect`]. In a cluster, what the replicas share beyond the
 //! database (revocations and new keys heard at once, the registration limit) comes through
-//! the seams of [`shared`].
+//! the seams of [`shared`]. Which plugins and tools a principal may use (scopes, groups,
+//! subjects) is decided in [`access`]; sign-in delegated to an upstream OpenID provider
+//! (`[auth.upstream]`) is [`upstream`]'s.
 //!
 //! Auth sits low: it imports only `config` and `metrics`, never the gateway, the registry or
 //! the database.
 
+pub mod access;
 pub mod cimd;
 pub mod external;
 pub mod keys;
@@ -30,6 +33,7 @@ pub mod server;
 pub mod shared;
 pub mod store;
 pub mod throttle;
+pub mod upstream;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -46,7 +50,8 @@ pub struct Principal {
     pub subject: String,
     pub client_id: String,
     pub scopes: BTreeSet<String>,
-    /// The groups the token's issuer says the subject is in (empty when it says none).
+    /// The groups the token's issuer says the subject is in (empty when it says none): what
+    /// plugins' `allow_groups` look at.
     pub groups: BTreeSet<String>,
 }
 

@@ -106,13 +106,33 @@ fn client_lines(c: &ClientView) -> String {
     s
 }
 
-/// The sign-in form.
-pub fn login(request: &str, csrf: &str, client: &ClientView, error: Option<&str>) -> Response {
+/// The sign-in form; with `upstream` (the provider's name), a button to sign in there too.
+pub fn login(
+    request: &str,
+    csrf: &str,
+    client: &ClientView,
+    error: Option<&str>,
+    upstream: Option<&str>,
+) -> Response {
     let error = error
         .map(|e| format!("<p class=\"error\">{}</p>", escape(e)))
         .unwrap_or_default();
+    let upstream = upstream
+        .map(|name| {
+            format!(
+                "<form method=\"post\" action=\"/authorize/upstream\">\
+                 <input type=\"hidden\" name=\"request\" value=\"{request}\">\
+                 <input type=\"hidden\" name=\"csrf\" value=\"{csrf}\">\
+                 <div class=\"buttons\"><button type=\"submit\" class=\"secondary\" id=\"upstream-sign-in\">Sign in with {name}</button></div></form>\
+                 <p class=\"muted\">Or with a user of this gateway:</p>",
+                request = escape(request),
+                csrf = escape(csrf),
+                name = escape(name),
+            )
+        })
+        .unwrap_or_default();
     let body = format!(
-        "<h1>Sign in to mcp-gateway</h1>{client}{error}\
+        "<h1>Sign in to mcp-gateway</h1>{client}{error}{upstream}\
          <form method=\"post\" action=\"/authorize/login\">\
          <input type=\"hidden\" name=\"request\" value=\"{request}\">\
          <input type=\"hidden\" name=\"csrf\" value=\"{csrf}\">\
@@ -161,6 +181,22 @@ pub fn consent(
         csrf = escape(csrf),
     );
     page(StatusCode::OK, "Allow access", &body)
+}
+
+/// A person the identity provider signed in but this gateway does not let in: no code is
+/// issued, and nothing goes back to the client.
+pub fn refused(why: &str) -> Response {
+    page(
+        StatusCode::FORBIDDEN,
+        "Access refused",
+        &format!(
+            "<h1>Access refused</h1><p class=\"error\" id=\"refused\">{}</p>\
+             <p>You signed in, but this gateway is open only to the people, domains or groups \
+             its administrator allows. Ask them to add you, or sign in with another account.</p>\
+             <p class=\"muted\">No access was given to the application.</p>",
+            escape(why)
+        ),
+    )
 }
 
 /// An error that cannot be sent to the client's redirect URI (it is unknown or unverified):

@@ -24,6 +24,10 @@ pub enum AuthError {
         "Service Unavailable: the authorization server cannot be asked about this token; retry later"
     )]
     Unavailable,
+    /// A plugin or tool whose `allow_groups` / `allow_subjects` leave the token's subject
+    /// out: answered like a missing scope (the scopes it would need besides are named).
+    #[error("Forbidden: this plugin or tool is not open to the token's subject or groups")]
+    NotAllowed(Vec<String>),
 }
 
 impl AuthError {
@@ -35,6 +39,7 @@ impl AuthError {
             AuthError::Invalid(_) => "invalid_token",
             AuthError::InsufficientScope(_) => "insufficient_scope",
             AuthError::Unavailable => "issuer_unavailable",
+            AuthError::NotAllowed(_) => "not_allowed",
         }
     }
 }
@@ -127,6 +132,17 @@ impl Auth {
             ),
             // No error code: the token was not refused, only not checked yet.
             AuthError::Unavailable => (StatusCode::SERVICE_UNAVAILABLE, vec![]),
+            AuthError::NotAllowed(needed) => (
+                StatusCode::FORBIDDEN,
+                vec![
+                    ("error", "insufficient_scope".into()),
+                    ("scope", needed.join(" ")),
+                    (
+                        "error_description",
+                        "this plugin or tool is not open to the token's subject or groups".into(),
+                    ),
+                ],
+            ),
         };
         let mut value = format!("Bearer resource_metadata=\"{}\"", self.metadata_url);
         for (k, v) in parts {

@@ -58,6 +58,8 @@ pub struct Pending {
     /// The user who signed in (after the login step).
     pub subject: Option<String>,
     pub expires_at: i64,
+    /// The signed-in user's groups.
+    pub groups: Vec<String>,
 }
 
 /// An issued authorization code.
@@ -71,6 +73,8 @@ pub struct Code {
     pub scope: String,
     pub challenge: String,
     pub expires_at: i64,
+    /// The groups the user was in at sign-in.
+    pub groups: Vec<String>,
     /// What its redemption produced (set when it is taken): revoked if it comes back.
     pub issued: Option<Issued>,
 }
@@ -96,6 +100,8 @@ pub struct Refresh {
     pub resource: String,
     pub scope: String,
     pub expires_at: i64,
+    /// The groups the user was in at sign-in, carried through the family.
+    pub groups: Vec<String>,
     /// The access token issued with it (`jti`, expiry), revoked with its family.
     pub access: Option<(String, i64)>,
 }
@@ -122,6 +128,9 @@ pub trait AuthStore: Send + Sync + 'static {
     fn put_pending<'a>(&'a self, p: &'a Pending) -> AuthFuture<'a, ()>;
     fn pending<'a>(&'a self, id: &'a str) -> AuthFuture<'a, Option<Pending>>;
     fn delete_pending<'a>(&'a self, id: &'a str) -> AuthFuture<'a, ()>;
+    /// Removes a pending request and returns it, to the one caller that removed it (of two
+    /// at once, the other finds nothing).
+    fn take_pending<'a>(&'a self, id: &'a str) -> AuthFuture<'a, Option<Pending>>;
 
     fn add_code<'a>(&'a self, code: &'a Code) -> AuthFuture<'a, ()>;
     /// Marks a code used, recording what its redemption will issue; what it was (with what a

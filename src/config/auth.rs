@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use super::external::{ExternalConfig, external_config};
 use super::file::AuthSection;
+use super::upstream::{SubjectClaim, UpstreamConfig, is_loopback_url, upstream_config};
 use super::{Cli, ConfigError, invalid};
 
 /// How `/mcp` is authorized.
@@ -32,6 +33,9 @@ pub struct UserConfig {
     pub name: String,
     /// An argon2 PHC string (`mcp-gateway hash-password` makes one).
     pub password_hash: String,
+    /// The groups the user's tokens carry (for plugins' `allow_groups`).
+    #[serde(default)]
+    pub groups: Vec<String>,
 }
 
 impl std::fmt::Debug for UserConfig {
@@ -92,6 +96,8 @@ pub struct AuthConfig {
     pub failed_signins_per_user: u32,
     pub failed_signins_per_address: u32,
     pub signin_lockout: Duration,
+    /// People sign in at this OpenID provider (`[auth.upstream]`).
+    pub upstream: Option<UpstreamConfig>,
 }
 
 impl Default for AuthConfig {
@@ -113,6 +119,7 @@ impl Default for AuthConfig {
             failed_signins_per_user: 10,
             failed_signins_per_address: 30,
             signin_lockout: Duration::from_secs(900),
+            upstream: None,
         }
     }
 }
@@ -153,12 +160,7 @@ pub(super) fn auth_config(
         Some(u) => {
             let url = url::Url::parse(&u)
                 .map_err(|e| invalid("auth.public_url", format!("`{u}` is not a URL: {e}")))?;
-            let loopback = match url.host() {
-                Some(url::Host::Domain(d)) => d.eq_ignore_ascii_case("localhost"),
-                Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
-                Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
-                None => false,
-            };
+            let loopback = is_loopback_url(&url);
             if url.scheme() != "https" && !(url.scheme() == "http" && loopback) {
                 return Err(invalid(
                     "auth.public_url",
@@ -211,6 +213,46 @@ pub(super) fn auth_config(
                 format!("auth.users.{}.password_hash", u.name),
                 "not an argon2 hash (make one with `mcp-gateway hash-password`)",
             ));
+        }
+        if u.groups
+            .iter()
+            .any(|g| g.is_empty() || g.len() > 256 || g.chars().any(char::is_control))
+        {
+            return Err(invalid(
+                format!("auth.users.{}.groups", u.name),
+                "group names are 1 to 256 characters, no control characters",
+            ));
+        }
+    }
+    let upstream = match file.upstream {
+        None => None,
+        Some(_) if mode != AuthMode::Builtin => {
+            return Err(invalid(
+                "auth.upstream",
+                "sign-in at an upstream provider is for auth.mode = \"builtin\"",
+            ));
+        }
+        Some(section) => Some(upstream_config(section, |v| std::env::var(v).ok())?),
+    };
+    // An upstream person's subject must never be a local user's or a provisioned client's:
+    // their tokens would speak for each other.
+    if let Some(up) = &upstream {
+        let names = file
+            .users
+            .iter()
+            .map(|u| ("auth.users", &u.name))
+            .chain(file.clients.iter().map(|c| ("auth.clients", &c.client_id)));
+        for (section, name) in names {
+            let clash = match up.subject {
+                SubjectClaim::Sub => name.starts_with("upstream:"),
+                SubjectClaim::Email => name.contains('@'),
+            };
+            if clash {
+                return Err(invalid(
+                    format!("{section}.{name}"),
+                    "this name could be the subject of a person signed in upstream (`upstream:…`, or an email address with auth.upstream.subject = \"email\"); pick another",
+                ));
+            }
         }
     }
     let word = |s: &String| !s.is_empty() && !s.contains([' ', '"', '\\']);
@@ -312,6 +354,7 @@ pub(super) fn auth_config(
             d.signin_lockout,
             "signin_lockout_secs",
         )?,
+        upstream,
     })
 }
 
@@ -368,6 +411,51 @@ mod tests {
         .unwrap();
         let e = Config::merge(&cli(&[]), file).unwrap_err();
         assert!(e.to_string().contains("auth.users.a.password_hash"), "{e}");
+    }
+
+    #[test]
+    fn access_rules_need_authorization_and_upstream_subjects_stay_apart() {
+        let hash = "$argon2id$v=19$m=19456,t=2,p=1$TjWAhc8wjdae+vBP5NQT9g$iTI0JoWUp/tLsdNm2l75KZd1QY/kLNiZ5XM6eYAZjYs";
+        let load = |text: &str| Config::merge(&cli(&[]), FileConfig::parse(text).unwrap());
+        let e = load("[plugins.p]\ncommand = \"x\"\nallow_groups = [\"eng\"]\n").unwrap_err();
+        assert!(e.to_string().contains("plugins.p.allow_groups"), "{e}");
+        let e = load(
+            "[plugins.p]\ncommand = \"x\"\n[[plugins.p.tool_access]]\ntools = [\"a\"]\nallow_subjects = [\"s\"]\n",
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("set auth.mode"), "{e}");
+        let builtin = |extra: &str| {
+            format!(
+                "[auth]\nmode = \"builtin\"\npublic_url = \"http://127.0.0.1:1/mcp\"\n{extra}\
+                 [plugins.p]\ncommand = \"x\"\nallow_groups = [\"eng\"]\n"
+            )
+        };
+        let c = load(&builtin(&format!(
+            "[[auth.users]]\nname = \"alice\"\npassword_hash = \"{hash}\"\ngroups = [\"eng\"]\n"
+        )))
+        .unwrap();
+        assert_eq!(c.auth.users[0].groups, ["eng"]);
+        assert!(c.plugins[0].restricts_callers());
+        let upstream = "[auth.upstream]\nissuer = \"https://id.example.com\"\nclient_id = \"gw\"\n";
+        let c = load(&builtin(upstream)).unwrap();
+        assert_eq!(c.auth.upstream.unwrap().client_id, "gw");
+        for (users, says) in [
+            (
+                format!("[[auth.users]]\nname = \"upstream:1\"\npassword_hash = \"{hash}\"\n"),
+                "auth.users.upstream:1",
+            ),
+            (
+                format!(
+                    "subject = \"email\"\n[[auth.users]]\nname = \"a@example.com\"\npassword_hash = \"{hash}\"\n"
+                ),
+                "auth.users.a@example.com",
+            ),
+        ] {
+            let e = load(&builtin(&format!("{upstream}{users}"))).unwrap_err();
+            assert!(e.to_string().contains(says), "{e}");
+        }
+        let e = load(&format!("{upstream}[plugins.p]\ncommand = \"x\"\n")).unwrap_err();
+        assert!(e.to_string().contains("auth.upstream"), "{e}");
     }
 
     #[test]

@@ -129,6 +129,8 @@ pub struct AuthSection {
     pub users: Vec<super::UserConfig>,
     #[serde(default)]
     pub clients: Vec<super::ClientConfig>,
+    /// `[auth.upstream]`: sign-in at an OpenID provider.
+    pub upstream: Option<super::upstream::UpstreamSection>,
 }
 
 #[derive(Debug, Default, Deserialize)]

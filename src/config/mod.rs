@@ -8,7 +8,8 @@
 //! Where things are: `cli` parses the flags; `file` reads a config file into its shapes. Each
 //! section of the model sits in its own file with the step that merges it over the flags:
 //! `listener` (the public listener and its connections), `stream` (SSE streams and replay),
-//! `plugin` (plugins, their wire form and the checks each passes), `auth` (`[auth]`). This
+//! `plugin` (plugins, their wire form and the checks each passes), `auth` (`[auth]`), `upstream`
+//! (`[auth.upstream]`, sign-in at an OpenID provider). This
 //! file holds the [`Config`] model, the small session and admin sections, and
 //! [`Config::merge`], which reads the sections one by one. This module imports no other
 //! module of the crate: everything else reads it.
@@ -24,6 +25,7 @@ mod file;
 mod listener;
 mod plugin;
 mod stream;
+mod upstream;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -38,10 +40,12 @@ pub use listener::{
     AllowList, ConnectionLimits, DEFAULT_LISTEN, DEFAULT_MAX_BODY_BYTES, MIN_HEADER_BYTES,
 };
 pub use plugin::{
-    MAX_PREFIX_LEN, MAX_TOOL_NAME_LEN, PluginConfig, PluginEra, PluginSpec, ProcessModel,
-    ResponseMode, SECRET_ENV_VARS, Scheduling, expand_env, tool_name_char, validate_plugin,
+    Access, MAX_PREFIX_LEN, MAX_TOOL_NAME_LEN, PluginConfig, PluginEra, PluginSpec, ProcessModel,
+    ResponseMode, SECRET_ENV_VARS, Scheduling, ToolAccess, expand_env, pattern_matches,
+    tool_name_char, validate_plugin,
 };
 pub use stream::{ReplayLimits, StreamSettings};
+pub use upstream::{SubjectClaim, UPSTREAM_SECRET_ENV, UpstreamConfig};
 
 /// The gateway's settings, validated.
 #[derive(Debug, Clone)]
@@ -159,6 +163,14 @@ impl Config {
         let plugins = plugin::plugins(cli, file.plugins, &separator)?;
         let admin = admin(cli, file.admin, public.listen)?;
         let auth = auth::auth_config(cli, file.auth, public.listen)?;
+        if auth.mode == AuthMode::None
+            && let Some(p) = plugins.iter().find(|p| p.restricts_callers())
+        {
+            return Err(invalid(
+                format!("plugins.{}.allow_groups", p.name),
+                "who may use a plugin or its tools is known only from tokens: set auth.mode",
+            ));
+        }
         let database_url = database_url(cli, file.database_url, &admin, &auth);
         let cluster = cluster::cluster(
             cli,

@@ -2,7 +2,7 @@
 //! `[plugins.NAME]` table, an admin API body, a stored row), the checks every definition
 //! passes, and `${NAME}` expansion of a plugin's environment. Nothing here starts a process.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -72,10 +72,89 @@ pub struct PluginConfig {
     pub warm: usize,
     /// A scope a token needs to see and call this plugin's tools (with `auth.mode`).
     pub scope: Option<String>,
+    /// Who may see and use the plugin at all (with `auth.mode`): nobody is left out when it
+    /// names no one.
+    pub access: Access,
+    /// Who may see and call some of its tools, by tool name pattern: a tool is the caller's
+    /// only when every rule whose pattern matches its name lets the caller in.
+    pub tool_access: Vec<ToolAccess>,
     /// The kernel scheduling policy of the plugin's processes.
     pub scheduling: Scheduling,
     /// Which era it speaks: probed, or pinned.
     pub era: PluginEra,
+}
+
+/// Who may use something (a plugin, or tools of it): the subjects named, and the members of
+/// the groups named (the groups a token carries). Empty: no one is left out.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Access {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allow_groups: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allow_subjects: Vec<String>,
+}
+
+impl Access {
+    /// Whether it names anyone (and so leaves out everyone else).
+    pub fn restricts(&self) -> bool {
+        !self.allow_groups.is_empty() || !self.allow_subjects.is_empty()
+    }
+
+    /// Whether the caller `subject`, a member of `groups`, is let in.
+    pub fn admits(&self, subject: &str, groups: &BTreeSet<String>) -> bool {
+        !self.restricts()
+            || self.allow_subjects.iter().any(|s| s == subject)
+            || self.allow_groups.iter().any(|g| groups.contains(g))
+    }
+}
+
+/// A rule for some of a plugin's tools (`[[plugins.NAME.tool_access]]`): the tools whose own
+/// names (before any prefix) match one of `tools` (`*` stands for any run of characters) are
+/// for the subjects and groups named only.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolAccess {
+    pub tools: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allow_groups: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allow_subjects: Vec<String>,
+}
+
+impl ToolAccess {
+    pub fn covers(&self, tool: &str) -> bool {
+        self.tools.iter().any(|p| pattern_matches(p, tool))
+    }
+
+    pub fn access(&self) -> Access {
+        Access {
+            allow_groups: self.allow_groups.clone(),
+            allow_subjects: self.allow_subjects.clone(),
+        }
+    }
+}
+
+/// Whether `name` matches `pattern`, where `*` stands for any run of characters (none too)
+/// and everything else for itself.
+pub fn pattern_matches(pattern: &str, name: &str) -> bool {
+    let mut parts = pattern.split('*');
+    let first = parts.next().unwrap_or_default();
+    let Some(mut rest) = name.strip_prefix(first) else {
+        return false;
+    };
+    let parts: Vec<&str> = parts.collect();
+    let Some((last, middle)) = parts.split_last() else {
+        // No `*`: the whole name.
+        return rest.is_empty();
+    };
+    for part in middle {
+        match rest.find(part) {
+            Some(at) => rest = &rest[at + part.len()..],
+            None => return false,
+        }
+    }
+    rest.len() >= last.len() && rest.ends_with(last)
 }
 
 /// How the kernel schedules a plugin's processes (Linux; elsewhere it has no effect).
@@ -125,6 +204,8 @@ impl PluginConfig {
             pool_size: 1,
             warm: 0,
             scope: None,
+            access: Access::default(),
+            tool_access: Vec::new(),
             scheduling: Scheduling::Batch,
             era: PluginEra::Auto,
         }
@@ -141,6 +222,21 @@ impl PluginConfig {
     /// Whether any tool filter is set.
     pub fn filters_tools(&self) -> bool {
         self.tools_allow.is_some() || !self.tools_deny.is_empty()
+    }
+
+    /// Whether it has rules about who may use it or its tools.
+    pub fn restricts_callers(&self) -> bool {
+        self.access.restricts() || !self.tool_access.is_empty()
+    }
+
+    /// The tool name patterns of the `tool_access` rules that leave out the caller `subject`,
+    /// a member of `groups`.
+    pub fn tools_denied_to(&self, subject: &str, groups: &BTreeSet<String>) -> Vec<String> {
+        self.tool_access
+            .iter()
+            .filter(|r| !r.access().admits(subject, groups))
+            .flat_map(|r| r.tools.iter().cloned())
+            .collect()
     }
 
     /// The command line as one string, for logs.
@@ -191,6 +287,14 @@ pub struct PluginSpec {
     pub warm: Option<usize>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scope: Option<String>,
+    /// Who may see and use the plugin (with `auth.mode`); anyone when none is named.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allow_groups: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allow_subjects: Vec<String>,
+    /// Who may see and call tools whose names match a pattern.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_access: Vec<ToolAccess>,
     #[serde(default)]
     pub scheduling: Scheduling,
     #[serde(default, skip_serializing_if = "is_auto")]
@@ -234,6 +338,11 @@ impl PluginSpec {
         c.pool_size = self.pool_size.unwrap_or(1);
         c.warm = self.warm.unwrap_or(0);
         c.scope = self.scope;
+        c.access = Access {
+            allow_groups: self.allow_groups,
+            allow_subjects: self.allow_subjects,
+        };
+        c.tool_access = self.tool_access;
         c.scheduling = self.scheduling;
         c.era = self.era;
         c
@@ -258,6 +367,9 @@ impl PluginSpec {
             pool_size: Some(c.pool_size),
             warm: Some(c.warm),
             scope: c.scope.clone(),
+            allow_groups: c.access.allow_groups.clone(),
+            allow_subjects: c.access.allow_subjects.clone(),
+            tool_access: c.tool_access.clone(),
             scheduling: c.scheduling,
             era: c.era,
             enabled: true,
@@ -268,12 +380,14 @@ impl PluginSpec {
 /// The gateway's own environment variables that hold a secret: a plugin may not name them
 /// in its `env`, and does not inherit them. The Redis URL is one (its password, and a plugin
 /// with it could read every session's record and events), and so is the cluster secret (a
-/// plugin with it could speak to a replica as another replica).
+/// plugin with it could speak to a replica as another replica), and so is the upstream
+/// OpenID provider's client secret.
 pub const SECRET_ENV_VARS: &[&str] = &[
     "MCP_GATEWAY_ADMIN_TOKEN",
     "MCP_GATEWAY_DATABASE_URL",
     "MCP_GATEWAY_REDIS_URL",
     "MCP_GATEWAY_CLUSTER_SECRET",
+    super::upstream::UPSTREAM_SECRET_ENV,
 ];
 
 /// Replaces each `${NAME}` in `value` with the gateway's environment variable NAME. Secrets
@@ -363,6 +477,7 @@ pub fn validate_plugin(p: &PluginConfig, separator: &str) -> Result<(), ConfigEr
             ));
         }
     }
+    validate_access(p)?;
     let prefix = p.prefix.as_deref().unwrap_or(&p.name);
     if prefix.contains(separator) {
         return Err(invalid(
@@ -390,6 +505,64 @@ pub fn validate_plugin(p: &PluginConfig, separator: &str) -> Result<(), ConfigEr
                 "`{prefix}` and the separator `{separator}` are {long} characters; at most {MAX_PREFIX_LEN} are allowed, so this plugin's tool names stay within {MAX_TOOL_NAME_LEN}"
             ),
         ));
+    }
+    Ok(())
+}
+
+/// The longest group or subject name an access rule may hold.
+const MAX_PRINCIPAL_NAME: usize = 256;
+
+/// Checks a plugin's access rules: names that can be written in a token, tool patterns made
+/// of what a tool name may hold (and `*`), and no tool rule that names no one.
+fn validate_access(p: &PluginConfig) -> Result<(), ConfigError> {
+    let key = |k: &str| format!("plugins.{}.{k}", p.name);
+    let names_ok = |names: &[String]| {
+        names.iter().all(|n| {
+            !n.is_empty() && n.len() <= MAX_PRINCIPAL_NAME && !n.chars().any(char::is_control)
+        })
+    };
+    let lists = [
+        ("allow_groups", &p.access.allow_groups),
+        ("allow_subjects", &p.access.allow_subjects),
+    ];
+    for (k, names) in lists {
+        if !names_ok(names) {
+            return Err(invalid(
+                key(k),
+                format!("names are 1 to {MAX_PRINCIPAL_NAME} characters, no control characters"),
+            ));
+        }
+    }
+    for (i, rule) in p.tool_access.iter().enumerate() {
+        let key = |k: &str| key(&format!("tool_access[{i}].{k}"));
+        if rule.tools.is_empty() {
+            return Err(invalid(key("tools"), "name at least one tool or pattern"));
+        }
+        if let Some(bad) = rule
+            .tools
+            .iter()
+            .find(|t| t.is_empty() || !t.chars().all(|c| c == '*' || tool_name_char(c)))
+        {
+            return Err(invalid(
+                key("tools"),
+                format!(
+                    "`{}` is not a tool name pattern (ASCII letters, digits, '_', '-', '.', and '*' for any run of them)",
+                    bad.escape_debug()
+                ),
+            ));
+        }
+        if rule.allow_groups.is_empty() && rule.allow_subjects.is_empty() {
+            return Err(invalid(
+                key("allow_groups"),
+                "a tool rule names who may use the tools (allow_groups or allow_subjects); to hide tools from everyone use tools_deny",
+            ));
+        }
+        if !names_ok(&rule.allow_groups) || !names_ok(&rule.allow_subjects) {
+            return Err(invalid(
+                key("allow_groups"),
+                format!("names are 1 to {MAX_PRINCIPAL_NAME} characters, no control characters"),
+            ));
+        }
     }
     Ok(())
 }
@@ -464,6 +637,101 @@ mod tests {
         assert!(!p.allows_tool("rm") && p.allows_tool("ls"));
         p.tools_allow = Some(vec!["ls".into(), "rm".into()]);
         assert!(p.allows_tool("ls") && !p.allows_tool("rm") && !p.allows_tool("cat"));
+    }
+
+    #[test]
+    fn tool_patterns() {
+        for (pattern, name, matches) in [
+            ("echo", "echo", true),
+            ("echo", "echo2", false),
+            ("echo", "ech", false),
+            ("*", "anything", true),
+            ("*", "", true),
+            ("delete_*", "delete_repo", true),
+            ("delete_*", "delete_", true),
+            ("delete_*", "undelete_repo", false),
+            ("*_admin", "repo_admin", true),
+            ("*_admin", "repo_admin2", false),
+            ("a*b*c", "abc", true),
+            ("a*b*c", "a-b-b-c", true),
+            ("a*b*c", "a-c-b", false),
+            ("ab*ba", "aba", false),
+            ("**", "x", true),
+        ] {
+            assert_eq!(
+                pattern_matches(pattern, name),
+                matches,
+                "{pattern} ~ {name}"
+            );
+        }
+    }
+
+    #[test]
+    fn access_rules() {
+        let mut p = PluginConfig::new("a", "x", vec![]);
+        let set = |g: &[&str]| g.iter().map(|s| (*s).to_owned()).collect::<BTreeSet<_>>();
+        let none = set(&[]);
+        assert!(!p.restricts_callers() && p.access.admits("anyone", &none));
+        p.access.allow_groups = vec!["eng".into()];
+        p.access.allow_subjects = vec!["carol".into()];
+        assert!(p.access.admits("bob", &set(&["ops", "eng"])));
+        assert!(p.access.admits("carol", &none));
+        assert!(!p.access.admits("bob", &set(&["ops"])));
+        p.tool_access = vec![
+            ToolAccess {
+                tools: vec!["delete_*".into(), "drop".into()],
+                allow_groups: vec!["admins".into()],
+                allow_subjects: vec![],
+            },
+            ToolAccess {
+                tools: vec!["*".into()],
+                allow_groups: vec!["eng".into()],
+                allow_subjects: vec![],
+            },
+        ];
+        assert_eq!(
+            p.tools_denied_to("bob", &set(&["eng"])),
+            ["delete_*", "drop"]
+        );
+        assert!(
+            p.tools_denied_to("root", &set(&["eng", "admins"]))
+                .is_empty()
+        );
+        let check = |p: &PluginConfig| validate_plugin(p, "__");
+        assert!(check(&p).is_ok());
+        let mut q = p.clone();
+        q.tool_access[0].allow_groups.clear();
+        assert!(
+            check(&q)
+                .unwrap_err()
+                .to_string()
+                .contains("tool_access[0]")
+        );
+        let mut q = p.clone();
+        q.tool_access[1].tools = vec!["a b".into()];
+        assert!(
+            check(&q)
+                .unwrap_err()
+                .to_string()
+                .contains("tool name pattern")
+        );
+        let mut q = p.clone();
+        q.access.allow_groups = vec![String::new()];
+        assert!(check(&q).unwrap_err().to_string().contains("allow_groups"));
+        // Stored and shown as written.
+        let spec = PluginSpec::from_config(&p);
+        let back = serde_json::from_value::<PluginSpec>(serde_json::to_value(&spec).unwrap())
+            .unwrap()
+            .into_config("a".into());
+        assert_eq!(back.access, p.access);
+        assert_eq!(back.tool_access, p.tool_access);
+        let toml_spec: PluginSpec = toml::from_str(
+            "command = \"x\"\nallow_groups = [\"eng\"]\n[[tool_access]]\ntools = [\"rm\"]\nallow_subjects = [\"root\"]\n",
+        )
+        .unwrap();
+        let c = toml_spec.into_config("t".into());
+        assert_eq!(c.access.allow_groups, ["eng"]);
+        assert_eq!(c.tool_access[0].allow_subjects, ["root"]);
     }
 
     #[test]

@@ -37,6 +37,14 @@ fn unlist(s: &str) -> Result<Vec<String>, AuthStoreError> {
     serde_json::from_str(s).map_err(|e| AuthStoreError::Corrupt(e.to_string()))
 }
 
+/// A `groups` column: a JSON list, NULL (rows from before it existed) for none.
+fn groups_of(row: &sqlx::any::AnyRow) -> Result<Vec<String>, AuthStoreError> {
+    match row.try_get::<Option<String>, _>("groups")? {
+        Some(g) => unlist(&g),
+        None => Ok(Vec::new()),
+    }
+}
+
 fn client_row(row: &sqlx::any::AnyRow) -> Result<Client, AuthStoreError> {
     Ok(Client {
         client_id: row.try_get("client_id")?,
@@ -78,6 +86,7 @@ fn code_row(row: &sqlx::any::AnyRow) -> Result<Code, AuthStoreError> {
         scope: row.try_get("scope")?,
         challenge: row.try_get("challenge")?,
         expires_at: row.try_get("expires_at")?,
+        groups: groups_of(row)?,
     })
 }
 
@@ -90,6 +99,7 @@ fn refresh_row(row: &sqlx::any::AnyRow) -> Result<Refresh, AuthStoreError> {
         resource: row.try_get("resource")?,
         scope: row.try_get("scope")?,
         expires_at: row.try_get("expires_at")?,
+        groups: groups_of(row)?,
         access: match (
             row.try_get::<Option<String>, _>("access_jti")?,
             row.try_get::<Option<i64>, _>("access_expires_at")?,
@@ -194,15 +204,17 @@ impl AuthStore for SqlAuthStore {
     fn put_pending<'a>(&'a self, p: &'a Pending) -> AuthFuture<'a, ()> {
         Box::pin(async move {
             sqlx::query(
-                "INSERT INTO oauth_pending (id, csrf_hash, request, subject, expires_at) \
-                 VALUES ($1, $2, $3, $4, $5) \
-                 ON CONFLICT (id) DO UPDATE SET subject = excluded.subject",
+                "INSERT INTO oauth_pending (id, csrf_hash, request, subject, expires_at, groups) \
+                 VALUES ($1, $2, $3, $4, $5, $6) \
+                 ON CONFLICT (id) DO UPDATE SET subject = excluded.subject, \
+                 request = excluded.request, groups = excluded.groups",
             )
             .bind(p.id.clone())
             .bind(p.csrf_hash.clone())
             .bind(p.request.clone())
             .bind(p.subject.clone())
             .bind(p.expires_at)
+            .bind(list(&p.groups))
             .execute(&self.pool)
             .await?;
             Ok(())
@@ -212,7 +224,7 @@ impl AuthStore for SqlAuthStore {
     fn pending<'a>(&'a self, id: &'a str) -> AuthFuture<'a, Option<Pending>> {
         Box::pin(async move {
             let row = sqlx::query(
-                "SELECT id, csrf_hash, request, subject, expires_at FROM oauth_pending WHERE id = $1",
+                "SELECT id, csrf_hash, request, subject, expires_at, groups FROM oauth_pending WHERE id = $1",
             )
             .bind(id.to_owned())
             .fetch_optional(&self.pool)
@@ -224,9 +236,26 @@ impl AuthStore for SqlAuthStore {
                     request: r.try_get("request")?,
                     subject: r.try_get("subject")?,
                     expires_at: r.try_get("expires_at")?,
+                    groups: groups_of(&r)?,
                 })
             })
             .transpose()
+        })
+    }
+
+    fn take_pending<'a>(&'a self, id: &'a str) -> AuthFuture<'a, Option<Pending>> {
+        Box::pin(async move {
+            let Some(p) = self.pending(id).await? else {
+                return Ok(None);
+            };
+            // The delete is the single-use check: of two concurrent takers, one removes it.
+            let taken = sqlx::query("DELETE FROM oauth_pending WHERE id = $1")
+                .bind(id.to_owned())
+                .execute(&self.pool)
+                .await?
+                .rows_affected()
+                == 1;
+            Ok(taken.then_some(p))
         })
     }
 
@@ -244,7 +273,8 @@ impl AuthStore for SqlAuthStore {
         Box::pin(async move {
             sqlx::query(
                 "INSERT INTO oauth_codes (code_hash, client_id, subject, redirect_uri, resource, \
-                 scope, challenge, expires_at, used) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 0)",
+                 scope, challenge, expires_at, used, groups) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 0, $9)",
             )
             .bind(c.code_hash.clone())
             .bind(c.client_id.clone())
@@ -254,6 +284,7 @@ impl AuthStore for SqlAuthStore {
             .bind(c.scope.clone())
             .bind(c.challenge.clone())
             .bind(c.expires_at)
+            .bind(list(&c.groups))
             .execute(&self.pool)
             .await?;
             Ok(())
@@ -284,7 +315,7 @@ impl AuthStore for SqlAuthStore {
                 == 1;
             let row = sqlx::query(
                 "SELECT code_hash, client_id, subject, redirect_uri, resource, scope, challenge, \
-                 expires_at, family, access_jti, access_expires_at, kept_until \
+                 expires_at, family, access_jti, access_expires_at, kept_until, groups \
                  FROM oauth_codes WHERE code_hash = $1",
             )
             .bind(code_hash.to_owned())
@@ -321,8 +352,8 @@ impl AuthStore for SqlAuthStore {
         Box::pin(async move {
             sqlx::query(
                 "INSERT INTO oauth_refresh_tokens (token_hash, family, client_id, subject, resource, \
-                 scope, expires_at, used, revoked, access_jti, access_expires_at) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, 0, 0, $8, $9)",
+                 scope, expires_at, used, revoked, access_jti, access_expires_at, groups) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, 0, 0, $8, $9, $10)",
             )
             .bind(r.token_hash.clone())
             .bind(r.family.clone())
@@ -333,6 +364,7 @@ impl AuthStore for SqlAuthStore {
             .bind(r.expires_at)
             .bind(r.access.as_ref().map(|a| a.0.clone()))
             .bind(r.access.as_ref().map(|a| a.1))
+            .bind(list(&r.groups))
             .execute(&self.pool)
             .await?;
             Ok(())
@@ -352,7 +384,7 @@ impl AuthStore for SqlAuthStore {
                 == 1;
             let row = sqlx::query(
                 "SELECT token_hash, family, client_id, subject, resource, scope, expires_at, revoked, \
-                 access_jti, access_expires_at FROM oauth_refresh_tokens WHERE token_hash = $1",
+                 access_jti, access_expires_at, groups FROM oauth_refresh_tokens WHERE token_hash = $1",
             )
             .bind(token_hash.to_owned())
             .fetch_optional(&self.pool)
@@ -376,7 +408,7 @@ impl AuthStore for SqlAuthStore {
         Box::pin(async move {
             let row = sqlx::query(
                 "SELECT token_hash, family, client_id, subject, resource, scope, expires_at, \
-                 access_jti, access_expires_at FROM oauth_refresh_tokens WHERE token_hash = $1",
+                 access_jti, access_expires_at, groups FROM oauth_refresh_tokens WHERE token_hash = $1",
             )
             .bind(token_hash.to_owned())
             .fetch_optional(&self.pool)

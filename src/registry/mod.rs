@@ -393,6 +393,7 @@ impl Registry {
                         (None, 1) => None,
                         (None, _) => Some(e.name().to_owned()),
                     },
+                    denied_tools: Arc::from([]),
                 }),
                 _ => None,
             })

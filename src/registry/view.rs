@@ -5,6 +5,7 @@
 use std::sync::{Arc, OnceLock};
 
 use super::{PluginEntry, PluginInfo};
+use crate::config::pattern_matches;
 
 /// A usable plugin, as a view shows it.
 #[derive(Debug, Clone)]
@@ -13,11 +14,25 @@ pub struct ViewPlugin {
     pub info: Arc<PluginInfo>,
     /// Prefix of its tool and prompt names, if names are prefixed.
     pub prefix: Option<String>,
+    /// Tool name patterns (the plugin's own names) this view's caller may not see or call:
+    /// those of the plugin's `tool_access` rules that leave the caller out.
+    pub denied_tools: Arc<[String]>,
 }
 
 impl ViewPlugin {
     pub fn name(&self) -> &str {
         self.entry.name()
+    }
+
+    /// Whether the tool filters, and this view's caller, let `tool` (its own name) through.
+    pub fn allows_tool(&self, tool: &str) -> bool {
+        self.entry.config.allows_tool(tool)
+            && !self.denied_tools.iter().any(|p| pattern_matches(p, tool))
+    }
+
+    /// Whether any tool is filtered out, by the config or for this view's caller.
+    pub fn filters_tools(&self) -> bool {
+        self.entry.config.filters_tools() || !self.denied_tools.is_empty()
     }
 
     pub fn has_capability(&self, name: &str) -> bool {
@@ -45,8 +60,24 @@ impl View {
 
     /// The same view without the plugins `hide` picks (names keep their prefixes).
     pub fn without(&self, hide: impl Fn(&ViewPlugin) -> bool) -> View {
+        self.for_caller(|p| (!hide(p)).then(|| p.denied_tools.clone()))
+    }
+
+    /// The same view as one caller sees it: `keep` says, for each plugin, whether the caller
+    /// sees it (`None`: not) and which of its tools are denied to the caller.
+    pub fn for_caller(&self, keep: impl Fn(&ViewPlugin) -> Option<Arc<[String]>>) -> View {
         View {
-            plugins: self.plugins.iter().filter(|p| !hide(p)).cloned().collect(),
+            plugins: self
+                .plugins
+                .iter()
+                .filter_map(|p| {
+                    let denied_tools = keep(p)?;
+                    Some(ViewPlugin {
+                        denied_tools,
+                        ..p.clone()
+                    })
+                })
+                .collect(),
             separator: self.separator.clone(),
             initialize: OnceLock::new(),
         }

@@ -141,7 +141,7 @@ pub async fn merged(
                 && !item
                     .get("name")
                     .and_then(Value::as_str)
-                    .is_some_and(|n| s.entry.config.allows_tool(n))
+                    .is_some_and(|n| s.allows_tool(n))
             {
                 continue;
             }

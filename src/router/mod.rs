@@ -642,19 +642,17 @@ fn modern_task_target(
 /// unfiltered.
 fn passthrough_slot(view: &View) -> Option<usize> {
     match view.plugins.as_slice() {
-        [only] if only.prefix.is_none() && !only.entry.config.filters_tools() => Some(0),
+        [only] if only.prefix.is_none() && !only.filters_tools() => Some(0),
         _ => None,
     }
 }
 
-/// The plugin a `tools/call` would reach, when its params name a tool of the view.
-pub fn tool_plugin<'v>(view: &'v View, params: Option<&RawValue>) -> Option<&'v ViewPlugin> {
-    tool_target(view, params).map(|(plugin, _)| plugin)
-}
-
 /// The plugin a `tools/call` would reach and the tool's name there, when its params name a
 /// tool of the view.
-fn tool_target<'v>(view: &'v View, params: Option<&RawValue>) -> Option<(&'v ViewPlugin, String)> {
+pub fn tool_target<'v>(
+    view: &'v View,
+    params: Option<&RawValue>,
+) -> Option<(&'v ViewPlugin, String)> {
     let p: NameParams = serde_json::from_str(params?.get()).ok()?;
     resolve_name(view, "tools", &p.name)
         .map(|(slot, local)| (&view.plugins[slot], local.to_owned()))
@@ -705,7 +703,7 @@ fn resolve_name<'a>(view: &View, capability: &str, name: &'a str) -> Option<(usi
             .map(|(i, _, local)| (i, local))?,
     };
     let plugin = &view.plugins[slot];
-    let allowed = capability != "tools" || plugin.entry.config.allows_tool(local);
+    let allowed = capability != "tools" || plugin.allows_tool(local);
     (plugin.has_capability(capability) && allowed).then_some((slot, local))
 }
 

@@ -23,6 +23,7 @@ use tokio_util::sync::CancellationToken;
 use super::Session;
 use super::holds::Hold;
 use super::manager::SessionManager;
+use crate::auth::{Principal, access};
 use crate::backend::connection::LIST_CHANGES;
 use crate::jsonrpc;
 use crate::stream::{Buffering, Sink, Stream, StreamKey};
@@ -52,9 +53,9 @@ pub struct Listener {
     /// The `subscriptions/listen` request's id, as the client sent it.
     pub subscription_id: Box<RawValue>,
     pub filter: ListenFilter,
-    /// The caller's scopes when authorization is on: a plugin that needs another one is not
-    /// its business. `None`: every plugin is.
-    pub scopes: Option<BTreeSet<String>>,
+    /// The caller when authorization is on: a plugin it may not use (another scope, or
+    /// rules that leave it out) is not its business. `None`: every plugin without rules is.
+    pub caller: Option<Principal>,
     /// The subscriptions it holds, let go with it.
     pub holds: Vec<Hold>,
     /// Its place under the limits.
@@ -222,7 +223,7 @@ impl Session {
             _ => return,
         };
         // A plugin's notice reaches only callers who may use the plugin.
-        let needs = from.and_then(|name| self.registry.get(name)?.config.scope.clone());
+        let plugin = from.and_then(|name| self.registry.get(name));
         for l in listeners {
             let wanted = match method {
                 "notifications/tools/list_changed" => l.filter.tools,
@@ -230,10 +231,9 @@ impl Session {
                 "notifications/resources/list_changed" => l.filter.resources,
                 _ => uri.as_ref().is_some_and(|u| l.filter.uris.contains(u)),
             };
-            let allowed = match (&needs, &l.scopes) {
-                (Some(scope), Some(scopes)) => scopes.contains(scope),
-                _ => true,
-            };
+            let allowed = plugin
+                .as_ref()
+                .is_none_or(|p| access::may_use(&p.config, l.caller.as_ref()));
             if wanted && allowed {
                 let _ = l
                     .sink

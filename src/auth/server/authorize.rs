@@ -14,7 +14,7 @@ use serde::Deserialize;
 
 use super::error::refused;
 use super::pending::{PENDING_TTL, Request};
-use super::{ClientAddr, OAuthError, PageError, St, no_store, server};
+use super::{ClientAddr, OAuthError, PageError, St, no_store, server, upstream};
 use crate::auth::pages::{self, ClientView};
 use crate::auth::redirect::is_loopback_host;
 use crate::auth::store::{Client, Pending};
@@ -196,6 +196,7 @@ pub(super) async fn authorize(
         scopes,
         challenge,
         resource,
+        upstream: None,
     };
     let csrf = random_token();
     let pending = Pending {
@@ -204,10 +205,17 @@ pub(super) async fn authorize(
         request: serde_json::to_string(&request).expect("serializable"),
         subject: None,
         expires_at: now_secs() + PENDING_TTL.as_secs() as i64,
+        groups: Vec::new(),
     };
+    // With an upstream provider and no local users, straight to the provider.
+    if s.upstream.is_some() && s.config.users.is_empty() {
+        let mut r = upstream::start(s, pending, request).await?;
+        s.set_csrf(&mut r, &csrf);
+        return Ok(r);
+    }
     s.store.put_pending(&pending).await?;
     let view = client_view(&client, &redirect_uri);
-    let mut r = pages::login(&pending.id, &csrf, &view, None);
+    let mut r = pages::login(&pending.id, &csrf, &view, None, s.upstream_name());
     s.set_csrf(&mut r, &csrf);
     Ok(r)
 }

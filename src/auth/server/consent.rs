@@ -48,14 +48,16 @@ pub(super) async fn consent(
     s.store
         .add_consent(&subject, &client.client_id, &scope)
         .await?;
-    Ok(issue_code(s, &request, &subject).await?)
+    Ok(issue_code(s, &request, &subject, &p.groups).await?)
 }
 
-/// Issues an authorization code for `request` and sends the browser back to the client.
+/// Issues an authorization code for `request`, for `subject` in `groups`, and sends the
+/// browser back to the client.
 pub(super) async fn issue_code(
     s: &AuthServer,
     request: &Request,
     subject: &str,
+    groups: &[String],
 ) -> Result<Response, AuthStoreError> {
     let code = random_token();
     let row = Code {
@@ -67,6 +69,7 @@ pub(super) async fn issue_code(
         scope: request.scopes.join(" "),
         challenge: request.challenge.clone(),
         expires_at: now_secs() + s.config.code_ttl.as_secs() as i64,
+        groups: groups.to_vec(),
         issued: None,
     };
     s.store.add_code(&row).await?;

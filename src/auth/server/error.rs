@@ -171,6 +171,14 @@ pub enum PageError {
     /// Too many client metadata documents fetched: 429 with `Retry-After`.
     #[error("too many client metadata documents were fetched")]
     Limited(Duration),
+    /// The upstream identity provider could not be used (discovery, the code exchange, the
+    /// ID token): 502, with what failed (the cause is logged too).
+    #[error("{0}")]
+    Upstream(String),
+    /// The provider signed the person in, but the allow-lists leave them out: 403, a page
+    /// that says so, and no code.
+    #[error("{0}")]
+    NotAllowed(String),
     /// The database failed: answered as [`OAuthError::Store`] (JSON, 503), as the other
     /// endpoints answer it.
     #[error("the authorization store failed: {0}")]
@@ -191,6 +199,8 @@ impl IntoResponse for PageError {
         match self {
             PageError::Invalid(why) => pages::error(StatusCode::BAD_REQUEST, &why),
             PageError::CrossSite => pages::error(StatusCode::FORBIDDEN, &self.to_string()),
+            PageError::Upstream(why) => pages::error(StatusCode::BAD_GATEWAY, &why),
+            PageError::NotAllowed(why) => pages::refused(&why),
             PageError::Limited(wait) => {
                 let mut r = pages::error(
                     StatusCode::TOO_MANY_REQUESTS,

@@ -18,6 +18,7 @@
 //! - [`authorize`]: the authorization endpoint, up to the sign-in page.
 //! - [`pending`]: the authorization request kept while the person decides, and its CSRF check.
 //! - [`signin`]: the sign-in form, passwords, and the failed sign-in lockout.
+//! - [`upstream`]: sign-in at an upstream OpenID provider instead (`[auth.upstream]`).
 //! - [`consent`]: the consent form and the code it issues.
 //! - [`client_auth`]: how a client authenticates at `/token` and `/revoke`.
 //! - [`token`]: the token endpoint and its three grants.
@@ -37,6 +38,7 @@ mod register;
 mod revoke;
 mod signin;
 mod token;
+mod upstream;
 
 use std::collections::{BTreeSet, HashMap};
 use std::net::IpAddr;
@@ -55,6 +57,7 @@ use super::keys::{KeyRing, REVOCATION_REFRESH_UNHEARD};
 use super::shared::SharedThrottle;
 use super::store::{AuthStore, Client};
 use super::throttle::{Throttle, address_key};
+use super::upstream::Upstream;
 use super::{Auth, now_secs};
 use crate::config::AuthConfig;
 
@@ -83,6 +86,8 @@ pub struct AuthServer {
     shared_registrations: Option<Arc<dyn SharedThrottle>>,
     signins: SignInThrottle,
     secure_cookies: bool,
+    /// Sign-in at an upstream OpenID provider, when configured.
+    upstream: Option<Arc<Upstream>>,
 }
 
 /// How many client addresses (and unknown user names) each limit keeps at most.
@@ -155,6 +160,10 @@ impl AuthServer {
             1,
         );
         AuthServer {
+            upstream: config
+                .upstream
+                .clone()
+                .map(|u| Arc::new(Upstream::new(u, &issuer))),
             provisioned,
             fetcher: Fetcher::new(
                 config.cimd_allow_private,
@@ -183,6 +192,17 @@ impl AuthServer {
     /// revocations and rotations) as often as [`KeyRing::revocation_refresh`] says, and forgets expired sign-ins, codes,
     /// refresh tokens and revocations every few minutes.
     pub async fn maintain(self: Arc<Self>, stop: tokio_util::sync::CancellationToken) {
+        if let Some(up) = &self.upstream {
+            // Found once at start, so a wrong issuer shows in the log before anyone signs in.
+            match up.provider().await {
+                Ok((d, _)) => {
+                    tracing::info!(issuer = %d.issuer, "upstream identity provider discovered")
+                }
+                Err(e) => {
+                    tracing::warn!("upstream identity provider: {e}; sign-ins will try again")
+                }
+            }
+        }
         let mut purge = tokio::time::interval(Duration::from_secs(300));
         // Wakes often enough for the shorter period; re-reads only when one is due.
         let mut tick = tokio::time::interval(REVOCATION_REFRESH_UNHEARD);
@@ -210,6 +230,21 @@ impl AuthServer {
                 () = stop.cancelled() => return,
             }
         }
+    }
+
+    /// The groups `subject`'s tokens carry: a configured user's from the config as it is now
+    /// (so a change there holds from the next token on), anyone else's as they were at
+    /// sign-in (`signed_in`).
+    fn groups_for(&self, subject: &str, signed_in: &[String]) -> Vec<String> {
+        match self.config.users.iter().find(|u| u.name == subject) {
+            Some(u) => u.groups.clone(),
+            None => signed_in.to_vec(),
+        }
+    }
+
+    /// The upstream provider's name, for the sign-in page's button.
+    fn upstream_name(&self) -> Option<&str> {
+        self.upstream.as_deref().map(Upstream::display_name)
     }
 
     pub fn scopes_supported(&self) -> Vec<String> {
@@ -284,6 +319,11 @@ pub fn router<S>(auth: Arc<Auth>) -> Router<S> {
             .route("/authorize", get(authorize::authorize))
             .route("/authorize/login", post(signin::login))
             .route("/authorize/consent", post(consent::consent))
+            .route("/authorize/upstream", post(upstream::button))
+            .route(
+                crate::auth::upstream::CALLBACK_PATH,
+                get(upstream::callback),
+            )
             .route("/token", post(token::token))
             .route("/revoke", post(revoke::revoke))
             .route("/oauth/style.css", get(metadata::style));

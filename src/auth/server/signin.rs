@@ -162,6 +162,7 @@ pub(super) async fn login(
                 "Too many failed sign-ins for this user or from this address. Try again in {}.",
                 wait_words(wait)
             )),
+            s.upstream_name(),
         );
         *r.status_mut() = StatusCode::TOO_MANY_REQUESTS;
         retry_after(&mut r, wait);
@@ -176,18 +177,21 @@ pub(super) async fn login(
             &f.csrf,
             &view,
             Some("Wrong user name or password."),
+            s.upstream_name(),
         ));
     }
     s.signins.succeeded(&f.username);
+    let groups = s.groups_for(&f.username, &[]);
     let scope = request.scopes.join(" ");
     if s.store
         .has_consent(&f.username, &client.client_id, &scope)
         .await?
     {
         let _ = s.store.delete_pending(&p.id).await;
-        return Ok(issue_code(s, &request, &f.username).await?);
+        return Ok(issue_code(s, &request, &f.username, &groups).await?);
     }
     p.subject = Some(f.username.clone());
+    p.groups = groups;
     s.store.put_pending(&p).await?;
     Ok(pages::consent(
         &p.id,

@@ -168,12 +168,16 @@ async fn authorization_code(
             "scope `{x}` is no longer available to this client"
         )));
     }
+    let groups = s.groups_for(&c.subject, &c.groups);
     let refresh = new_refresh(
         s,
         &issue.family,
         &planned,
         client,
-        &c.subject,
+        Grantee {
+            subject: &c.subject,
+            groups: &groups,
+        },
         &c.resource,
         &c.scope,
     )
@@ -189,7 +193,10 @@ async fn authorization_code(
     Ok(token_response(
         s,
         &planned,
-        &c.subject,
+        Grantee {
+            subject: &c.subject,
+            groups: &groups,
+        },
         client,
         &c.scope,
         refresh,
@@ -268,12 +275,17 @@ async fn refresh_token(
         }
     };
     let planned = s.keys.plan();
+    let groups = s.groups_for(&r.subject, &r.groups);
+    let grantee = Grantee {
+        subject: &r.subject,
+        groups: &groups,
+    };
     let refresh = new_refresh(
         s,
         &r.family,
         &planned,
         client,
-        &r.subject,
+        grantee,
         &r.resource,
         &r.scope,
     )
@@ -281,7 +293,7 @@ async fn refresh_token(
     Ok(token_response(
         s,
         &planned,
-        &r.subject,
+        grantee,
         client,
         &scope,
         refresh,
@@ -318,7 +330,10 @@ fn client_credentials(
     Ok(token_response(
         s,
         &s.keys.plan(),
-        &client.client_id.clone(),
+        Grantee {
+            subject: &client.client_id,
+            groups: &[],
+        },
         client,
         &scope,
         None,
@@ -326,10 +341,17 @@ fn client_credentials(
     ))
 }
 
+/// Whom a grant's tokens speak for: the subject, and the groups they carry.
+#[derive(Clone, Copy)]
+struct Grantee<'a> {
+    subject: &'a str,
+    groups: &'a [String],
+}
+
 fn token_response(
     s: &AuthServer,
     planned: &Planned,
-    subject: &str,
+    grantee: Grantee,
     client: &Client,
     scope: &str,
     refresh: Option<String>,
@@ -340,9 +362,13 @@ fn token_response(
         .with_label_values(&[grant_type])
         .inc();
     let scopes: BTreeSet<String> = scope.split_whitespace().map(str::to_owned).collect();
-    let (access, expires_in) = s
-        .keys
-        .issue_as(planned, subject, &client.client_id, &scopes);
+    let (access, expires_in) = s.keys.issue_as(
+        planned,
+        grantee.subject,
+        &client.client_id,
+        &scopes,
+        grantee.groups,
+    );
     let mut out = json!({
         "access_token": access,
         "token_type": "Bearer",
@@ -361,7 +387,7 @@ async fn new_refresh(
     family: &str,
     planned: &Planned,
     client: &Client,
-    subject: &str,
+    grantee: Grantee<'_>,
     resource: &str,
     scope: &str,
 ) -> Result<Option<String>, AuthStoreError> {
@@ -373,10 +399,11 @@ async fn new_refresh(
         token_hash: hash_secret(&token),
         family: family.to_owned(),
         client_id: client.client_id.clone(),
-        subject: subject.to_owned(),
+        subject: grantee.subject.to_owned(),
         resource: resource.to_owned(),
         scope: scope.to_owned(),
         expires_at: now_secs() + s.config.refresh_ttl.as_secs() as i64,
+        groups: grantee.groups.to_vec(),
         access: Some((planned.jti.clone(), planned.exp)),
     };
     s.store.add_refresh(&row).await?;

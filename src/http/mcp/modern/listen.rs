@@ -157,7 +157,7 @@ pub(super) async fn listen(
         sink: sink.clone(),
         subscription_id: id.raw().to_owned(),
         filter,
-        scopes: principal.map(|p| p.scopes.clone()),
+        caller: principal.cloned(),
         holds,
         slot,
     });
