@@ -32,7 +32,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::{PAIRS, Run, Target, Throughput, median, percent, round1};
@@ -54,9 +54,13 @@ pub struct Options {
     /// The gateway binary to measure (default: `mcp-gateway` beside this one).
     #[arg(long)]
     pub gateway: Option<PathBuf>,
+    /// Measure nothing: write the section of BENCHMARKS.md again from `modern.json` in
+    /// `--out` (after an edit of bench/NOTES-modern.md).
+    #[arg(long)]
+    pub rewrite: bool,
 }
 
-#[derive(Debug, Default, Serialize)]
+#[derive(Debug, Default, Serialize, Deserialize)]
 pub struct Report {
     pub date: String,
     pub commit: String,
@@ -72,7 +76,7 @@ pub struct Report {
 
 /// One workload, driven by a modern client and by a legacy session in alternating pairs of
 /// runs, each on a fresh gateway.
-#[derive(Debug, Default, Serialize)]
+#[derive(Debug, Default, Serialize, Deserialize)]
 pub struct Comparison {
     pub scenario: String,
     pub in_flight: usize,
@@ -193,6 +197,13 @@ enum Workload {
 /// `mcp-bench modern`: measures, prints the JSON, writes `modern.json` in `out` and the
 /// section of BENCHMARKS.md.
 pub async fn main(opts: Options, duration: Duration, out: &Path) {
+    if opts.rewrite {
+        let path = out.join("modern.json");
+        let json =
+            std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let r: Report = serde_json::from_str(&json).expect("a report of mcp-bench modern");
+        return write(&r, out);
+    }
     crate::raise_fd_limit();
     let r = measure(&opts, duration).await;
     let json = serde_json::to_string_pretty(&r).expect("serializable");
