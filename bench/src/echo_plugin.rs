@@ -3,7 +3,9 @@
 //! line, answers, and flushes only when no more input is waiting.
 //!
 //! Tools: `echo(text)` returns its text; `progress(steps)` sends that many progress
-//! notifications first; `sample(prompt)` asks the client for a sample and returns its text.
+//! notifications first; `sample(prompt)` asks the client for a sample and returns its text;
+//! `ask(text)` asks the client with `elicitation/create` (the text as its message) and returns
+//! the `answer` the client accepted with. A client's error answer fails the call.
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, BufWriter, Write};
@@ -20,6 +22,22 @@ struct Msg<'a> {
     params: Option<&'a RawValue>,
     #[serde(borrow)]
     result: Option<&'a RawValue>,
+    #[serde(borrow)]
+    error: Option<&'a RawValue>,
+}
+
+/// What the plugin asked the client, for which call: the call's id and the field of the
+/// client's result the call answers with.
+struct Asked {
+    call: String,
+    kind: Kind,
+}
+
+enum Kind {
+    /// `sampling/createMessage`: `content.text`.
+    Sample,
+    /// `elicitation/create`: `content.answer`.
+    Elicit,
 }
 
 #[derive(Deserialize)]
@@ -47,12 +65,12 @@ struct Meta {
     progress_token: Option<serde_json::Value>,
 }
 
-const TOOLS: &str = r#"{"tools":[{"name":"echo","description":"Echoes its text","inputSchema":{"type":"object","properties":{"text":{"type":"string"}},"required":["text"]}},{"name":"progress","description":"Reports progress, then answers","inputSchema":{"type":"object","properties":{"steps":{"type":"integer"}}}},{"name":"sample","description":"Asks the client for a sample","inputSchema":{"type":"object","properties":{"prompt":{"type":"string"}}}}]}"#;
+const TOOLS: &str = r#"{"tools":[{"name":"echo","description":"Echoes its text","inputSchema":{"type":"object","properties":{"text":{"type":"string"}},"required":["text"]}},{"name":"progress","description":"Reports progress, then answers","inputSchema":{"type":"object","properties":{"steps":{"type":"integer"}}}},{"name":"sample","description":"Asks the client for a sample","inputSchema":{"type":"object","properties":{"prompt":{"type":"string"}}}},{"name":"ask","description":"Asks the client a question, then answers with its answer","inputSchema":{"type":"object","properties":{"text":{"type":"string"}},"required":["text"]}}]}"#;
 
 fn main() -> std::io::Result<()> {
     let mut input = BufReader::with_capacity(1 << 16, std::io::stdin().lock());
     let mut out = BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
-    let mut asked: HashMap<u64, String> = HashMap::new();
+    let mut asked: HashMap<u64, Asked> = HashMap::new();
     let mut next = 1u64;
     let mut line = String::new();
     loop {
@@ -116,7 +134,28 @@ fn main() -> std::io::Result<()> {
                             out,
                             r#"{{"jsonrpc":"2.0","id":{next},"method":"sampling/createMessage","params":{{"messages":[{{"role":"user","content":{{"type":"text","text":{prompt}}}}}],"maxTokens":10}}}}"#
                         )?;
-                        asked.insert(next, id.to_owned());
+                        asked.insert(
+                            next,
+                            Asked {
+                                call: id.to_owned(),
+                                kind: Kind::Sample,
+                            },
+                        );
+                        next += 1;
+                    }
+                    "ask" => {
+                        let text = serde_json::to_string(&call.arguments.text).expect("a string");
+                        writeln!(
+                            out,
+                            r#"{{"jsonrpc":"2.0","id":{next},"method":"elicitation/create","params":{{"message":{text},"requestedSchema":{{"type":"object","properties":{{"answer":{{"type":"string"}}}},"required":["answer"]}}}}}}"#
+                        )?;
+                        asked.insert(
+                            next,
+                            Asked {
+                                call: id.to_owned(),
+                                kind: Kind::Elicit,
+                            },
+                        );
                         next += 1;
                     }
                     _ => writeln!(
@@ -125,18 +164,42 @@ fn main() -> std::io::Result<()> {
                     )?,
                 }
             }
-            (None, Some(id)) if msg.result.is_some() => {
-                if let Some(call_id) = id.parse().ok().and_then(|n: u64| asked.remove(&n)) {
-                    let text = msg
-                        .result
-                        .and_then(|r| serde_json::from_str::<serde_json::Value>(r.get()).ok())
-                        .and_then(|v| v["content"]["text"].as_str().map(str::to_owned))
-                        .unwrap_or_default();
-                    let text = serde_json::to_string(&text).expect("a string");
-                    writeln!(
-                        out,
-                        r#"{{"jsonrpc":"2.0","id":{call_id},"result":{{"content":[{{"type":"text","text":{text}}}]}}}}"#
-                    )?;
+            (None, Some(id)) => {
+                let Some(Asked { call, kind }) =
+                    id.parse().ok().and_then(|n: u64| asked.remove(&n))
+                else {
+                    continue;
+                };
+                let result = msg
+                    .result
+                    .and_then(|r| serde_json::from_str::<serde_json::Value>(r.get()).ok());
+                let text = match (&result, kind) {
+                    (Some(r), Kind::Sample) => {
+                        Some(r["content"]["text"].as_str().unwrap_or_default())
+                    }
+                    (Some(r), Kind::Elicit) if r["action"] == "accept" => {
+                        r["content"]["answer"].as_str()
+                    }
+                    _ => None,
+                };
+                match text {
+                    Some(text) => {
+                        let text = serde_json::to_string(text).expect("a string");
+                        writeln!(
+                            out,
+                            r#"{{"jsonrpc":"2.0","id":{call},"result":{{"content":[{{"type":"text","text":{text}}}]}}}}"#
+                        )?;
+                    }
+                    None => {
+                        let why = msg.error.map_or(
+                            "no answer in the client's result",
+                            |_| "the client answered with an error",
+                        );
+                        writeln!(
+                            out,
+                            r#"{{"jsonrpc":"2.0","id":{call},"error":{{"code":-32603,"message":"{why}"}}}}"#
+                        )?;
+                    }
                 }
             }
             (Some(_), Some(id)) => writeln!(

@@ -7,9 +7,10 @@
 //! flight; (c) N sessions each holding a GET stream: setup rate and memory of the target's
 //! process tree; (d) initialize, and initialize + first call, cold and with a warm pool;
 //! (e) resumable streams on against off, in alternating runs; cluster mode through HAProxy
-//! against memory mode, failover and a rolling restart (bench/src/cluster/). Every reply is
-//! checked: a wrong or missing one is counted. Results go to `bench/results/latest.json` and
-//! `BENCHMARKS.md`.
+//! against memory mode, failover and a rolling restart (bench/src/cluster/); the modern era
+//! (2026-07-28) against the legacy one, (a) and a plugin's question to its client
+//! (bench/src/modern.rs). Every reply is checked: a wrong or missing one is counted. Results go
+//! to `bench/results/latest.json` and `BENCHMARKS.md`.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -26,6 +27,7 @@ use tokio::process::{Child, Command};
 
 mod cluster;
 mod inproc;
+mod modern;
 mod soak;
 
 // The same allocator as the gateway, so the in-process ceiling measures the design and not
@@ -71,6 +73,10 @@ enum Cmd {
         in_flight: usize,
         #[arg(long, default_value_t = 10)]
         seconds: u64,
+        /// As a modern (2026-07-28) client: no session, `_meta` on every call (`--sessions`
+        /// is ignored).
+        #[arg(long)]
+        modern: bool,
     },
     /// Scenario (c) against a target started by hand: N sessions holding GET streams, then the
     /// memory of the process tree rooted at `pid`.
@@ -120,6 +126,11 @@ enum Cmd {
     /// a rolling restart under load (bench/src/cluster/); results in the Cluster mode section
     /// of BENCHMARKS.md.
     Cluster(cluster::Options),
+    /// The modern era (2026-07-28) against the legacy one on the same gateway build, in
+    /// alternating pairs of runs each lasting half of `--duration`: (a) with no session, and
+    /// the round trip of a plugin's question to its client (bench/src/modern.rs); results in
+    /// the "Modern era (2026-07-28)" section of BENCHMARKS.md.
+    Modern(modern::Options),
 }
 
 #[derive(Debug, Default, Serialize, Clone)]
@@ -236,13 +247,14 @@ fn main() {
             sessions,
             in_flight,
             seconds,
+            modern,
         }) => {
-            let t = rt.block_on(http_load(
-                &url,
-                sessions,
-                in_flight,
-                Duration::from_secs(seconds),
-            ));
+            let seconds = Duration::from_secs(seconds);
+            let t = if modern {
+                rt.block_on(modern::echo_load(&url, in_flight, seconds))
+            } else {
+                rt.block_on(http_load(&url, sessions, in_flight, seconds))
+            };
             println!(
                 "{}",
                 serde_json::to_string_pretty(&t).expect("serializable")
@@ -305,6 +317,11 @@ fn main() {
             Duration::from_secs(cli.duration),
             &cli.out,
         )),
+        Some(Cmd::Modern(options)) => rt.block_on(modern::main(
+            options,
+            Duration::from_secs(cli.duration),
+            &cli.out,
+        )),
         None => rt.block_on(run(cli)),
     }
 }
@@ -340,8 +357,13 @@ struct Target {
 
 impl Target {
     async fn gateway(name: &str, extra: &[&str], config: Option<&str>) -> Target {
+        Target::gateway_at(&sibling("mcp-gateway"), name, extra, config).await
+    }
+
+    /// [`Target::gateway`] on the gateway binary at `binary`.
+    async fn gateway_at(binary: &Path, name: &str, extra: &[&str], config: Option<&str>) -> Target {
         let dir = tempfile::tempdir().expect("temp dir");
-        let mut cmd = Command::new(sibling("mcp-gateway"));
+        let mut cmd = Command::new(binary);
         cmd.args(["--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"])
             // Every session comes from this one load generator.
             .args([
@@ -699,6 +721,8 @@ async fn run(cli: Cli) {
             .push(resumable_cost(scenario, sessions, in_flight, duration).await);
     }
 
+    let modern = modern::measure(&modern::Options::default(), duration).await;
+
     if !cli.no_cluster {
         report.cluster = Some(cluster::measure(&cluster::Options::full(), duration).await);
     }
@@ -718,6 +742,7 @@ async fn run(cli: Cli) {
         text = soak::replace_section(&text, cluster::SECTION, &cluster::markdown(c));
     }
     std::fs::write("BENCHMARKS.md", text).expect("write BENCHMARKS.md");
+    modern::write(&modern, &cli.out);
     println!("{json}");
 }
 
@@ -728,17 +753,36 @@ const SHARED_PLUGIN: &str = "[plugins.echo]\ncommand = \"ECHO\"\nprocess_model =
 struct Run {
     throughput: Throughput,
     cpu_us_per_call: f64,
+    /// This process's (the load generator's) CPU time per call, in µs.
+    client_cpu_us_per_call: f64,
 }
 
 /// Two targets driven in turn for [`PAIRS`] pairs of runs of `run` each, every run on a fresh
 /// process, the order alternating (A-B, B-A, ...) so that the machine's drift during the runs
-/// falls on both alike. Returns each pair's runs as `[A, B]`.
+/// falls on both alike. Each run is `sessions` sessions with `in_flight` calls of `echo`.
+/// Returns each pair's runs as `[A, B]`.
 async fn alternate<A, B>(
     sessions: usize,
     in_flight: usize,
     run: Duration,
     start_a: impl Fn() -> A,
     start_b: impl Fn() -> B,
+) -> Vec<[Run; 2]>
+where
+    A: Future<Output = Target>,
+    B: Future<Output = Target>,
+{
+    alternate_with(start_a, start_b, async |_, url| {
+        http_load(&url, sessions, in_flight, run).await
+    })
+    .await
+}
+
+/// [`alternate`] with the load of each run given: `load(side, url)`, side 0 for A, 1 for B.
+async fn alternate_with<A, B>(
+    start_a: impl Fn() -> A,
+    start_b: impl Fn() -> B,
+    load: impl AsyncFn(usize, String) -> Throughput,
 ) -> Vec<[Run; 2]>
 where
     A: Future<Output = Target>,
@@ -754,14 +798,17 @@ where
             } else {
                 start_b().await
             };
-            let cpu_before = cpu_seconds(target.pid());
-            let throughput = http_load(&target.url, sessions, in_flight, run).await;
+            let me = std::process::id();
+            let (cpu_before, me_before) = (cpu_seconds(target.pid()), cpu_seconds(me));
+            let throughput = load(side, target.url.clone()).await;
             let cpu = cpu_seconds(target.pid()) - cpu_before;
+            let me_cpu = cpu_seconds(me) - me_before;
             drop(target);
-            let cpu_us_per_call = (1e7 * cpu / throughput.ok.max(1) as f64).round() / 10.0;
+            let per_call = |cpu: f64| (1e7 * cpu / throughput.ok.max(1) as f64).round() / 10.0;
             runs[side] = Some(Run {
+                cpu_us_per_call: per_call(cpu),
+                client_cpu_us_per_call: per_call(me_cpu),
                 throughput,
-                cpu_us_per_call,
             });
         }
         let [Some(a), Some(b)] = runs else {
@@ -940,8 +987,29 @@ async fn initialize_request(
     http: &reqwest::Client,
     url: &str,
 ) -> Result<(Option<String>, String), String> {
+    initialize_request_as(http, url, "2025-06-18", &json!({})).await
+}
+
+/// Opens a session at protocol `version`, declaring `capabilities`.
+async fn initialize_as(
+    http: &reqwest::Client,
+    url: &str,
+    version: &str,
+    capabilities: &Value,
+) -> Result<(Option<String>, String), String> {
+    let (sid, version) = initialize_request_as(http, url, version, capabilities).await?;
+    initialized(http, url, sid.as_deref(), &version).await?;
+    Ok((sid, version))
+}
+
+async fn initialize_request_as(
+    http: &reqwest::Client,
+    url: &str,
+    version: &str,
+    capabilities: &Value,
+) -> Result<(Option<String>, String), String> {
     let r = post(http, url, None, None, &json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "mcp-bench", "version": "1"}}}))
+        "protocolVersion": version, "capabilities": capabilities, "clientInfo": {"name": "mcp-bench", "version": "1"}}}))
     .await?;
     // A target without sessions (stateless) gives none.
     let sid = r.0;
@@ -988,7 +1056,13 @@ async fn post(
     if let Some(v) = version {
         req = req.header("mcp-protocol-version", v);
     }
-    let r = req.send().await.map_err(|e| e.to_string())?;
+    send(req).await
+}
+
+/// Sends a POST built by the caller: the session id from the response and every JSON-RPC
+/// message in it (JSON or SSE).
+async fn send(req: reqwest::RequestBuilder) -> Result<(Option<String>, Vec<Value>), String> {
+    let r = req.send().await.map_err(|e| describe(&e))?;
     if !r.status().is_success() {
         return Err(format!("HTTP {}", r.status()));
     }
@@ -1004,7 +1078,7 @@ async fn post(
         .unwrap_or_default();
     let sse = kind.starts_with(b"text/event-stream");
     let json = kind.starts_with(b"application/json");
-    let text = r.text().await.map_err(|e| e.to_string())?;
+    let text = r.text().await.map_err(|e| describe(&e))?;
     let messages = if sse {
         text.lines()
             .filter_map(|l| l.strip_prefix("data:"))
@@ -1019,6 +1093,19 @@ async fn post(
     Ok((sid, messages))
 }
 
+/// An error with its causes (reqwest's own message alone says only "error sending request"
+/// or "error decoding response body").
+fn describe(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        source = s.source();
+    }
+    out
+}
+
 /// `in_flight` workers over `sessions` sessions call `echo` for `duration`; every answer is
 /// checked.
 async fn http_load(url: &str, sessions: usize, in_flight: usize, duration: Duration) -> Throughput {
@@ -1027,33 +1114,62 @@ async fn http_load(url: &str, sessions: usize, in_flight: usize, duration: Durat
     for _ in 0..sessions {
         opened.push(initialize(&http, url).await.expect("a session opens"));
     }
-    let opened = Arc::new(opened);
+    let ctx = Arc::new((http, url.to_owned(), opened));
+    let calls = ctx.clone();
+    let t = drive(in_flight, duration, move |w, seq| {
+        let ctx = calls.clone();
+        async move {
+            let (http, url, opened) = &*ctx;
+            let (sid, version) = &opened[w % opened.len()];
+            // Unique in the session: JSON-RPC forbids reusing an id there.
+            let id = (w as u64) << 40 | seq;
+            let text = echo_text(w, seq);
+            let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": "echo", "arguments": {"text": text}}});
+            match post(http, url, sid.as_deref(), Some(version), &body).await {
+                Ok((_, messages)) => messages.iter().any(|m| m["id"] == id && m["result"]["content"][0]["text"] == text.as_str()),
+                Err(_) => false,
+            }
+        }
+    })
+    .await;
+    let (http, url, opened) = &*ctx;
+    for sid in opened.iter().filter_map(|(sid, _)| sid.as_ref()) {
+        let _ = http.delete(url).header("mcp-session-id", sid).send().await;
+    }
+    t
+}
+
+/// The 64-byte text of worker `w`'s call `seq`, unique in the run.
+fn echo_text(w: usize, seq: u64) -> String {
+    format!("{w:04}-{seq:012}-{}", "x".repeat(64 - 18))
+}
+
+/// `in_flight` workers each make `call(worker, seq)` (`seq` counting from 1) one after another
+/// for `duration`; `call` says whether its answer was right, and the right ones are timed.
+/// The clock starts once every worker's first call is answered: by then each session's plugin
+/// process has started and each connection is open. Those one-time costs are what (d)
+/// measures; a throughput scenario measures the steady state.
+async fn drive<C, F>(in_flight: usize, duration: Duration, call: C) -> Throughput
+where
+    C: Fn(usize, u64) -> F + Send + Sync + 'static,
+    F: Future<Output = bool> + Send + 'static,
+{
+    let call = Arc::new(call);
     let wrong = Arc::new(AtomicU64::new(0));
-    // The clock starts once every worker's first call is answered: by then each session's
-    // plugin process has started and each connection is open. Those one-time costs are what
-    // (d) measures; a throughput scenario measures the steady state.
     let warmed = Arc::new(tokio::sync::Barrier::new(in_flight + 1));
     let (start, deadline) = tokio::sync::watch::channel(None::<Instant>);
     let workers: Vec<_> = (0..in_flight)
         .map(|w| {
-            let (http, url, opened, wrong) = (http.clone(), url.to_owned(), opened.clone(), wrong.clone());
+            let (call, wrong) = (call.clone(), wrong.clone());
             let (warmed, mut deadline) = (warmed.clone(), deadline.clone());
             tokio::spawn(async move {
                 let mut hist = Histogram::<u64>::new(3).expect("histogram");
-                let (sid, version) = &opened[w % opened.len()];
                 let mut seq = 0u64;
-                let mut call = async || {
+                let mut next = || {
                     seq += 1;
-                    // Unique in the session: JSON-RPC forbids reusing an id there.
-                    let id = (w as u64) << 40 | seq;
-                    let text = format!("{w:04}-{seq:012}-{}", "x".repeat(64 - 18));
-                    let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": "echo", "arguments": {"text": text}}});
-                    match post(&http, &url, sid.as_deref(), Some(version), &body).await {
-                        Ok((_, messages)) => messages.iter().any(|m| m["id"] == id && m["result"]["content"][0]["text"] == text.as_str()),
-                        Err(_) => false,
-                    }
+                    call(w, seq)
                 };
-                if !call().await {
+                if !next().await {
                     wrong.fetch_add(1, Ordering::Relaxed);
                 }
                 warmed.wait().await;
@@ -1064,8 +1180,9 @@ async fn http_load(url: &str, sessions: usize, in_flight: usize, duration: Durat
                     .expect("the sender outlives the workers");
                 while Instant::now() < deadline {
                     let t = Instant::now();
-                    if call().await {
-                        hist.record(t.elapsed().as_micros() as u64).expect("in range");
+                    if next().await {
+                        hist.record(t.elapsed().as_micros() as u64)
+                            .expect("in range");
                     } else {
                         wrong.fetch_add(1, Ordering::Relaxed);
                     }
@@ -1082,9 +1199,6 @@ async fn http_load(url: &str, sessions: usize, in_flight: usize, duration: Durat
     }
     // Calls per second of the scenario's own time: waiting out a target's hung requests
     // afterwards does not count (they are counted as wrong).
-    for sid in opened.iter().filter_map(|(sid, _)| sid.as_ref()) {
-        let _ = http.delete(url).header("mcp-session-id", sid).send().await;
-    }
     throughput(&all, wrong.load(Ordering::Relaxed), duration)
 }
 
