@@ -188,6 +188,8 @@ impl Registry {
                 }
             }
         }
+        // A probe that just ended publishes its view under this lock (see `spawn_probe`).
+        let _publishing = self.publishing.lock().expect("publish lock");
         self.view()
     }
 
@@ -379,6 +381,11 @@ impl Registry {
     /// listener's call happen together, so an older view never replaces a newer one.
     fn publish(&self) {
         let _publishing = self.publishing.lock().expect("publish lock");
+        self.publish_locked();
+    }
+
+    /// [`Registry::publish`], the publish lock held by the caller.
+    fn publish_locked(&self) {
         let entries = self.entries();
         let enabled = entries.iter().filter(|e| e.enabled).count();
         let plugins = entries
@@ -413,12 +420,18 @@ impl Registry {
         let me = self.me.clone();
         tokio::spawn(async move {
             let state = probe(&entry).await;
+            let Some(registry) = me.upgrade() else {
+                entry.state.send_replace(state);
+                return;
+            };
+            // The state and the view that follows from it change under one lock, which
+            // `ready` takes before it reads the view: a request woken by the new state never
+            // reads the view from before it (without the plugin's tools).
+            let _publishing = registry.publishing.lock().expect("publish lock");
             entry.state.send_replace(state);
-            if let Some(registry) = me.upgrade() {
-                // Only if the entry is still the registry's (not replaced meanwhile).
-                if registry.entries().iter().any(|e| Arc::ptr_eq(e, &entry)) {
-                    registry.publish();
-                }
+            // Only if the entry is still the registry's (not replaced meanwhile).
+            if registry.entries().iter().any(|e| Arc::ptr_eq(e, &entry)) {
+                registry.publish_locked();
             }
         });
     }
