@@ -208,8 +208,13 @@ pub fn request_digest(method: &str, params: Option<&RawValue>) -> String {
     text.push_str(method);
     text.push('\n');
     canonical(&value, &mut text);
-    let digest = Sha256::digest(text.as_bytes());
-    digest.iter().map(|b| format!("{b:02x}")).collect()
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut hex = String::with_capacity(64);
+    for b in Sha256::digest(text.as_bytes()) {
+        hex.push(char::from(HEX[usize::from(b >> 4)]));
+        hex.push(char::from(HEX[usize::from(b & 0xf)]));
+    }
+    hex
 }
 
 /// JSON with every object's keys sorted.

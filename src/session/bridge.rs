@@ -55,8 +55,29 @@ pub struct Resume {
 pub struct Binding {
     /// The token's subject, or none for the anonymous caller.
     pub caller: Option<String>,
-    /// [`crate::protocol::mrtr::request_digest`] of the request.
-    pub digest: String,
+    /// The request's method and params, for its digest.
+    method: String,
+    params: Option<Box<RawValue>>,
+    /// [`crate::protocol::mrtr::request_digest`] of the request: made when a round is first
+    /// asked of the client (most calls never ask), then kept.
+    digest: std::sync::OnceLock<String>,
+}
+
+impl Binding {
+    pub fn new(caller: Option<String>, method: String, params: Option<Box<RawValue>>) -> Binding {
+        Binding {
+            caller,
+            method,
+            params,
+            digest: std::sync::OnceLock::new(),
+        }
+    }
+
+    pub fn digest(&self) -> &str {
+        self.digest.get_or_init(|| {
+            crate::protocol::mrtr::request_digest(&self.method, self.params.as_deref())
+        })
+    }
 }
 
 impl Session {

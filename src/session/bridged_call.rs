@@ -409,7 +409,7 @@ impl Pump {
             expires_ms: expires
                 .duration_since(UNIX_EPOCH)
                 .map_or(0, |d| d.as_millis() as u64),
-            digest: self.binding.digest.clone(),
+            digest: self.binding.digest().to_owned(),
             replica: self.parked.replica.to_string(),
             call: self.call,
             nonce,

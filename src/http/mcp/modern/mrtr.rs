@@ -199,10 +199,11 @@ pub(super) async fn start(
             }
         }));
     }
-    let binding = Binding {
-        caller: principal.map(|p| p.subject.clone()),
-        digest: mrtr::request_digest(&method, params.as_deref()),
-    };
+    let binding = Binding::new(
+        principal.map(|p| p.subject.clone()),
+        method.clone(),
+        params.clone(),
+    );
     let (call_id, call_sink) = session
         .bridge(gw.parked.clone(), binding, exchange)
         .await
