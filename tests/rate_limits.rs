@@ -5,7 +5,8 @@
 //! (the test Redis, under a key prefix of the test's own).
 //!
 //! The gateways trust 127.0.0.1 as a proxy, so `X-Forwarded-For` makes callers of different
-//! addresses (authorization is off: the client address is the caller).
+//! addresses (authorization is off: the client address is the caller); with authorization
+//! on, two tokens of different subjects from one address are two callers.
 
 mod common;
 
@@ -348,4 +349,50 @@ async fn a_replica_whose_redis_does_not_answer_limits_on_its_own() {
     gw.wait_log("counting on this replica alone").await;
     let (status, _, m) = modern_call(&c, 2, "again").await;
     assert_eq!(status, 429, "{m}");
+}
+
+#[tokio::test]
+async fn with_authorization_on_each_token_subject_has_its_own_bucket() {
+    use common::oauth::{AuthGateway, authorize, exchange, pkce, public_client, robot_token};
+    let gw = AuthGateway::start(
+        "[limits]\n[[limits.rules]]\nplugin = \"fix\"\nrate = \"1/min\"\n",
+        None,
+    );
+    let robot = robot_token(&gw).await;
+    let client = public_client(&gw).await;
+    let (verifier, challenge) = pkce();
+    let code = authorize(&gw, &client, &challenge, "alice", "mcp").await;
+    let (status, tokens) = exchange(&gw, &client, &code, &verifier).await;
+    assert_eq!(status, 200, "{tokens}");
+    let alice = tokens["access_token"].as_str().unwrap();
+
+    let mut as_robot = gw.gw.client().with_token(&robot);
+    as_robot.initialize().await;
+    assert_eq!(
+        as_robot
+            .tool_text(1, "fix__echo", json!({"text": "r"}))
+            .await,
+        "r"
+    );
+    let r = as_robot
+        .call(
+            2,
+            "tools/call",
+            json!({"name": "fix__echo", "arguments": {"text": "r"}}),
+        )
+        .await;
+    assert_limited(&r, 2, "plugin:fix", "for this subject: 1 call per minute");
+    // Alice, from the same address, has a bucket of her own.
+    let mut as_alice = gw.gw.client().with_token(alice);
+    as_alice.initialize().await;
+    assert_eq!(
+        as_alice
+            .tool_text(1, "fix__echo", json!({"text": "a"}))
+            .await,
+        "a"
+    );
+    let r = as_alice
+        .call(2, "tools/call", json!({"name": "fix__echo"}))
+        .await;
+    assert_eq!(r.status, 429, "{r:?}");
 }
