@@ -10,7 +10,8 @@
 //! new ones) are dropped, and callers beyond that share one bucket. In cluster mode the
 //! buckets are kept in Redis behind [`SharedBuckets`] (one atomic script takes a token from
 //! every bucket of a call, or from none); when Redis does not answer, the replica's own
-//! buckets count instead, and the log says so.
+//! buckets count instead, and the log says so (Redis is asked again every two seconds
+//! meanwhile, so calls do not wait for its timeout).
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -109,7 +110,15 @@ pub struct RateLimits {
     shared: Option<Arc<dyn SharedBuckets>>,
     /// Set while the shared store does not answer (logged once per outage).
     falling_back: AtomicBool,
+    /// While the shared store does not answer, when to ask it again: until then calls are
+    /// counted here without waiting for it (a frozen Redis would hold each call for the
+    /// cluster's Redis timeout).
+    retry_shared_at: Mutex<Option<Instant>>,
 }
+
+/// How long calls are counted on the replica alone after the shared store failed, before
+/// it is asked again.
+const SHARED_RETRY: Duration = Duration::from_secs(2);
 
 struct Limit {
     rule: LimitRule,
@@ -160,6 +169,7 @@ impl RateLimits {
             max_keys: config.max_keys,
             shared,
             falling_back: AtomicBool::new(false),
+            retry_shared_at: Mutex::new(None),
         }
     }
 
@@ -206,7 +216,7 @@ impl RateLimits {
                 wait,
             }
         };
-        if let Some(shared) = &self.shared {
+        if let Some(shared) = self.shared.as_ref().filter(|_| self.ask_shared()) {
             let buckets: Vec<SharedBucket> = applying
                 .iter()
                 .map(|l| SharedBucket {
@@ -218,6 +228,10 @@ impl RateLimits {
                 .collect();
             match shared.take(&buckets).await {
                 Ok(taken) => {
+                    *self
+                        .retry_shared_at
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner()) = None;
                     if self.falling_back.swap(false, Ordering::Relaxed) {
                         tracing::info!("rate limits: shared through Redis again");
                     }
@@ -227,6 +241,10 @@ impl RateLimits {
                     };
                 }
                 Err(e) => {
+                    *self
+                        .retry_shared_at
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner()) = Some(Instant::now() + SHARED_RETRY);
                     if !self.falling_back.swap(true, Ordering::Relaxed) {
                         tracing::warn!(
                             "rate limits: Redis did not answer ({e}); counting on this replica alone until it does"
@@ -243,6 +261,25 @@ impl RateLimits {
             }
         }
         Ok(())
+    }
+}
+
+impl RateLimits {
+    /// Whether to ask the shared store now: not while it is known not to answer.
+    fn ask_shared(&self) -> bool {
+        let mut at = self
+            .retry_shared_at
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        match *at {
+            Some(t) if Instant::now() < t => false,
+            Some(_) => {
+                // One call asks again; the others go on counting here meanwhile.
+                *at = Some(Instant::now() + SHARED_RETRY);
+                true
+            }
+            None => true,
+        }
     }
 }
 
