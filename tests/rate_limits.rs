@@ -164,6 +164,17 @@ async fn plugin_and_tool_patterns_limit_only_what_they_name() {
         "for this client address: 1 call per hour",
     );
     assert!((3500..=3600).contains(&retry), "Retry-After {retry}");
+    // A prompt of the limited plugin counts too; one of the other plugin does not.
+    let r = c
+        .call(20, "prompts/get", json!({"name": "fs__test_simple_prompt"}))
+        .await;
+    assert_limited(&r, 20, "plugin:f*", "1 call per hour");
+    c.result(
+        21,
+        "prompts/get",
+        json!({"name": "time__test_simple_prompt"}),
+    )
+    .await;
     // The other plugin is not limited by the plugin rule...
     for id in 3..6 {
         assert_eq!(
@@ -191,7 +202,7 @@ async fn plugin_and_tool_patterns_limit_only_what_they_name() {
         .map(|l| l["name"].as_str().unwrap())
         .collect();
     assert_eq!(names, ["plugin:f*", "tool:*__pid"], "{limits}");
-    for (limit, n) in [("plugin:f*", 1.0), ("tool:*__pid", 1.0)] {
+    for (limit, n) in [("plugin:f*", 2.0), ("tool:*__pid", 1.0)] {
         assert_eq!(
             gw.metric(&format!(
                 "mcp_gateway_rate_limited_total{{limit=\"{limit}\"}}"
