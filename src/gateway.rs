@@ -39,6 +39,9 @@ pub struct Gateway {
     /// Modern clients' calls parked for the input a plugin asked for, and the key their
     /// `requestState` is sealed with (the same on every replica: it is kept in the database).
     pub parked: Arc<ParkedCalls>,
+    /// `[limits]`: the rate limits on calls and their buckets (shared through Redis in a
+    /// cluster). Set at start; a reload does not change them.
+    pub limits: Arc<crate::limits::RateLimits>,
     /// Cancelled when the gateway stops: sessions' streams close.
     pub shutdown: CancellationToken,
     /// Cancelled when a stop begins: readiness fails, the public listener stops accepting,
@@ -179,8 +182,13 @@ impl Gateway {
             let keys = auth.server.as_ref().map(|s| s.keys.clone());
             c.listen(keys, &registry, shutdown.clone());
         }
+        let limits = Arc::new(crate::limits::RateLimits::new(
+            &config.limits,
+            cluster.as_ref().map(|c| c.rate_buckets()),
+        ));
         Ok(Arc::new(Gateway {
             auth,
+            limits,
             registry,
             plugin_store,
             sessions,

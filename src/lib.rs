@@ -24,6 +24,8 @@
 //!   lending the registry's and the authorization server's stores behind their traits.
 //! - [`registry`]: which plugins exist (config file and admin API, persisted) and what each
 //!   said of itself when probed.
+//! - [`limits`]: rate limits on calls, a token bucket per caller and limit, kept here or
+//!   (cluster mode) behind [`limits::SharedBuckets`].
 //! - [`auth`]: OAuth 2.1: the bearer token of every request (resource server) and, built in,
 //!   the authorization server that issues them.
 //! - [`backend`]: a plugin instance: the stdio child process and JSON-RPC multiplexing,
@@ -45,6 +47,7 @@ pub mod database;
 pub mod gateway;
 pub mod http;
 pub mod jsonrpc;
+pub mod limits;
 pub mod logs;
 pub mod metrics;
 pub mod protocol;

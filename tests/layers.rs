@@ -17,8 +17,8 @@ const LAYERS: &[&[&str]] = &[
     &["stream"],
     // Plugins: the stdio child and its JSON-RPC multiplexing.
     &["backend"],
-    // Which plugins exist, and OAuth (both persisted through store traits).
-    &["registry", "auth"],
+    // Which plugins exist, and OAuth (both persisted through store traits); rate limits.
+    &["registry", "auth", "limits"],
     // The database: connects, migrates, lends the stores above.
     &["database"],
     // Supervision of plugin instances: start, restart, breaker, pools, limits.

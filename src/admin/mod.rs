@@ -5,7 +5,8 @@
 //! `GET /admin/plugins` lists every plugin with its state; `POST /admin/plugins` adds one (409
 //! if the name exists); `GET|PUT|DELETE /admin/plugins/{name}` reads, replaces or removes one;
 //! `POST /admin/plugins/{name}/enable|disable`; `POST /admin/reload` re-reads the config file;
-//! `POST /admin/auth/rotate-keys`. Without a configured token the admin API answers 404. JSON
+//! `POST /admin/auth/rotate-keys`; `GET /admin/limits` shows the rate limits in force.
+//! Without a configured token the admin API answers 404. JSON
 //! in and out; every refusal says what was wrong. Secret values never leave: environment
 //! values are shown only as the `${VAR}` references they are made of.
 
@@ -66,6 +67,7 @@ fn api_router(gateway: Arc<Gateway>) -> Router<Arc<Gateway>> {
         .route("/admin/plugins/{name}/disable", post(disable))
         .route("/admin/reload", post(reload))
         .route("/admin/auth/rotate-keys", post(rotate_keys))
+        .route("/admin/limits", get(limits))
         .layer(middleware::from_fn_with_state(gateway, authorize))
 }
 
@@ -137,6 +139,39 @@ async fn authorize(State(gw): State<Arc<Gateway>>, request: Request, next: Next)
 async fn list(State(gw): State<Arc<Gateway>>) -> Response {
     let plugins: Vec<Value> = gw.registry.entries().iter().map(|e| describe(e)).collect();
     axum::Json(json!({ "plugins": plugins })).into_response()
+}
+
+/// The rate limits in force (`[limits]`) and the count of calls each refused so far.
+async fn limits(State(gw): State<Arc<Gateway>>) -> Response {
+    use crate::config::Matcher;
+    let refused = &crate::metrics::get().rate_limited;
+    let rules: Vec<Value> = gw
+        .limits
+        .rules()
+        .map(|r| {
+            let (kind, pattern) = match &r.matcher {
+                Matcher::All => ("subject", None),
+                Matcher::Plugin(p) => ("plugin", Some(p)),
+                Matcher::Tool(p) => ("tool", Some(p)),
+            };
+            json!({
+                "name": r.name,
+                "applies_to": kind,
+                "pattern": pattern,
+                "rate": r.describe(),
+                "count": r.count,
+                "per": r.per.word(),
+                "burst": r.burst,
+                "refused": refused.with_label_values(&[r.name.as_str()]).get(),
+            })
+        })
+        .collect();
+    axum::Json(json!({
+        "limits": rules,
+        "max_keys": gw.config.limits.max_keys,
+        "shared": gw.limits.shared(),
+    }))
+    .into_response()
 }
 
 async fn show(

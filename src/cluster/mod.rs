@@ -9,7 +9,8 @@
 //!
 //! Beside the sessions, the replicas share through Redis what must hold wherever a request
 //! lands: access-token revocations and key rotations ([`tokens`]), the registration limit
-//! ([`throttle`]) and the admin API's registry changes ([`registry`]), the first and last as
+//! ([`throttle`]), the rate limits' buckets ([`ratelimit`]) and the admin API's registry changes
+//! ([`registry`]), the first and last as
 //! messages on pub/sub channels ([`bus`]) that each replica hears on a connection of its own.
 //!
 //! This module owns the connection to Redis (every call under a timeout), the replica's
@@ -24,6 +25,7 @@ mod bus;
 pub mod forward;
 mod liveness;
 pub mod owners;
+pub mod ratelimit;
 pub mod registry;
 mod sessions;
 #[cfg(test)]
@@ -222,6 +224,11 @@ impl Cluster {
             feed: Some(Arc::new(tokens::RedisAuthFeed::new(self.clone()))),
             throttle: Some(Arc::new(throttle::RedisThrottle::new(self.clone()))),
         }
+    }
+
+    /// The rate limits' buckets, shared by every replica.
+    pub fn rate_buckets(self: &Arc<Self>) -> Arc<dyn crate::limits::SharedBuckets> {
+        Arc::new(ratelimit::RedisBuckets::new(self.clone()))
     }
 
     /// What tells the other replicas of the admin API's registry changes.

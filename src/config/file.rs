@@ -33,6 +33,7 @@ pub struct FileConfig {
     pub advertise_url: Option<String>,
     pub admin: AdminSection,
     pub auth: AuthSection,
+    pub limits: super::limits::LimitsSection,
     pub max_children: Option<usize>,
     pub shutdown_grace_secs: Option<u64>,
     pub plugins: Vec<PluginConfig>,
@@ -93,6 +94,8 @@ struct TomlFile {
     admin: AdminSection,
     #[serde(default)]
     auth: AuthSection,
+    #[serde(default)]
+    limits: super::limits::LimitsSection,
     #[serde(default)]
     plugins: BTreeMap<String, PluginSpec>,
 }
@@ -222,6 +225,7 @@ fn parse_toml(text: &str) -> Result<FileConfig, String> {
         advertise_url: file.advertise_url,
         admin: file.admin,
         auth: file.auth,
+        limits: file.limits,
         max_children: file.max_children,
         shutdown_grace_secs: file.shutdown_grace_secs,
         plugins,

@@ -22,6 +22,7 @@ mod cli;
 mod cluster;
 mod external;
 mod file;
+mod limits;
 mod listener;
 mod plugin;
 mod stream;
@@ -36,6 +37,7 @@ pub use cli::{Cli, Command, LogFormat};
 pub use cluster::{ClusterConfig, DEFAULT_KEY_PREFIX, MIN_SECRET_LEN, redact_url};
 pub use external::{ExternalConfig, INTROSPECTION_SECRET_ENV, IntrospectionConfig};
 pub use file::FileConfig;
+pub use limits::{LimitRule, LimitsConfig, Matcher, Per};
 pub use listener::{
     AllowList, ConnectionLimits, DEFAULT_LISTEN, DEFAULT_MAX_BODY_BYTES, MIN_HEADER_BYTES,
 };
@@ -75,6 +77,8 @@ pub struct Config {
     pub config_path: Option<PathBuf>,
     /// How long a stop waits for requests in flight.
     pub shutdown_grace: Duration,
+    /// `[limits]`: rate limits on calls, per caller.
+    pub limits: LimitsConfig,
 }
 
 /// The admin API's listener.
@@ -171,6 +175,7 @@ impl Config {
                 "who may use a plugin or its tools is known only from tokens: set auth.mode",
             ));
         }
+        let limits = limits::limits_config(file.limits)?;
         let database_url = database_url(cli, file.database_url, &admin, &auth);
         let cluster = cluster::cluster(
             cli,
@@ -183,6 +188,7 @@ impl Config {
         Ok(Config {
             cluster,
             auth,
+            limits,
             max_children: cli.max_children.or(file.max_children),
             shutdown_grace: Duration::from_secs(
                 cli.shutdown_grace_secs
@@ -244,6 +250,7 @@ impl Config {
             },
             auth: AuthConfig::default(),
             config_path: None,
+            limits: LimitsConfig::default(),
         }
     }
 

@@ -87,6 +87,9 @@ pub enum HttpError {
     /// A modern-era (2026-07-28) request the spec says to refuse, with its own code and data.
     #[error("{0}")]
     Modern(ModernError, Option<Id>),
+    /// Over a rate limit ([`crate::limits`]): never reached a plugin.
+    #[error("Too Many Requests: {0}")]
+    RateLimited(crate::limits::Limited, Option<Id>),
 }
 
 impl HttpError {
@@ -111,7 +114,9 @@ impl HttpError {
             HttpError::TooManySessions => StatusCode::SERVICE_UNAVAILABLE,
             HttpError::TooManySessionsForClient(_) => StatusCode::TOO_MANY_REQUESTS,
             HttpError::TooManyListeners => StatusCode::SERVICE_UNAVAILABLE,
-            HttpError::TooManyListenersForCaller(_) => StatusCode::TOO_MANY_REQUESTS,
+            HttpError::TooManyListenersForCaller(_) | HttpError::RateLimited(..) => {
+                StatusCode::TOO_MANY_REQUESTS
+            }
             HttpError::Auth(_, c) => c.status,
             HttpError::Cluster(_) | HttpError::OwnerUnreachable(_) => {
                 StatusCode::SERVICE_UNAVAILABLE
@@ -149,6 +154,7 @@ impl HttpError {
             | HttpError::TooManySessionsForClient(_)
             | HttpError::TooManyListeners
             | HttpError::TooManyListenersForCaller(_)
+            | HttpError::RateLimited(..)
             | HttpError::Auth(..)
             | HttpError::Cluster(_)
             | HttpError::OwnerUnreachable(_)
@@ -162,7 +168,7 @@ impl HttpError {
             HttpError::Parse(e) => e.id(),
             HttpError::InvalidRequest(_, id) => id.as_ref(),
             HttpError::InvalidParams(_, id) => Some(id),
-            HttpError::Modern(_, id) => id.as_ref(),
+            HttpError::Modern(_, id) | HttpError::RateLimited(_, id) => id.as_ref(),
             HttpError::ForbiddenOrigin(_)
             | HttpError::ForbiddenHost(_)
             | HttpError::NotAcceptable(_)
@@ -244,6 +250,12 @@ impl IntoResponse for HttpError {
                 | HttpError::Auth(AuthError::Unavailable, _)
         ) {
             headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        }
+        if let HttpError::RateLimited(limited, _) = &self {
+            headers.insert(
+                header::RETRY_AFTER,
+                HeaderValue::from(limited.retry_after()),
+            );
         }
         if matches!(self, HttpError::SessionNotHere) {
             headers.insert(

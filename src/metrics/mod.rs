@@ -60,6 +60,7 @@ pub struct Metrics {
     pub redis_seconds: HistogramVec,
     pub redis_errors: IntCounterVec,
     pub cluster_forwards: IntCounterVec,
+    pub rate_limited: IntCounterVec,
 }
 
 /// The process's metrics.
@@ -227,6 +228,12 @@ impl Metrics {
                  longer held the session, and the owner was asked for again).",
                 &["outcome"],
             ),
+            rate_limited: counter_vec(
+                "mcp_gateway_rate_limited_total",
+                "Calls refused with 429 by a rate limit, by the limit's name (`subject`, \
+                 `plugin:<pattern>`, `tool:<pattern>`).",
+                &["limit"],
+            ),
         };
         let r = &m.registry;
         let register = |c: Box<dyn prometheus::core::Collector>| {
@@ -258,6 +265,7 @@ impl Metrics {
         register(Box::new(m.redis_seconds.clone()));
         register(Box::new(m.redis_errors.clone()));
         register(Box::new(m.cluster_forwards.clone()));
+        register(Box::new(m.rate_limited.clone()));
         let info = gauge_vec(
             "mcp_gateway_build_info",
             "Always 1; the gateway's version as a label.",

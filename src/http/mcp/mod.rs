@@ -15,6 +15,7 @@
 
 mod get;
 mod initialize;
+mod limit;
 mod modern;
 mod post;
 mod step_up;

@@ -175,6 +175,18 @@ async fn in_session(
             (id, method, params, plan)
         })
         .collect();
+    // Over a rate limit: refused before anything runs (a batch as a whole).
+    for (id, method, params, plan) in &planned {
+        super::limit::check(
+            gw,
+            &session.client,
+            id,
+            method,
+            params.as_deref(),
+            plan.plugin(),
+        )
+        .await?;
+    }
     let sse = planned
         .iter()
         .any(|(.., plan)| plan.response_mode() == ResponseMode::Sse);

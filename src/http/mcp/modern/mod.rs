@@ -171,6 +171,16 @@ pub(super) async fn modern(
             mrtr::Retry::First => None,
         }
     };
+    // A retry resumes a call that was counted when it began.
+    if retry.is_none() {
+        let caller = crate::http::checks::client_key(
+            principal.map(|p| p.subject.as_str()),
+            conn.peer,
+            headers,
+            &gw.config.trusted_proxies,
+        );
+        super::limit::check(gw, &caller, &id, &method, params.as_deref(), plan.plugin()).await?;
+    }
     let sse = plan.response_mode() == ResponseMode::Sse;
     let stream = session.new_post_stream(1, sse);
     let cache = modern::CACHEABLE
