@@ -87,6 +87,11 @@ struct ExternalGateway {
 
 impl ExternalGateway {
     fn start(issuer: &str, extra_auth: &str) -> ExternalGateway {
+        ExternalGateway::start_with(issuer, extra_auth, "")
+    }
+
+    /// [`ExternalGateway::start`], with more of the config file after the two plugins.
+    fn start_with(issuer: &str, extra_auth: &str, more: &str) -> ExternalGateway {
         let dir = tempfile::tempdir().unwrap();
         let port = free_port();
         let base = format!("http://127.0.0.1:{port}");
@@ -94,7 +99,7 @@ impl ExternalGateway {
             "[auth]\nmode = \"external\"\npublic_url = \"{base}/mcp\"\nissuer = \"{issuer}\"\n\
              jwks_refresh_min_secs = 1\n{extra_auth}\n\
              [plugins.fix]\ncommand = \"{FIXTURE}\"\n\
-             [plugins.vault]\ncommand = \"{FIXTURE}\"\nscope = \"vault\"\n"
+             [plugins.vault]\ncommand = \"{FIXTURE}\"\nscope = \"vault\"\n{more}"
         );
         let path = write_config(&dir, &config);
         let listen = format!("127.0.0.1:{port}");
@@ -171,6 +176,11 @@ async fn python_client(mode: &str, url: &str, args: &[&str]) -> Value {
 /// A JWT with `claims`, signed by `alg` with `key` (DER as [`OidcProvider::signing_key`]
 /// gives it, or an HMAC secret), its header naming `kid`.
 fn sign(alg: Algorithm, kid: &str, key: &[u8], claims: &Value) -> String {
+    sign_typed(alg, kid, key, "at+jwt", claims)
+}
+
+/// [`sign`], with the header's `typ` given.
+fn sign_typed(alg: Algorithm, kid: &str, key: &[u8], typ: &str, claims: &Value) -> String {
     let key = match alg {
         Algorithm::RS256 => EncodingKey::from_rsa_der(key),
         Algorithm::ES256 => EncodingKey::from_ec_der(key),
@@ -179,7 +189,7 @@ fn sign(alg: Algorithm, kid: &str, key: &[u8], claims: &Value) -> String {
     };
     let mut header = Header::new(alg);
     header.kid = Some(kid.to_owned());
-    header.typ = Some("at+jwt".into());
+    header.typ = Some(typ.into());
     jsonwebtoken::encode(&header, claims, &key).unwrap()
 }
 
@@ -330,6 +340,30 @@ async fn tokens_are_refused_unless_the_issuer_signed_them_for_this_resource() {
         200
     );
 
+    // Typed only as `JWT`, as many servers type access tokens: good, unless it is an ID token.
+    let plain = |changes: Value| {
+        sign_typed(
+            Algorithm::RS256,
+            &kid,
+            &provider_der,
+            "JWT",
+            &claims_with(changes),
+        )
+    };
+    assert_eq!(g.try_token(&plain(json!({}))).await.0, 200);
+    assert_eq!(
+        g.try_token(&plain(json!({"typ": "Bearer", "nonce": "n"})))
+            .await
+            .0,
+        200,
+        "Keycloak's access tokens say typ Bearer in the payload, and may carry the nonce"
+    );
+    assert_eq!(
+        g.try_token(&forged(json!({"nonce": "n"}))).await.0,
+        200,
+        "a token typed at+jwt is an access token, whatever its claims"
+    );
+
     // Another key, with the provider's kid: another provider's.
     let other = OidcProvider::start(provider_settings());
     let other_key = other.signing_key().await;
@@ -409,6 +443,21 @@ async fn tokens_are_refused_unless_the_issuer_signed_them_for_this_resource() {
                 parts[2]
             ),
             "typ",
+        ),
+        (
+            "an ID token of the issuer for a client id in auth.audiences (it has a nonce)",
+            plain(json!({"aud": "api://mcp-gateway", "nonce": "n", "scope": null})),
+            "ID token",
+        ),
+        (
+            "an ID token with at_hash",
+            plain(json!({"at_hash": "x"})),
+            "ID token",
+        ),
+        (
+            "Keycloak's ID token (typ ID in the payload)",
+            plain(json!({"typ": "ID"})),
+            "ID token",
         ),
         (
             "tampered claims",
@@ -624,4 +673,102 @@ async fn an_authorization_server_that_cannot_be_asked_is_a_503_not_a_refusal() {
     let p = OidcProvider::start(later);
     let token = p.access_token(ROBOT, "mcp", &g.resource()).await;
     g.until_accepted(&token).await;
+}
+
+/// Access by group and subject with an external issuer's tokens: the groups come from the
+/// token's claim (a JWT's, or an introspection answer's), the subject from `sub`; a plugin
+/// or tool left out is hidden from lists and refused like a missing scope.
+#[tokio::test]
+async fn group_rules_hold_for_an_external_issuers_tokens() {
+    let mut settings = provider_settings();
+    settings["clients"].as_array_mut().unwrap().push(
+        json!({"client_id": "gateway", "client_secret": "gateway-secret",
+            "grant_types": ["client_credentials"]}),
+    );
+    let p = OidcProvider::start(settings);
+    let secret = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(secret.path(), "gateway-secret\n").unwrap();
+    let g = ExternalGateway::start_with(
+        p.issuer(),
+        &format!(
+            "introspection_endpoint = \"{}\"\nintrospection_client_id = \"gateway\"\n\
+             introspection_client_secret_file = \"{}\"\n",
+            p.url("/token/introspection"),
+            secret.path().display()
+        ),
+        &format!(
+            "[plugins.bots]\ncommand = \"{FIXTURE}\"\nallow_groups = [\"robots\"]\n\
+             [plugins.people]\ncommand = \"{FIXTURE}\"\nallow_groups = [\"people\"]\n\
+             [plugins.alices]\ncommand = \"{FIXTURE}\"\nallow_subjects = [\"alice\"]\n\
+             [[plugins.fix.tool_access]]\ntools = [\"pid\"]\nallow_groups = [\"people\"]\n"
+        ),
+    );
+    let key = p.signing_key().await;
+    let der = base64::engine::general_purpose::STANDARD
+        .decode(key["der"].as_str().unwrap())
+        .unwrap();
+    let now = mcp_gateway::auth::now_secs();
+    let alice = sign(
+        Algorithm::RS256,
+        key["kid"].as_str().unwrap(),
+        &der,
+        &json!({"iss": p.issuer(), "sub": "alice", "aud": g.resource(), "scope": "mcp",
+            "groups": ["people"], "exp": now + 300, "iat": now}),
+    );
+    let jwt = p.access_token(ROBOT, "mcp", &g.resource()).await;
+    let opaque = p.access_token(OPAQUE, "mcp", &g.resource()).await;
+
+    let gw = &g.gw;
+    let listed = |token: String| async move {
+        let mut c = gw.client().with_token(&token);
+        c.initialize().await;
+        let tools = c.result(2, "tools/list", json!({})).await;
+        let names: Vec<String> = common::tool_names(&tools)
+            .into_iter()
+            .map(str::to_owned)
+            .collect();
+        (c, names)
+    };
+    for (who, token) in [
+        ("the JWT", jwt.clone()),
+        ("the opaque token", opaque.clone()),
+    ] {
+        let (c, names) = listed(token).await;
+        assert!(
+            names.contains(&"bots__echo".to_owned()) && names.contains(&"fix__echo".to_owned()),
+            "{who}: a robot sees the robots' plugin: {names:?}"
+        );
+        assert!(
+            !names
+                .iter()
+                .any(|n| n.starts_with("people__") || n.starts_with("alices__") || n == "fix__pid"),
+            "{who}: {names:?}"
+        );
+        for (id, tool) in [(3, "people__echo"), (4, "alices__echo"), (5, "fix__pid")] {
+            let r = c
+                .call(
+                    id,
+                    "tools/call",
+                    json!({"name": tool, "arguments": {"text": "x"}}),
+                )
+                .await;
+            assert_eq!(r.status, 403, "{who}: {tool}: {}", r.body);
+            let challenge = r.headers["www-authenticate"].to_str().unwrap();
+            assert!(
+                challenge.contains("error=\"insufficient_scope\"")
+                    && challenge.contains("not open to the token's subject or groups"),
+                "{who}: {challenge}"
+            );
+        }
+    }
+    let (c, names) = listed(alice).await;
+    for shown in ["people__echo", "alices__echo", "fix__pid"] {
+        assert!(names.contains(&shown.to_owned()), "{shown}: {names:?}");
+    }
+    assert!(!names.iter().any(|n| n.starts_with("bots__")), "{names:?}");
+    assert_eq!(
+        c.tool_text(3, "alices__echo", json!({"text": "mine"}))
+            .await,
+        "mine"
+    );
 }

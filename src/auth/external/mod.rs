@@ -4,7 +4,7 @@
 //! no HMAC, no critical extensions, an access token's `typ` if any), then its signature with
 //! the key its `kid` names, by an algorithm that key allows, then `iss` (the configured
 //! issuer exactly), `aud` (this resource, or one of `auth.audiences`), `exp` and `nbf` (with
-//! [`LEEWAY`]), and a subject. Any other token is opaque: it goes to the introspection
+//! [`LEEWAY`]), a subject, and that it is no ID token (unless typed `at+jwt`). Any other token is opaque: it goes to the introspection
 //! endpoint ([`introspect`]) when one is configured, and is refused otherwise. Either way the
 //! [`Principal`] gets the subject, the client (`client_id`, `azp` or `appid`), the scopes
 //! (`scope`, a space-separated string, or `scp`, a list or a string) and the groups (the
@@ -112,18 +112,18 @@ impl External {
         }
         // RFC 9068 access tokens say `at+jwt`; many servers say `JWT` or nothing. Any other
         // type (an ID token's, a logout token's, ...) is not an access token.
-        if let Some(typ) = header.get("typ") {
-            let ok = typ.as_str().is_some_and(|t| {
-                ["jwt", "at+jwt", "application/at+jwt"]
-                    .iter()
-                    .any(|w| t.eq_ignore_ascii_case(w))
-            });
+        let typ = header.get("typ").map(|t| t.as_str().unwrap_or_default());
+        if let Some(t) = typ {
+            let ok = ["jwt", "at+jwt", "application/at+jwt"]
+                .iter()
+                .any(|w| t.eq_ignore_ascii_case(w));
             if !ok {
                 return Err(TokenError::Malformed(
                     "the token's typ is not an access token's".into(),
                 ));
             }
         }
+        let explicitly_access = typ.is_some_and(|t| t.to_ascii_lowercase().ends_with("at+jwt"));
         let kid = match header.get("kid") {
             None => None,
             Some(Value::String(k)) => Some(k.as_str()),
@@ -148,6 +148,11 @@ impl External {
                 _ => TokenError::Malformed(e.to_string()),
             })?
             .claims;
+        if !explicitly_access && id_token_claims(&claims) {
+            return Err(TokenError::Malformed(
+                "it is an ID token, not an access token".into(),
+            ));
+        }
         let subject = match claims.get("sub") {
             Some(Value::String(s)) if !s.is_empty() => s.clone(),
             _ => return Err(TokenError::Malformed("sub is not a string".into())),
@@ -169,6 +174,22 @@ impl External {
 impl RemoteTokenValidator for External {
     fn validate<'a>(&'a self, token: &'a str) -> BoxFuture<'a, Result<Principal, TokenError>> {
         Box::pin(self.check(token))
+    }
+}
+
+/// Whether a token typed only as `JWT` (or not at all) is an OpenID Connect ID token rather
+/// than an access token (RFC 8725, 3.11): its payload says `typ: "ID"` (Keycloak's ID tokens;
+/// its access tokens say `Bearer`), or it has a claim only ID tokens carry (`nonce`,
+/// `at_hash`, `c_hash`; OpenID Connect Core, 2 and 3.3.2.11). Without this, an ID token of
+/// the issuer whose audience (a client id) is in `auth.audiences` would pass as an access
+/// token wherever no scope is required.
+fn id_token_claims(claims: &Map<String, Value>) -> bool {
+    match claims.get("typ").and_then(Value::as_str) {
+        Some(t) if t.eq_ignore_ascii_case("bearer") => false,
+        Some(t) if t.eq_ignore_ascii_case("id") => true,
+        _ => ["nonce", "at_hash", "c_hash"]
+            .iter()
+            .any(|c| claims.contains_key(*c)),
     }
 }
 
