@@ -441,4 +441,81 @@ mod tests {
             Found::Unknown
         ));
     }
+
+    /// A key set is kept as long as its answer's `Cache-Control` says (within the bounds),
+    /// and fetched again, for a token whose key it holds, once that has passed; a fetch that
+    /// then fails keeps the keys held.
+    #[tokio::test]
+    async fn keys_past_their_lifetime_are_fetched_again() {
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let issuer = format!("http://{}", listener.local_addr().unwrap());
+        let fetches = Arc::new(AtomicUsize::new(0));
+        // What the key set's answer says about caching, and whether it answers at all.
+        let max_age = Arc::new(std::sync::Mutex::new(("max-age=7200", true)));
+        let meta = json!({"issuer": issuer, "jwks_uri": format!("{issuer}/jwks")});
+        let (f, m) = (fetches.clone(), max_age.clone());
+        let app = axum::Router::new()
+            .route(
+                "/.well-known/oauth-authorization-server",
+                axum::routing::get(move || async move { axum::Json(meta) }),
+            )
+            .route(
+                "/jwks",
+                axum::routing::get(move || {
+                    f.fetch_add(1, Ordering::SeqCst);
+                    let (cache, up) = *m.lock().unwrap();
+                    async move {
+                        let keys = json!({"keys": [{"kty": "EC", "crv": "P-256", "kid": "e",
+                            "x": "f83OJ3D2xF1Bg8vub9tLe1gHMzV76e8Tus9uPHvRVEU",
+                            "y": "x_FEzRu9m36HLN_tue659LNpXW6pCyStikYjKIWI5a0"}]});
+                        let status = if up {
+                            axum::http::StatusCode::OK
+                        } else {
+                            axum::http::StatusCode::SERVICE_UNAVAILABLE
+                        };
+                        (status, [("cache-control", cache)], axum::Json(keys))
+                    }
+                }),
+            );
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        let set = KeySet::new(issuer, Http::new(), Duration::from_secs(1));
+        set.load().await;
+        assert_eq!(fetches.load(Ordering::SeqCst), 1);
+        let lifetime = |set: &KeySet| {
+            let (at, until) = set.state.read().unwrap().fetched.unwrap();
+            until - at
+        };
+        assert_eq!(lifetime(&set), Duration::from_secs(7200), "max-age is kept");
+        // As if the lifetime and the refresh interval had passed.
+        let age = |set: &KeySet| {
+            let mut s = set.state.write().unwrap();
+            let past = Instant::now() - Duration::from_secs(2);
+            s.fetched = s.fetched.map(|(at, _)| (at, past));
+            s.attempted = Some(past);
+        };
+        assert!(set.key(Some("e"), Algorithm::ES256).await.is_ok());
+        assert_eq!(fetches.load(Ordering::SeqCst), 1, "fresh: not fetched");
+
+        *max_age.lock().unwrap() = ("max-age=5", true);
+        age(&set);
+        assert!(set.key(Some("e"), Algorithm::ES256).await.is_ok());
+        assert_eq!(fetches.load(Ordering::SeqCst), 2, "stale: fetched again");
+        assert_eq!(lifetime(&set), MIN_LIFETIME, "a max-age below the floor");
+
+        *max_age.lock().unwrap() = ("no-store", false);
+        age(&set);
+        assert!(
+            set.key(Some("e"), Algorithm::ES256).await.is_ok(),
+            "a failed fetch keeps the keys held"
+        );
+        assert_eq!(fetches.load(Ordering::SeqCst), 3);
+        assert!(set.state.read().unwrap().failure.is_some());
+        assert!(
+            set.key(Some("e"), Algorithm::ES256).await.is_ok(),
+            "and is not tried again within the refresh interval"
+        );
+        assert_eq!(fetches.load(Ordering::SeqCst), 3);
+    }
 }
