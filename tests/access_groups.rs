@@ -197,7 +197,16 @@ async fn group_rules_hold_for_modern_callers() {
             .collect()
     };
     let (ma, mb) = (modern(&alice), modern(&bob));
-    let seen = names(&ma.post(1, "tools/list", json!({})).await);
+    let listed = ma.post(1, "tools/list", json!({})).await;
+    // What a caller's token lets it see is its own: not to be cached for others.
+    assert_eq!(
+        listed.result()["cacheScope"],
+        "private",
+        "{}",
+        listed.message
+    );
+    assert_eq!(listed.result()["ttlMs"], 0);
+    let seen = names(&listed);
     assert!(seen.contains(&"eng__echo".to_owned()), "{seen:?}");
     assert!(
         !seen

@@ -307,6 +307,39 @@ async fn anonymous_modern_clients_share_one_plugin_instance() {
     gw.stop().await;
 }
 
+/// A caller's hidden session ends once it has been idle for the session idle timeout: its
+/// plugin instance stops, and the caller's next request starts a new one.
+#[tokio::test]
+async fn an_idle_callers_session_ends_with_its_plugin_instance() {
+    let gw = InProcess::fixture(&["--session-idle-timeout-secs", "1"], &[]).await;
+    let c = gw.client();
+    let text = |a: Answer| {
+        a.message["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    let tool = |id, name: &str| body(id, "tools/call", json!({"name": name, "arguments": {}}));
+    assert_eq!(text(post(&c, &tool(1, "counter")).await), "1");
+    assert_eq!(text(post(&c, &tool(2, "counter")).await), "2");
+    let pid: u32 = text(post(&c, &tool(3, "pid")).await).parse().unwrap();
+    assert!(common::procfs::alive(pid));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while common::procfs::alive(pid) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the idle caller's plugin {pid} never stopped"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        text(post(&c, &tool(4, "counter")).await),
+        "1",
+        "a new instance"
+    );
+    gw.stop().await;
+}
+
 /// A `_meta` without a required field (or none at all) is malformed: -32602 with HTTP 400 and
 /// the request's id (2026-07-28 basic, "Per-request protocol fields"). A request shows it is
 /// modern by its `_meta`, by being `server/discover`, or by a modern `MCP-Protocol-Version`

@@ -382,6 +382,56 @@ async fn with_two_callers() -> (InProcess, tempfile::TempDir, String, String) {
     (gw, dir, alice, bob)
 }
 
+/// A `resources/read` and a `prompts/get` whose plugin asks the client are bridged as a
+/// `tools/call` is: an `InputRequiredResult` (no caching hints), then the retry's result,
+/// which has them.
+#[tokio::test]
+async fn a_resource_read_and_a_prompt_that_ask_the_client_are_bridged() {
+    let gw = InProcess::fixture(&[], &[]).await;
+    let m = Modern::new(gw.client(), all_capabilities());
+    let uri = json!({"uri": "test://asks-the-client"});
+    let first = m.post(1, "resources/read", uri.clone()).await;
+    let key = only(first.input_requests(), "elicitation/create");
+    assert_eq!(key, "resource_part");
+    let mut retry = uri.clone();
+    retry["inputResponses"] =
+        json!({ key: {"action": "accept", "content": {"part": "the middle"}} });
+    retry["requestState"] = json!(first.state());
+    let done = m.post(2, "resources/read", retry).await;
+    let r = done.result();
+    assert_eq!(r["contents"][0]["text"], "the part: the middle", "{r}");
+    assert_eq!(r["resultType"], "complete");
+
+    let prompt = json!({"name": "test_input_required_result_prompt"});
+    let first = m.post(3, "prompts/get", prompt.clone()).await;
+    let key = only(first.input_requests(), "elicitation/create");
+    let mut retry = prompt;
+    retry["inputResponses"] = json!({ key: {"action": "accept", "content": {"context": "tea"}} });
+    retry["requestState"] = json!(first.state());
+    let done = m.post(4, "prompts/get", retry).await;
+    let text = done.result()["messages"][0]["content"]["text"].clone();
+    assert_eq!(text, "Answer with this context in mind: tea");
+    gw.stop().await;
+}
+
+/// A `per_session` plugin runs one instance per caller (the token's subject): each keeps
+/// its own state between its requests, and another caller's requests do not reach it.
+#[tokio::test]
+async fn each_caller_has_a_plugin_instance_of_its_own() {
+    let (gw, _dir, alice, bob) = with_two_callers().await;
+    let alice = Modern::new(gw.client().with_token(&alice), json!({}));
+    let bob = Modern::new(gw.client().with_token(&bob), json!({}));
+    assert_eq!(alice.call(1, "counter", json!({})).await.text(), "1");
+    assert_eq!(alice.call(2, "counter", json!({})).await.text(), "2");
+    assert_eq!(bob.call(3, "counter", json!({})).await.text(), "1");
+    assert_eq!(alice.call(4, "counter", json!({})).await.text(), "3");
+    let alices = alice.call(5, "pid", json!({})).await.text();
+    let bobs = bob.call(6, "pid", json!({})).await.text();
+    assert_ne!(alices, bobs, "two processes");
+    assert_eq!(alice.call(7, "pid", json!({})).await.text(), alices);
+    gw.stop().await;
+}
+
 #[tokio::test]
 async fn another_callers_state_is_refused() {
     let (gw, _dir, alice, bob) = with_two_callers().await;

@@ -173,6 +173,24 @@ async fn the_python_sdk_answers_a_legacy_plugins_requests_through_input_required
     );
 }
 
+/// The official Python SDK 2.x as a legacy-era client (a session) in front of a plugin of
+/// the 2026-07-28 era only: the plugin's `InputRequiredResult` reaches the client as an
+/// `elicitation/create` request, and its answer goes back to the plugin as the retry.
+#[tokio::test]
+async fn a_legacy_python_sdk_client_answers_a_modern_plugins_elicitation() {
+    let gw = Gateway::start(&["--", common::FIXTURE_MODERN]);
+    let url = gw.url.clone();
+    let out = tokio::task::spawn_blocking(move || {
+        common::python_sdk_client("legacy_modern_plugin", &url)
+    })
+    .await
+    .unwrap();
+    assert_eq!(out["protocol_version"], "2025-11-25", "{out}");
+    assert_eq!(out["ask_name"], "Hello, python", "{out}");
+    assert_eq!(out["asked"], serde_json::json!(["Your name?"]), "{out}");
+    assert_eq!(out["echo"], "after", "{out}");
+}
+
 /// The official Python SDK 2.x's `Client.listen()` (2026-07-28 `subscriptions/listen`) hears
 /// of a plugin added through the admin API while it listens.
 #[tokio::test]

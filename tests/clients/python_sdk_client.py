@@ -12,6 +12,8 @@ Usage: python_sdk_client.py MODE URL [ARGS...]
   auto        - the same in the SDK's `auto` mode, which must end up modern
   modern_input - a 2026-07-28 client answering the fixture's elicitation and sampling (and a
                 tool that asks twice) through InputRequiredResult, with its callbacks
+  legacy_modern_plugin - a legacy client in front of tests/fixture_modern (a plugin of the
+                2026-07-28 era only), answering its elicitation as a request on its stream
   listen      - a 2026-07-28 client's `Client.listen()` for tool list changes, while the
                 client adds a plugin through the admin API (ARGS: the admin listener's
                 address, its token, the fixture's path): the change must reach it
@@ -266,6 +268,23 @@ async def modern_input(url: str) -> dict:
     return out
 
 
+async def legacy_modern_plugin(url: str) -> dict:
+    """A legacy-era client (a session at 2025-11-25) in front of a modern-only plugin that
+    asks for input with `InputRequiredResult`: the gateway asks this client with
+    `elicitation/create` on the call's stream, and retries the plugin with the answer."""
+    out: dict = {"asked": []}
+
+    async def elicit(context, params: types.ElicitRequestParams) -> types.ElicitResult:
+        out["asked"].append(params.message)
+        return types.ElicitResult(action="accept", content={"name": "python"})
+
+    async with Wire().client(url, elicitation_callback=elicit) as client:
+        out["protocol_version"] = client.protocol_version
+        out["ask_name"] = text_of(await client.call_tool("ask_name", {}))
+        out["echo"] = text_of(await client.call_tool("echo", {"text": "after"}))
+    return out
+
+
 async def listen(url: str, admin: str, token: str, fixture_path: str) -> dict:
     """`Client.listen()` (subscriptions/listen) hears of a plugin added through the admin API."""
     out: dict = {}
@@ -305,6 +324,7 @@ async def main() -> None:
         "auto": auto,
         "modern_input": modern_input,
         "listen": listen,
+        "legacy_modern_plugin": legacy_modern_plugin,
     }
     result = await modes[mode](url, *sys.argv[3:])
     print(json.dumps(result))
