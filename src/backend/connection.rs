@@ -406,6 +406,24 @@ impl PluginConnection {
         n
     }
 
+    /// Moves the client request in flight whose answer goes to `from` over to `to`, under
+    /// the id `id`: its answer and notifications go there from now on. Returns the id the
+    /// client gave it; `None` when no request here answers to `from`. For a modern client's
+    /// call whose plugin has just asked the client for input (the session's bridge); called
+    /// from this connection's reader, so the request's answer is not on its way meanwhile.
+    pub fn rehome(&self, from: &Sink, id: Id, to: &Sink) -> Option<Id> {
+        let mut pending = self.pending.lock().expect("pending lock");
+        pending.values_mut().find_map(|p| match p {
+            Pending::Client {
+                client_id, sink, ..
+            } if sink.same_stream(from) => {
+                *sink = to.clone();
+                Some(std::mem::replace(client_id, id.clone()))
+            }
+            _ => None,
+        })
+    }
+
     /// Takes up to `most` client requests that `which` picks out of the pending map.
     fn take_client_requests(
         &self,

@@ -378,8 +378,9 @@ pub fn response_error_code(bytes: &[u8]) -> Option<i64> {
 /// A legacy plugin's response made a modern one: a result object gets `resultType:
 /// "complete"` (unless it says its type itself) and, for `cache_scope` (a cacheable method),
 /// the caching hints `ttlMs: 0` (no freshness is promised: the registry can change at any
-/// time) and `cacheScope`; a -32002 error becomes -32602. Anything that does not parse as a
-/// response is returned as it is.
+/// time) and `cacheScope`; a -32002 error becomes -32602. An `InputRequiredResult` (the
+/// bridge's, or a modern plugin's) is returned as it is, as is anything that does not parse
+/// as a response.
 pub fn modernize_response(bytes: &[u8], cache_scope: Option<&str>) -> Vec<u8> {
     let Ok(envelope) = serde_json::from_slice::<Envelope>(bytes) else {
         return bytes.to_vec();
@@ -389,8 +390,12 @@ pub fn modernize_response(bytes: &[u8], cache_scope: Option<&str>) -> Vec<u8> {
         let Some(open) = text.strip_prefix('{') else {
             return bytes.to_vec();
         };
-        let keys: HashMap<std::borrow::Cow<str>, IgnoredAny> =
+        let keys: HashMap<std::borrow::Cow<str>, &RawValue> =
             serde_json::from_str(text).unwrap_or_default();
+        match keys.get("resultType") {
+            Some(t) if t.get() == r#""input_required""# => return bytes.to_vec(),
+            _ => {}
+        }
         let mut fields = String::new();
         if !keys.contains_key("resultType") {
             fields.push_str(r#""resultType":"complete","#);
@@ -574,6 +579,11 @@ mod tests {
         );
         let typed = r#"{"jsonrpc":"2.0","id":1,"result":{"resultType":"input_required"}}"#;
         assert_eq!(m(typed, None), typed, "a type of its own is kept");
+        assert_eq!(
+            m(typed, Some("public")),
+            typed,
+            "an InputRequiredResult gets no caching hints"
+        );
         let v: serde_json::Value = serde_json::from_str(&m(
             r#"{"jsonrpc":"2.0","id":"a","error":{"code":-32002,"message":"no such resource"}}"#,
             None,

@@ -63,6 +63,9 @@ pub async fn runs_as_task(
     params: Option<&RawValue>,
     declared: bool,
 ) -> Result<bool, ModernError> {
+    if !offers_tasks(view) {
+        return Ok(false);
+    }
     let Some((plugin, tool)) = super::tool_target(view, params) else {
         // Not a tool of the view: the router says so.
         return Ok(false);

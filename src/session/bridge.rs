@@ -2,9 +2,13 @@
 //! modern client (`sampling/createMessage`, `elicitation/create`, `roots/list`) made while it
 //! serves that client's `tools/call`, `resources/read` or `prompts/get`.
 //!
-//! A bridged call runs on a stream of its own that no connection reads: its task does
-//! (`bridged_call.rs`). The relay sends a plugin's request to a caller's client only to such
-//! a stream ([`Session::bridge_request`]); the task gathers the requests that come together
+//! Such a call starts as any call does, dispatched under the client's id to the client's
+//! stream, with a [`Seed`] beside it: most plugins never ask, and those calls cost nothing
+//! more. When its plugin asks (the relay hands the request to [`Session::bridge_request`]),
+//! the call becomes a bridged call: a stream of its own that no connection reads, its task
+//! does (`bridged_call.rs`); the plugin's request in flight is moved to that stream under a
+//! new id, and the client's request becomes the call's first exchange. The relay sends a
+//! plugin's request to a caller's client only to such a stream; the task gathers the requests that come together
 //! (until the plugin is quiet for a few milliseconds, bounded) and answers the client with
 //! them as one `InputRequiredResult`, each under the plugin's own request id as its key, with
 //! a sealed `requestState`; the call is parked ([`super::parked`]). The client's retry wakes
@@ -23,6 +27,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
+use futures_util::FutureExt;
 use serde_json::value::RawValue;
 
 use super::Session;
@@ -80,38 +85,75 @@ impl Binding {
     }
 }
 
+/// A call that becomes a bridged call should its plugin ask the client for input: what the
+/// bridge needs then. Most calls never ask; they run as any call does, straight to their
+/// client's stream, and their seed goes with that stream.
+pub struct Seed {
+    pub parked: Arc<ParkedCalls>,
+    pub binding: Binding,
+    /// See [`Exchange::capabilities`].
+    pub capabilities: Option<Box<RawValue>>,
+    /// See [`Exchange::offered`].
+    pub offered: HashMap<String, Box<RawValue>>,
+}
+
 impl Session {
-    /// Starts a bridged call answering `first`: the id and the sink to dispatch it to the
-    /// plugin with. `None` when the session has ended.
-    pub async fn bridge(
-        self: &Arc<Self>,
-        parked: Arc<ParkedCalls>,
-        binding: Binding,
-        first: Exchange,
-    ) -> Option<(Id, Sink)> {
+    /// Marks the call whose answer goes to `stream` (a first request of a modern client's
+    /// `tools/call`, `resources/read` or `prompts/get`, dispatched there under the client's
+    /// id) as one to bridge should its plugin ask the client for input.
+    pub fn seed(&self, stream: u64, seed: Seed) {
+        self.seeds.lock().expect("seeds lock").insert(stream, seed);
+    }
+
+    pub(super) fn forget_seed(&self, stream: u64) {
+        self.seeds.lock().expect("seeds lock").remove(&stream);
+    }
+
+    /// Makes the seeded call answering to `client` a bridged call, its plugin having asked
+    /// the client for input on `conn`: a stream of its own that the call's task reads, the
+    /// plugin's request in flight moved to it under a new id, the client's request the
+    /// call's first exchange. The new stream's sink; `None` when `client` is no seeded
+    /// call's, or the call is no longer in flight on `conn`.
+    fn promote(&self, conn: &PluginConnection, client: &Sink) -> Option<Sink> {
+        let number = client.stream_number();
+        let seed = self.seeds.lock().expect("seeds lock").remove(&number)?;
+        let me = self.me.upgrade()?;
         if self.closed.is_cancelled() {
             return None;
         }
         let stream = self.new_post_stream(1, true);
-        let attached = stream.attach(Cursor::Start, None).await.ok()?;
-        let number = stream.number();
-        self.bridged.lock().expect("bridged lock").insert(number);
+        // An unbuffered stream (a caller's session keeps none) attaches at once.
+        let attached = stream.attach(Cursor::Start, None).now_or_never()?.ok()?;
         let call: u64 = rand::random();
         let id = Id::from_raw(
             &RawValue::from_string(format!("\"bridged-{call:016x}\"")).expect("valid JSON"),
         )
         .expect("a string id");
+        let sink = Sink::new(stream);
+        let client_id = conn.rehome(client, id.clone(), &sink)?;
+        self.bridged
+            .lock()
+            .expect("bridged lock")
+            .insert(sink.stream_number());
+        // The plugin's logs relate to the call's own stream from now on.
+        self.copy_request_logs(number, sink.stream_number());
+        let first = Exchange {
+            id: client_id,
+            sink: client.clone(),
+            capabilities: seed.capabilities,
+            offered: seed.offered,
+        };
         super::bridged_call::start(
-            self,
-            parked,
-            binding,
+            &me,
+            seed.parked,
+            seed.binding,
             call,
-            id.clone(),
-            number,
+            id,
+            sink.stream_number(),
             attached,
             first,
         );
-        Some((id, Sink::new(stream)))
+        Some(sink)
     }
 
     /// A plugin's request to a caller's client (a modern one, which takes no requests): one
@@ -136,13 +178,18 @@ impl Session {
             Related::Named(s) | Related::Exact(s) | Related::Ambiguous(s) => Some(s),
             Related::None | Related::Unattributable => None,
         }
-        .filter(|s| {
-            s.session_id() == &*self.id
-                && self
-                    .bridged
-                    .lock()
-                    .expect("bridged lock")
-                    .contains(&s.stream_number())
+        .filter(|s| s.session_id() == &*self.id)
+        .and_then(|s| {
+            let bridged = self
+                .bridged
+                .lock()
+                .expect("bridged lock")
+                .contains(&s.stream_number());
+            if bridged {
+                Some(s)
+            } else {
+                self.promote(conn, &s)
+            }
         });
         let Some(sink) = sink else {
             if method == "ping" {

@@ -115,7 +115,8 @@ struct Pump {
     gathering: Option<(Instant, Instant)>,
     /// The plugin's answer, when it came while the call was parked.
     answer: Option<Outcome>,
-    /// The call's stream still delivers (the plugin has not answered).
+    /// The plugin still works on the call (it has not answered, and its stream has not
+    /// ended).
     open: bool,
     /// Keeps the caller's session from idling out under a parked call.
     _guard: StreamGuard,
@@ -257,7 +258,11 @@ impl Pump {
             }
         };
         match jsonrpc::parse_message(&data) {
-            Ok(Message::Response { outcome, .. }) => self.answer = Some(outcome),
+            Ok(Message::Response { outcome, .. }) => {
+                // Answered: nothing is left to cancel at the plugin when the call ends.
+                self.answer = Some(outcome);
+                self.open = false;
+            }
             Ok(Message::Request { id, method, params }) => self.asked(id, &method, params),
             Ok(Message::Notification { method, params }) => {
                 if method == "notifications/cancelled" {

@@ -64,7 +64,7 @@ use serde_json::value::RawValue;
 use tokio_util::sync::CancellationToken;
 
 pub use adopt::IN_FLIGHT_LOST;
-pub use bridge::{Binding, Exchange, Resume};
+pub use bridge::{Binding, Exchange, Resume, Seed};
 pub use capabilities::ClientCapabilities;
 pub use holds::Hold;
 pub use listen::{
@@ -161,6 +161,9 @@ pub struct Session {
     /// The streams of its bridged calls (a caller's session): the only ones a plugin's
     /// request to the client may go to (`bridge.rs`).
     bridged: Mutex<HashSet<u64>>,
+    /// Calls that would be bridged should their plugin ask the client for input, by their
+    /// client's stream (`bridge.rs`).
+    seeds: Mutex<HashMap<u64, bridge::Seed>>,
     /// The client's last `logging/setLevel`: sent to plugins that start later, and enforced
     /// on their logs.
     log_level: log_level::LogLevel,
@@ -276,6 +279,7 @@ impl Session {
             next_server_request: AtomicU64::new(1),
             input_requests: Mutex::new(HashMap::new()),
             bridged: Mutex::default(),
+            seeds: Mutex::default(),
             log_level,
             subscriptions: Mutex::new(state.subscriptions.into_iter().collect()),
             routes: Mutex::new(Default::default()),

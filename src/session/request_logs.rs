@@ -123,6 +123,15 @@ impl Session {
     }
 
     /// A caller's stream is released: its request wants no more log messages.
+    /// The log level stream `from` asked for, asked for stream `to` too (a bridged call's
+    /// own stream, which its plugin's logs relate to once the call is bridged).
+    pub(super) fn copy_request_logs(&self, from: u64, to: u64) {
+        let mut floors = self.request_logs.floors.lock().expect("request logs lock");
+        if let Some(floor) = floors.get(&from).copied() {
+            floors.insert(to, floor);
+        }
+    }
+
     pub(super) fn forget_request_logs(&self, number: u64) {
         self.request_logs
             .floors

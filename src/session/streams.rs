@@ -82,6 +82,7 @@ impl StreamHooks for SessionHooks {
             if s.for_caller {
                 s.remove_listener(stream);
                 s.forget_request_logs(stream);
+                s.forget_seed(stream);
             }
         }
     }

@@ -172,7 +172,7 @@ pub(super) async fn modern(
         }
     };
     // A retry resumes a call that was counted when it began.
-    if retry.is_none() {
+    if retry.is_none() && gw.limits.enabled() {
         let caller = crate::http::checks::client_key(
             principal.map(|p| p.subject.as_str()),
             conn.peer,
@@ -201,8 +201,7 @@ pub(super) async fn modern(
         let request = (id.clone(), method, params);
         mrtr::start(
             gw, &session, retry, request, plan, &meta, principal, &stream, cache,
-        )
-        .await?
+        )?
     } else {
         tokio::spawn(
             router::dispatch(

@@ -29,7 +29,7 @@ use crate::jsonrpc::{self, Id, code};
 use crate::protocol::modern::{self, RequestMeta};
 use crate::protocol::mrtr;
 use crate::router::{self, Plan};
-use crate::session::{Binding, Exchange, Resume, Session};
+use crate::session::{Binding, Exchange, Resume, Seed, Session};
 use crate::stream::{Sink, Stream};
 
 /// Whether a method's requests go through the bridge.
@@ -139,10 +139,11 @@ pub(super) async fn retry(
 }
 
 /// Runs a bridged request whose answer goes to `stream` (attached already): a first request
-/// is dispatched to its plugin through a new bridged call; a retry resumes its parked call
-/// with the client's answers. The task returned is the dispatch (or the hand-over).
+/// is dispatched to its plugin under the client's id, seeded so that it becomes a bridged
+/// call if the plugin asks the client for input; a retry resumes its parked call with the
+/// client's answers. The task returned is the dispatch (or the hand-over).
 #[allow(clippy::too_many_arguments)]
-pub(super) async fn start(
+pub(super) fn start(
     gw: &Edge,
     session: &Arc<Session>,
     retry: Option<Resumed>,
@@ -157,23 +158,17 @@ pub(super) async fn start(
     // An `InputRequiredResult` carries no caching hints, nor does what a retry gets.
     let cache = cache.filter(|_| retry.is_none());
     stream.rewrite_responses(Arc::new(move |bytes: Bytes| {
-        if mrtr::is_input_required(&bytes) {
-            bytes
-        } else {
-            Bytes::from(modern::modernize_response(&bytes, cache))
-        }
+        Bytes::from(modern::modernize_response(&bytes, cache))
     }));
-    let exchange = Exchange {
-        id: id.clone(),
-        sink: Sink::new(stream.clone()),
-        capabilities: meta.capabilities_raw.clone(),
-        // A retry's answers are handed to what they answer; a first request's wait for it.
-        offered: match retry {
-            Some(_) => HashMap::new(),
-            None => mrtr::offered_responses(params.as_deref()),
-        },
-    };
+    let sink = Sink::new(stream.clone());
     if let Some(r) = retry {
+        let exchange = Exchange {
+            id: id.clone(),
+            sink,
+            capabilities: meta.capabilities_raw.clone(),
+            // A retry's answers are handed to what they answer.
+            offered: HashMap::new(),
+        };
         let wake = gw
             .parked
             .resume(r.call, r.caller.as_deref(), r.nonce)
@@ -199,27 +194,22 @@ pub(super) async fn start(
             }
         }));
     }
-    let binding = Binding::new(
-        principal.map(|p| p.subject.clone()),
-        method.clone(),
-        params.clone(),
+    session.seed(
+        stream.number(),
+        Seed {
+            parked: gw.parked.clone(),
+            binding: Binding::new(
+                principal.map(|p| p.subject.clone()),
+                method.clone(),
+                params.clone(),
+            ),
+            capabilities: meta.capabilities_raw.clone(),
+            // A first request's answers wait for what they answer.
+            offered: mrtr::offered_responses(params.as_deref()),
+        },
     );
-    let (call_id, call_sink) = session
-        .bridge(gw.parked.clone(), binding, exchange)
-        .await
-        .ok_or_else(|| {
-            HttpError::InvalidRequest(
-                "the request ended without an answer: the gateway is stopping".into(),
-                Some(id.clone()),
-            )
-        })?;
-    // The plugin's logs relate to the bridged call's own stream: wanted there at the level
-    // this request asked for.
-    if let Some(level) = &meta.log_level {
-        session.want_logs_on(call_sink.stream_number(), level).await;
-    }
     Ok(tokio::spawn(
-        router::dispatch(session.clone(), call_id, method, params, plan, call_sink)
+        router::dispatch(session.clone(), id, method, params, plan, sink)
             .instrument(tracing::Span::current()),
     ))
 }
