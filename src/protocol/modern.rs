@@ -132,10 +132,7 @@ pub fn supported_versions() -> Vec<&'static str> {
 #[derive(Debug, Clone, Default)]
 pub struct RequestMeta {
     pub version: String,
-    pub client_info: Option<Box<RawValue>>,
-    /// The names of the capabilities the client declared (`sampling`, `elicitation`, ...).
-    pub capabilities: Vec<String>,
-    /// Raw, as declared: a plugin's request is checked against it.
+    /// The capabilities the client declared, raw: a plugin's request is checked against it.
     pub capabilities_raw: Option<Box<RawValue>>,
     /// The level at or above which this request's log messages are wanted; none without.
     pub log_level: Option<String>,
@@ -166,10 +163,8 @@ struct Params<'a> {
 struct Meta<'a> {
     #[serde(borrow, rename = "io.modelcontextprotocol/protocolVersion")]
     version: Option<&'a RawValue>,
-    #[serde(rename = "io.modelcontextprotocol/clientInfo")]
-    client_info: Option<Box<RawValue>>,
-    #[serde(rename = "io.modelcontextprotocol/clientCapabilities")]
-    capabilities: Option<Box<RawValue>>,
+    #[serde(borrow, rename = "io.modelcontextprotocol/clientCapabilities")]
+    capabilities: Option<&'a RawValue>,
     #[serde(borrow, rename = "io.modelcontextprotocol/logLevel")]
     log_level: Option<&'a RawValue>,
 }
@@ -177,8 +172,13 @@ struct Meta<'a> {
 /// The modern version a request's params declare, if they declare one (the era test: a
 /// request carrying it is modern, whatever its method).
 pub fn declared_version(params: Option<&RawValue>) -> Option<String> {
+    #[derive(Deserialize)]
+    struct Version<'a> {
+        #[serde(borrow, rename = "io.modelcontextprotocol/protocolVersion")]
+        version: Option<&'a RawValue>,
+    }
     let params: Params = serde_json::from_str(params?.get()).ok()?;
-    let meta: Meta = serde_json::from_str(params.meta?.get()).ok()?;
+    let meta: Version = serde_json::from_str(params.meta?.get()).ok()?;
     serde_json::from_str::<String>(meta.version?.get()).ok()
 }
 
@@ -204,21 +204,25 @@ pub fn read_meta(params: Option<&RawValue>) -> Result<RequestMeta, ModernError> 
             bad("_meta[\"io.modelcontextprotocol/protocolVersion\"] must be a string")
         })?;
     // Required on every request, `{}` when the client declares nothing.
-    let not_object =
-        || bad("_meta[\"io.modelcontextprotocol/clientCapabilities\"] must be an object");
+    #[derive(Deserialize)]
+    struct Declared<'a> {
+        #[serde(borrow)]
+        extensions: Option<&'a RawValue>,
+    }
     let declared = meta
         .capabilities
-        .as_ref()
-        .and_then(|raw| serde_json::from_str::<HashMap<String, &RawValue>>(raw.get()).ok())
-        .ok_or_else(not_object)?;
-    let extensions = match declared.get("extensions") {
+        .filter(|raw| raw.get().starts_with('{'))
+        .and_then(|raw| serde_json::from_str::<Declared>(raw.get()).ok())
+        .ok_or_else(|| {
+            bad("_meta[\"io.modelcontextprotocol/clientCapabilities\"] must be an object")
+        })?;
+    let extensions = match declared.extensions {
         None => Vec::new(),
         Some(e) => serde_json::from_str::<HashMap<String, IgnoredAny>>(e.get())
             .map_err(|_| bad("clientCapabilities.extensions must be an object"))?
             .into_keys()
             .collect(),
     };
-    let capabilities = declared.into_keys().collect();
     let log_level = match meta.log_level {
         None => None,
         Some(l) => {
@@ -234,9 +238,7 @@ pub fn read_meta(params: Option<&RawValue>) -> Result<RequestMeta, ModernError> 
     };
     Ok(RequestMeta {
         version,
-        client_info: meta.client_info,
-        capabilities,
-        capabilities_raw: meta.capabilities,
+        capabilities_raw: meta.capabilities.map(RawValue::to_owned),
         log_level,
         extensions,
     })
@@ -362,17 +364,22 @@ struct Envelope<'a> {
     error: Option<&'a RawValue>,
 }
 
-/// The `error.code` of a response, when it is an error response; `None` for anything else
-/// (a result, a request, a notification, what does not parse).
-pub fn response_error_code(bytes: &[u8]) -> Option<i64> {
+/// What a message is as an answer: `Ok` for a result, `Err` with its `error.code` for an
+/// error (0 when it has none that reads); `None` for anything that is not a response (a
+/// request, a notification, what does not parse).
+pub fn response_outcome(bytes: &[u8]) -> Option<Result<(), i64>> {
     #[derive(Deserialize)]
     struct Error {
         code: i64,
     }
-    let error = serde_json::from_slice::<Envelope>(bytes).ok()?.error?;
-    serde_json::from_str::<Error>(error.get())
-        .ok()
-        .map(|e| e.code)
+    let envelope = serde_json::from_slice::<Envelope>(bytes).ok()?;
+    match (envelope.result, envelope.error) {
+        (Some(_), _) => Some(Ok(())),
+        (None, Some(e)) => Some(Err(
+            serde_json::from_str::<Error>(e.get()).map_or(0, |e| e.code)
+        )),
+        (None, None) => None,
+    }
 }
 
 /// A legacy plugin's response made a modern one: a result object gets `resultType:
@@ -465,14 +472,24 @@ mod tests {
         assert_eq!(declared_version(Some(&p)).as_deref(), Some("2026-07-28"));
         let meta = read_meta(Some(&p)).unwrap();
         assert_eq!(meta.version, "2026-07-28");
-        assert_eq!(meta.capabilities, vec!["elicitation".to_string()]);
+        assert_eq!(
+            meta.capabilities_raw.unwrap().get(),
+            r#"{"elicitation":{}}"#
+        );
         assert!(declared_version(Some(&raw(r#"{"name":"x"}"#))).is_none());
         assert!(declared_version(None).is_none());
         // clientInfo is optional; clientCapabilities is not.
         let lean = raw(
             r#"{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}"#,
         );
-        assert!(read_meta(Some(&lean)).unwrap().capabilities.is_empty());
+        assert_eq!(
+            read_meta(Some(&lean))
+                .unwrap()
+                .capabilities_raw
+                .unwrap()
+                .get(),
+            "{}"
+        );
         for (bad, why) in [
             (
                 r#"{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{},"io.modelcontextprotocol/logLevel":"loud"}}"#,
@@ -595,18 +612,25 @@ mod tests {
     }
 
     #[test]
-    fn an_error_responses_code_is_read() {
-        let code = |b: &str| response_error_code(b.as_bytes());
+    fn a_message_is_read_as_an_answer() {
+        let outcome = |b: &str| response_outcome(b.as_bytes());
         assert_eq!(
-            code(r#"{"jsonrpc":"2.0","id":1,"error":{"code":-32021,"message":"x","data":{}}}"#),
-            Some(-32021)
+            outcome(r#"{"jsonrpc":"2.0","id":1,"error":{"code":-32021,"message":"x","data":{}}}"#),
+            Some(Err(-32021))
         );
-        assert_eq!(code(r#"{"jsonrpc":"2.0","id":1,"result":{}}"#), None);
         assert_eq!(
-            code(r#"{"jsonrpc":"2.0","method":"notifications/progress","params":{}}"#),
+            outcome(r#"{"jsonrpc":"2.0","id":1,"result":{}}"#),
+            Some(Ok(()))
+        );
+        assert_eq!(
+            outcome(r#"{"jsonrpc":"2.0","method":"notifications/progress","params":{}}"#),
             None
         );
-        assert_eq!(code("not json"), None);
+        assert_eq!(
+            outcome(r#"{"jsonrpc":"2.0","id":3,"method":"elicitation/create","params":{}}"#),
+            None
+        );
+        assert_eq!(outcome("not json"), None);
     }
 
     #[test]

@@ -186,9 +186,13 @@ pub(super) async fn modern(
     let cache = modern::CACHEABLE
         .contains(&method.as_str())
         .then_some(scope);
-    stream.rewrite_responses(Arc::new(move |bytes: Bytes| {
-        Bytes::from(modern::modernize_response(&bytes, cache))
-    }));
+    let bridged = mrtr::bridged(&method) && !to_modern_plugin;
+    if !bridged {
+        // A bridged request's own (`mrtr::start`).
+        stream.rewrite_responses(Arc::new(move |bytes: Bytes| {
+            Bytes::from(modern::modernize_response(&bytes, cache))
+        }));
+    }
     let mut attached = stream
         .attach(Cursor::Start, conn.cut.clone().filter(|_| sse))
         .await
@@ -197,7 +201,7 @@ pub(super) async fn modern(
         session.want_logs(&stream, level).await;
     }
     let guard = StreamGuard::new(session.connections.clone());
-    let call = if mrtr::bridged(&method) && !to_modern_plugin {
+    let call = if bridged {
         let request = (id.clone(), method, params);
         mrtr::start(
             gw, &session, retry, request, plan, &meta, principal, &stream, cache,
@@ -217,14 +221,15 @@ pub(super) async fn modern(
     };
     if sse {
         // The head waits for the first event (a keep-alive's time at most): when that is the
-        // answer, and an error the spec gives an HTTP status of its own (a bridged call that
-        // needs a capability the client did not declare finds it out only then), it goes as
-        // one JSON body with that status. After anything else, the stream has begun with 200.
+        // answer, it goes as one JSON body, with the HTTP status the spec gives its error if
+        // it has one (-32021: a bridged call that needs a capability the client did not
+        // declare finds it out only then). The modern era has no resumption, so a stream
+        // would carry nothing more. After anything else, the stream has begun with 200.
         let first = tokio::time::timeout(session.stream_settings.keep_alive, attached.peek())
             .await
             .ok()
             .flatten();
-        if let Some(status) = first.as_deref().and_then(refusal_status) {
+        if let Some(status) = first.as_deref().and_then(answer_status) {
             let responses = stream::collect_responses(attached, &session.closed).await;
             drop(guard);
             if let Some(answer) = responses.into_iter().next() {
@@ -252,7 +257,7 @@ pub(super) async fn modern(
     drop(guard);
     match responses.into_iter().next() {
         Some(answer) => {
-            let status = refusal_status(&answer).unwrap_or(StatusCode::OK);
+            let status = answer_status(&answer).unwrap_or(StatusCode::OK);
             Ok(json_response(status, answer))
         }
         None => {
@@ -265,13 +270,15 @@ pub(super) async fn modern(
     }
 }
 
-/// The HTTP status of an answer that is an error the spec gives a status of its own on HTTP:
-/// -32021, a capability the client did not declare (2026-07-28 basic, "Per-request protocol
-/// fields"), is 400. `None` for anything else (a result, a notification, another error),
-/// which goes with 200.
-fn refusal_status(message: &[u8]) -> Option<StatusCode> {
-    (modern::response_error_code(message)? == modern::code::MISSING_REQUIRED_CLIENT_CAPABILITY)
-        .then_some(StatusCode::BAD_REQUEST)
+/// The HTTP status of a message that is an answer: 400 for an error the spec gives that
+/// status on HTTP (-32021, a capability the client did not declare: 2026-07-28 basic,
+/// "Per-request protocol fields"), else 200. `None` for what is not an answer (a request or
+/// a notification).
+fn answer_status(message: &[u8]) -> Option<StatusCode> {
+    Some(match modern::response_outcome(message)? {
+        Err(modern::code::MISSING_REQUIRED_CLIENT_CAPABILITY) => StatusCode::BAD_REQUEST,
+        _ => StatusCode::OK,
+    })
 }
 
 /// Checks a `tools/call`'s `Mcp-Param-*` headers against its arguments, for the parameters
