@@ -307,6 +307,42 @@ async fn anonymous_modern_clients_share_one_plugin_instance() {
     gw.stop().await;
 }
 
+/// A modern request whose answer is the first thing its plugin sends gets it as one JSON
+/// body; one whose plugin sends a notification first (here progress it asked for) gets an
+/// SSE stream that ends with the answer.
+#[tokio::test]
+async fn an_answer_that_comes_first_is_one_json_body() {
+    let gw = InProcess::fixture(&[], &[]).await;
+    let c = gw.client();
+    let echo = body(
+        1,
+        "tools/call",
+        json!({"name": "echo", "arguments": {"text": "plain"}}),
+    );
+    let a = post(&c, &echo).await;
+    assert_eq!(a.status, 200);
+    assert_eq!(a.headers["content-type"], "application/json");
+    assert_eq!(a.message["result"]["content"][0]["text"], "plain");
+    assert_eq!(a.message["result"]["resultType"], "complete");
+
+    let mut progress = body(
+        2,
+        "tools/call",
+        json!({"name": "test_tool_with_progress", "arguments": {}}),
+    );
+    progress["params"]["_meta"]["progressToken"] = json!("p-2");
+    let a = post(&c, &progress).await;
+    assert_eq!(a.status, 200);
+    let content_type = a.headers["content-type"].to_str().unwrap();
+    assert!(
+        content_type.starts_with("text/event-stream"),
+        "{content_type}"
+    );
+    assert_eq!(a.message["id"], 2, "the stream ends with the answer");
+    assert_eq!(a.message["result"]["resultType"], "complete");
+    gw.stop().await;
+}
+
 /// A caller's hidden session ends once it has been idle for the session idle timeout: its
 /// plugin instance stops, and the caller's next request starts a new one.
 #[tokio::test]

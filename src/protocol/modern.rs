@@ -134,6 +134,11 @@ pub struct RequestMeta {
     pub version: String,
     /// The capabilities the client declared, raw: a plugin's request is checked against it.
     pub capabilities_raw: Option<Box<RawValue>>,
+    /// The params' `name`, `uri` and `taskId`, where they are strings (what `Mcp-Name`
+    /// mirrors, by method).
+    pub name: Option<String>,
+    pub uri: Option<String>,
+    pub task_id: Option<String>,
     /// The level at or above which this request's log messages are wanted; none without.
     pub log_level: Option<String>,
     /// The extensions the client declared (`clientCapabilities.extensions`), by identifier.
@@ -147,16 +152,11 @@ impl RequestMeta {
     }
 }
 
+/// A request's params, for what its `_meta` is when it is no object.
 #[derive(Deserialize)]
 struct Params<'a> {
     #[serde(borrow, rename = "_meta")]
     meta: Option<&'a RawValue>,
-    #[serde(borrow)]
-    name: Option<&'a RawValue>,
-    #[serde(borrow)]
-    uri: Option<&'a RawValue>,
-    #[serde(borrow, rename = "taskId")]
-    task_id: Option<&'a RawValue>,
 }
 
 #[derive(Deserialize)]
@@ -172,31 +172,77 @@ struct Meta<'a> {
 /// The modern version a request's params declare, if they declare one (the era test: a
 /// request carrying it is modern, whatever its method).
 pub fn declared_version(params: Option<&RawValue>) -> Option<String> {
+    // One pass over the params: `_meta` read as it is met, only its version kept.
     #[derive(Deserialize)]
     struct Version<'a> {
         #[serde(borrow, rename = "io.modelcontextprotocol/protocolVersion")]
         version: Option<&'a RawValue>,
     }
-    let params: Params = serde_json::from_str(params?.get()).ok()?;
-    let meta: Version = serde_json::from_str(params.meta?.get()).ok()?;
-    serde_json::from_str::<String>(meta.version?.get()).ok()
+    #[derive(Deserialize)]
+    struct WithMeta<'a> {
+        #[serde(borrow, rename = "_meta")]
+        meta: Option<Object<Version<'a>>>,
+    }
+    let Object(params) = serde_json::from_str::<Object<WithMeta>>(params?.get()).ok()?;
+    serde_json::from_str::<String>(params.meta?.0.version?.get()).ok()
+}
+
+/// `T` read from a JSON object only: serde reads a struct from an array too, by position,
+/// and an array is no `_meta` and no params of a modern request.
+struct Object<T>(T);
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Object<T> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit<T>(std::marker::PhantomData<T>);
+        impl<'de, T: Deserialize<'de>> serde::de::Visitor<'de> for Visit<T> {
+            type Value = T;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<T, A::Error> {
+                T::deserialize(serde::de::value::MapAccessDeserializer::new(map))
+            }
+        }
+        d.deserialize_map(Visit(std::marker::PhantomData))
+            .map(Object)
+    }
 }
 
 /// Reads `_meta` of a modern request (one whose params declare a version).
 pub fn read_meta(params: Option<&RawValue>) -> Result<RequestMeta, ModernError> {
     let bad = |what: &str| ModernError::InvalidMeta(what.to_owned());
-    let params: Params = params
-        .map(|p| serde_json::from_str(p.get()))
-        .transpose()
-        .map_err(|_| bad("params must be an object"))?
-        .ok_or_else(|| bad("params._meta is required"))?;
-    let meta: Meta = serde_json::from_str(
-        params
-            .meta
-            .ok_or_else(|| bad("params._meta is required"))?
-            .get(),
-    )
-    .map_err(|_| bad("params._meta must be an object"))?;
+    // One pass over the params when `_meta` is an object; a second only to say what is
+    // wrong when it is not.
+    #[derive(Deserialize)]
+    struct WithMeta<'a> {
+        #[serde(borrow, rename = "_meta")]
+        meta: Option<Object<Meta<'a>>>,
+        #[serde(borrow)]
+        name: Option<&'a RawValue>,
+        #[serde(borrow)]
+        uri: Option<&'a RawValue>,
+        #[serde(borrow, rename = "taskId")]
+        task_id: Option<&'a RawValue>,
+    }
+    let params = params.ok_or_else(|| bad("params._meta is required"))?;
+    let string =
+        |v: Option<&RawValue>| v.and_then(|v| serde_json::from_str::<String>(v.get()).ok());
+    let (meta, name, uri, task_id) = match serde_json::from_str::<Object<WithMeta>>(params.get()) {
+        Ok(Object(p)) => (
+            p.meta.ok_or_else(|| bad("params._meta is required"))?.0,
+            string(p.name),
+            string(p.uri),
+            string(p.task_id),
+        ),
+        Err(_) => {
+            let Object(p) = serde_json::from_str::<Object<Params>>(params.get())
+                .map_err(|_| bad("params must be an object"))?;
+            return Err(match p.meta {
+                None => bad("params._meta is required"),
+                Some(_) => bad("params._meta must be an object"),
+            });
+        }
+    };
     let version: String = meta
         .version
         .and_then(|v| serde_json::from_str(v.get()).ok())
@@ -239,6 +285,9 @@ pub fn read_meta(params: Option<&RawValue>) -> Result<RequestMeta, ModernError> 
     Ok(RequestMeta {
         version,
         capabilities_raw: meta.capabilities.map(RawValue::to_owned),
+        name,
+        uri,
+        task_id,
         log_level,
         extensions,
     })
@@ -277,7 +326,7 @@ pub fn check_version_header(
 pub fn check_headers(
     headers: MirroredHeaders<'_>,
     method: &str,
-    params: Option<&RawValue>,
+    meta: &RequestMeta,
 ) -> Result<(), ModernError> {
     let mismatch = |s: String| Err(ModernError::HeaderMismatch(s));
     match headers.method {
@@ -297,14 +346,11 @@ pub fn check_headers(
         m if TASK_METHODS.contains(&m) => "taskId",
         _ => return Ok(()),
     };
-    let body_value: Option<String> = params
-        .and_then(|p| serde_json::from_str::<Params>(p.get()).ok())
-        .and_then(|p| match field {
-            "name" => p.name,
-            "uri" => p.uri,
-            _ => p.task_id,
-        })
-        .and_then(|v| serde_json::from_str(v.get()).ok());
+    let body_value = match field {
+        "name" => &meta.name,
+        "uri" => &meta.uri,
+        _ => &meta.task_id,
+    };
     let Some(body_value) = body_value else {
         // The body's own check (the router's) says what is missing.
         return Ok(());
@@ -314,7 +360,7 @@ pub fn check_headers(
     };
     let header = decode_header_value(header)
         .ok_or_else(|| ModernError::HeaderMismatch("the Mcp-Name header is malformed".into()))?;
-    if header != body_value {
+    if header != *body_value {
         return mismatch(format!(
             "Mcp-Name header value '{header}' does not match body value '{body_value}'"
         ));
@@ -397,22 +443,35 @@ pub fn modernize_response(bytes: &[u8], cache_scope: Option<&str>) -> Vec<u8> {
         let Some(open) = text.strip_prefix('{') else {
             return bytes.to_vec();
         };
-        let keys: HashMap<std::borrow::Cow<str>, &RawValue> =
-            serde_json::from_str(text).unwrap_or_default();
-        match keys.get("resultType") {
-            Some(t) if t.get() == r#""input_required""# => return bytes.to_vec(),
-            _ => {}
+        // The members this may add, as raw values: a `null` is there, not absent.
+        #[derive(Deserialize, Default)]
+        struct Typed<'a> {
+            #[serde(borrow, rename = "resultType")]
+            result_type: Option<&'a RawValue>,
+            #[serde(borrow, rename = "ttlMs")]
+            ttl: Option<&'a RawValue>,
+            #[serde(borrow, rename = "cacheScope")]
+            scope: Option<&'a RawValue>,
+        }
+        let keys: Typed = serde_json::from_str(text).unwrap_or_default();
+        if keys
+            .result_type
+            .is_some_and(|t| t.get() == r#""input_required""#)
+        {
+            return bytes.to_vec();
         }
         let mut fields = String::new();
-        if !keys.contains_key("resultType") {
+        if keys.result_type.is_none() {
             fields.push_str(r#""resultType":"complete","#);
         }
         if let Some(scope) = cache_scope {
-            if !keys.contains_key("ttlMs") {
+            if keys.ttl.is_none() {
                 fields.push_str(r#""ttlMs":0,"#);
             }
-            if !keys.contains_key("cacheScope") {
-                fields.push_str(&format!(r#""cacheScope":"{scope}","#));
+            if keys.scope.is_none() {
+                fields.push_str(r#""cacheScope":""#);
+                fields.push_str(scope);
+                fields.push_str(r#"","#);
             }
         }
         if fields.is_empty() {
@@ -477,6 +536,14 @@ mod tests {
             r#"{"elicitation":{}}"#
         );
         assert!(declared_version(Some(&raw(r#"{"name":"x"}"#))).is_none());
+        // Objects only: serde would read a struct from an array by position.
+        assert!(
+            declared_version(Some(&raw(
+                r#"[{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}]"#
+            )))
+            .is_none()
+        );
+        assert!(declared_version(Some(&raw(r#"{"_meta":["2026-07-28"]}"#))).is_none());
         assert!(declared_version(None).is_none());
         // clientInfo is optional; clientCapabilities is not.
         let lean = raw(
@@ -508,6 +575,11 @@ mod tests {
                 "protocolVersion",
             ),
             (r#"{}"#, "_meta is required"),
+            (r#"{"_meta":["2026-07-28",{}]}"#, "_meta must be an object"),
+            (
+                r#"[{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}]"#,
+                "params must be an object",
+            ),
         ] {
             match read_meta(Some(&raw(bad))) {
                 Err(ModernError::InvalidMeta(m)) => assert!(m.contains(why), "{m}"),
@@ -523,7 +595,7 @@ mod tests {
         let meta = read_meta(Some(&p)).unwrap();
         let check = |h| {
             check_version_header(h, &meta)?;
-            check_headers(h, "tools/call", Some(&p))
+            check_headers(h, "tools/call", &meta)
         };
         assert_eq!(
             check(headers("2026-07-28", "tools/call", Some("get_weather"))),

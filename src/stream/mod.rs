@@ -193,6 +193,13 @@ impl Stream {
         g.queue_limit = g.queue_limit.min(bytes);
     }
 
+    /// Whether this stream has carried one event and it was the answer that ended it (a
+    /// POST whose first message was its answer). Read once that event has come.
+    pub fn answered_alone(&self) -> bool {
+        let g = self.lock();
+        g.next_seq == 2 && g.owed == Some(0)
+    }
+
     /// Takes a stream over from where another replica left it in the shared store (an
     /// adopted session): its next event is `next_seq`, and it counts as left by its client
     /// now, so it is released if nobody resumes it within the replay age.

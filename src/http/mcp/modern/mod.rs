@@ -86,7 +86,7 @@ pub(super) async fn modern(
             requested: meta.version,
         }));
     }
-    modern::check_headers(mirrored, &method, params.as_deref()).map_err(refuse)?;
+    modern::check_headers(mirrored, &method, &meta).map_err(refuse)?;
     if !modern::METHODS.contains(&method.as_str()) {
         return Err(refuse(ModernError::MethodNotFound(method)));
     }
@@ -229,7 +229,8 @@ pub(super) async fn modern(
             .await
             .ok()
             .flatten();
-        if let Some(status) = first.as_deref().and_then(answer_status) {
+        if first.is_some() && stream.answered_alone() {
+            let status = first.as_deref().map_or(StatusCode::OK, answer_status);
             let responses = stream::collect_responses(attached, &session.closed).await;
             drop(guard);
             if let Some(answer) = responses.into_iter().next() {
@@ -257,7 +258,7 @@ pub(super) async fn modern(
     drop(guard);
     match responses.into_iter().next() {
         Some(answer) => {
-            let status = answer_status(&answer).unwrap_or(StatusCode::OK);
+            let status = answer_status(&answer);
             Ok(json_response(status, answer))
         }
         None => {
@@ -270,15 +271,20 @@ pub(super) async fn modern(
     }
 }
 
-/// The HTTP status of a message that is an answer: 400 for an error the spec gives that
-/// status on HTTP (-32021, a capability the client did not declare: 2026-07-28 basic,
-/// "Per-request protocol fields"), else 200. `None` for what is not an answer (a request or
-/// a notification).
-fn answer_status(message: &[u8]) -> Option<StatusCode> {
-    Some(match modern::response_outcome(message)? {
-        Err(modern::code::MISSING_REQUIRED_CLIENT_CAPABILITY) => StatusCode::BAD_REQUEST,
-        _ => StatusCode::OK,
-    })
+/// The HTTP status of an answer: 400 for an error the spec gives that status on HTTP
+/// (-32021, a capability the client did not declare: 2026-07-28 basic, "Per-request protocol
+/// fields"), else 200. Only an answer that names that code is read.
+fn answer_status(answer: &[u8]) -> StatusCode {
+    const MISSING: i64 = modern::code::MISSING_REQUIRED_CLIENT_CAPABILITY;
+    const NAMED: &[u8] = b"-32021";
+    const _: () = assert!(MISSING == -32021);
+    if memchr::memmem::find(answer, NAMED).is_some()
+        && modern::response_outcome(answer) == Some(Err(MISSING))
+    {
+        StatusCode::BAD_REQUEST
+    } else {
+        StatusCode::OK
+    }
 }
 
 /// Checks a `tools/call`'s `Mcp-Param-*` headers against its arguments, for the parameters
