@@ -478,7 +478,7 @@ impl Pump {
 
     /// The call is over: cancelled toward the plugin if it still works on it (its requests
     /// to the client go with it, unanswered: an answer could overtake the cancellation);
-    /// else what it asked that nobody answered is answered with an error.
+    /// else what the plugin asked that nobody answered goes to the call it works on now.
     fn finish(&mut self) {
         self.session
             .bridged
@@ -499,12 +499,22 @@ impl Pump {
             }
             return;
         }
+        // The plugin answered this call: what it still asks is another call's (stdio names
+        // no call, and a request goes with the newest call in flight when it comes). Each
+        // goes again to the call the plugin works on now, if there is one.
         for w in waiting {
-            self.refuse(
-                w.n,
-                code::INTERNAL_ERROR,
-                "the request this was asked for has ended",
-            );
+            let asked = self
+                .session
+                .server_requests
+                .lock()
+                .expect("requests lock")
+                .remove(&w.n)
+                .and_then(|(conn, id)| Some((conn.upgrade()?, id)));
+            if let Some((conn, id)) = asked {
+                let related = conn.related();
+                self.session
+                    .bridge_request(&conn, id, &w.method, w.params.as_deref(), related);
+            }
         }
     }
 }

@@ -127,7 +127,7 @@ impl PluginConnection {
     /// Where a message the plugin sends on its own most likely belongs. Stdio carries no link
     /// from a plugin's request or log to the client request that caused it, so only one
     /// stream in flight is certain; with several it is a guess.
-    fn related(&self) -> Related {
+    pub fn related(&self) -> Related {
         let pending = self.pending.lock().expect("pending lock");
         // The one caller with requests in flight, and one of its sinks.
         let mut first: Option<(Caller, &Sink)> = None;
