@@ -173,6 +173,27 @@ async fn python_client(mode: &str, url: &str, args: &[&str]) -> Value {
     serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("bad output {stdout}: {e}"))
 }
 
+/// A provider that also knows the gateway as a client (secret `gateway-secret`), the file
+/// holding `secret` (what the gateway will present), and the `[auth]` lines that make the
+/// gateway introspect opaque tokens there with it.
+fn introspecting(secret: &str) -> (OidcProvider, tempfile::NamedTempFile, String) {
+    let mut settings = provider_settings();
+    settings["clients"].as_array_mut().unwrap().push(
+        json!({"client_id": "gateway", "client_secret": "gateway-secret",
+            "grant_types": ["client_credentials"]}),
+    );
+    let p = OidcProvider::start(settings);
+    let file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(file.path(), secret).unwrap();
+    let auth = format!(
+        "introspection_endpoint = \"{}\"\nintrospection_client_id = \"gateway\"\n\
+         introspection_client_secret_file = \"{}\"\n",
+        p.url("/token/introspection"),
+        file.path().display()
+    );
+    (p, file, auth)
+}
+
 /// A JWT with `claims`, signed by `alg` with `key` (DER as [`OidcProvider::signing_key`]
 /// gives it, or an HMAC secret), its header naming `kid`.
 fn sign(alg: Algorithm, kid: &str, key: &[u8], claims: &Value) -> String {
@@ -545,23 +566,8 @@ async fn keys_the_provider_rotates_to_work_without_a_restart() {
 
 #[tokio::test]
 async fn opaque_tokens_are_introspected_and_a_revocation_is_seen() {
-    let mut settings = provider_settings();
-    settings["clients"].as_array_mut().unwrap().push(
-        json!({"client_id": "gateway", "client_secret": "gateway-secret",
-            "grant_types": ["client_credentials"]}),
-    );
-    let p = OidcProvider::start(settings);
-    let secret = tempfile::NamedTempFile::new().unwrap();
-    std::fs::write(secret.path(), "gateway-secret\n").unwrap();
-    let g = ExternalGateway::start(
-        p.issuer(),
-        &format!(
-            "introspection_endpoint = \"{}\"\nintrospection_client_id = \"gateway\"\n\
-             introspection_client_secret_file = \"{}\"\nintrospection_cache_secs = 2\n",
-            p.url("/token/introspection"),
-            secret.path().display()
-        ),
-    );
+    let (p, _secret, auth) = introspecting("gateway-secret\n");
+    let g = ExternalGateway::start(p.issuer(), &format!("{auth}introspection_cache_secs = 2\n"));
     let token = p.access_token(OPAQUE, "mcp", &g.resource()).await;
     assert_eq!(token.split('.').count(), 1, "opaque");
     let out = python_client("bearer", &g.resource(), &[&token]).await;
@@ -615,23 +621,8 @@ async fn opaque_tokens_are_introspected_and_a_revocation_is_seen() {
 async fn an_authorization_server_that_cannot_be_asked_is_a_503_not_a_refusal() {
     // Introspection with a wrong client secret: the provider refuses the gateway, not the
     // token.
-    let mut settings = provider_settings();
-    settings["clients"].as_array_mut().unwrap().push(
-        json!({"client_id": "gateway", "client_secret": "gateway-secret",
-            "grant_types": ["client_credentials"]}),
-    );
-    let p = OidcProvider::start(settings);
-    let secret = tempfile::NamedTempFile::new().unwrap();
-    std::fs::write(secret.path(), "not-the-secret").unwrap();
-    let g = ExternalGateway::start(
-        p.issuer(),
-        &format!(
-            "introspection_endpoint = \"{}\"\nintrospection_client_id = \"gateway\"\n\
-             introspection_client_secret_file = \"{}\"\n",
-            p.url("/token/introspection"),
-            secret.path().display()
-        ),
-    );
+    let (p, _secret, auth) = introspecting("not-the-secret");
+    let g = ExternalGateway::start(p.issuer(), &auth);
     let token = p.access_token(OPAQUE, "mcp", &g.resource()).await;
     let auth = format!("Bearer {token}");
     let mut headers = JSON_BOTH.to_vec();
@@ -680,22 +671,10 @@ async fn an_authorization_server_that_cannot_be_asked_is_a_503_not_a_refusal() {
 /// or tool left out is hidden from lists and refused like a missing scope.
 #[tokio::test]
 async fn group_rules_hold_for_an_external_issuers_tokens() {
-    let mut settings = provider_settings();
-    settings["clients"].as_array_mut().unwrap().push(
-        json!({"client_id": "gateway", "client_secret": "gateway-secret",
-            "grant_types": ["client_credentials"]}),
-    );
-    let p = OidcProvider::start(settings);
-    let secret = tempfile::NamedTempFile::new().unwrap();
-    std::fs::write(secret.path(), "gateway-secret\n").unwrap();
+    let (p, _secret, auth) = introspecting("gateway-secret\n");
     let g = ExternalGateway::start_with(
         p.issuer(),
-        &format!(
-            "introspection_endpoint = \"{}\"\nintrospection_client_id = \"gateway\"\n\
-             introspection_client_secret_file = \"{}\"\n",
-            p.url("/token/introspection"),
-            secret.path().display()
-        ),
+        &auth,
         &format!(
             "[plugins.bots]\ncommand = \"{FIXTURE}\"\nallow_groups = [\"robots\"]\n\
              [plugins.people]\ncommand = \"{FIXTURE}\"\nallow_groups = [\"people\"]\n\
