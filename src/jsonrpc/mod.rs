@@ -6,6 +6,9 @@
 //! params; callers that must rewrite a field (a tool name, a progress token) parse just that.
 
 pub mod limits;
+mod object;
+
+pub use object::Object;
 
 use std::fmt;
 

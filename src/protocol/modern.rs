@@ -14,6 +14,8 @@ use serde::Deserialize;
 use serde::de::IgnoredAny;
 use serde_json::value::RawValue;
 
+use crate::jsonrpc::Object;
+
 /// The modern versions the gateway serves, newest first.
 pub const MODERN_VERSIONS: &[&str] = &["2026-07-28"];
 
@@ -185,27 +187,6 @@ pub fn declared_version(params: Option<&RawValue>) -> Option<String> {
     }
     let Object(params) = serde_json::from_str::<Object<WithMeta>>(params?.get()).ok()?;
     serde_json::from_str::<String>(params.meta?.0.version?.get()).ok()
-}
-
-/// `T` read from a JSON object only: serde reads a struct from an array too, by position,
-/// and an array is no `_meta` and no params of a modern request.
-struct Object<T>(T);
-
-impl<'de, T: Deserialize<'de>> Deserialize<'de> for Object<T> {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct Visit<T>(std::marker::PhantomData<T>);
-        impl<'de, T: Deserialize<'de>> serde::de::Visitor<'de> for Visit<T> {
-            type Value = T;
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("an object")
-            }
-            fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<T, A::Error> {
-                T::deserialize(serde::de::value::MapAccessDeserializer::new(map))
-            }
-        }
-        d.deserialize_map(Visit(std::marker::PhantomData))
-            .map(Object)
-    }
 }
 
 /// Reads `_meta` of a modern request (one whose params declare a version).
