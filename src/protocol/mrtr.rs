@@ -146,7 +146,7 @@ pub struct Retry {
 /// only read with a state: without one there is nothing it can answer, and the request is a
 /// first one. The error is the message of an invalid-params refusal.
 pub fn read_retry(params: Option<&RawValue>) -> Result<Retry, String> {
-    let Some(params) = params.filter(|p| may_name(p, "requestState")) else {
+    let Some(params) = params.filter(|p| may_name(p, &REQUEST_STATE)) else {
         return Ok(Retry::default());
     };
     // The top level as raw values: a `null` is there, not absent.
@@ -177,10 +177,16 @@ pub fn read_retry(params: Option<&RawValue>) -> Result<Retry, String> {
 /// Whether `params` may have a member named `key`: its name appears as it is, or some text
 /// is escaped (a name could be written with escapes). Most requests have neither, and are
 /// not parsed for it.
-fn may_name(params: &RawValue, key: &str) -> bool {
+fn may_name(params: &RawValue, key: &memchr::memmem::Finder<'static>) -> bool {
     let text = params.get().as_bytes();
-    memchr::memchr(b'\\', text).is_some() || memchr::memmem::find(text, key.as_bytes()).is_some()
+    memchr::memchr(b'\\', text).is_some() || key.find(text).is_some()
 }
+
+/// The member names [`may_name`] looks for, their searchers made once.
+static REQUEST_STATE: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
+    std::sync::LazyLock::new(|| memchr::memmem::Finder::new("requestState"));
+static INPUT_RESPONSES: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
+    std::sync::LazyLock::new(|| memchr::memmem::Finder::new("inputResponses"));
 
 /// The answers a first request (one without `requestState`) carries in `inputResponses`:
 /// those that are objects, by key; anything else there is ignored (a client may answer
@@ -192,7 +198,7 @@ pub fn offered_responses(params: Option<&RawValue>) -> HashMap<String, Box<RawVa
         responses: Option<HashMap<String, Box<RawValue>>>,
     }
     params
-        .filter(|p| may_name(p, "inputResponses"))
+        .filter(|p| may_name(p, &INPUT_RESPONSES))
         .and_then(|p| serde_json::from_str::<Offered>(p.get()).ok())
         .and_then(|o| o.responses)
         .unwrap_or_default()

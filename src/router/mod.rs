@@ -658,16 +658,15 @@ pub fn tool_target<'v>(
         .map(|(slot, local)| (&view.plugins[slot], local.to_owned()))
 }
 
-/// The header-mapped parameters (`x-mcp-header`) of the tool a `tools/call` names, as its
-/// plugin lists it for this session (read once, then remembered until its tools change);
-/// `None` when the params name no tool of the view, or the plugin's list cannot be read.
+/// The header-mapped parameters (`x-mcp-header`) of tool `name`, as its plugin lists it for
+/// this session (read once, then remembered until its tools change); `None` when the view
+/// has no such tool, or the plugin's list cannot be read.
 pub async fn tool_header_params(
     session: &Session,
     view: &View,
-    params: Option<&RawValue>,
+    name: &str,
 ) -> Option<Arc<[HeaderParam]>> {
-    let p: NameParams = serde_json::from_str(params?.get()).ok()?;
-    let (slot, local) = resolve_name(view, "tools", &p.name)?;
+    let (slot, local) = resolve_name(view, "tools", name)?;
     let plugin = &view.plugins[slot];
     let known = session
         .tool_headers

@@ -44,7 +44,10 @@ pub fn runs_task_calls(plugin: &ViewPlugin) -> bool {
     plugin
         .info
         .capabilities
-        .pointer("/tasks/requests/tools/call")
+        .get("tasks")
+        .and_then(|t| t.get("requests"))
+        .and_then(|r| r.get("tools"))
+        .and_then(|t| t.get("call"))
         .is_some_and(|c| !c.is_null())
 }
 

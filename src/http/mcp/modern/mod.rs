@@ -127,9 +127,15 @@ pub(super) async fn modern(
         }
     }
     if method == "tools/call" {
-        check_param_headers(&session, &view, headers, params.as_deref())
-            .await
-            .map_err(refuse)?;
+        check_param_headers(
+            &session,
+            &view,
+            headers,
+            meta.name.as_deref(),
+            params.as_deref(),
+        )
+        .await
+        .map_err(refuse)?;
     }
     let as_task = if method == "tools/call" {
         router::runs_as_task(&session, &view, params.as_deref(), meta.tasks())
@@ -295,9 +301,13 @@ async fn check_param_headers(
     session: &Session,
     view: &View,
     headers: &HeaderMap,
+    name: Option<&str>,
     params: Option<&RawValue>,
 ) -> Result<(), ModernError> {
-    let Some(mapped) = router::tool_header_params(session, view, params).await else {
+    let Some(name) = name else {
+        return Ok(());
+    };
+    let Some(mapped) = router::tool_header_params(session, view, name).await else {
         return Ok(());
     };
     if mapped.is_empty() {
