@@ -8,13 +8,14 @@
 //! the call becomes a bridged call: a stream of its own that no connection reads, its task
 //! does (`bridged_call.rs`); the plugin's request in flight is moved to that stream under a
 //! new id, and the client's request becomes the call's first exchange. The relay sends a
-//! plugin's request to a caller's client only to such a stream; the task gathers the requests that come together
-//! (until the plugin is quiet for a few milliseconds, bounded) and answers the client with
-//! them as one `InputRequiredResult`, each under the plugin's own request id as its key, with
-//! a sealed `requestState`; the call is parked ([`super::parked`]). The client's retry wakes
-//! it with the answers, each handed to the plugin as the response it waits for, and with the
-//! retry's own stream, which the call's notifications and its answer (or the next round's
-//! requests) go to from then on. Any number of rounds.
+//! plugin's request to a caller's client only to such a stream; the task gathers the
+//! requests that come together (until the plugin is quiet for a few milliseconds, bounded)
+//! and answers the client with them as one `InputRequiredResult`, each under the plugin's
+//! own request id as its key, with a sealed `requestState`; the call is parked
+//! ([`super::parked`]). The client's retry wakes it with the answers, each handed to the
+//! plugin as the response it waits for, and with the retry's own stream, which the call's
+//! notifications and its answer (or the next round's requests) go to from then on. Any
+//! number of rounds.
 //!
 //! What the client may be asked is what this request's `_meta` declares: a request it cannot
 //! take is refused to the plugin as a legacy session refuses it, and when nothing of a round
