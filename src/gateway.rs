@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use tokio_util::sync::CancellationToken;
 
+use crate::audit::Auditor;
 use crate::auth::Auth;
 use crate::auth::store::AuthStoreError;
 use crate::cluster::{Cluster, ClusterError};
@@ -42,6 +43,8 @@ pub struct Gateway {
     /// `[limits]`: the rate limits on calls and their buckets (shared through Redis in a
     /// cluster). Set at start; a reload does not change them.
     pub limits: Arc<crate::limits::RateLimits>,
+    /// `[audit]`: the audit log (a record per call and admin action).
+    pub audit: Arc<Auditor>,
     /// Cancelled when the gateway stops: sessions' streams close.
     pub shutdown: CancellationToken,
     /// Cancelled when a stop begins: readiness fails, the public listener stops accepting,
@@ -108,13 +111,14 @@ impl Gateway {
             None => None,
         };
         let state_key = database.shared_secret(secrets::REQUEST_STATE_KEY).await?;
+        let audit_key = database.shared_secret(secrets::AUDIT_KEY).await?;
         let replica: Arc<str> = match &cluster {
             Some(c) => c.replica().clone(),
             None => Arc::from(format!("{:016x}", rand::random::<u64>())),
         };
         let parked = Arc::new(ParkedCalls::new(
             StateKey::new(&state_key),
-            replica,
+            replica.clone(),
             config.session.input_timeout,
         ));
         let plugin_store = database.plugin_store();
@@ -169,6 +173,13 @@ impl Gateway {
         // Pools for what the registry holds already (warm processes start now).
         sessions.registry_changed(&registry.view());
         let shutdown = CancellationToken::new();
+        let audit = Auditor::start(
+            config.audit.clone(),
+            audit_key,
+            replica,
+            database.audit_store(),
+            shutdown.clone(),
+        );
         if let Some(c) = &cluster {
             // The key of modern clients' `requestState` is always stored there.
             if config.database_url.starts_with("sqlite") {
@@ -189,6 +200,7 @@ impl Gateway {
         Ok(Arc::new(Gateway {
             auth,
             limits,
+            audit,
             registry,
             plugin_store,
             sessions,

@@ -33,12 +33,14 @@
 //! - [`stream`]: the streams towards a client, their event ids, replay behind
 //!   [`stream::EventStore`], and how they become SSE or JSON responses.
 //! - [`protocol`]: versions, negotiation, and the one place a request's era is decided;
-//!   [`logs`] sets up the log lines.
+//!   [`logs`] sets up the log lines; [`audit`] makes the audit log's records and writes
+//!   them, as log lines and through [`audit::AuditStore`].
 //! - [`jsonrpc`] (envelope parsing that leaves params and results as raw JSON), [`metrics`]
 //!   (what the gateway counts, in Prometheus's format) and [`config`] (flags, environment and
 //!   files into a validated [`config::Config`]) are leaves: they import no other module.
 
 pub mod admin;
+pub mod audit;
 pub mod auth;
 pub mod backend;
 pub mod cluster;

@@ -1,4 +1,5 @@
-//! The log subscriber: `RUST_LOG` directives, text or JSON lines on stderr.
+//! The log subscriber: `RUST_LOG` directives, text or JSON lines on stderr; the audit log's
+//! records always as JSON lines.
 //!
 //! Every request runs in a span whose fields (method, route, session, plugin) are formatted
 //! when set, whether or not a line is ever written in it, so both parts here are built for a
@@ -39,11 +40,29 @@ pub fn init(format: LogFormat) {
         LogFormat::Text => lines.fmt_fields(TextFields).boxed(),
         LogFormat::Json => lines.json().boxed(),
     };
+    // The audit log's records are JSON lines whatever the format, on at `info` unless
+    // `RUST_LOG` names their target itself.
+    let directives = if directives.contains(AUDIT_TARGET) {
+        directives
+    } else {
+        format!("{directives},{AUDIT_TARGET}=info")
+    };
+    let audit = tracing_subscriber::fmt::layer()
+        .json()
+        .with_writer(std::io::stderr)
+        .with_filter(Targets::new().with_target(AUDIT_TARGET, tracing::Level::TRACE));
+    let lines = lines.with_filter(tracing_subscriber::filter::filter_fn(|m| {
+        m.target() != AUDIT_TARGET
+    }));
     tracing_subscriber::registry()
         .with(filter(&directives))
         .with(lines)
+        .with(audit)
         .init();
 }
+
+/// The target of the audit log's records (`crate::audit::TARGET`).
+const AUDIT_TARGET: &str = "mcp_gateway::audit";
 
 /// A static filter when every directive is a plain `target=level`, `target` or `level`, else
 /// `EnvFilter`. `Targets` would take span and field filters (`[...]`) for odd target names,

@@ -193,6 +193,8 @@ impl Server {
         }
         tracing::info!("stopping plugins");
         gateway.sessions.shutdown().await;
+        // The records of the last calls, ended by the stop, are stored before the exit.
+        gateway.audit.flush().await;
         // The heartbeat's last word: this replica is gone.
         last_beat.cancel();
         if let Some(h) = heartbeat {

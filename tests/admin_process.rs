@@ -520,3 +520,65 @@ async fn regression_a_plugin_is_never_given_the_cluster_secrets() {
     assert_eq!(seen("MCP_GATEWAY_REDIS_KEY_PREFIX").await, prefix);
     assert_eq!(seen("HARMLESS").await, "visible");
 }
+
+/// Audit records are JSON lines under the target `mcp_gateway::audit` in the text log too,
+/// with the arguments hashed, and the records of calls a stop ended are stored before the
+/// exit (read back from the same database after a restart).
+#[tokio::test]
+async fn audit_records_are_json_lines_and_survive_a_stop() {
+    let db = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}/gw.db?mode=rwc", db.path().display());
+    let args = [
+        "--admin-token",
+        ADMIN_TOKEN,
+        "--database-url",
+        &url,
+        "--plugin-name",
+        "main",
+        "--",
+        FIXTURE,
+    ];
+    let mut gw = Gateway::start(&args);
+    let mut c = gw.client();
+    c.initialize().await;
+    c.tool_text(1, "echo", json!({"text": "do-not-log"})).await;
+    gw.wait_log("mcp_gateway::audit").await;
+    let log = gw.log();
+    let line = log
+        .lines()
+        .find(|l| l.contains("mcp_gateway::audit"))
+        .unwrap();
+    let record: Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
+    assert_eq!(record["target"], "mcp_gateway::audit");
+    let fields = &record["fields"];
+    assert_eq!(fields["kind"], "tools/call");
+    assert_eq!(fields["target"], "echo");
+    assert_eq!(fields["outcome"], "ok");
+    assert!(
+        fields["arguments"]
+            .as_str()
+            .unwrap()
+            .starts_with("hmac-sha256:")
+    );
+    assert!(!log.contains("do-not-log"));
+    // A call in flight when the stop comes: its record is stored before the exit.
+    let slow = c.spawn_slow(2, 1500);
+    gw.wait_metric(
+        "mcp_gateway_plugin_requests_in_flight{plugin=\"main\"}",
+        1.0,
+    )
+    .await;
+    gw.terminate();
+    let _ = slow.await;
+    let gw = Gateway::start(&args);
+    let admin = Admin::of(&gw, ADMIN_TOKEN);
+    let (status, body) = admin.get("/admin/audit?kind=tools/call").await;
+    assert_eq!(status, 200);
+    let targets: Vec<&str> = body["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["target"].as_str().unwrap())
+        .collect();
+    assert_eq!(targets, ["slow", "echo"], "{body}");
+}

@@ -12,7 +12,7 @@ const LAYERS: &[&[&str]] = &[
     // Leaves: the JSON-RPC envelope, the counters, the validated configuration.
     &["jsonrpc", "metrics", "config"],
     // Protocol versions and eras; log set-up.
-    &["protocol", "logs"],
+    &["protocol", "logs", "audit"],
     // Streams towards a client and their event store.
     &["stream"],
     // Plugins: the stdio child and its JSON-RPC multiplexing.

@@ -4,14 +4,18 @@
 //! `GET /metrics` ([`metrics`]) for Prometheus. Behind a bearer token, the admin API:
 //! `GET /admin/plugins` lists every plugin with its state; `POST /admin/plugins` adds one (409
 //! if the name exists); `GET|PUT|DELETE /admin/plugins/{name}` reads, replaces or removes one;
-//! `POST /admin/plugins/{name}/enable|disable`; `POST /admin/reload` re-reads the config file;
-//! `POST /admin/auth/rotate-keys`; `GET /admin/limits` shows the rate limits in force.
+//! `POST /admin/plugins/{name}/enable|disable|restart`; `POST /admin/reload` re-reads the
+//! config file; `POST /admin/auth/rotate-keys`; `GET /admin/limits` shows the rate limits in
+//! force; `GET /admin/audit` reads the audit log back ([`audit`], which also records every
+//! admin action); `GET /admin/sessions` and `DELETE /admin/sessions/{key}` ([`sessions`]).
 //! Without a configured token the admin API answers 404. JSON
 //! in and out; every refusal says what was wrong. Secret values never leave: environment
 //! values are shown only as the `${VAR}` references they are made of.
 
+mod audit;
 mod metrics;
 mod probes;
+mod sessions;
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -65,9 +69,20 @@ fn api_router(gateway: Arc<Gateway>) -> Router<Arc<Gateway>> {
         )
         .route("/admin/plugins/{name}/enable", post(enable))
         .route("/admin/plugins/{name}/disable", post(disable))
+        .route("/admin/plugins/{name}/restart", post(restart))
         .route("/admin/reload", post(reload))
         .route("/admin/auth/rotate-keys", post(rotate_keys))
         .route("/admin/limits", get(limits))
+        .route("/admin/audit", get(audit::list))
+        .route("/admin/sessions", get(sessions::list))
+        .route(
+            "/admin/sessions/{key}",
+            axum::routing::delete(sessions::delete),
+        )
+        .layer(middleware::from_fn_with_state(
+            gateway.clone(),
+            audit::record_actions,
+        ))
         .layer(middleware::from_fn_with_state(gateway, authorize))
 }
 
@@ -85,6 +100,8 @@ enum AdminError {
     #[error("{0}")]
     Conflict(String),
     #[error("{0}")]
+    NotFound(String),
+    #[error("{0}")]
     Unavailable(String),
 }
 
@@ -96,7 +113,9 @@ impl IntoResponse for AdminError {
                 StatusCode::BAD_REQUEST
             }
             AdminError::Registry(RegistryError::Exists(_)) => StatusCode::CONFLICT,
-            AdminError::Registry(RegistryError::NotFound(_)) => StatusCode::NOT_FOUND,
+            AdminError::Registry(RegistryError::NotFound(_)) | AdminError::NotFound(_) => {
+                StatusCode::NOT_FOUND
+            }
             AdminError::Registry(RegistryError::Store(_)) => StatusCode::SERVICE_UNAVAILABLE,
             AdminError::Reload(ReloadError::Invalid(_)) => StatusCode::UNPROCESSABLE_ENTITY,
             AdminError::Reload(ReloadError::Unavailable) | AdminError::Conflict(_) => {
@@ -122,7 +141,7 @@ impl IntoResponse for AdminError {
     }
 }
 
-async fn authorize(State(gw): State<Arc<Gateway>>, request: Request, next: Next) -> Response {
+async fn authorize(State(gw): State<Arc<Gateway>>, mut request: Request, next: Next) -> Response {
     let expected = gw.config.admin.token.as_deref().unwrap_or_default();
     let given = request
         .headers()
@@ -133,6 +152,7 @@ async fn authorize(State(gw): State<Arc<Gateway>>, request: Request, next: Next)
     if expected.is_empty() || !crate::auth::constant_time_eq(given, expected) {
         return AdminError::Unauthorized.into_response();
     }
+    request.extensions_mut().insert(audit::Actor("admin"));
     next.run(request).await
 }
 
@@ -208,8 +228,10 @@ async fn add(State(gw): State<Arc<Gateway>>, body: Bytes) -> Result<Response, Ad
     let entry = gw
         .registry
         .get(&name)
-        .ok_or(RegistryError::NotFound(name))?;
-    Ok((StatusCode::CREATED, axum::Json(describe(&entry))).into_response())
+        .ok_or(RegistryError::NotFound(name.clone()))?;
+    let mut response = (StatusCode::CREATED, axum::Json(describe(&entry))).into_response();
+    response.extensions_mut().insert(audit::PluginNamed(name));
+    Ok(response)
 }
 
 async fn update(
@@ -258,6 +280,19 @@ async fn disable(
 
 async fn set_enabled(gw: &Gateway, name: String, enabled: bool) -> Result<Response, AdminError> {
     gw.registry.set_enabled(&name, enabled).await?;
+    let entry = gw
+        .registry
+        .get(&name)
+        .ok_or(RegistryError::NotFound(name))?;
+    Ok(axum::Json(describe(&entry)).into_response())
+}
+
+/// Restarts a plugin's processes on this replica (see [`crate::registry::Registry::restart`]).
+async fn restart(
+    State(gw): State<Arc<Gateway>>,
+    Path(name): Path<String>,
+) -> Result<Response, AdminError> {
+    gw.registry.restart(&name).await?;
     let entry = gw
         .registry
         .get(&name)

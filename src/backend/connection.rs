@@ -43,6 +43,7 @@ pub use input::InputRequired;
 use super::BackendError;
 use super::modern::{self, ClientMeta, Era};
 use super::transport::{Inbound, PluginTransport, SendError};
+use crate::audit::{self, Ticket};
 use crate::jsonrpc::{self, Id, code};
 use crate::metrics::{InFlight, PluginMetrics};
 use crate::stream::Sink;
@@ -68,9 +69,20 @@ enum Pending {
         /// A request to a modern plugin that may be answered with an `InputRequiredResult`:
         /// what it takes to retry it.
         retry: Option<Box<Retry>>,
+        /// Its audit record in the making: told how the request ended, submitted when dropped.
+        audit: Option<Ticket>,
     },
     /// To a gateway task.
     Internal(oneshot::Sender<Result<Box<RawValue>, CallError>>),
+}
+
+/// What becomes of a forwarded request's answer besides going to the client's stream.
+#[derive(Default)]
+pub struct Answering {
+    /// Changes the plugin's successful result (see [`Rewrite`]).
+    pub rewrite: Option<Rewrite>,
+    /// The request's audit record, told how it ended.
+    pub audit: Option<Ticket>,
 }
 
 /// Changes a plugin's successful result on its way to the client: handed in with a forwarded
@@ -284,11 +296,19 @@ impl PluginConnection {
         params: Option<&RawValue>,
         sink: &Sink,
     ) {
-        self.forward_rewritten(caller, client_id, method, params, sink, None);
+        self.forward_rewritten(
+            caller,
+            client_id,
+            method,
+            params,
+            sink,
+            Answering::default(),
+        );
     }
 
-    /// [`forward`](Self::forward), with the plugin's successful result passed through
-    /// `rewrite` before it goes to the client.
+    /// [`forward`](Self::forward), with what `answering` asks of the answer: a rewrite of
+    /// the plugin's successful result before it goes to the client, an audit record told how
+    /// the request ended.
     pub fn forward_rewritten(
         &self,
         caller: Caller,
@@ -296,7 +316,7 @@ impl PluginConnection {
         method: &str,
         params: Option<&RawValue>,
         sink: &Sink,
-        rewrite: Option<Rewrite>,
+        answering: Answering,
     ) {
         let meta = self.with_meta(params);
         let params = meta.as_deref().or(params);
@@ -309,8 +329,9 @@ impl PluginConnection {
             progress_token: None,
             deadline: std::time::Instant::now() + self.request_timeout,
             timer: InFlight::start(&self.metrics, method),
-            rewrite,
+            rewrite: answering.rewrite,
             retry,
+            audit: answering.audit,
         };
         self.send_client(method, params, pending);
     }
@@ -351,9 +372,15 @@ impl PluginConnection {
             (self.gone_error(), Some(pending))
         };
         if let Some(Pending::Client {
-            client_id, sink, ..
+            client_id,
+            sink,
+            audit,
+            ..
         }) = pending
         {
+            if let Some(mut a) = audit {
+                a.set(audit::Outcome::Error, Some(e.code()));
+            }
             sink.respond(jsonrpc::error_bytes(
                 Some(&client_id),
                 e.code(),
@@ -446,7 +473,12 @@ impl PluginConnection {
             .collect();
         keys.into_iter()
             .filter_map(|k| match pending.remove(&k) {
-                Some(Pending::Client { sink, retry, .. }) => {
+                Some(Pending::Client {
+                    sink, retry, audit, ..
+                }) => {
+                    if let Some(mut a) = audit {
+                        a.set(audit::Outcome::Cancelled, None);
+                    }
                     Some((k, sink, retry.is_some_and(|r| r.parked())))
                 }
                 _ => None,

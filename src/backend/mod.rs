@@ -23,7 +23,7 @@ pub mod stdio;
 pub mod transport;
 
 pub use connection::{
-    InputRequired, PluginConnection, PluginEvents, RELATED_TASK, Related, Rewrite,
+    Answering, InputRequired, PluginConnection, PluginEvents, RELATED_TASK, Related, Rewrite,
 };
 pub use modern::Era;
 pub use transport::PluginTransport;

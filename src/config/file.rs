@@ -34,6 +34,7 @@ pub struct FileConfig {
     pub admin: AdminSection,
     pub auth: AuthSection,
     pub limits: super::limits::LimitsSection,
+    pub audit: super::audit::AuditSection,
     pub max_children: Option<usize>,
     pub shutdown_grace_secs: Option<u64>,
     pub plugins: Vec<PluginConfig>,
@@ -96,6 +97,8 @@ struct TomlFile {
     auth: AuthSection,
     #[serde(default)]
     limits: super::limits::LimitsSection,
+    #[serde(default)]
+    audit: super::audit::AuditSection,
     #[serde(default)]
     plugins: BTreeMap<String, PluginSpec>,
 }
@@ -226,6 +229,7 @@ fn parse_toml(text: &str) -> Result<FileConfig, String> {
         admin: file.admin,
         auth: file.auth,
         limits: file.limits,
+        audit: file.audit,
         max_children: file.max_children,
         shutdown_grace_secs: file.shutdown_grace_secs,
         plugins,

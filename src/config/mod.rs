@@ -9,14 +9,15 @@
 //! section of the model sits in its own file with the step that merges it over the flags:
 //! `listener` (the public listener and its connections), `stream` (SSE streams and replay),
 //! `plugin` (plugins, their wire form and the checks each passes), `auth` (`[auth]`), `upstream`
-//! (`[auth.upstream]`, sign-in at an OpenID provider). This
-//! file holds the [`Config`] model, the small session and admin sections, and
+//! (`[auth.upstream]`, sign-in at an OpenID provider), `limits` (`[limits]`), `audit`
+//! (`[audit]`). This file holds the [`Config`] model, the small session and admin sections, and
 //! [`Config::merge`], which reads the sections one by one. This module imports no other
 //! module of the crate: everything else reads it.
 //!
 //! `external` checks `[auth]`'s keys of `auth.mode = "external"` (an authorization server the
 //! gateway does not run).
 
+mod audit;
 mod auth;
 mod cli;
 mod cluster;
@@ -32,6 +33,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+pub use audit::AuditConfig;
 pub use auth::{AuthConfig, AuthMode, ClientConfig, UserConfig};
 pub use cli::{Cli, Command, LogFormat};
 pub use cluster::{ClusterConfig, DEFAULT_KEY_PREFIX, MIN_SECRET_LEN, redact_url};
@@ -79,6 +81,8 @@ pub struct Config {
     pub shutdown_grace: Duration,
     /// `[limits]`: rate limits on calls, per caller.
     pub limits: LimitsConfig,
+    /// `[audit]`: the audit log.
+    pub audit: AuditConfig,
 }
 
 /// The admin API's listener.
@@ -176,6 +180,7 @@ impl Config {
             ));
         }
         let limits = limits::limits_config(file.limits)?;
+        let audit = audit::audit_config(file.audit)?;
         let database_url = database_url(cli, file.database_url, &admin, &auth);
         let cluster = cluster::cluster(
             cli,
@@ -189,6 +194,7 @@ impl Config {
             cluster,
             auth,
             limits,
+            audit,
             max_children: cli.max_children.or(file.max_children),
             shutdown_grace: Duration::from_secs(
                 cli.shutdown_grace_secs
@@ -251,6 +257,7 @@ impl Config {
             auth: AuthConfig::default(),
             config_path: None,
             limits: LimitsConfig::default(),
+            audit: AuditConfig::default(),
         }
     }
 

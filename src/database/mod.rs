@@ -4,12 +4,14 @@
 //! the stores that keep their state in it, each behind the trait its user defines:
 //! [`Database::plugin_store`] to the registry ([`PluginStore`], implemented in [`plugins`])
 //! and [`Database::auth_store`] to the authorization server ([`AuthStore`], implemented in
-//! [`auth`]). It also keeps the secrets the replicas share ([`secrets`]).
+//! [`auth`]), and [`Database::audit_store`] to the audit log ([`AuditStore`], in [`audit`]).
+//! It also keeps the secrets the replicas share ([`secrets`]).
 //!
 //! This is the only module that speaks SQL. It sits above the stores' traits and below the
 //! gateway that wires them: it never decides what a plugin or a token is, and neither the
 //! registry nor auth ever reaches up to it.
 
+pub mod audit;
 pub mod auth;
 pub mod plugins;
 pub mod secrets;
@@ -20,9 +22,11 @@ use std::time::Duration;
 use sqlx::AnyPool;
 use sqlx::any::AnyPoolOptions;
 
+use crate::audit::AuditStore;
 use crate::auth::store::AuthStore;
 use crate::registry::store::PluginStore;
 
+pub use audit::SqlAuditStore;
 pub use auth::SqlAuthStore;
 pub use plugins::SqlPluginStore;
 
@@ -103,6 +107,11 @@ impl Database {
     /// The registry's overlay of admin API changes (its `ping` is the readiness check).
     pub fn plugin_store(&self) -> Arc<dyn PluginStore> {
         Arc::new(SqlPluginStore::new(self.pool.clone()))
+    }
+
+    /// The audit log's records.
+    pub fn audit_store(&self) -> Arc<dyn AuditStore> {
+        Arc::new(SqlAuditStore::new(self.pool.clone()))
     }
 
     /// The authorization server's state.

@@ -1,7 +1,8 @@
 //! Secrets the replicas share, kept in the database: made at random by whichever replica
-//! needs one first (an insert that loses a race changes nothing), then read by all. Today
-//! one: the key that seals a modern client's `requestState` (multi round-trip requests),
-//! so a retry that reaches another replica can be read there.
+//! needs one first (an insert that loses a race changes nothing), then read by all: the key
+//! that seals a modern client's `requestState` (multi round-trip requests), so a retry that
+//! reaches another replica can be read there, and the key of the audit log's hash of a
+//! call's arguments, so equal arguments hash alike on every replica.
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -11,6 +12,9 @@ use super::{Database, DatabaseError};
 
 /// The name of the key that seals `requestState`.
 pub const REQUEST_STATE_KEY: &str = "mrtr-request-state";
+
+/// The name of the key of the audit log's HMAC of a call's arguments.
+pub const AUDIT_KEY: &str = "audit-arguments";
 
 impl Database {
     /// The shared 32-byte secret `name`, made now if no replica made it before.

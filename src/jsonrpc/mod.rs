@@ -402,6 +402,20 @@ pub fn request_bytes(id: Option<&RawValue>, method: &str, params: Option<&RawVal
     Bytes::from(out)
 }
 
+/// Whether a tool's result says `isError: true` (read only where the name appears).
+pub fn is_tool_error(result: &str) -> bool {
+    #[derive(Deserialize)]
+    struct Flag {
+        #[serde(rename = "isError")]
+        is_error: Option<bool>,
+    }
+    memchr::memmem::find(result.as_bytes(), b"\"isError\"").is_some()
+        && serde_json::from_str::<Flag>(result)
+            .ok()
+            .and_then(|f| f.is_error)
+            .unwrap_or(false)
+}
+
 /// Parses raw params into a typed value, mapping failure to an invalid-params message.
 pub fn params_as<'a, T: Deserialize<'a>>(params: Option<&'a RawValue>) -> Result<T, String> {
     let text = params.map_or("{}", RawValue::get);
@@ -411,6 +425,17 @@ pub fn params_as<'a, T: Deserialize<'a>>(params: Option<&'a RawValue>) -> Result
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tool_errors_are_read_from_the_result() {
+        assert!(is_tool_error(r#"{"content":[],"isError":true}"#));
+        assert!(is_tool_error(r#"{"isError" : true, "content":[]}"#));
+        assert!(!is_tool_error(r#"{"content":[],"isError":false}"#));
+        assert!(!is_tool_error(
+            r#"{"content":[{"type":"text","text":"\"isError\""}]}"#
+        ));
+        assert!(!is_tool_error("not json"));
+    }
 
     fn invalid(bytes: &str) -> String {
         match parse_message(bytes.as_bytes()) {

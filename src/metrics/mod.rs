@@ -61,6 +61,9 @@ pub struct Metrics {
     pub redis_errors: IntCounterVec,
     pub cluster_forwards: IntCounterVec,
     pub rate_limited: IntCounterVec,
+    pub plugin_errors: IntCounterVec,
+    pub audit_records: IntCounter,
+    pub audit_dropped: IntCounter,
 }
 
 /// The process's metrics.
@@ -234,6 +237,21 @@ impl Metrics {
                  `plugin:<pattern>`, `tool:<pattern>`).",
                 &["limit"],
             ),
+            plugin_errors: counter_vec(
+                "mcp_gateway_plugin_request_errors_total",
+                "Client requests a plugin answered with a JSON-RPC error or a tool error \
+                 (`isError`), or did not answer within its request timeout.",
+                &["plugin"],
+            ),
+            audit_records: counter(
+                "mcp_gateway_audit_records_total",
+                "Audit records queued for the log and the database.",
+            ),
+            audit_dropped: counter(
+                "mcp_gateway_audit_dropped_total",
+                "Audit records lost: the queue to the writer was full, or the database \
+                 failed or did not answer.",
+            ),
         };
         let r = &m.registry;
         let register = |c: Box<dyn prometheus::core::Collector>| {
@@ -266,6 +284,9 @@ impl Metrics {
         register(Box::new(m.redis_errors.clone()));
         register(Box::new(m.cluster_forwards.clone()));
         register(Box::new(m.rate_limited.clone()));
+        register(Box::new(m.plugin_errors.clone()));
+        register(Box::new(m.audit_records.clone()));
+        register(Box::new(m.audit_dropped.clone()));
         let info = gauge_vec(
             "mcp_gateway_build_info",
             "Always 1; the gateway's version as a label.",
@@ -441,6 +462,8 @@ pub struct PluginMetrics {
     plugin: Arc<str>,
     in_flight: IntGauge,
     pub timeouts: IntCounter,
+    /// Requests answered with an error or a tool error, or timed out.
+    pub errors: IntCounter,
     durations: [OnceLock<Histogram>; RPC_METHODS.len() + 1],
 }
 
@@ -450,6 +473,7 @@ impl PluginMetrics {
         PluginMetrics {
             in_flight: m.plugin_in_flight.with_label_values(&[&*plugin]),
             timeouts: m.plugin_timeouts.with_label_values(&[&*plugin]),
+            errors: m.plugin_errors.with_label_values(&[&*plugin]),
             durations: std::array::from_fn(|_| OnceLock::new()),
             plugin,
         }
@@ -473,7 +497,10 @@ impl PluginMetrics {
 pub struct InFlight {
     gauge: IntGauge,
     duration: Histogram,
+    errors: IntCounter,
     started: Instant,
+    /// A `tools/call`, whose result may be a tool error.
+    call: bool,
 }
 
 impl InFlight {
@@ -482,13 +509,23 @@ impl InFlight {
         InFlight {
             gauge: metrics.in_flight.clone(),
             duration: metrics.duration(method),
+            errors: metrics.errors.clone(),
             started: Instant::now(),
+            call: method == "tools/call",
         }
     }
 
-    /// The plugin answered.
-    pub fn observe(&self) {
+    /// Whether the request is a `tools/call`.
+    pub fn is_call(&self) -> bool {
+        self.call
+    }
+
+    /// The plugin answered; `failed`: with an error or a tool error.
+    pub fn observe(&self, failed: bool) {
         self.duration.observe(self.started.elapsed().as_secs_f64());
+        if failed {
+            self.errors.inc();
+        }
     }
 }
 
@@ -540,9 +577,9 @@ mod tests {
         let b = InFlight::start(&pm, "nonsense/1");
         let c = InFlight::start(&pm, "nonsense/2");
         assert_eq!(pm.in_flight.get(), 3);
-        a.observe();
-        b.observe();
-        c.observe();
+        a.observe(false);
+        b.observe(true);
+        c.observe(false);
         drop((a, b, c));
         assert_eq!(pm.in_flight.get(), 0);
         let count = |method: &str| {

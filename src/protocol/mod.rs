@@ -38,6 +38,25 @@ pub const LATEST: &str = CLIENT_VERSIONS[0];
 /// `MCP-Protocol-Version` header and nothing else tells.
 pub const DEFAULT_HTTP_VERSION: &str = "2025-03-26";
 
+/// A client's `clientInfo` (an `Implementation`) as one short label, `name version`, for
+/// logs, the audit log and the console: at most 128 bytes of each, `None` without a name.
+pub fn client_label(info: &RawValue) -> Option<String> {
+    #[derive(Deserialize)]
+    struct Implementation<'a> {
+        #[serde(borrow)]
+        name: Option<std::borrow::Cow<'a, str>>,
+        #[serde(borrow)]
+        version: Option<std::borrow::Cow<'a, str>>,
+    }
+    let i: Implementation = serde_json::from_str(info.get()).ok()?;
+    let cut = |s: &str| -> String { s.chars().filter(|c| !c.is_control()).take(128).collect() };
+    let name = cut(&i.name?);
+    Some(match i.version {
+        Some(v) => format!("{name} {}", cut(&v)),
+        None => name,
+    })
+}
+
 /// Lifecycle negotiation: echo the client's version when supported, else offer the latest.
 pub fn negotiate(requested: &str) -> &'static str {
     CLIENT_VERSIONS

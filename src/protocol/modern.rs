@@ -145,6 +145,8 @@ pub struct RequestMeta {
     pub log_level: Option<String>,
     /// The extensions the client declared (`clientCapabilities.extensions`), by identifier.
     pub extensions: Vec<String>,
+    /// The client's `clientInfo` as a label ([`super::client_label`]), when it sent one.
+    pub client: Option<String>,
 }
 
 impl RequestMeta {
@@ -169,6 +171,8 @@ struct Meta<'a> {
     capabilities: Option<&'a RawValue>,
     #[serde(borrow, rename = "io.modelcontextprotocol/logLevel")]
     log_level: Option<&'a RawValue>,
+    #[serde(borrow, rename = "io.modelcontextprotocol/clientInfo")]
+    client_info: Option<&'a RawValue>,
 }
 
 /// The modern version a request's params declare, if they declare one (the era test: a
@@ -271,6 +275,7 @@ pub fn read_meta(params: Option<&RawValue>) -> Result<RequestMeta, ModernError> 
         task_id,
         log_level,
         extensions,
+        client: meta.client_info.and_then(super::client_label),
     })
 }
 

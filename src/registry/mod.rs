@@ -116,7 +116,7 @@ impl Registry {
             feed: OnceLock::new(),
             me: me.clone(),
         });
-        registry.install(merge(&config.plugins, overlay));
+        registry.install(merge(&config.plugins, overlay), None);
         registry
     }
 
@@ -203,7 +203,7 @@ impl Registry {
         self.store.put(&config, enabled).await?;
         let mut all = self.current_configs();
         all.push((config, Source::Api, enabled));
-        self.install(all);
+        self.install(all, None);
         self.announce().await;
         Ok(())
     }
@@ -227,7 +227,7 @@ impl Registry {
                 }
             })
             .collect();
-        self.install(all);
+        self.install(all, None);
         self.announce().await;
         Ok(())
     }
@@ -254,7 +254,7 @@ impl Registry {
                 }
             })
             .collect();
-        self.install(all);
+        self.install(all, None);
         self.announce().await;
         Ok(())
     }
@@ -280,8 +280,25 @@ impl Registry {
             .into_iter()
             .filter(|(c, ..)| c.name != name)
             .collect();
-        self.install(all);
+        self.install(all, None);
         self.announce().await;
+        Ok(())
+    }
+
+    /// Restarts a plugin on this replica: its entry is replaced by an equal one, so its
+    /// processes (shared, warm and every session's) stop and the next request that needs one
+    /// starts it again, after a new probe. Nothing is stored: the definition is unchanged.
+    pub async fn restart(&self, name: &str) -> Result<(), RegistryError> {
+        let _change = self.change.lock().await;
+        let old = self
+            .get(name)
+            .ok_or_else(|| RegistryError::NotFound(name.to_owned()))?;
+        if !old.enabled {
+            return Err(RegistryError::Invalid(format!(
+                "plugin '{name}' is disabled: enable it instead"
+            )));
+        }
+        self.install(self.current_configs(), Some(name));
         Ok(())
     }
 
@@ -292,7 +309,7 @@ impl Registry {
         let merged = merge(&file_plugins, &overlay);
         validate_set(&merged, &self.separator)?;
         *self.file_plugins.lock().expect("file plugins lock") = file_plugins;
-        self.install(merged);
+        self.install(merged, None);
         Ok(())
     }
 
@@ -310,7 +327,7 @@ impl Registry {
         if same_set(&merged, &self.current_configs()) {
             return Ok(false);
         }
-        self.install(merged);
+        self.install(merged, None);
         Ok(true)
     }
 
@@ -338,16 +355,20 @@ impl Registry {
 
     /// Makes `configs` the registry: unchanged plugins keep their entry (and probe), changed
     /// and new ones get a new generation and a probe.
-    fn install(&self, configs: Vec<(PluginConfig, Source, bool)>) {
+    /// Installs `configs`; an unchanged plugin keeps its entry, except `fresh`, which gets a
+    /// new one (a restart).
+    fn install(&self, configs: Vec<(PluginConfig, Source, bool)>, fresh: Option<&str>) {
         let old = self.entries();
         let mut next = Vec::with_capacity(configs.len());
         let mut probe = Vec::new();
         for (config, source, enabled) in configs {
             // Unchanged: the same entry, its probe and its sessions' instances carry on.
-            match old
-                .iter()
-                .find(|e| e.config == config && e.enabled == enabled && e.source == source)
-            {
+            match old.iter().find(|e| {
+                e.config == config
+                    && e.enabled == enabled
+                    && e.source == source
+                    && fresh != Some(e.name())
+            }) {
                 Some(e) => next.push(e.clone()),
                 None => {
                     let stats = old

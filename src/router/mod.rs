@@ -24,8 +24,9 @@ pub use crate::session::ResourceRoutes;
 pub use initialize::{discover_result, initialize_result};
 pub use modern_tasks::{offers_tasks, runs_as_task};
 
+use crate::audit::{self, Ticket};
 use crate::backend::connection::CallError;
-use crate::backend::{PluginConnection, Rewrite};
+use crate::backend::{Answering, PluginConnection, Rewrite};
 use crate::config::{ProcessModel, ResponseMode};
 use crate::jsonrpc::{self, Id, code};
 use crate::protocol::param_headers::HeaderParam;
@@ -170,6 +171,7 @@ pub async fn dispatch(
     params: Option<Box<RawValue>>,
     plan: Plan,
     sink: Sink,
+    mut audit: Option<Ticket>,
 ) {
     let reply = |bytes| {
         sink.respond(bytes);
@@ -192,7 +194,12 @@ pub async fn dispatch(
         planned => planned,
     };
     match planned {
-        Err(Refusal(code, message)) => reply(jsonrpc::error_bytes(Some(&id), code, &message)),
+        Err(Refusal(code, message)) => {
+            if let Some(a) = &mut audit {
+                a.set(audit::Outcome::Refused, Some(code));
+            }
+            reply(jsonrpc::error_bytes(Some(&id), code, &message))
+        }
         Ok(Target::Gateway) => match method.as_str() {
             "ping" => reply(jsonrpc::result_bytes(id.raw(), &empty())),
             "logging/setLevel" => {
@@ -229,6 +236,7 @@ pub async fn dispatch(
                 rewritten.or(params),
                 answer,
                 &sink,
+                audit,
             )
             .await
         }
@@ -248,17 +256,26 @@ pub async fn dispatch(
                 &method,
                 params.as_deref(),
                 &sink,
-                Some(rewrite),
+                Answering {
+                    rewrite: Some(rewrite),
+                    audit: None,
+                },
             );
         }
-        Ok(Target::UnknownUri(uri)) => reply(jsonrpc::error_bytes(
-            Some(&id),
-            code::RESOURCE_NOT_FOUND,
-            &format!("Resource not found: {uri}"),
-        )),
+        Ok(Target::UnknownUri(uri)) => {
+            if let Some(a) = &mut audit {
+                a.set(audit::Outcome::Refused, Some(code::RESOURCE_NOT_FOUND));
+            }
+            reply(jsonrpc::error_bytes(
+                Some(&id),
+                code::RESOURCE_NOT_FOUND,
+                &format!("Resource not found: {uri}"),
+            ))
+        }
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn forward(
     session: &Arc<Session>,
     plugin: &ViewPlugin,
@@ -267,7 +284,11 @@ async fn forward(
     params: Option<Box<RawValue>>,
     answer: Answer,
     sink: &Sink,
+    mut audit: Option<Ticket>,
 ) {
+    if let Some(a) = &mut audit {
+        a.set_plugin(plugin.name());
+    }
     if plugin.entry.config.process_model == ProcessModel::Shared
         && let Some(on) = subscribe_verb(method)
         && let Some(UriParams { uri }) = params
@@ -293,6 +314,9 @@ async fn forward(
             let params = match session.toward(&conn, method, params) {
                 Ok(p) => p,
                 Err((code, message)) => {
+                    if let Some(a) = &mut audit {
+                        a.set(audit::Outcome::Refused, Some(code));
+                    }
                     sink.respond(jsonrpc::error_bytes(Some(&id), code, &message));
                     return;
                 }
@@ -308,9 +332,20 @@ async fn forward(
                 }
                 Answer::Tools { client_tasks } => tasks::tools_rewrite(plugin, client_tasks),
             };
-            conn.forward_rewritten(session.caller, id, method, params.as_deref(), sink, rewrite);
+            let answering = Answering { rewrite, audit };
+            conn.forward_rewritten(
+                session.caller,
+                id,
+                method,
+                params.as_deref(),
+                sink,
+                answering,
+            );
         }
         Err(e) => {
+            if let Some(a) = &mut audit {
+                a.set(audit::Outcome::Error, Some(e.code()));
+            }
             sink.respond(jsonrpc::error_bytes(
                 Some(&id),
                 e.code(),

@@ -112,6 +112,28 @@ impl SessionManager {
         }
     }
 
+    /// Every modern caller's session now.
+    pub fn caller_sessions(&self) -> Vec<Arc<Session>> {
+        self.callers.iter().map(|s| s.clone()).collect()
+    }
+
+    /// Ends the caller's session whose id is `id` (its plugin instances stop; the caller's
+    /// next request makes a new one). False when there is none.
+    pub fn end_caller(&self, id: &str) -> bool {
+        let key = self
+            .callers
+            .iter()
+            .find(|s| &*s.id == id)
+            .map(|s| s.key().clone());
+        match key.and_then(|k| self.callers.remove(&k)) {
+            Some((_, s)) => {
+                self.spawn_end(s);
+                true
+            }
+            None => false,
+        }
+    }
+
     /// Ends every caller's session (shutdown).
     pub(super) fn end_callers(&self) {
         let keys: Vec<Arc<str>> = self.callers.iter().map(|s| s.key().clone()).collect();

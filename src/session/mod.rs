@@ -136,6 +136,10 @@ pub struct Session {
     pub owner: Option<String>,
     /// Whose session it counts as (see [`ClientInit::client`]).
     pub client: Arc<str>,
+    /// The client's `clientInfo`, as `name version` (none for a modern caller's session).
+    pub client_label: Option<Arc<str>>,
+    /// When the session began here.
+    pub started: std::time::SystemTime,
     /// A request came after `initialize` (a notification alone does not count).
     used: AtomicBool,
     store: Arc<dyn EventStore>,
@@ -202,6 +206,17 @@ pub struct Session {
     me: Weak<Session>,
 }
 
+/// `initialize` params' `clientInfo` as a label.
+fn client_info(params: &RawValue) -> Option<Arc<str>> {
+    #[derive(serde::Deserialize)]
+    struct Init<'a> {
+        #[serde(borrow, rename = "clientInfo")]
+        client_info: Option<&'a RawValue>,
+    }
+    let init: Init = serde_json::from_str(params.get()).ok()?;
+    crate::protocol::client_label(init.client_info?).map(Arc::from)
+}
+
 /// Where a session comes from: a client's `initialize` here, or another replica, from its
 /// record (cluster mode).
 pub enum Origin<'a> {
@@ -252,8 +267,15 @@ impl Session {
             None,
             None,
         );
+        let client_label = if caller {
+            None
+        } else {
+            client_info(&init.plugin_params)
+        };
         Arc::new_cyclic(|me| Session {
             id,
+            client_label,
+            started: std::time::SystemTime::now(),
             version: init.version,
             plugin_params: init.plugin_params,
             owner: init.owner,

@@ -17,6 +17,7 @@ use serde_json::value::RawValue;
 use super::super::BackendError;
 use super::super::transport::Inbound;
 use super::{CallError, Caller, Pending, PluginConnection, Related, empty_object};
+use crate::audit::Outcome as Outcome_;
 use crate::backend::modern::is_input_required;
 use crate::jsonrpc::{self, Id, Message, Outcome, code};
 use crate::stream::Sink;
@@ -47,12 +48,17 @@ pub(super) async fn expire_requests(conn: Weak<PluginConnection>, timeout: Durat
                 client_id,
                 sink,
                 retry,
+                audit,
                 ..
             } = p
             else {
                 continue;
             };
+            if let Some(mut a) = audit {
+                a.set(Outcome_::Timeout, Some(code::REQUEST_TIMEOUT));
+            }
             conn.metrics.timeouts.inc();
+            conn.metrics.errors.inc();
             tracing::warn!(plugin = %conn.name, session = %conn.label, "request {client_id} timed out after {} s", timeout.as_secs());
             sink.respond(jsonrpc::error_bytes(
                 Some(&client_id),
@@ -209,9 +215,21 @@ impl PluginConnection {
                 sink,
                 timer,
                 rewrite,
+                mut audit,
                 ..
             } => {
-                timer.observe();
+                let failed = match &outcome {
+                    Outcome::Result(r) => timer.is_call() && jsonrpc::is_tool_error(r.get()),
+                    Outcome::Error(_) => true,
+                };
+                timer.observe(failed);
+                if let Some(a) = &mut audit {
+                    match &outcome {
+                        Outcome::Result(_) if failed => a.set(Outcome_::ToolError, None),
+                        Outcome::Result(_) => a.set(Outcome_::Ok, None),
+                        Outcome::Error(e) => a.error(e),
+                    }
+                }
                 let bytes = match &outcome {
                     Outcome::Result(r) => match rewrite.and_then(|f| f(r)) {
                         Some(changed) => jsonrpc::result_bytes(client_id.raw(), &changed),

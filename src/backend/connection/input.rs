@@ -14,6 +14,7 @@ use bytes::Bytes;
 use serde_json::value::RawValue;
 
 use super::{Pending, PluginConnection};
+use crate::audit::Outcome;
 use crate::backend::modern::retry_params;
 use crate::jsonrpc::{self, Id, code};
 use crate::stream::Sink;
@@ -166,32 +167,46 @@ impl PluginConnection {
     /// Answers the parked request `call` with the plugin's `InputRequiredResult` itself (a
     /// client of the modern era retries it on its own). False when it is no longer parked.
     pub fn pass_input(&self, call: u64, result: &RawValue) -> bool {
-        self.finish_input(call, |id| jsonrpc::result_bytes(id.raw(), result))
+        let ok = !jsonrpc::is_tool_error(result.get());
+        self.finish_input(call, ok, |id| jsonrpc::result_bytes(id.raw(), result))
     }
 
     /// Fails the parked request `call` with an error the gateway words. False when it is no
     /// longer parked.
     pub fn fail_input(&self, call: u64, code: i64, message: &str) -> bool {
-        self.finish_input(call, |id| jsonrpc::error_bytes(Some(id), code, message))
+        self.finish_input(call, false, |id| {
+            jsonrpc::error_bytes(Some(id), code, message)
+        })
     }
 
     /// Fails the parked request `call` with an error object made by the listener (with
     /// `data`). False when it is no longer parked.
     pub fn fail_input_with(&self, call: u64, error: &RawValue) -> bool {
-        self.finish_input(call, |id| jsonrpc::error_object_bytes(id.raw(), error))
+        self.finish_input(call, false, |id| {
+            jsonrpc::error_object_bytes(id.raw(), error)
+        })
     }
 
-    fn finish_input(&self, call: u64, answer: impl FnOnce(&Id) -> Bytes) -> bool {
+    fn finish_input(&self, call: u64, ok: bool, answer: impl FnOnce(&Id) -> Bytes) -> bool {
         let Some(Pending::Client {
             client_id,
             sink,
             timer,
+            audit,
             ..
         }) = self.take_parked(call)
         else {
             return false;
         };
-        timer.observe();
+        timer.observe(!ok);
+        if let Some(mut a) = audit {
+            let outcome = match (ok, a.is_call()) {
+                (true, _) => Outcome::Ok,
+                (false, true) => Outcome::ToolError,
+                (false, false) => Outcome::Error,
+            };
+            a.set(outcome, None);
+        }
         sink.respond(answer(&client_id));
         true
     }

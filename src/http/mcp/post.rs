@@ -21,6 +21,7 @@ use super::step_up::visible_view;
 use super::{
     Conn, Reached, authorize, check_version, json_response, opening, reach, session_header,
 };
+use crate::audit::Who;
 use crate::auth::Principal;
 use crate::config::ResponseMode;
 use crate::http::Edge;
@@ -211,6 +212,16 @@ async fn in_session(
         planned.iter().map(|(id, ..)| id.clone()).collect()
     };
     for (id, method, params, plan) in planned {
+        let audit = gw.audit.call(
+            Who {
+                subject: principal.map(|p| p.subject.as_str()),
+                session: Some(&session.id),
+                client: session.client_label.as_deref(),
+            },
+            &method,
+            plan.plugin(),
+            params.as_deref(),
+        );
         // Its own task: a client that disconnects does not cancel the work. It logs in the
         // request's span.
         tokio::spawn(
@@ -221,6 +232,7 @@ async fn in_session(
                 params,
                 plan,
                 Sink::new(stream.clone()),
+                audit,
             )
             .instrument(tracing::Span::current()),
         );

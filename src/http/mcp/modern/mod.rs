@@ -28,6 +28,7 @@ use tracing::Instrument;
 
 use super::step_up::visible_view;
 use super::{Conn, json_response};
+use crate::audit::Who;
 use crate::auth::Principal;
 use crate::config::ResponseMode;
 use crate::http::Edge;
@@ -213,6 +214,16 @@ pub(super) async fn modern(
             gw, &session, retry, request, plan, &meta, principal, &stream, cache,
         )?
     } else {
+        let audit = gw.audit.call(
+            Who {
+                subject: principal.map(|p| p.subject.as_str()),
+                session: None,
+                client: meta.client.as_deref(),
+            },
+            &method,
+            plan.plugin(),
+            params.as_deref(),
+        );
         tokio::spawn(
             router::dispatch(
                 session.clone(),
@@ -221,6 +232,7 @@ pub(super) async fn modern(
                 params,
                 plan,
                 Sink::new(stream.clone()),
+                audit,
             )
             .instrument(tracing::Span::current()),
         )

@@ -1,0 +1,565 @@
+//! The audit log: one [`Record`] per `tools/call`, `prompts/get` and `resources/read` a client
+//! made, and per admin action: when, who (subject, session, client), what (plugin, tool,
+//! prompt or resource, action), how it ended and how long it took. A call's arguments are
+//! kept only as an HMAC (a key the replicas share) unless `audit.include_arguments`.
+//!
+//! A call's record is made by a [`Ticket`] that travels with the request to the plugin and
+//! back: whatever ends the request (an answer, an error, a timeout, a cancellation, the
+//! plugin's exit, a refusal) drops the ticket, and the drop submits the record. Submitting
+//! never waits: records go through a bounded queue to one writer task, which writes each as
+//! a JSON line under the target `mcp_gateway::audit` and stores them in batches in the
+//! database ([`AuditStore`]), where records past the retention are deleted hourly. A full
+//! queue drops the record and counts it (`mcp_gateway_audit_dropped_total`): the calls
+//! themselves never wait on the audit log.
+//!
+//! This module decides what a record says; it never decides whether a call may run.
+
+mod store;
+mod time;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use hmac::{Hmac, Mac};
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use serde_json::{Value, json};
+use sha2::Sha256;
+use tokio::sync::{Notify, mpsc};
+use tokio_util::sync::CancellationToken;
+
+use crate::config::AuditConfig;
+
+pub use store::{AuditStore, Filter, MAX_LIMIT, StoreError, StoreFuture};
+pub use time::rfc3339;
+
+/// The tracing target of the records' log lines.
+pub const TARGET: &str = "mcp_gateway::audit";
+
+/// Records waiting for the writer, at most.
+const QUEUE: usize = 4096;
+/// Records stored in one transaction, at most.
+const BATCH: usize = 256;
+/// Bytes of arguments a record keeps as sent (`include_arguments`); longer arguments are
+/// kept as their hash, marked so. Bounds the queue: 4096 × 8 KiB.
+const MAX_ARGUMENT_BYTES: usize = 8 * 1024;
+/// How long a batch may take to store before the writer gives up on it.
+const STORE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How often records past the retention are deleted.
+const PRUNE_EVERY: Duration = Duration::from_secs(3600);
+/// Characters of a session id a record keeps: enough to find the session, not enough to use.
+pub const SESSION_PREFIX: usize = 8;
+
+/// How a request ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Answered with a result (an admin action: a 2xx status).
+    Ok,
+    /// A tool's result with `isError: true`.
+    ToolError,
+    /// Answered with a JSON-RPC error (an admin action: a 4xx or 5xx status).
+    Error,
+    /// Refused by the gateway before any plugin saw it (unknown tool, not allowed).
+    Refused,
+    /// No answer within the plugin's request timeout.
+    Timeout,
+    /// The client cancelled it, or closed its stream.
+    Cancelled,
+    /// The request ended without an answer (its plugin exited or was stopped).
+    NoAnswer,
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Ok => "ok",
+            Outcome::ToolError => "tool_error",
+            Outcome::Error => "error",
+            Outcome::Refused => "refused",
+            Outcome::Timeout => "timeout",
+            Outcome::Cancelled => "cancelled",
+            Outcome::NoAnswer => "no_answer",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Outcome> {
+        [
+            Outcome::Ok,
+            Outcome::ToolError,
+            Outcome::Error,
+            Outcome::Refused,
+            Outcome::Timeout,
+            Outcome::Cancelled,
+            Outcome::NoAnswer,
+        ]
+        .into_iter()
+        .find(|o| o.as_str() == s)
+    }
+}
+
+/// One audit record.
+#[derive(Debug, Clone)]
+pub struct Record {
+    /// Random, unique across replicas.
+    pub id: String,
+    /// When the request arrived, in milliseconds since the epoch.
+    pub at_ms: i64,
+    /// `tools/call`, `prompts/get`, `resources/read`, or `admin`.
+    pub kind: String,
+    /// The token's subject (`admin` for the admin token), when known.
+    pub subject: Option<String>,
+    /// The first characters of the session id ([`SESSION_PREFIX`]); none for a modern client.
+    pub session: Option<String>,
+    /// The client's name and version, as it gave them.
+    pub client: Option<String>,
+    pub plugin: Option<String>,
+    /// The tool or prompt name as the client used it, the resource URI, or the admin action.
+    pub target: Option<String>,
+    pub outcome: Outcome,
+    /// The JSON-RPC error code (or an admin action's HTTP status) of an error or refusal.
+    pub error_code: Option<i64>,
+    pub duration_us: i64,
+    /// The arguments as sent, or `hmac-sha256:<hex>` of them; none when the request had none.
+    pub arguments: Option<String>,
+    /// The replica that served it.
+    pub replica: Option<String>,
+}
+
+impl Record {
+    /// The record as the admin API, the console and the log show it.
+    pub fn to_json(&self) -> Value {
+        json!({
+            "id": self.id,
+            "time": rfc3339(self.at_ms),
+            "at_ms": self.at_ms,
+            "kind": self.kind,
+            "subject": self.subject,
+            "session": self.session,
+            "client": self.client,
+            "plugin": self.plugin,
+            "target": self.target,
+            "outcome": self.outcome.as_str(),
+            "error_code": self.error_code,
+            "duration_ms": self.duration_us as f64 / 1000.0,
+            "arguments": self.arguments,
+            "replica": self.replica,
+        })
+    }
+}
+
+/// Who made a request, as far as a record says.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Who<'a> {
+    pub subject: Option<&'a str>,
+    /// The full session id (the record keeps its prefix).
+    pub session: Option<&'a str>,
+    pub client: Option<&'a str>,
+}
+
+/// The audit log: makes tickets and admin records, and feeds the writer.
+pub struct Auditor {
+    config: AuditConfig,
+    /// The key of the arguments' HMAC.
+    key: [u8; 32],
+    replica: Arc<str>,
+    tx: mpsc::Sender<Record>,
+    /// What the writer shares: it stops when the auditor (the queue's sender) is dropped.
+    writer: Arc<Writer>,
+    /// Records queued: a flush waits until the writer has handled as many.
+    queued: AtomicU64,
+}
+
+/// The writer's side.
+struct Writer {
+    store: Arc<dyn AuditStore>,
+    /// Woken by [`Auditor::flush`]; the writer answers on `flushed`.
+    flush: Notify,
+    flushed: Notify,
+    /// Records the writer is done with (stored or not).
+    handled: AtomicU64,
+}
+
+/// The fields of a call's params a record reads.
+#[derive(Deserialize)]
+struct CallParams<'a> {
+    #[serde(borrow)]
+    name: Option<std::borrow::Cow<'a, str>>,
+    #[serde(borrow)]
+    uri: Option<std::borrow::Cow<'a, str>>,
+    #[serde(borrow)]
+    arguments: Option<&'a RawValue>,
+}
+
+/// The methods whose requests are audited.
+pub fn audited(method: &str) -> bool {
+    matches!(method, "tools/call" | "prompts/get" | "resources/read")
+}
+
+impl Auditor {
+    /// Starts the writer (and the hourly pruning) on `store`. The writer stops when the
+    /// auditor is dropped, after storing what is queued; the pruning, with `shutdown`.
+    pub fn start(
+        config: AuditConfig,
+        key: [u8; 32],
+        replica: Arc<str>,
+        store: Arc<dyn AuditStore>,
+        shutdown: CancellationToken,
+    ) -> Arc<Auditor> {
+        let (tx, rx) = mpsc::channel(QUEUE);
+        let writer = Arc::new(Writer {
+            store,
+            flush: Notify::new(),
+            flushed: Notify::new(),
+            handled: AtomicU64::new(0),
+        });
+        if config.enabled {
+            tokio::spawn(write(writer.clone(), rx));
+            tokio::spawn(prune(writer.store.clone(), config.retention, shutdown));
+        }
+        Arc::new(Auditor {
+            config,
+            key,
+            replica,
+            tx,
+            writer,
+            queued: AtomicU64::new(0),
+        })
+    }
+
+    pub fn enabled(&self) -> bool {
+        self.config.enabled
+    }
+
+    /// A ticket for a client's request, if it is audited (see [`audited`]); `plugin` is the
+    /// plugin it was routed to, when one was found.
+    pub fn call(
+        self: &Arc<Self>,
+        who: Who<'_>,
+        method: &str,
+        plugin: Option<&str>,
+        params: Option<&RawValue>,
+    ) -> Option<Ticket> {
+        if !self.config.enabled || !audited(method) {
+            return None;
+        }
+        let read: Option<CallParams<'_>> = params.and_then(|p| serde_json::from_str(p.get()).ok());
+        let (target, arguments) = match read {
+            Some(p) => (
+                p.name.or(p.uri).map(|t| bounded(&t, 512)),
+                p.arguments.map(|a| self.arguments(a.get())),
+            ),
+            None => (None, None),
+        };
+        let mut record = self.record(method, who);
+        record.plugin = plugin.map(str::to_owned);
+        record.target = target;
+        record.arguments = arguments;
+        Some(Ticket {
+            auditor: self.clone(),
+            started: Instant::now(),
+            record: Some(Box::new(record)),
+        })
+    }
+
+    /// Records an admin action: `action` such as `plugin.disable`, on `plugin` if it names
+    /// one, by `subject`, answered with `status` after `took`.
+    pub fn admin(
+        &self,
+        subject: &str,
+        action: &str,
+        plugin: Option<&str>,
+        status: u16,
+        took: Duration,
+    ) {
+        if !self.config.enabled {
+            return;
+        }
+        let mut record = self.record("admin", Who::default());
+        record.at_ms -= took.as_millis() as i64;
+        record.subject = Some(subject.to_owned());
+        record.plugin = plugin.map(|p| bounded(p, 256));
+        record.target = Some(action.to_owned());
+        record.duration_us = took.as_micros() as i64;
+        if (200..300).contains(&status) {
+            record.outcome = Outcome::Ok;
+        } else {
+            record.outcome = Outcome::Error;
+            record.error_code = Some(status.into());
+        }
+        self.submit(record);
+    }
+
+    /// Stored records, newest first.
+    pub async fn query(&self, filter: &Filter) -> Result<Vec<Record>, StoreError> {
+        self.writer.store.query(filter).await
+    }
+
+    /// Waits (a few seconds at most) until what was submitted before is stored: for a
+    /// stop, and for whoever wants to read what just happened.
+    pub async fn flush(&self) {
+        if !self.config.enabled {
+            return;
+        }
+        let target = self.queued.load(Ordering::Acquire);
+        let w = &self.writer;
+        let _ = tokio::time::timeout(STORE_TIMEOUT, async {
+            while w.handled.load(Ordering::Acquire) < target {
+                let flushed = w.flushed.notified();
+                w.flush.notify_one();
+                flushed.await;
+            }
+        })
+        .await;
+    }
+
+    fn record(&self, kind: &str, who: Who<'_>) -> Record {
+        Record {
+            id: format!(
+                "{:016x}{:016x}",
+                rand::random::<u64>(),
+                rand::random::<u64>()
+            ),
+            at_ms: time::now_ms(),
+            kind: kind.to_owned(),
+            subject: who.subject.map(|s| bounded(s, 256)),
+            session: who
+                .session
+                .map(|s| s.chars().take(SESSION_PREFIX).collect()),
+            client: who.client.map(|c| bounded(c, 256)),
+            plugin: None,
+            target: None,
+            outcome: Outcome::NoAnswer,
+            error_code: None,
+            duration_us: 0,
+            arguments: None,
+            replica: Some(self.replica.to_string()),
+        }
+    }
+
+    /// Arguments as a record keeps them.
+    fn arguments(&self, raw: &str) -> String {
+        if self.config.include_arguments && raw.len() <= MAX_ARGUMENT_BYTES {
+            return raw.to_owned();
+        }
+        let mut mac = Hmac::<Sha256>::new_from_slice(&self.key).expect("any key length");
+        mac.update(raw.as_bytes());
+        let mut out = String::with_capacity(12 + 64 + 11);
+        out.push_str("hmac-sha256:");
+        for b in mac.finalize().into_bytes() {
+            out.push_str(&format!("{b:02x}"));
+        }
+        if self.config.include_arguments {
+            out.push_str(" (too long)");
+        }
+        out
+    }
+
+    fn submit(&self, record: Record) {
+        let m = crate::metrics::get();
+        match self.tx.try_send(record) {
+            Ok(()) => {
+                self.queued.fetch_add(1, Ordering::Release);
+                m.audit_records.inc();
+            }
+            Err(_) => m.audit_dropped.inc(),
+        }
+    }
+}
+
+/// At most `max` bytes of `s` (on a character boundary), so a hostile name cannot swell the
+/// log.
+fn bounded(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_owned();
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &s[..end])
+}
+
+/// A request's record in the making: travels with the request; dropped, it is submitted.
+pub struct Ticket {
+    auditor: Arc<Auditor>,
+    started: Instant,
+    record: Option<Box<Record>>,
+}
+
+impl Ticket {
+    /// The plugin answered with `result`.
+    pub fn result(&mut self, result: &RawValue) {
+        let tool_error = self.is_call() && crate::jsonrpc::is_tool_error(result.get());
+        self.set(
+            if tool_error {
+                Outcome::ToolError
+            } else {
+                Outcome::Ok
+            },
+            None,
+        );
+    }
+
+    /// The request was answered with JSON-RPC error `error`.
+    pub fn error(&mut self, error: &RawValue) {
+        #[derive(Deserialize)]
+        struct Code {
+            code: Option<i64>,
+        }
+        let code = serde_json::from_str::<Code>(error.get())
+            .ok()
+            .and_then(|c| c.code);
+        self.set(Outcome::Error, code);
+    }
+
+    /// How it ended, when not by an answer.
+    pub fn set(&mut self, outcome: Outcome, code: Option<i64>) {
+        if let Some(r) = &mut self.record {
+            r.outcome = outcome;
+            r.error_code = code;
+        }
+    }
+
+    /// The plugin it went to, when known only after routing.
+    pub fn set_plugin(&mut self, plugin: &str) {
+        if let Some(r) = &mut self.record
+            && r.plugin.is_none()
+        {
+            r.plugin = Some(plugin.to_owned());
+        }
+    }
+
+    /// Whether it is a `tools/call` (whose result may be a tool error).
+    pub fn is_call(&self) -> bool {
+        self.record
+            .as_deref()
+            .is_some_and(|r| r.kind == "tools/call")
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        if let Some(mut record) = self.record.take() {
+            record.duration_us = self.started.elapsed().as_micros() as i64;
+            self.auditor.submit(*record);
+        }
+    }
+}
+
+/// The writer: a JSON line per record, then the batch into the store. Ends when the queue's
+/// sender is gone and the queue is empty.
+async fn write(w: Arc<Writer>, mut rx: mpsc::Receiver<Record>) {
+    let mut batch = Vec::with_capacity(BATCH);
+    loop {
+        tokio::select! {
+            n = rx.recv_many(&mut batch, BATCH) => {
+                if n == 0 {
+                    return;
+                }
+            }
+            () = w.flush.notified() => {}
+        }
+        // Store until the queue is empty.
+        loop {
+            while batch.len() < BATCH {
+                match rx.try_recv() {
+                    Ok(r) => batch.push(r),
+                    Err(_) => break,
+                }
+            }
+            if batch.is_empty() {
+                break;
+            }
+            store(&*w.store, &batch).await;
+            w.handled.fetch_add(batch.len() as u64, Ordering::Release);
+            batch.clear();
+        }
+        w.flushed.notify_waiters();
+    }
+}
+
+/// Writes `batch`'s log lines and stores it; a failure is counted and logged, not retried.
+async fn store(store: &dyn AuditStore, batch: &[Record]) {
+    for r in batch {
+        log(r);
+    }
+    let why = match tokio::time::timeout(STORE_TIMEOUT, store.insert(batch)).await {
+        Ok(Ok(())) => return,
+        Ok(Err(e)) => e.to_string(),
+        Err(_) => format!(
+            "the database did not answer within {} s",
+            STORE_TIMEOUT.as_secs()
+        ),
+    };
+    crate::metrics::get()
+        .audit_dropped
+        .inc_by(batch.len() as u64);
+    tracing::warn!("audit: {} records not stored: {why}", batch.len());
+}
+
+/// One record as a log line: JSON (the log's JSON layer takes this target whatever the
+/// log format).
+fn log(r: &Record) {
+    tracing::info!(
+        target: TARGET,
+        id = %r.id,
+        time = %rfc3339(r.at_ms),
+        kind = %r.kind,
+        subject = r.subject.as_deref(),
+        session = r.session.as_deref(),
+        client = r.client.as_deref(),
+        plugin = r.plugin.as_deref(),
+        target = r.target.as_deref(),
+        outcome = r.outcome.as_str(),
+        error_code = r.error_code,
+        duration_ms = r.duration_us as f64 / 1000.0,
+        arguments = r.arguments.as_deref(),
+        replica = r.replica.as_deref(),
+        "audit"
+    );
+}
+
+/// Deletes records past the retention, hourly (and once at start).
+async fn prune(store: Arc<dyn AuditStore>, retention: Duration, shutdown: CancellationToken) {
+    loop {
+        let before = time::now_ms() - retention.as_millis() as i64;
+        match tokio::time::timeout(STORE_TIMEOUT, store.prune(before)).await {
+            Ok(Ok(0)) => {}
+            Ok(Ok(n)) => tracing::info!("audit: {n} records past the retention deleted"),
+            Ok(Err(e)) => tracing::warn!("audit: records past the retention not deleted: {e}"),
+            Err(_) => tracing::warn!("audit: deleting old records took too long"),
+        }
+        tokio::select! {
+            () = tokio::time::sleep(PRUNE_EVERY) => {}
+            () = shutdown.cancelled() => return,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_values_are_cut_on_a_character_boundary() {
+        assert_eq!(bounded("abc", 5), "abc");
+        assert_eq!(bounded("ééé", 3), "é…");
+    }
+
+    #[test]
+    fn outcomes_read_back() {
+        for o in [
+            "ok",
+            "tool_error",
+            "error",
+            "refused",
+            "timeout",
+            "cancelled",
+            "no_answer",
+        ] {
+            assert_eq!(Outcome::parse(o).unwrap().as_str(), o);
+        }
+        assert!(Outcome::parse("OK").is_none());
+    }
+}
