@@ -140,6 +140,25 @@ async fn calls_and_admin_actions_are_recorded_with_arguments_hashed() {
     gw.stop().await;
 }
 
+/// A modern (2026-07-28) client's call: no session, its client named by its `_meta`.
+#[tokio::test]
+async fn a_modern_clients_calls_are_recorded_too() {
+    let gw = InProcess::start(&WITH_MAIN_PLUGIN).await;
+    let admin = Admin::of(&gw, ADMIN_TOKEN);
+    let m = common::modern::Modern::new(gw.client(), json!({}));
+    assert_eq!(
+        m.call(1, "echo", json!({"text": "now"})).await.text(),
+        "now"
+    );
+    let r = records(&admin, "tool=echo").await;
+    assert_eq!(r.len(), 1, "{r:#?}");
+    assert_eq!(r[0]["outcome"], "ok");
+    assert_eq!(r[0]["plugin"], "main");
+    assert_eq!(r[0]["client"], "mrtr-test 1");
+    assert!(r[0]["session"].is_null());
+    gw.stop().await;
+}
+
 #[tokio::test]
 async fn include_arguments_keeps_them_as_sent() {
     let dir = tempfile::tempdir().unwrap();

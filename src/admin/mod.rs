@@ -8,11 +8,13 @@
 //! config file; `POST /admin/auth/rotate-keys`; `GET /admin/limits` shows the rate limits in
 //! force; `GET /admin/audit` reads the audit log back ([`audit`], which also records every
 //! admin action); `GET /admin/sessions` and `DELETE /admin/sessions/{key}` ([`sessions`]).
-//! Without a configured token the admin API answers 404. JSON
+//! The console for people, `/ui` ([`console`]), is on the same listener behind the same
+//! token. Without a configured token the admin API answers 404. JSON
 //! in and out; every refusal says what was wrong. Secret values never leave: environment
 //! values are shown only as the `${VAR}` references they are made of.
 
 mod audit;
+mod console;
 mod metrics;
 mod probes;
 mod sessions;
@@ -46,6 +48,7 @@ pub fn router(gateway: Arc<Gateway>) -> Router {
     };
     probes
         .merge(api)
+        .merge(console::router(&gateway))
         .layer(crate::http::trace::ObserveLayer)
         .with_state(gateway)
 }
@@ -163,6 +166,10 @@ async fn list(State(gw): State<Arc<Gateway>>) -> Response {
 
 /// The rate limits in force (`[limits]`) and the count of calls each refused so far.
 async fn limits(State(gw): State<Arc<Gateway>>) -> Response {
+    axum::Json(limits_json(&gw)).into_response()
+}
+
+fn limits_json(gw: &Gateway) -> Value {
     use crate::config::Matcher;
     let refused = &crate::metrics::get().rate_limited;
     let rules: Vec<Value> = gw
@@ -186,12 +193,11 @@ async fn limits(State(gw): State<Arc<Gateway>>) -> Response {
             })
         })
         .collect();
-    axum::Json(json!({
+    json!({
         "limits": rules,
         "max_keys": gw.config.limits.max_keys,
         "shared": gw.limits.shared(),
-    }))
-    .into_response()
+    })
 }
 
 async fn show(

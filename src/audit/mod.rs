@@ -32,7 +32,7 @@ use tokio_util::sync::CancellationToken;
 use crate::config::AuditConfig;
 
 pub use store::{AuditStore, Filter, MAX_LIMIT, StoreError, StoreFuture};
-pub use time::rfc3339;
+pub use time::{now_ms, rfc3339};
 
 /// The tracing target of the records' log lines.
 pub const TARGET: &str = "mcp_gateway::audit";

@@ -457,6 +457,67 @@ pub fn redis_error(op: RedisOp) {
     get().redis_errors.with_label_values(&[op.label()]).inc();
 }
 
+/// What plugins have answered so far, by plugin: for the console's plots, which diff two
+/// readings.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PluginTotals {
+    /// Client requests answered (every method).
+    pub answered: u64,
+    /// Of them, errors and tool errors, and timeouts.
+    pub errors: u64,
+    /// Answers by duration: cumulative counts at each of [`duration_bounds`]' upper bounds.
+    pub buckets: Vec<u64>,
+}
+
+/// The upper bounds, in seconds, of the duration histograms' buckets (the last one, +Inf,
+/// left out: its count is [`PluginTotals::answered`]).
+pub fn duration_bounds() -> &'static [f64] {
+    BUCKETS
+}
+
+/// Every plugin's totals now.
+pub fn plugin_totals() -> std::collections::HashMap<String, PluginTotals> {
+    let mut out: std::collections::HashMap<String, PluginTotals> = Default::default();
+    let label = |m: &prometheus::proto::Metric, name: &str| {
+        m.get_label()
+            .iter()
+            .find(|l| l.name() == name)
+            .map(|l| l.value().to_owned())
+    };
+    for family in get().registry.gather() {
+        match family.name() {
+            "mcp_gateway_plugin_request_duration_seconds" => {
+                for m in family.get_metric() {
+                    let Some(plugin) = label(m, "plugin") else {
+                        continue;
+                    };
+                    let h = m.get_histogram();
+                    let t = out.entry(plugin).or_default();
+                    t.answered += h.get_sample_count();
+                    if t.buckets.is_empty() {
+                        t.buckets = vec![0; BUCKETS.len()];
+                    }
+                    for (i, b) in h.get_bucket().iter().take(BUCKETS.len()).enumerate() {
+                        t.buckets[i] += b.cumulative_count();
+                    }
+                }
+            }
+            "mcp_gateway_plugin_request_errors_total" => {
+                for m in family.get_metric() {
+                    if let Some(plugin) = label(m, "plugin") {
+                        out.entry(plugin).or_default().errors += m.get_counter().get_value() as u64;
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    for t in out.values_mut() {
+        t.buckets.resize(BUCKETS.len(), 0);
+    }
+    out
+}
+
 /// One plugin's metrics, looked up once per plugin connection instead of per request.
 pub struct PluginMetrics {
     plugin: Arc<str>,

@@ -122,6 +122,52 @@ impl Browserdriver {
 }
 
 impl Browserdriver {
+    /// Runs `script` (a function body; `return` gives its value) in the page.
+    pub async fn eval(&self, script: &str) -> Value {
+        self.cmd("/execute/sync", json!({"script": script, "args": []}))
+            .await
+    }
+
+    /// Waits until `condition` (a JavaScript expression) holds in the page; panics with the
+    /// page's text after `secs` seconds.
+    pub async fn wait_js(&self, condition: &str, secs: u64) {
+        let script = format!("try {{ return !!({condition}); }} catch (e) {{ return false; }}");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+        while std::time::Instant::now() < deadline {
+            if self.eval(&script).await == Value::Bool(true) {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        let text = self.eval("return document.body.innerText").await;
+        panic!("waited {secs} s for `{condition}`; the page says:\n{text}");
+    }
+
+    /// Sizes the window (and so the screenshots).
+    pub async fn window(&self, width: u32, height: u32) {
+        self.cmd("/window/rect", json!({"width": width, "height": height}))
+            .await;
+    }
+
+    /// A PNG of the visible page.
+    pub async fn screenshot(&self) -> Vec<u8> {
+        use base64::Engine;
+        let r: Value = self
+            .http
+            .get(format!("{}/session/{}/screenshot", self.base, self.session))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        base64::engine::general_purpose::STANDARD
+            .decode(r["value"].as_str().expect("a screenshot"))
+            .unwrap()
+    }
+}
+
+impl Browserdriver {
     /// Every process of this browser: chromedriver's descendants (chromium and its helpers),
     /// and whatever names the browser's own profile directory, should one have left the tree.
     pub fn processes(&self) -> Vec<u32> {
