@@ -159,19 +159,25 @@ async fn a_modern_clients_calls_are_recorded_too() {
     gw.stop().await;
 }
 
-#[tokio::test]
-async fn include_arguments_keeps_them_as_sent() {
+/// A gateway with the admin API, the fixture plugin and `config` as its config file.
+async fn with_config(config: &str) -> InProcess {
     let dir = tempfile::tempdir().unwrap();
-    let config = common::write_config(&dir, "[audit]\ninclude_arguments = true\n");
-    let gw = InProcess::start(&[
+    let config = common::write_config(&dir, config);
+    let args = [
         "--admin-token",
         ADMIN_TOKEN,
         "--config",
         &config,
         "--",
         FIXTURE,
-    ])
-    .await;
+    ];
+    // The file is read at start.
+    InProcess::start(&args).await
+}
+
+#[tokio::test]
+async fn include_arguments_keeps_them_as_sent() {
+    let gw = with_config("[audit]\ninclude_arguments = true\n").await;
     let admin = Admin::of(&gw, ADMIN_TOKEN);
     let mut c = gw.client();
     c.initialize().await;
@@ -193,17 +199,7 @@ async fn include_arguments_keeps_them_as_sent() {
 
 #[tokio::test]
 async fn the_audit_log_can_be_turned_off() {
-    let dir = tempfile::tempdir().unwrap();
-    let config = common::write_config(&dir, "[audit]\nenabled = false\n");
-    let gw = InProcess::start(&[
-        "--admin-token",
-        ADMIN_TOKEN,
-        "--config",
-        &config,
-        "--",
-        FIXTURE,
-    ])
-    .await;
+    let gw = with_config("[audit]\nenabled = false\n").await;
     let admin = Admin::of(&gw, ADMIN_TOKEN);
     let mut c = gw.client();
     c.initialize().await;

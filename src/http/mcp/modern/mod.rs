@@ -214,16 +214,7 @@ pub(super) async fn modern(
             gw, &session, retry, request, plan, &meta, principal, &stream, cache,
         )?
     } else {
-        let audit = gw.audit.call(
-            Who {
-                subject: principal.map(|p| p.subject.as_str()),
-                session: None,
-                client: meta.client.as_deref(),
-            },
-            &method,
-            plan.plugin(),
-            params.as_deref(),
-        );
+        let audit = audit_ticket(gw, principal, &meta, &method, &plan, params.as_deref());
         tokio::spawn(
             router::dispatch(
                 session.clone(),
@@ -340,4 +331,26 @@ async fn check_param_headers(
         .and_then(|p| serde_json::from_str::<Call>(p.get()).ok())
         .and_then(|c| c.arguments);
     param_headers::check_param_headers(&mapped, &sent, arguments.as_ref())
+}
+
+/// A modern request's audit record in the making (no session; the client named by its
+/// `_meta`), if its method is audited.
+fn audit_ticket(
+    gw: &Edge,
+    principal: Option<&Principal>,
+    meta: &crate::protocol::modern::RequestMeta,
+    method: &str,
+    plan: &router::Plan,
+    params: Option<&RawValue>,
+) -> Option<crate::audit::Ticket> {
+    gw.audit.call(
+        Who {
+            subject: principal.map(|p| p.subject.as_str()),
+            session: None,
+            client: meta.client.as_deref(),
+        },
+        method,
+        plan.plugin(),
+        params,
+    )
 }

@@ -22,7 +22,6 @@ use tokio::task::JoinHandle;
 use tracing::Instrument;
 
 use super::super::Conn;
-use crate::audit::Who;
 use crate::auth::Principal;
 use crate::http::Edge;
 use crate::http::error::HttpError;
@@ -209,16 +208,7 @@ pub(super) fn start(
             offered: mrtr::offered_responses(params.as_deref()),
         },
     );
-    let audit = gw.audit.call(
-        Who {
-            subject: principal.map(|p| p.subject.as_str()),
-            session: None,
-            client: meta.client.as_deref(),
-        },
-        &method,
-        plan.plugin(),
-        params.as_deref(),
-    );
+    let audit = super::audit_ticket(gw, principal, meta, &method, &plan, params.as_deref());
     Ok(tokio::spawn(
         router::dispatch(session.clone(), id, method, params, plan, sink, audit)
             .instrument(tracing::Span::current()),
