@@ -350,3 +350,44 @@ async fn the_views_json_sessions_restarts_and_plots() {
     assert_eq!(again.status(), 404);
     gw.stop().await;
 }
+
+/// The overview shows the rate limits in force with the calls each refused.
+#[tokio::test]
+async fn the_overview_shows_the_rate_limits() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = common::write_config(&dir, "[limits]\nper_subject = { rate = \"1/min\" }\n");
+    let gw = InProcess::start(&[
+        "--admin-token",
+        ADMIN_TOKEN,
+        "--config",
+        &config,
+        "--",
+        FIXTURE,
+    ])
+    .await;
+    let ui = format!("http://{}/ui", gw.admin.clone().unwrap());
+    let (cookie, _) = sign_in(&ui).await;
+    let mut c = gw.client();
+    c.initialize().await;
+    c.tool_text(1, "echo", json!({"text": "x"})).await;
+    assert_eq!(
+        c.call(2, "tools/call", json!({"name": "echo", "arguments": {}}))
+            .await
+            .status,
+        429
+    );
+    let o: Value = browser()
+        .get(format!("{ui}/api/overview"))
+        .header("cookie", &cookie)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let limit = &o["limits"]["limits"][0];
+    assert_eq!(limit["name"], "subject");
+    assert_eq!(limit["rate"], "1 call per minute");
+    assert!(limit["refused"].as_u64().unwrap() >= 1, "{limit}");
+    gw.stop().await;
+}

@@ -1,7 +1,8 @@
 //! The console in a real browser (Debian's chromium through chromedriver), against the real
 //! binary: a wrong token refused, sign-in, a session that appears when a client initializes
 //! and leaves when it ends, a plugin disabled from the console and a connected client's tool
-//! list changing, a call's audit record, the live plots. A screenshot of each view is written
+//! list changing, a plugin added through its form, a call's audit record and the filter, the
+//! live plots. A screenshot of each view is written
 //! to `target/tmp/console-screenshots/`, and each is checked for size, visible content and the
 //! stylesheet having applied.
 
@@ -117,6 +118,36 @@ async fn an_operator_signs_in_and_watches_sessions_plugins_calls_and_plots() {
     )
     .await;
 
+    // Add a plugin through the form: a name taken is refused with the admin API's message,
+    // a new one appears and becomes ready.
+    let add = |name: &'static str| {
+        let b = &b;
+        async move {
+            b.click("#plugin-add").await;
+            b.type_into("#plugin-name", name).await;
+            b.eval(&format!(
+                "document.getElementById('plugin-definition').value = '{{\"command\": \"{FIXTURE}\"}}'; return 1"
+            ))
+            .await;
+            b.click("#plugin-save").await;
+        }
+    };
+    add("alpha").await;
+    b.wait_js(
+        "!document.getElementById('plugin-error').hidden && \
+         document.getElementById('plugin-error').innerText.includes('exists')",
+        10,
+    )
+    .await;
+    b.click("#plugin-cancel").await;
+    add("delta").await;
+    let delta = "document.querySelector('article[data-plugin=\"delta\"]')";
+    b.wait_js(
+        &format!("{delta} && {delta}.querySelector('.badge').innerText === 'ready'"),
+        20,
+    )
+    .await;
+
     // A call: its audit record, beside the console's own action.
     assert_eq!(
         c.tool_text(4, "alpha__echo", json!({"text": "hello"}))
@@ -150,6 +181,19 @@ async fn an_operator_signs_in_and_watches_sessions_plugins_calls_and_plots() {
         10,
     )
     .await;
+    // Filtered by action: only the plugin's addition.
+    b.type_into("#audit-filter input[name=\"tool\"]", "plugin.add")
+        .await;
+    b.click("#audit-filter button[type=\"submit\"]").await;
+    b.wait_js(
+        "(() => { const rows = [...document.querySelectorAll('#audit-table tbody tr')]; \
+         return rows.length === 2 && rows.every(r => r.cells[6].innerText === 'plugin.add'); })()",
+        10,
+    )
+    .await;
+    b.eval("document.querySelector('#audit-filter').reset(); return 1")
+        .await;
+    b.click("#audit-filter button[type=\"submit\"]").await;
     // The arguments are shown only as their hash.
     let text = b.eval("return document.body.innerText").await;
     assert!(!text.as_str().unwrap().contains("hello"));

@@ -406,4 +406,19 @@ async fn with_authorization_on_each_token_subject_has_its_own_bucket() {
         .call(2, "tools/call", json!({"name": "fix__echo"}))
         .await;
     assert_eq!(r.status, 429, "{r:?}");
+    // The audit log names each call's subject; a filter by subject finds only theirs. The
+    // refused calls are counted in the metrics, not recorded.
+    let admin = common::Admin::of(&gw.gw, common::oauth::ADMIN_TOKEN);
+    let (status, all) = admin.get("/admin/audit?tool=fix__echo").await;
+    assert_eq!(status, 200, "{all}");
+    let subjects: Vec<&str> = all["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["subject"].as_str().unwrap())
+        .collect();
+    assert_eq!(subjects, ["alice", common::oauth::ROBOT.0]);
+    let (_, alices) = admin.get("/admin/audit?subject=alice").await;
+    assert_eq!(alices["records"].as_array().unwrap().len(), 1, "{alices}");
+    assert_eq!(alices["records"][0]["outcome"], "ok");
 }
