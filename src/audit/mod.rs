@@ -344,10 +344,12 @@ impl Auditor {
         }
         let mut mac = Hmac::<Sha256>::new_from_slice(&self.key).expect("any key length");
         mac.update(raw.as_bytes());
+        const HEX: &[u8; 16] = b"0123456789abcdef";
         let mut out = String::with_capacity(12 + 64 + 11);
         out.push_str("hmac-sha256:");
         for b in mac.finalize().into_bytes() {
-            out.push_str(&format!("{b:02x}"));
+            out.push(HEX[usize::from(b >> 4)] as char);
+            out.push(HEX[usize::from(b & 15)] as char);
         }
         if self.config.include_arguments {
             out.push_str(" (too long)");

@@ -24,32 +24,53 @@ fn failed(e: sqlx::Error) -> StoreError {
 const COLUMNS: &str = "id, at_ms, kind, subject, session, client, plugin, target, outcome, \
                        error_code, duration_us, arguments, replica";
 
-const INSERT: &str = "INSERT INTO audit_records (id, at_ms, kind, subject, session, client, \
-                      plugin, target, outcome, error_code, duration_us, arguments, replica) \
-                      VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)";
+/// Rows one `INSERT` carries, at most (13 values each: far below SQLite's and PostgreSQL's
+/// limits on bound values).
+const ROWS_PER_INSERT: usize = 64;
+
+/// `INSERT` of `rows` rows, with numbered placeholders only.
+fn insert_sql(rows: usize) -> String {
+    let mut sql = format!("INSERT INTO audit_records ({COLUMNS}) VALUES ");
+    for row in 0..rows {
+        if row > 0 {
+            sql.push_str(", ");
+        }
+        sql.push('(');
+        for column in 0..13 {
+            if column > 0 {
+                sql.push_str(", ");
+            }
+            sql.push_str(&format!("${}", row * 13 + column + 1));
+        }
+        sql.push(')');
+    }
+    sql
+}
 
 impl AuditStore for SqlAuditStore {
     fn insert<'a>(&'a self, records: &'a [Record]) -> StoreFuture<'a, ()> {
         Box::pin(async move {
             let mut tx = self.pool.begin().await.map_err(failed)?;
-            for r in records {
-                sqlx::query(INSERT)
-                    .bind(r.id.clone())
-                    .bind(r.at_ms)
-                    .bind(r.kind.clone())
-                    .bind(r.subject.clone())
-                    .bind(r.session.clone())
-                    .bind(r.client.clone())
-                    .bind(r.plugin.clone())
-                    .bind(r.target.clone())
-                    .bind(r.outcome.as_str())
-                    .bind(r.error_code)
-                    .bind(r.duration_us)
-                    .bind(r.arguments.clone())
-                    .bind(r.replica.clone())
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(failed)?;
+            // Many rows per statement: one statement per row costs more than the rows.
+            for chunk in records.chunks(ROWS_PER_INSERT) {
+                let mut query = sqlx::query(sqlx::AssertSqlSafe(insert_sql(chunk.len())));
+                for r in chunk {
+                    query = query
+                        .bind(r.id.clone())
+                        .bind(r.at_ms)
+                        .bind(r.kind.clone())
+                        .bind(r.subject.clone())
+                        .bind(r.session.clone())
+                        .bind(r.client.clone())
+                        .bind(r.plugin.clone())
+                        .bind(r.target.clone())
+                        .bind(r.outcome.as_str())
+                        .bind(r.error_code)
+                        .bind(r.duration_us)
+                        .bind(r.arguments.clone())
+                        .bind(r.replica.clone());
+                }
+                query.execute(&mut *tx).await.map_err(failed)?;
             }
             tx.commit().await.map_err(failed)
         })
@@ -213,5 +234,34 @@ mod tests {
         assert_eq!(two.len(), 2);
         assert_eq!(store.prune(1_005).await.unwrap(), 5);
         assert_eq!(q(Filter::default()).await.len(), 5);
+    }
+
+    #[tokio::test]
+    async fn batches_larger_than_one_statement_are_stored_whole() {
+        let db = Database::connect("sqlite::memory:").await.unwrap();
+        let store = db.audit_store();
+        let batch: Vec<Record> = (0..150).map(|n| record(n, "a", Outcome::Ok)).collect();
+        store.insert(&batch).await.unwrap();
+        let all = store
+            .query(&Filter {
+                limit: 1000,
+                ..Filter::default()
+            })
+            .await
+            .unwrap();
+        assert_eq!(all.len(), 150);
+        assert_eq!(all[0].id, "r149");
+        assert_eq!(all[149].client.as_deref(), Some("c 1"));
+        // One bad row fails the whole batch: nothing half-stored.
+        let dup = vec![record(500, "a", Outcome::Ok), record(0, "a", Outcome::Ok)];
+        assert!(store.insert(&dup).await.is_err());
+        let after = store
+            .query(&Filter {
+                limit: 1000,
+                ..Filter::default()
+            })
+            .await
+            .unwrap();
+        assert_eq!(after.len(), 150);
     }
 }

@@ -384,7 +384,18 @@ function auditFilter(event) {
 }
 
 async function loadAudit() {
-  const data = await api("GET", "/ui/api/audit?" + (auditQuery || "limit=200"));
+  let data;
+  try {
+    data = await api("GET", "/ui/api/audit?" + (auditQuery || "limit=200"));
+  } catch (e) {
+    // Said where the records would be (a filter the gateway refuses, the audit log off).
+    document.querySelector("#audit-table tbody").replaceChildren();
+    const empty = document.getElementById("audit-empty");
+    empty.textContent = e.message;
+    empty.hidden = false;
+    return;
+  }
+  document.getElementById("audit-empty").textContent = "No records match.";
   const rows = data.records.map((r) => el("tr", { "data-record": r.id },
     el("td", { class: "mono" }, new Date(r.at_ms).toLocaleString()),
     el("td", {}, r.kind),
