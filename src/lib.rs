@@ -33,8 +33,9 @@
 //! - [`stream`]: the streams towards a client, their event ids, replay behind
 //!   [`stream::EventStore`], and how they become SSE or JSON responses.
 //! - [`protocol`]: versions, negotiation, and the one place a request's era is decided;
-//!   [`logs`] sets up the log lines; [`audit`] makes the audit log's records and writes
-//!   them, as log lines and through [`audit::AuditStore`].
+//!   [`logs`] sets up the log lines.
+//! - [`audit`]: the audit log's records, written as log lines and through
+//!   [`audit::AuditStore`].
 //! - [`jsonrpc`] (envelope parsing that leaves params and results as raw JSON), [`metrics`]
 //!   (what the gateway counts, in Prometheus's format) and [`config`] (flags, environment and
 //!   files into a validated [`config::Config`]) are leaves: they import no other module.

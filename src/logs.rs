@@ -49,7 +49,7 @@ pub fn init(format: LogFormat) {
     };
     let audit = tracing_subscriber::fmt::layer()
         .json()
-        .with_writer(std::io::stderr)
+        .with_writer(crate::audit::Lines)
         .with_filter(Targets::new().with_target(AUDIT_TARGET, tracing::Level::TRACE));
     let lines = lines.with_filter(tracing_subscriber::filter::filter_fn(|m| {
         m.target() != AUDIT_TARGET
@@ -61,8 +61,8 @@ pub fn init(format: LogFormat) {
         .init();
 }
 
-/// The target of the audit log's records (`crate::audit::TARGET`).
-const AUDIT_TARGET: &str = "mcp_gateway::audit";
+/// The target of the audit log's records.
+const AUDIT_TARGET: &str = crate::audit::TARGET;
 
 /// A static filter when every directive is a plain `target=level`, `target` or `level`, else
 /// `EnvFilter`. `Targets` would take span and field filters (`[...]`) for odd target names,

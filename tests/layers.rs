@@ -11,8 +11,10 @@ use std::path::{Path, PathBuf};
 const LAYERS: &[&[&str]] = &[
     // Leaves: the JSON-RPC envelope, the counters, the validated configuration.
     &["jsonrpc", "metrics", "config"],
+    // The audit log's records (read by the log set-up above it).
+    &["audit"],
     // Protocol versions and eras; log set-up.
-    &["protocol", "logs", "audit"],
+    &["protocol", "logs"],
     // Streams towards a client and their event store.
     &["stream"],
     // Plugins: the stdio child and its JSON-RPC multiplexing.

@@ -8,9 +8,10 @@
 //! plugin's exit, a refusal) drops the ticket, and the drop submits the record. Submitting
 //! never waits: records go through a bounded queue to one writer task, which writes each as
 //! a JSON line under the target `mcp_gateway::audit` and stores them in batches in the
-//! database ([`AuditStore`]), where records past the retention are deleted hourly. A full
-//! queue drops the record and counts it (`mcp_gateway_audit_dropped_total`): the calls
-//! themselves never wait on the audit log.
+//! database ([`AuditStore`]) in one transaction per moment ([`GATHER`]), where records past
+//! the retention are deleted hourly. A full queue (in records or bytes) drops the record and
+//! counts it (`mcp_gateway_audit_dropped_total`): the calls themselves never wait on the
+//! audit log.
 //!
 //! This module decides what a record says; it never decides whether a call may run.
 
@@ -37,12 +38,64 @@ pub use time::{now_ms, rfc3339};
 /// The tracing target of the records' log lines.
 pub const TARGET: &str = "mcp_gateway::audit";
 
-/// Records waiting for the writer, at most.
-const QUEUE: usize = 4096;
+/// Log lines of records formatted but not yet written: the writer writes a batch's lines to
+/// stderr at once, rather than one write each.
+static LINES: std::sync::Mutex<Vec<u8>> = std::sync::Mutex::new(Vec::new());
+/// Bytes of lines held at most: beyond, they are written at once.
+const MAX_LINE_BYTES: usize = 1 << 20;
+
+/// Where the log's layer for [`TARGET`] writes (see `logs.rs`): into the batch's buffer.
+pub struct Lines;
+
+/// One line's writer (see [`Lines`]).
+pub struct LineWriter;
+
+impl std::io::Write for LineWriter {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        let mut lines = LINES.lock().expect("audit lines lock");
+        lines.extend_from_slice(bytes);
+        if lines.len() > MAX_LINE_BYTES {
+            let full = std::mem::take(&mut *lines);
+            drop(lines);
+            std::io::stderr().write_all(&full)?;
+        }
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Lines {
+    type Writer = LineWriter;
+
+    fn make_writer(&'a self) -> LineWriter {
+        LineWriter
+    }
+}
+
+/// Writes the lines held.
+fn write_lines() {
+    use std::io::Write as _;
+    let lines = std::mem::take(&mut *LINES.lock().expect("audit lines lock"));
+    if !lines.is_empty() {
+        let _ = std::io::stderr().write_all(&lines);
+    }
+}
+
+/// Records waiting for the writer, at most...
+const QUEUE: usize = 32_768;
+/// ...and their bytes, at most (arguments kept as sent make a record large).
+const QUEUE_BYTES: usize = 32 << 20;
 /// Records stored in one transaction, at most.
-const BATCH: usize = 256;
+const BATCH: usize = 4096;
+/// How long the writer gathers records after the first before storing them: a transaction
+/// per moment rather than per record, which at thousands of calls a second cost more than
+/// the calls. A flush does not wait for it.
+const GATHER: Duration = Duration::from_millis(200);
 /// Bytes of arguments a record keeps as sent (`include_arguments`); longer arguments are
-/// kept as their hash, marked so. Bounds the queue: 4096 × 8 KiB.
+/// kept as their hash, marked so.
 const MAX_ARGUMENT_BYTES: usize = 8 * 1024;
 /// How long a batch may take to store before the writer gives up on it.
 const STORE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -101,7 +154,7 @@ impl Outcome {
 /// One audit record.
 #[derive(Debug, Clone)]
 pub struct Record {
-    /// Random, unique across replicas.
+    /// The time in hexadecimal, then 64 random bits: unique across replicas.
     pub id: String,
     /// When the request arrived, in milliseconds since the epoch.
     pub at_ms: i64,
@@ -127,6 +180,26 @@ pub struct Record {
 }
 
 impl Record {
+    /// Bytes it holds, about.
+    fn weight(&self) -> usize {
+        let text = [
+            &self.subject,
+            &self.session,
+            &self.client,
+            &self.plugin,
+            &self.target,
+            &self.arguments,
+            &self.replica,
+        ];
+        std::mem::size_of::<Record>()
+            + self.id.len()
+            + self.kind.len()
+            + text
+                .iter()
+                .map(|t| t.as_ref().map_or(0, String::len))
+                .sum::<usize>()
+    }
+
     /// The record as the admin API, the console and the log show it.
     pub fn to_json(&self) -> Value {
         json!({
@@ -178,6 +251,8 @@ struct Writer {
     flushed: Notify,
     /// Records the writer is done with (stored or not).
     handled: AtomicU64,
+    /// Bytes of the records queued (see [`QUEUE_BYTES`]).
+    bytes: std::sync::atomic::AtomicUsize,
 }
 
 /// The fields of a call's params a record reads.
@@ -212,6 +287,7 @@ impl Auditor {
             flush: Notify::new(),
             flushed: Notify::new(),
             handled: AtomicU64::new(0),
+            bytes: Default::default(),
         });
         if config.enabled {
             tokio::spawn(write(writer.clone(), rx));
@@ -314,13 +390,11 @@ impl Auditor {
     }
 
     fn record(&self, kind: &str, who: Who<'_>) -> Record {
+        let now = time::now_ms();
         Record {
-            id: format!(
-                "{:016x}{:016x}",
-                rand::random::<u64>(),
-                rand::random::<u64>()
-            ),
-            at_ms: time::now_ms(),
+            // Time first: rows go in at the end of the table's index, not all over it.
+            id: format!("{now:012x}{:016x}", rand::random::<u64>()),
+            at_ms: now,
             kind: kind.to_owned(),
             subject: who.subject.map(|s| bounded(s, 256)),
             session: who
@@ -359,12 +433,22 @@ impl Auditor {
 
     fn submit(&self, record: Record) {
         let m = crate::metrics::get();
+        let weight = record.weight();
+        let bytes = &self.writer.bytes;
+        if bytes.fetch_add(weight, Ordering::AcqRel) + weight > QUEUE_BYTES {
+            bytes.fetch_sub(weight, Ordering::AcqRel);
+            m.audit_dropped.inc();
+            return;
+        }
         match self.tx.try_send(record) {
             Ok(()) => {
                 self.queued.fetch_add(1, Ordering::Release);
                 m.audit_records.inc();
             }
-            Err(_) => m.audit_dropped.inc(),
+            Err(_) => {
+                bytes.fetch_sub(weight, Ordering::AcqRel);
+                m.audit_dropped.inc();
+            }
         }
     }
 }
@@ -454,15 +538,20 @@ impl Drop for Ticket {
 async fn write(w: Arc<Writer>, mut rx: mpsc::Receiver<Record>) {
     let mut batch = Vec::with_capacity(BATCH);
     loop {
-        tokio::select! {
+        let flushing = tokio::select! {
             n = rx.recv_many(&mut batch, BATCH) => {
                 if n == 0 {
                     return;
                 }
+                false
             }
-            () = w.flush.notified() => {}
+            () = w.flush.notified() => true,
+        };
+        if !flushing {
+            let _ = tokio::time::timeout(GATHER, w.flush.notified()).await;
         }
-        // Store until the queue is empty.
+        // Store what came; at once again only while batches come full (what comes while a
+        // batch is being stored waits for the next moment).
         loop {
             while batch.len() < BATCH {
                 match rx.try_recv() {
@@ -473,9 +562,15 @@ async fn write(w: Arc<Writer>, mut rx: mpsc::Receiver<Record>) {
             if batch.is_empty() {
                 break;
             }
+            let full = batch.len() == BATCH;
             store(&*w.store, &batch).await;
+            let weight: usize = batch.iter().map(Record::weight).sum();
+            w.bytes.fetch_sub(weight, Ordering::AcqRel);
             w.handled.fetch_add(batch.len() as u64, Ordering::Release);
             batch.clear();
+            if !full {
+                break;
+            }
         }
         w.flushed.notify_waiters();
     }
@@ -486,6 +581,7 @@ async fn store(store: &dyn AuditStore, batch: &[Record]) {
     for r in batch {
         log(r);
     }
+    write_lines();
     let why = match tokio::time::timeout(STORE_TIMEOUT, store.insert(batch)).await {
         Ok(Ok(())) => return,
         Ok(Err(e)) => e.to_string(),

@@ -52,6 +52,8 @@ pub struct Database {
     /// Shared by every store: one pool per process (a single connection for SQLite, which
     /// allows one writer at a time anyway).
     pool: AnyPool,
+    /// It is SQLite (else PostgreSQL).
+    sqlite: bool,
 }
 
 impl Database {
@@ -101,7 +103,10 @@ impl Database {
             .run(&pool)
             .await
             .map_err(|e| DatabaseError::Migration(e.to_string()))?;
-        Ok(Database { pool })
+        Ok(Database {
+            pool,
+            sqlite: url.starts_with("sqlite"),
+        })
     }
 
     /// The registry's overlay of admin API changes (its `ping` is the readiness check).
@@ -111,7 +116,7 @@ impl Database {
 
     /// The audit log's records.
     pub fn audit_store(&self) -> Arc<dyn AuditStore> {
-        Arc::new(SqlAuditStore::new(self.pool.clone()))
+        Arc::new(SqlAuditStore::new(self.pool.clone(), self.sqlite))
     }
 
     /// The authorization server's state.
