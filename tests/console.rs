@@ -180,6 +180,20 @@ async fn sign_in_gives_a_strict_cookie_and_changes_need_the_csrf_token() {
             ("console.sign_in", "console", "error"),
         ]
     );
+    // Edit: the definition is replaced as the admin API's PUT does.
+    let r = http
+        .put(format!("{ui}/api/plugins/main"))
+        .header("cookie", &cookie)
+        .header("x-csrf-token", &csrf)
+        .json(&json!({"command": FIXTURE, "request_timeout_secs": 7}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(
+        admin.get("/admin/plugins/main").await.1["request_timeout_secs"],
+        7
+    );
     // Validation is the admin API's: a bad definition gets its message.
     let r = http
         .post(format!("{ui}/api/plugins"))

@@ -100,6 +100,7 @@ fn action(method: &Method, path: &str) -> (String, Option<String>) {
         (&Method::POST, ["admin", "reload"]) => ("config.reload".into(), None),
         (&Method::POST, ["admin", "auth", "rotate-keys"]) => ("auth.rotate_keys".into(), None),
         (&Method::DELETE, ["admin", "sessions", _]) => ("session.end".into(), None),
+        (&Method::POST, ["ui", "logout"]) => ("console.sign_out".into(), None),
         _ => (format!("{method} {path}"), None),
     }
 }
@@ -131,6 +132,7 @@ mod tests {
             ("plugin.restart".into(), Some("p+q".into()))
         );
         assert_eq!(a(Method::DELETE, "/admin/sessions/abc").0, "session.end");
+        assert_eq!(a(Method::POST, "/ui/logout").0, "console.sign_out");
         assert_eq!(a(Method::POST, "/admin/odd").0, "POST /admin/odd");
     }
 }
