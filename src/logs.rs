@@ -50,7 +50,9 @@ pub fn init(format: LogFormat) {
     let audit = tracing_subscriber::fmt::layer()
         .json()
         .with_writer(crate::audit::Lines)
-        .with_filter(Targets::new().with_target(AUDIT_TARGET, tracing::Level::TRACE));
+        .with_filter(tracing_subscriber::filter::filter_fn(|m| {
+            m.target() == AUDIT_TARGET
+        }));
     let lines = lines.with_filter(tracing_subscriber::filter::filter_fn(|m| {
         m.target() != AUDIT_TARGET
     }));

@@ -180,19 +180,49 @@ async fn sign_in_gives_a_strict_cookie_and_changes_need_the_csrf_token() {
             ("console.sign_in", "console", "error"),
         ]
     );
-    // Edit: the definition is replaced as the admin API's PUT does.
-    let r = http
-        .put(format!("{ui}/api/plugins/main"))
-        .header("cookie", &cookie)
-        .header("x-csrf-token", &csrf)
-        .json(&json!({"command": FIXTURE, "request_timeout_secs": 7}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
+    // Edit: the definition is replaced as the admin API's PUT does. A secret shown masked
+    // and given back masked (as the edit form does) keeps its value; a mask for a value the
+    // plugin never had is refused.
+    let put = |definition: Value| {
+        http.put(format!("{ui}/api/plugins/main"))
+            .header("cookie", &cookie)
+            .header("x-csrf-token", &csrf)
+            .json(&definition)
+            .send()
+    };
+    let masked = json!({"command": FIXTURE, "env": {"API_KEY": "***"}, "enabled": true});
+    let r = put(masked.clone()).await.unwrap();
+    assert_eq!(r.status(), 400);
+    let body: Value = r.json().await.unwrap();
+    assert!(
+        body["error"].as_str().unwrap().contains("env.API_KEY"),
+        "{body}"
+    );
+    let secret = json!({"command": FIXTURE, "env": {"API_KEY": "k-123"}});
+    assert_eq!(put(secret).await.unwrap().status(), 200);
+    let shown = admin.get("/admin/plugins/main").await.1;
+    assert_eq!(shown["env"]["API_KEY"], "***");
+    let mut edited = json!({"command": FIXTURE, "request_timeout_secs": 7});
+    edited["env"] = shown["env"].clone();
+    edited["scheduling"] = shown["scheduling"].clone();
+    assert_eq!(put(edited).await.unwrap().status(), 200);
     assert_eq!(
         admin.get("/admin/plugins/main").await.1["request_timeout_secs"],
         7
+    );
+    assert_eq!(
+        admin.post("/admin/plugins/main/enable", json!({})).await.0,
+        200
+    );
+    let mut c = gw.client();
+    c.initialize().await;
+    assert_eq!(
+        c.tool_text(1, "getenv", json!({"name": "API_KEY"})).await,
+        "k-123"
+    );
+    assert_eq!(
+        admin.post("/admin/plugins/main/disable", json!({})).await.0,
+        200
     );
     // Validation is the admin API's: a bad definition gets its message.
     let r = http

@@ -406,10 +406,40 @@ async fn with_authorization_on_each_token_subject_has_its_own_bucket() {
         .call(2, "tools/call", json!({"name": "fix__echo"}))
         .await;
     assert_eq!(r.status, 429, "{r:?}");
-    // The audit log names each call's subject; a filter by subject finds only theirs. The
-    // refused calls are counted in the metrics, not recorded.
+    // A plugin that needs a scope the robot lacks: refused at the door (403).
+    let r = as_robot
+        .call(
+            3,
+            "tools/call",
+            json!({"name": "vault__echo", "arguments": {"text": "v"}}),
+        )
+        .await;
+    assert_eq!(r.status, 403, "{r:?}");
+    // The audit log names each call's subject; a filter by subject finds only theirs. Calls
+    // refused at the door are recorded as refused, with the HTTP status they got.
     let admin = common::Admin::of(&gw.gw, common::oauth::ADMIN_TOKEN);
-    let (status, all) = admin.get("/admin/audit?tool=fix__echo").await;
+    let (_, refused) = admin.get("/admin/audit?outcome=refused").await;
+    let refusals: Vec<(&str, &str, i64)> = refused["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["subject"].as_str().unwrap(),
+                r["target"].as_str().unwrap(),
+                r["error_code"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        refusals,
+        [
+            (common::oauth::ROBOT.0, "vault__echo", 403),
+            ("alice", "fix__echo", 429),
+            (common::oauth::ROBOT.0, "fix__echo", 429),
+        ]
+    );
+    let (status, all) = admin.get("/admin/audit?tool=fix__echo&outcome=ok").await;
     assert_eq!(status, 200, "{all}");
     let subjects: Vec<&str> = all["records"]
         .as_array()
@@ -419,6 +449,6 @@ async fn with_authorization_on_each_token_subject_has_its_own_bucket() {
         .collect();
     assert_eq!(subjects, ["alice", common::oauth::ROBOT.0]);
     let (_, alices) = admin.get("/admin/audit?subject=alice").await;
-    assert_eq!(alices["records"].as_array().unwrap().len(), 1, "{alices}");
-    assert_eq!(alices["records"][0]["outcome"], "ok");
+    assert_eq!(alices["records"].as_array().unwrap().len(), 2, "{alices}");
+    assert_eq!(alices["records"][1]["outcome"], "ok");
 }

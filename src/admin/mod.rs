@@ -253,7 +253,8 @@ async fn update(
             "`name` cannot change; remove and add instead".into(),
         ));
     }
-    let spec = spec_from(Value::Object(value))?;
+    let mut spec = spec_from(Value::Object(value))?;
+    keep_masked_secrets(&gw, &name, &mut spec)?;
     gw.registry.update(spec.into_config(name.clone())).await?;
     let entry = gw
         .registry
@@ -390,6 +391,7 @@ fn describe(e: &PluginEntry) -> Value {
         "pool_size": c.pool_size,
         "warm": c.warm,
         "era": c.era,
+        "scheduling": c.scheduling,
         // Who may see and use it (with auth.mode): scope, subjects, groups, per-tool rules.
         "scope": c.scope,
         "allow_groups": c.access.allow_groups,
@@ -399,6 +401,30 @@ fn describe(e: &PluginEntry) -> Value {
         "speaks": speaks,
     })
 }
+
+/// A replacement definition may give back an environment value as it is shown, `***`: the
+/// value stays what it was (the console's edit form, and any client that read before it
+/// wrote, never saw it). `***` for a variable the plugin did not have is refused.
+fn keep_masked_secrets(gw: &Gateway, name: &str, spec: &mut PluginSpec) -> Result<(), AdminError> {
+    let old = gw.registry.get(name);
+    for (key, value) in spec.env.iter_mut() {
+        if value != MASK {
+            continue;
+        }
+        match old.as_ref().and_then(|e| e.config.env.get(key)) {
+            Some(kept) => value.clone_from(kept),
+            None => {
+                return Err(AdminError::BadRequest(format!(
+                    "env.{key} is `***`, the mask of a secret, but the plugin has no such value to keep: give the value"
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// What a secret environment value is shown as.
+const MASK: &str = "***";
 
 /// An environment value as shown: `${VAR}` references are names, not secrets, and stay;
 /// anything else is masked.
@@ -411,7 +437,7 @@ fn mask(value: &str) -> String {
     if only_references {
         value.to_owned()
     } else {
-        "***".into()
+        MASK.into()
     }
 }
 

@@ -35,8 +35,12 @@ use crate::config::AuditConfig;
 pub use store::{AuditStore, Filter, MAX_LIMIT, StoreError, StoreFuture};
 pub use time::{now_ms, rfc3339};
 
-/// The tracing target of the records' log lines.
+/// The tracing target of the records' log lines (this target only: the log's layers match
+/// it exactly).
 pub const TARGET: &str = "mcp_gateway::audit";
+/// The target of what the writer itself has to say (a failed store): ordinary log lines,
+/// never among the records.
+const WRITER: &str = "mcp_gateway::audit::writer";
 
 /// Log lines of records formatted but not yet written: the writer writes a batch's lines to
 /// stderr at once, rather than one write each.
@@ -113,7 +117,8 @@ pub enum Outcome {
     ToolError,
     /// Answered with a JSON-RPC error (an admin action: a 4xx or 5xx status).
     Error,
-    /// Refused by the gateway before any plugin saw it (unknown tool, not allowed).
+    /// Refused by the gateway before any plugin saw it: unknown tool, not allowed (its HTTP
+    /// status, 403), over a rate limit (429).
     Refused,
     /// No answer within the plugin's request timeout.
     Timeout,
@@ -239,7 +244,8 @@ pub struct Auditor {
     tx: mpsc::Sender<Record>,
     /// What the writer shares: it stops when the auditor (the queue's sender) is dropped.
     writer: Arc<Writer>,
-    /// Records queued: a flush waits until the writer has handled as many.
+    /// Records submitted to the queue (counted before they go in): a flush waits until as
+    /// many are handled.
     queued: AtomicU64,
 }
 
@@ -249,7 +255,7 @@ struct Writer {
     /// Woken by [`Auditor::flush`]; the writer answers on `flushed`.
     flush: Notify,
     flushed: Notify,
-    /// Records the writer is done with (stored or not).
+    /// Records done with: stored, failed to store, or dropped at a full queue.
     handled: AtomicU64,
     /// Bytes of the records queued (see [`QUEUE_BYTES`]).
     bytes: std::sync::atomic::AtomicUsize,
@@ -336,6 +342,22 @@ impl Auditor {
             started: Instant::now(),
             record: Some(Box::new(record)),
         })
+    }
+
+    /// Records requests refused before they were routed (not allowed, over a rate limit):
+    /// each audited one among `requests` (method, plugin if known, params) with the HTTP
+    /// `status` it was answered with.
+    pub fn refused<'a>(
+        self: &Arc<Self>,
+        who: Who<'_>,
+        requests: impl Iterator<Item = (&'a str, Option<&'a str>, Option<&'a RawValue>)>,
+        status: u16,
+    ) {
+        for (method, plugin, params) in requests {
+            if let Some(mut t) = self.call(who, method, plugin, params) {
+                t.set(Outcome::Refused, Some(status.into()));
+            }
+        }
     }
 
     /// Records an admin action: `action` such as `plugin.disable`, on `plugin` if it names
@@ -440,12 +462,13 @@ impl Auditor {
             m.audit_dropped.inc();
             return;
         }
+        // Counted before it is queued, so a flush that begins once it is queued waits for it.
+        self.queued.fetch_add(1, Ordering::AcqRel);
         match self.tx.try_send(record) {
-            Ok(()) => {
-                self.queued.fetch_add(1, Ordering::Release);
-                m.audit_records.inc();
-            }
+            Ok(()) => m.audit_records.inc(),
             Err(_) => {
+                // Done with, as far as a flush is concerned.
+                self.writer.handled.fetch_add(1, Ordering::AcqRel);
                 bytes.fetch_sub(weight, Ordering::AcqRel);
                 m.audit_dropped.inc();
             }
@@ -593,7 +616,7 @@ async fn store(store: &dyn AuditStore, batch: &[Record]) {
     crate::metrics::get()
         .audit_dropped
         .inc_by(batch.len() as u64);
-    tracing::warn!("audit: {} records not stored: {why}", batch.len());
+    tracing::warn!(target: WRITER, "audit: {} records not stored: {why}", batch.len());
 }
 
 /// One record as a log line: JSON (the log's JSON layer takes this target whatever the
@@ -624,9 +647,13 @@ async fn prune(store: Arc<dyn AuditStore>, retention: Duration, shutdown: Cancel
         let before = time::now_ms() - retention.as_millis() as i64;
         match tokio::time::timeout(STORE_TIMEOUT, store.prune(before)).await {
             Ok(Ok(0)) => {}
-            Ok(Ok(n)) => tracing::info!("audit: {n} records past the retention deleted"),
-            Ok(Err(e)) => tracing::warn!("audit: records past the retention not deleted: {e}"),
-            Err(_) => tracing::warn!("audit: deleting old records took too long"),
+            Ok(Ok(n)) => {
+                tracing::info!(target: WRITER, "audit: {n} records past the retention deleted")
+            }
+            Ok(Err(e)) => {
+                tracing::warn!(target: WRITER, "audit: records past the retention not deleted: {e}")
+            }
+            Err(_) => tracing::warn!(target: WRITER, "audit: deleting old records took too long"),
         }
         tokio::select! {
             () = tokio::time::sleep(PRUNE_EVERY) => {}

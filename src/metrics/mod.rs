@@ -461,7 +461,7 @@ pub fn redis_error(op: RedisOp) {
 /// readings.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct PluginTotals {
-    /// Client requests answered (every method).
+    /// Client requests answered (every method), and those that timed out.
     pub answered: u64,
     /// Of them, errors and tool errors, and timeouts.
     pub errors: u64,
@@ -499,6 +499,16 @@ pub fn plugin_totals() -> std::collections::HashMap<String, PluginTotals> {
                     }
                     for (i, b) in h.get_bucket().iter().take(BUCKETS.len()).enumerate() {
                         t.buckets[i] += b.cumulative_count();
+                    }
+                }
+            }
+            // A request that timed out counts as one answered late: failed, and slower
+            // than any bucket.
+            "mcp_gateway_plugin_request_timeouts_total" => {
+                for m in family.get_metric() {
+                    if let Some(plugin) = label(m, "plugin") {
+                        out.entry(plugin).or_default().answered +=
+                            m.get_counter().get_value() as u64;
                     }
                 }
             }

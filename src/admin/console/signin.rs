@@ -81,8 +81,10 @@ impl SignIns {
     pub fn throttled(&self) -> Result<(), Duration> {
         let failures = self.failures.lock().expect("failures lock");
         match *failures {
-            Some((start, n)) if n >= MAX_FAILURES && start.elapsed() < FAILURE_WINDOW => {
-                Err(FAILURE_WINDOW - start.elapsed())
+            Some((start, n)) if n >= MAX_FAILURES => {
+                // Read once: the window may close between two readings.
+                let left = FAILURE_WINDOW.saturating_sub(start.elapsed());
+                if left.is_zero() { Ok(()) } else { Err(left) }
             }
             _ => Ok(()),
         }
@@ -91,7 +93,9 @@ impl SignIns {
     pub fn failed(&self) {
         let mut failures = self.failures.lock().expect("failures lock");
         *failures = match *failures {
-            Some((start, n)) if start.elapsed() < FAILURE_WINDOW => Some((start, n + 1)),
+            Some((start, n)) if start.elapsed() < FAILURE_WINDOW => {
+                Some((start, n.saturating_add(1)))
+            }
             _ => Some((Instant::now(), 1)),
         };
     }

@@ -142,6 +142,7 @@ impl PluginConnection {
             retry: Some(retry),
             client_id,
             sink,
+            audit,
             ..
         } = &mut pending
         else {
@@ -149,6 +150,9 @@ impl PluginConnection {
         };
         retry.parked = false;
         let Some(params) = retry_params(retry.params.as_deref(), responses, state) else {
+            if let Some(a) = audit {
+                a.set(Outcome::Error, Some(code::INTERNAL_ERROR));
+            }
             sink.respond(jsonrpc::error_bytes(
                 Some(client_id),
                 code::INTERNAL_ERROR,
@@ -167,14 +171,15 @@ impl PluginConnection {
     /// Answers the parked request `call` with the plugin's `InputRequiredResult` itself (a
     /// client of the modern era retries it on its own). False when it is no longer parked.
     pub fn pass_input(&self, call: u64, result: &RawValue) -> bool {
-        let ok = !jsonrpc::is_tool_error(result.get());
-        self.finish_input(call, ok, |id| jsonrpc::result_bytes(id.raw(), result))
+        self.finish_input(call, Ending::Result(result), |id| {
+            jsonrpc::result_bytes(id.raw(), result)
+        })
     }
 
     /// Fails the parked request `call` with an error the gateway words. False when it is no
     /// longer parked.
     pub fn fail_input(&self, call: u64, code: i64, message: &str) -> bool {
-        self.finish_input(call, false, |id| {
+        self.finish_input(call, Ending::Error(code), |id| {
             jsonrpc::error_bytes(Some(id), code, message)
         })
     }
@@ -182,12 +187,17 @@ impl PluginConnection {
     /// Fails the parked request `call` with an error object made by the listener (with
     /// `data`). False when it is no longer parked.
     pub fn fail_input_with(&self, call: u64, error: &RawValue) -> bool {
-        self.finish_input(call, false, |id| {
+        self.finish_input(call, Ending::ErrorObject(error), |id| {
             jsonrpc::error_object_bytes(id.raw(), error)
         })
     }
 
-    fn finish_input(&self, call: u64, ok: bool, answer: impl FnOnce(&Id) -> Bytes) -> bool {
+    fn finish_input(
+        &self,
+        call: u64,
+        ending: Ending<'_>,
+        answer: impl FnOnce(&Id) -> Bytes,
+    ) -> bool {
         let Some(Pending::Client {
             client_id,
             sink,
@@ -198,16 +208,31 @@ impl PluginConnection {
         else {
             return false;
         };
-        timer.observe(!ok);
+        let failed = match ending {
+            Ending::Result(r) => timer.is_call() && jsonrpc::is_tool_error(r.get()),
+            Ending::Error(_) | Ending::ErrorObject(_) => true,
+        };
+        timer.observe(failed);
         if let Some(mut a) = audit {
-            let outcome = match (ok, a.is_call()) {
-                (true, _) => Outcome::Ok,
-                (false, true) => Outcome::ToolError,
-                (false, false) => Outcome::Error,
-            };
-            a.set(outcome, None);
+            match ending {
+                Ending::Result(_) if failed => a.set(Outcome::ToolError, None),
+                Ending::Result(_) => a.set(Outcome::Ok, None),
+                Ending::Error(code) => a.set(Outcome::Error, Some(code)),
+                Ending::ErrorObject(e) => a.error(e),
+            }
         }
         sink.respond(answer(&client_id));
         true
     }
+}
+
+/// How a parked request ends (see [`PluginConnection::finish_input`]).
+#[derive(Clone, Copy)]
+enum Ending<'a> {
+    /// With the plugin's result.
+    Result(&'a RawValue),
+    /// With an error the gateway words: its code.
+    Error(i64),
+    /// With an error object made by the listener.
+    ErrorObject(&'a RawValue),
 }

@@ -168,7 +168,17 @@ async fn in_session(
         return Ok(StatusCode::ACCEPTED.into_response());
     }
 
-    let view = visible_view(gw, &session.view(), principal, &requests)?;
+    let who = Who {
+        subject: principal.map(|p| p.subject.as_str()),
+        session: Some(&session.id),
+        client: session.client_label.as_deref(),
+    };
+    let view = visible_view(gw, &session.view(), principal, &requests).inspect_err(|e| {
+        let all = requests
+            .iter()
+            .map(|(_, m, p)| (m.as_str(), None, p.as_deref()));
+        gw.audit.refused(who, all, e.status().as_u16());
+    })?;
     let planned: Vec<_> = requests
         .into_iter()
         .map(|(id, method, params)| {
@@ -186,7 +196,13 @@ async fn in_session(
             params.as_deref(),
             plan.plugin(),
         )
-        .await?;
+        .await
+        .inspect_err(|e| {
+            let all = planned
+                .iter()
+                .map(|(_, m, p, plan)| (m.as_str(), plan.plugin(), p.as_deref()));
+            gw.audit.refused(who, all, e.status().as_u16());
+        })?;
     }
     let sse = planned
         .iter()
@@ -212,16 +228,9 @@ async fn in_session(
         planned.iter().map(|(id, ..)| id.clone()).collect()
     };
     for (id, method, params, plan) in planned {
-        let audit = gw.audit.call(
-            Who {
-                subject: principal.map(|p| p.subject.as_str()),
-                session: Some(&session.id),
-                client: session.client_label.as_deref(),
-            },
-            &method,
-            plan.plugin(),
-            params.as_deref(),
-        );
+        let audit = gw
+            .audit
+            .call(who, &method, plan.plugin(), params.as_deref());
         // Its own task: a client that disconnects does not cancel the work. It logs in the
         // request's span.
         tokio::spawn(

@@ -104,7 +104,13 @@ pub(super) async fn modern(
         .for_caller(principal.map(|p| p.subject.as_str()), &gw.shutdown);
     session.touch();
     let requests = [(id, method, params)];
-    let view = visible_view(gw, &session.view(), principal, &requests)?;
+    let view = visible_view(gw, &session.view(), principal, &requests).inspect_err(|e| {
+        let who = modern_who(principal, &meta);
+        let all = requests
+            .iter()
+            .map(|(_, m, p)| (m.as_str(), None, p.as_deref()));
+        gw.audit.refused(who, all, e.status().as_u16());
+    })?;
     let [(id, method, params)] = requests;
     if method == "server/discover" {
         let result = router::discover_result(&view, scope);
@@ -186,7 +192,14 @@ pub(super) async fn modern(
             headers,
             &gw.config.trusted_proxies,
         );
-        super::limit::check(gw, &caller, &id, &method, params.as_deref(), plan.plugin()).await?;
+        super::limit::check(gw, &caller, &id, &method, params.as_deref(), plan.plugin())
+            .await
+            .inspect_err(|e| {
+                let this = (method.as_str(), plan.plugin(), params.as_deref());
+                let who = modern_who(principal, &meta);
+                gw.audit
+                    .refused(who, std::iter::once(this), e.status().as_u16());
+            })?;
     }
     let sse = plan.response_mode() == ResponseMode::Sse;
     let stream = session.new_post_stream(1, sse);
@@ -343,14 +356,18 @@ fn audit_ticket(
     plan: &router::Plan,
     params: Option<&RawValue>,
 ) -> Option<crate::audit::Ticket> {
-    gw.audit.call(
-        Who {
-            subject: principal.map(|p| p.subject.as_str()),
-            session: None,
-            client: meta.client.as_deref(),
-        },
-        method,
-        plan.plugin(),
-        params,
-    )
+    gw.audit
+        .call(modern_who(principal, meta), method, plan.plugin(), params)
+}
+
+/// Who a modern request is, for the audit log: no session; the client named by its `_meta`.
+fn modern_who<'a>(
+    principal: Option<&'a Principal>,
+    meta: &'a crate::protocol::modern::RequestMeta,
+) -> Who<'a> {
+    Who {
+        subject: principal.map(|p| p.subject.as_str()),
+        session: None,
+        client: meta.client.as_deref(),
+    }
 }
