@@ -489,6 +489,19 @@ fn bounded(s: &str, max: usize) -> String {
     format!("{}…", &s[..end])
 }
 
+/// A request's ticket, if it has one, told how the request ended.
+pub trait Ends {
+    fn ended(&mut self, outcome: Outcome, code: Option<i64>);
+}
+
+impl Ends for Option<Ticket> {
+    fn ended(&mut self, outcome: Outcome, code: Option<i64>) {
+        if let Some(t) = self {
+            t.set(outcome, code);
+        }
+    }
+}
+
 /// A request's record in the making: travels with the request; dropped, it is submitted.
 pub struct Ticket {
     auditor: Arc<Auditor>,

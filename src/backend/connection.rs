@@ -43,7 +43,7 @@ pub use input::InputRequired;
 use super::BackendError;
 use super::modern::{self, ClientMeta, Era};
 use super::transport::{Inbound, PluginTransport, SendError};
-use crate::audit::{self, Ticket};
+use crate::audit::{self, Ends, Ticket};
 use crate::jsonrpc::{self, Id, code};
 use crate::metrics::{InFlight, PluginMetrics};
 use crate::stream::Sink;
@@ -374,13 +374,11 @@ impl PluginConnection {
         if let Some(Pending::Client {
             client_id,
             sink,
-            audit,
+            mut audit,
             ..
         }) = pending
         {
-            if let Some(mut a) = audit {
-                a.set(audit::Outcome::Error, Some(e.code()));
-            }
+            audit.ended(audit::Outcome::Error, Some(e.code()));
             sink.respond(jsonrpc::error_bytes(
                 Some(&client_id),
                 e.code(),
@@ -474,11 +472,12 @@ impl PluginConnection {
         keys.into_iter()
             .filter_map(|k| match pending.remove(&k) {
                 Some(Pending::Client {
-                    sink, retry, audit, ..
+                    sink,
+                    retry,
+                    mut audit,
+                    ..
                 }) => {
-                    if let Some(mut a) = audit {
-                        a.set(audit::Outcome::Cancelled, None);
-                    }
+                    audit.ended(audit::Outcome::Cancelled, None);
                     Some((k, sink, retry.is_some_and(|r| r.parked())))
                 }
                 _ => None,

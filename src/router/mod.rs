@@ -24,7 +24,7 @@ pub use crate::session::ResourceRoutes;
 pub use initialize::{discover_result, initialize_result};
 pub use modern_tasks::{offers_tasks, runs_as_task};
 
-use crate::audit::{self, Ticket};
+use crate::audit::{self, Ends, Ticket};
 use crate::backend::connection::CallError;
 use crate::backend::{Answering, PluginConnection, Rewrite};
 use crate::config::{ProcessModel, ResponseMode};
@@ -195,9 +195,7 @@ pub async fn dispatch(
     };
     match planned {
         Err(Refusal(code, message)) => {
-            if let Some(a) = &mut audit {
-                a.set(audit::Outcome::Refused, Some(code));
-            }
+            audit.ended(audit::Outcome::Refused, Some(code));
             reply(jsonrpc::error_bytes(Some(&id), code, &message))
         }
         Ok(Target::Gateway) => match method.as_str() {
@@ -263,9 +261,7 @@ pub async fn dispatch(
             );
         }
         Ok(Target::UnknownUri(uri)) => {
-            if let Some(a) = &mut audit {
-                a.set(audit::Outcome::Refused, Some(code::RESOURCE_NOT_FOUND));
-            }
+            audit.ended(audit::Outcome::Refused, Some(code::RESOURCE_NOT_FOUND));
             reply(jsonrpc::error_bytes(
                 Some(&id),
                 code::RESOURCE_NOT_FOUND,
@@ -314,9 +310,7 @@ async fn forward(
             let params = match session.toward(&conn, method, params) {
                 Ok(p) => p,
                 Err((code, message)) => {
-                    if let Some(a) = &mut audit {
-                        a.set(audit::Outcome::Refused, Some(code));
-                    }
+                    audit.ended(audit::Outcome::Refused, Some(code));
                     sink.respond(jsonrpc::error_bytes(Some(&id), code, &message));
                     return;
                 }
@@ -343,9 +337,7 @@ async fn forward(
             );
         }
         Err(e) => {
-            if let Some(a) = &mut audit {
-                a.set(audit::Outcome::Error, Some(e.code()));
-            }
+            audit.ended(audit::Outcome::Error, Some(e.code()));
             sink.respond(jsonrpc::error_bytes(
                 Some(&id),
                 e.code(),

@@ -17,7 +17,7 @@ use serde_json::value::RawValue;
 use super::super::BackendError;
 use super::super::transport::Inbound;
 use super::{CallError, Caller, Pending, PluginConnection, Related, empty_object};
-use crate::audit::Outcome as Outcome_;
+use crate::audit::{Ends, Outcome as Outcome_};
 use crate::backend::modern::is_input_required;
 use crate::jsonrpc::{self, Id, Message, Outcome, code};
 use crate::stream::Sink;
@@ -48,15 +48,13 @@ pub(super) async fn expire_requests(conn: Weak<PluginConnection>, timeout: Durat
                 client_id,
                 sink,
                 retry,
-                audit,
+                mut audit,
                 ..
             } = p
             else {
                 continue;
             };
-            if let Some(mut a) = audit {
-                a.set(Outcome_::Timeout, Some(code::REQUEST_TIMEOUT));
-            }
+            audit.ended(Outcome_::Timeout, Some(code::REQUEST_TIMEOUT));
             conn.metrics.timeouts.inc();
             conn.metrics.errors.inc();
             tracing::warn!(plugin = %conn.name, session = %conn.label, "request {client_id} timed out after {} s", timeout.as_secs());

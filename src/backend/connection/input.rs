@@ -14,7 +14,7 @@ use bytes::Bytes;
 use serde_json::value::RawValue;
 
 use super::{Pending, PluginConnection};
-use crate::audit::Outcome;
+use crate::audit::{Ends, Outcome};
 use crate::backend::modern::retry_params;
 use crate::jsonrpc::{self, Id, code};
 use crate::stream::Sink;
@@ -150,9 +150,7 @@ impl PluginConnection {
         };
         retry.parked = false;
         let Some(params) = retry_params(retry.params.as_deref(), responses, state) else {
-            if let Some(a) = audit {
-                a.set(Outcome::Error, Some(code::INTERNAL_ERROR));
-            }
+            audit.ended(Outcome::Error, Some(code::INTERNAL_ERROR));
             sink.respond(jsonrpc::error_bytes(
                 Some(client_id),
                 code::INTERNAL_ERROR,
