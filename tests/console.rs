@@ -55,6 +55,25 @@ async fn sign_in(ui: &str) -> (String, String) {
     (cookie, csrf)
 }
 
+/// A change as the signed-in page makes it: the cookie and the CSRF token, a JSON body if
+/// one is given.
+async fn change(
+    http: &reqwest::Client,
+    (cookie, csrf): (&str, &str),
+    method: reqwest::Method,
+    url: &str,
+    body: Option<&Value>,
+) -> reqwest::Response {
+    let mut r = http
+        .request(method, url)
+        .header("cookie", cookie)
+        .header("x-csrf-token", csrf);
+    if let Some(b) = body {
+        r = r.json(b);
+    }
+    r.send().await.unwrap()
+}
+
 #[tokio::test]
 async fn the_console_is_off_without_a_token_and_never_public() {
     let gw = InProcess::start(&["--", FIXTURE]).await;
@@ -183,15 +202,14 @@ async fn sign_in_gives_a_strict_cookie_and_changes_need_the_csrf_token() {
     // Edit: the definition is replaced as the admin API's PUT does. A secret shown masked
     // and given back masked (as the edit form does) keeps its value; a mask for a value the
     // plugin never had is refused.
+    let signed = (cookie.as_str(), csrf.as_str());
+    let main = format!("{ui}/api/plugins/main");
     let put = |definition: Value| {
-        http.put(format!("{ui}/api/plugins/main"))
-            .header("cookie", &cookie)
-            .header("x-csrf-token", &csrf)
-            .json(&definition)
-            .send()
+        let (http, main) = (&http, &main);
+        async move { change(http, signed, reqwest::Method::PUT, main, Some(&definition)).await }
     };
     let masked = json!({"command": FIXTURE, "env": {"API_KEY": "***"}, "enabled": true});
-    let r = put(masked.clone()).await.unwrap();
+    let r = put(masked.clone()).await;
     assert_eq!(r.status(), 400);
     let body: Value = r.json().await.unwrap();
     assert!(
@@ -199,13 +217,13 @@ async fn sign_in_gives_a_strict_cookie_and_changes_need_the_csrf_token() {
         "{body}"
     );
     let secret = json!({"command": FIXTURE, "env": {"API_KEY": "k-123"}});
-    assert_eq!(put(secret).await.unwrap().status(), 200);
+    assert_eq!(put(secret).await.status(), 200);
     let shown = admin.get("/admin/plugins/main").await.1;
     assert_eq!(shown["env"]["API_KEY"], "***");
     let mut edited = json!({"command": FIXTURE, "request_timeout_secs": 7});
     edited["env"] = shown["env"].clone();
     edited["scheduling"] = shown["scheduling"].clone();
-    assert_eq!(put(edited).await.unwrap().status(), 200);
+    assert_eq!(put(edited).await.status(), 200);
     assert_eq!(
         admin.get("/admin/plugins/main").await.1["request_timeout_secs"],
         7
@@ -225,25 +243,15 @@ async fn sign_in_gives_a_strict_cookie_and_changes_need_the_csrf_token() {
         200
     );
     // Validation is the admin API's: a bad definition gets its message.
-    let r = http
-        .post(format!("{ui}/api/plugins"))
-        .header("cookie", &cookie)
-        .header("x-csrf-token", &csrf)
-        .json(&json!({"name": "bad name!", "command": "x"}))
-        .send()
-        .await
-        .unwrap();
+    let bad = json!({"name": "bad name!", "command": "x"});
+    let plugins = format!("{ui}/api/plugins");
+    let r = change(&http, signed, reqwest::Method::POST, &plugins, Some(&bad)).await;
     assert_eq!(r.status(), 400);
     let body: Value = r.json().await.unwrap();
     assert!(body["error"].as_str().unwrap().contains("name"), "{body}");
     // Signed out: the cookie no longer works.
-    let r = http
-        .post(format!("{ui}/logout"))
-        .header("cookie", &cookie)
-        .header("x-csrf-token", &csrf)
-        .send()
-        .await
-        .unwrap();
+    let logout = format!("{ui}/logout");
+    let r = change(&http, signed, reqwest::Method::POST, &logout, None).await;
     assert_eq!(r.status(), 204);
     let r = http
         .get(&sessions)
@@ -315,13 +323,9 @@ async fn the_views_json_sessions_restarts_and_plots() {
     assert_eq!(modern["id_prefix"], "caller");
     assert_eq!(modern["instances"][0]["plugin"], "main");
     // Restart: the session's instance is a new process.
-    let restart = http
-        .post(format!("{ui}/api/plugins/main/restart"))
-        .header("cookie", &cookie)
-        .header("x-csrf-token", &csrf)
-        .send()
-        .await
-        .unwrap();
+    let signed = (cookie.as_str(), csrf.as_str());
+    let restart = format!("{ui}/api/plugins/main/restart");
+    let restart = change(&http, signed, reqwest::Method::POST, &restart, None).await;
     assert_eq!(restart.status(), 200);
     let mut new_pid = pid.clone();
     for i in 0..100 {
@@ -368,13 +372,8 @@ async fn the_views_json_sessions_restarts_and_plots() {
     assert!(plugins["plugins"][0]["series"]["calls_per_s"].is_array());
     // End the session from the console: the client's next request is refused.
     let key = s["key"].as_str().unwrap();
-    let end = http
-        .delete(format!("{ui}/api/sessions/{key}"))
-        .header("cookie", &cookie)
-        .header("x-csrf-token", &csrf)
-        .send()
-        .await
-        .unwrap();
+    let session = format!("{ui}/api/sessions/{key}");
+    let end = change(&http, signed, reqwest::Method::DELETE, &session, None).await;
     assert_eq!(end.status(), 204);
     assert_eq!(c.call(300, "ping", json!({})).await.status, 404);
     let left = get("sessions").await;
@@ -384,13 +383,7 @@ async fn the_views_json_sessions_restarts_and_plots() {
         "the caller's"
     );
     assert_eq!(left["sessions"][0]["era"], "2026-07-28");
-    let again = http
-        .delete(format!("{ui}/api/sessions/{key}"))
-        .header("cookie", &cookie)
-        .header("x-csrf-token", &csrf)
-        .send()
-        .await
-        .unwrap();
+    let again = change(&http, signed, reqwest::Method::DELETE, &session, None).await;
     assert_eq!(again.status(), 404);
     gw.stop().await;
 }
