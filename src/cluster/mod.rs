@@ -101,6 +101,8 @@ pub struct Cluster {
     liveness: liveness::Liveness,
     /// The sessions' owners, remembered for a moment (see [`owners`]).
     owners: owners::Owners,
+    /// Where requests to each owner go, parsed once (see [`forward`]).
+    targets: forward::Targets,
 }
 
 /// What a replica's heartbeat key says.
@@ -199,6 +201,7 @@ impl Cluster {
             beaten: Default::default(),
             liveness: Default::default(),
             owners: Default::default(),
+            targets: Default::default(),
         });
         // Said before the replica serves, when Redis answers; when it does not, the
         // heartbeat goes on trying every second.
