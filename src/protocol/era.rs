@@ -13,10 +13,11 @@
 //! neither a session nor a modern `_meta` is answered with a plain 400 that is deliberately
 //! *not* a modern-era error.
 
+use super::modern::{ModernError, RequestMeta};
 use crate::jsonrpc::{Body, Message};
 
 /// How a POST is to be served.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug)]
 pub enum Era<'a> {
     /// A legacy `initialize`: opens a new session.
     Initialize,
@@ -25,8 +26,9 @@ pub enum Era<'a> {
     /// A modern-era (2026-07-28) request: its params' `_meta` declare a version, whatever its
     /// method (`initialize` included) and whatever session header it carries; or, without a
     /// session, it hints at the modern era without declaring one (its `_meta` is then refused
-    /// as malformed).
-    Modern,
+    /// as malformed). It carries the `_meta` its version was found in, read in the same pass
+    /// (or what is wrong with it); `None` when no version was declared.
+    Modern(Option<Result<RequestMeta, ModernError>>),
     /// No session, no `initialize`, no hint of the modern era: a legacy client that forgot
     /// the session header.
     Sessionless,
@@ -46,9 +48,9 @@ pub fn classify<'a>(
         Body::Batch(v) => v.first(),
     };
     if let Some(Message::Request { params, .. }) = first
-        && super::modern::declared_version(params.as_deref()).is_some()
+        && let Some(meta) = super::modern::read_declared(params.as_deref())
     {
-        return Era::Modern;
+        return Era::Modern(Some(meta));
     }
     if let Some(id) = session_header {
         return Era::Session(id);
@@ -65,7 +67,7 @@ pub fn classify<'a>(
             .any(|m| m.as_bytes() == v)
     });
     if first.is_request() && (modern_header || looks_modern(first)) {
-        return Era::Modern;
+        return Era::Modern(None);
     }
     Era::Sessionless
 }
@@ -92,14 +94,15 @@ mod tests {
     }
 
     fn era_with(session: Option<&str>, version: Option<&str>, body: &str) -> String {
-        format!(
-            "{:?}",
-            classify(
-                session,
-                version.map(str::as_bytes),
-                &parse_body(body.as_bytes()).unwrap()
-            )
-        )
+        match classify(
+            session,
+            version.map(str::as_bytes),
+            &parse_body(body.as_bytes()).unwrap(),
+        ) {
+            // Whether `_meta` was read with the version is the next test's.
+            Era::Modern(_) => "Modern".into(),
+            other => format!("{other:?}"),
+        }
     }
 
     #[test]
@@ -145,5 +148,30 @@ mod tests {
         );
         let note = r#"{"jsonrpc":"2.0","method":"notifications/x"}"#;
         assert_eq!(era_with(None, Some("2026-07-28"), note), "Sessionless");
+    }
+
+    #[test]
+    fn a_declared_version_comes_with_its_meta_read() {
+        let classify_body = |body: &str| {
+            let parsed = parse_body(body.as_bytes()).unwrap();
+            match classify(None, None, &parsed) {
+                Era::Modern(read) => read.map(|r| r.map(|m| (m.version, m.name))),
+                other => panic!("{other:?}"),
+            }
+        };
+        let call = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"t","_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}"#;
+        assert_eq!(
+            classify_body(call),
+            Some(Ok(("2026-07-28".into(), Some("t".into()))))
+        );
+        // Declared, so modern; what is wrong with the rest of `_meta` goes along.
+        let bad = r#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}"#;
+        assert!(matches!(
+            classify_body(bad),
+            Some(Err(ModernError::InvalidMeta(_)))
+        ));
+        // Told by a hint, not a declared version: the handler reads `_meta` to say why not.
+        let hinted = r#"{"jsonrpc":"2.0","id":1,"method":"server/discover"}"#;
+        assert_eq!(classify_body(hinted), None);
     }
 }

@@ -193,47 +193,65 @@ pub fn declared_version(params: Option<&RawValue>) -> Option<String> {
     serde_json::from_str::<String>(params.meta?.0.version?.get()).ok()
 }
 
-/// Reads `_meta` of a modern request (one whose params declare a version).
+/// A request's params read in one pass: `_meta`'s members and the fields the headers mirror.
+#[derive(Deserialize)]
+struct WithMeta<'a> {
+    #[serde(borrow, rename = "_meta")]
+    meta: Option<Object<Meta<'a>>>,
+    #[serde(borrow)]
+    name: Option<&'a RawValue>,
+    #[serde(borrow)]
+    uri: Option<&'a RawValue>,
+    #[serde(borrow, rename = "taskId")]
+    task_id: Option<&'a RawValue>,
+}
+
+/// The era test and the reading of `_meta` in one pass over the params: `None` when they
+/// declare no modern version (their `_meta` is no object, or has no version string); else
+/// the request's `_meta` read, or what is wrong with it. The era decision
+/// ([`super::era::classify`]) calls this, and the modern handler uses what it read.
+pub fn read_declared(params: Option<&RawValue>) -> Option<Result<RequestMeta, ModernError>> {
+    let Object(mut p) = serde_json::from_str::<Object<WithMeta>>(params?.get()).ok()?;
+    let meta = p.meta.take()?.0;
+    let version = serde_json::from_str::<String>(meta.version?.get()).ok()?;
+    Some(finish_meta(meta, version, &p))
+}
+
+/// Reads `_meta` of a modern request whose params did not declare a version (its era told by
+/// other signs): says what is wrong with it.
 pub fn read_meta(params: Option<&RawValue>) -> Result<RequestMeta, ModernError> {
     let bad = |what: &str| ModernError::InvalidMeta(what.to_owned());
-    // One pass over the params when `_meta` is an object; a second only to say what is
-    // wrong when it is not.
-    #[derive(Deserialize)]
-    struct WithMeta<'a> {
-        #[serde(borrow, rename = "_meta")]
-        meta: Option<Object<Meta<'a>>>,
-        #[serde(borrow)]
-        name: Option<&'a RawValue>,
-        #[serde(borrow)]
-        uri: Option<&'a RawValue>,
-        #[serde(borrow, rename = "taskId")]
-        task_id: Option<&'a RawValue>,
+    if let Some(read) = read_declared(params) {
+        return read;
     }
     let params = params.ok_or_else(|| bad("params._meta is required"))?;
-    let string =
-        |v: Option<&RawValue>| v.and_then(|v| serde_json::from_str::<String>(v.get()).ok());
-    let (meta, name, uri, task_id) = match serde_json::from_str::<Object<WithMeta>>(params.get()) {
-        Ok(Object(p)) => (
-            p.meta.ok_or_else(|| bad("params._meta is required"))?.0,
-            string(p.name),
-            string(p.uri),
-            string(p.task_id),
-        ),
+    match serde_json::from_str::<Object<WithMeta>>(params.get()) {
+        Ok(Object(p)) => match p.meta {
+            None => Err(bad("params._meta is required")),
+            Some(_) => Err(bad(
+                "_meta[\"io.modelcontextprotocol/protocolVersion\"] must be a string",
+            )),
+        },
         Err(_) => {
             let Object(p) = serde_json::from_str::<Object<Params>>(params.get())
                 .map_err(|_| bad("params must be an object"))?;
-            return Err(match p.meta {
+            Err(match p.meta {
                 None => bad("params._meta is required"),
                 Some(_) => bad("params._meta must be an object"),
-            });
+            })
         }
-    };
-    let version: String = meta
-        .version
-        .and_then(|v| serde_json::from_str(v.get()).ok())
-        .ok_or_else(|| {
-            bad("_meta[\"io.modelcontextprotocol/protocolVersion\"] must be a string")
-        })?;
+    }
+}
+
+/// The rest of `_meta` read, once its version is.
+fn finish_meta(
+    meta: Meta<'_>,
+    version: String,
+    p: &WithMeta<'_>,
+) -> Result<RequestMeta, ModernError> {
+    let bad = |what: &str| ModernError::InvalidMeta(what.to_owned());
+    let string =
+        |v: Option<&RawValue>| v.and_then(|v| serde_json::from_str::<String>(v.get()).ok());
     // Required on every request, `{}` when the client declares nothing.
     #[derive(Deserialize)]
     struct Declared<'a> {
@@ -270,9 +288,9 @@ pub fn read_meta(params: Option<&RawValue>) -> Result<RequestMeta, ModernError> 
     Ok(RequestMeta {
         version,
         capabilities_raw: meta.capabilities.map(RawValue::to_owned),
-        name,
-        uri,
-        task_id,
+        name: string(p.name),
+        uri: string(p.uri),
+        task_id: string(p.task_id),
         log_level,
         extensions,
         client: meta.client_info.and_then(super::client_label),

@@ -57,7 +57,7 @@ pub(super) async fn handle_post(
     let version_header = headers.get(&super::VERSION_HEADER).map(|v| v.as_bytes());
     match era::classify(session_id, version_header, &parsed) {
         Era::Initialize => initialize(gw, headers, parsed, principal.as_ref(), &conn).await,
-        Era::Modern => modern(gw, headers, parsed, principal.as_ref(), &conn).await,
+        Era::Modern(meta) => modern(gw, headers, parsed, meta, principal.as_ref(), &conn).await,
         Era::Sessionless => Err(HttpError::MissingSession(protocol::supported_list())),
         Era::Session(id) => {
             let request = (&conn, headers, Method::POST, bytes);

@@ -51,6 +51,7 @@ pub(super) async fn modern(
     gw: &Edge,
     headers: &HeaderMap,
     parsed: RpcBody,
+    declared: Option<Result<modern::RequestMeta, ModernError>>,
     principal: Option<&Principal>,
     conn: &Conn,
 ) -> Result<Response, HttpError> {
@@ -75,7 +76,10 @@ pub(super) async fn modern(
         }
     };
     let refuse = |e: ModernError| HttpError::Modern(e, Some(id.clone()));
-    let meta = modern::read_meta(params.as_deref()).map_err(refuse)?;
+    // Read with the era, in the same pass, when the params declared a version.
+    let meta = declared
+        .unwrap_or_else(|| modern::read_meta(params.as_deref()))
+        .map_err(refuse)?;
     let mirrored = MirroredHeaders {
         protocol_version: headers.get(&VERSION_HEADER).map(|v| v.as_bytes()),
         method: headers.get(&METHOD_HEADER).map(|v| v.as_bytes()),
