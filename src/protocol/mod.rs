@@ -49,12 +49,23 @@ pub fn client_label(info: &RawValue) -> Option<String> {
         version: Option<std::borrow::Cow<'a, str>>,
     }
     let i: Implementation = serde_json::from_str(info.get()).ok()?;
-    let cut = |s: &str| -> String { s.chars().filter(|c| !c.is_control()).take(128).collect() };
-    let name = cut(&i.name?);
-    Some(match i.version {
-        Some(v) => format!("{name} {}", cut(&v)),
-        None => name,
-    })
+    let cut = |s: &str, out: &mut String| {
+        // Most labels are short printable ASCII, copied as they are.
+        if s.len() <= 128 && s.bytes().all(|b| (0x20..0x7f).contains(&b)) {
+            out.push_str(s);
+        } else {
+            out.extend(s.chars().filter(|c| !c.is_control()).take(128));
+        }
+    };
+    let name = i.name?;
+    let mut label =
+        String::with_capacity(name.len() + 1 + i.version.as_ref().map_or(0, |v| v.len()));
+    cut(&name, &mut label);
+    if let Some(v) = i.version {
+        label.push(' ');
+        cut(&v, &mut label);
+    }
+    Some(label)
 }
 
 /// Lifecycle negotiation: echo the client's version when supported, else offer the latest.
@@ -197,5 +208,29 @@ mod tests {
                 .unwrap_err()
                 .contains("must be objects")
         );
+    }
+
+    #[test]
+    fn a_client_label_is_name_and_version_without_control_characters() {
+        let label = |json: &str| {
+            client_label(&serde_json::value::RawValue::from_string(json.into()).unwrap())
+        };
+        assert_eq!(
+            label(r#"{"name":"claude-ai","version":"0.1.0"}"#).as_deref(),
+            Some("claude-ai 0.1.0")
+        );
+        assert_eq!(label(r#"{"name":"x"}"#).as_deref(), Some("x"));
+        assert_eq!(label(r#"{"version":"1"}"#), None);
+        // Control characters go, C1 ones included; each part keeps 128 characters.
+        assert_eq!(
+            label(r#"{"name":"a\nb\u0085c","version":"\u001b[31m2"}"#).as_deref(),
+            Some("abc [31m2")
+        );
+        let long = "é".repeat(200);
+        let cut = label(&format!(r#"{{"name":"{long}"}}"#)).unwrap();
+        assert_eq!(cut.chars().count(), 128);
+        let ascii = "n".repeat(200);
+        let cut = label(&format!(r#"{{"name":"{ascii}","version":"1"}}"#)).unwrap();
+        assert_eq!(cut, format!("{} 1", "n".repeat(128)));
     }
 }
