@@ -47,12 +47,11 @@ pub fn init(format: LogFormat) {
     } else {
         format!("{directives},{AUDIT_TARGET}=info")
     };
-    let audit = tracing_subscriber::fmt::layer()
-        .json()
-        .with_writer(crate::audit::Lines)
-        .with_filter(tracing_subscriber::filter::filter_fn(|m| {
-            m.target() == AUDIT_TARGET
-        }));
+    // The records' lines are written by the audit writer itself, in the JSON lines' shape
+    // (`audit::writer`); this layer only says whether they are wanted (`tracing::enabled!`).
+    let audit = tracing_subscriber::layer::Identity::new().with_filter(
+        tracing_subscriber::filter::filter_fn(|m| m.target() == AUDIT_TARGET),
+    );
     let lines = lines.with_filter(tracing_subscriber::filter::filter_fn(|m| {
         m.target() != AUDIT_TARGET
     }));

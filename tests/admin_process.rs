@@ -582,3 +582,32 @@ async fn audit_records_are_json_lines_and_survive_a_stop() {
         .collect();
     assert_eq!(targets, ["slow", "echo"], "{body}");
 }
+
+/// `RUST_LOG=mcp_gateway::audit=off` silences the records' lines, not the records (README,
+/// "Audit log").
+#[tokio::test]
+async fn audit_lines_can_be_turned_off_and_records_are_still_stored() {
+    let args = [
+        "--admin-token",
+        ADMIN_TOKEN,
+        "--plugin-name",
+        "main",
+        "--",
+        FIXTURE,
+    ];
+    let gw = Gateway::start_with_env(
+        &args,
+        &[("RUST_LOG", "info,mcp_gateway=debug,mcp_gateway::audit=off")],
+    );
+    let mut c = gw.client();
+    c.initialize().await;
+    c.tool_text(1, "echo", json!({"text": "quiet"})).await;
+    let admin = Admin::of(&gw, ADMIN_TOKEN);
+    // The API answers once what came before it is stored.
+    let (status, body) = admin.get("/admin/audit?kind=tools/call").await;
+    assert_eq!(status, 200);
+    assert_eq!(body["records"][0]["target"], "echo", "{body}");
+    let log = gw.log();
+    assert!(log.contains("plugin started"), "the log is read: {log}");
+    assert!(!log.contains("mcp_gateway::audit"), "{log}");
+}

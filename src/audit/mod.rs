@@ -35,7 +35,6 @@ use crate::config::AuditConfig;
 
 pub use store::{AuditStore, Filter, MAX_LIMIT, StoreError, StoreFuture};
 pub use time::{now_ms, rfc3339};
-pub use writer::Lines;
 use writer::{STORE_TIMEOUT, Writer};
 
 /// The tracing target of the records' log lines (this target only: the log's layers match

@@ -1,13 +1,15 @@
 //! The audit log's writer: one task takes the queued records, writes each as a JSON line
-//! (the log's layer for [`TARGET`](super::TARGET) writes into [`Lines`], and a batch's lines
-//! go to stderr in one write) and stores them in batches, one transaction per moment; another
-//! deletes records past the retention hourly. What the writer itself has to say (a failed
+//! (serialized here, in the shape of the JSON log's lines, when the log wants
+//! [`TARGET`](super::TARGET) at `info`; a batch's lines go to stderr in a few writes) and
+//! stores them in batches, one transaction per moment; another deletes records past the
+//! retention hourly. What the writer itself has to say (a failed
 //! store) goes under a target of its own, never among the records.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use serde::Serialize;
 use tokio::sync::{Notify, mpsc};
 use tokio_util::sync::CancellationToken;
 
@@ -17,51 +19,9 @@ use super::{AuditStore, Record, TARGET, rfc3339, time};
 /// never among the records.
 const WRITER: &str = "mcp_gateway::audit::writer";
 
-/// Log lines of records formatted but not yet written: the writer writes a batch's lines to
-/// stderr at once, rather than one write each.
-static LINES: std::sync::Mutex<Vec<u8>> = std::sync::Mutex::new(Vec::new());
-/// Bytes of lines held at most: beyond, they are written at once.
+/// Bytes of lines held at most before they are written: a batch's lines go to stderr in a
+/// few writes, not one each.
 const MAX_LINE_BYTES: usize = 1 << 20;
-
-/// Where the log's layer for [`TARGET`] writes (see `logs.rs`): into the batch's buffer.
-pub struct Lines;
-
-/// One line's writer (see [`Lines`]).
-pub struct LineWriter;
-
-impl std::io::Write for LineWriter {
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        let mut lines = LINES.lock().expect("audit lines lock");
-        lines.extend_from_slice(bytes);
-        if lines.len() > MAX_LINE_BYTES {
-            let full = std::mem::take(&mut *lines);
-            drop(lines);
-            std::io::stderr().write_all(&full)?;
-        }
-        Ok(bytes.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Lines {
-    type Writer = LineWriter;
-
-    fn make_writer(&'a self) -> LineWriter {
-        LineWriter
-    }
-}
-
-/// Writes the lines held.
-fn write_lines() {
-    use std::io::Write as _;
-    let lines = std::mem::take(&mut *LINES.lock().expect("audit lines lock"));
-    if !lines.is_empty() {
-        let _ = std::io::stderr().write_all(&lines);
-    }
-}
 
 /// Records stored in one transaction, at most.
 const BATCH: usize = 4096;
@@ -130,10 +90,7 @@ pub(super) async fn write(w: Arc<Writer>, mut rx: mpsc::Receiver<Record>) {
 
 /// Writes `batch`'s log lines and stores it; a failure is counted and logged, not retried.
 async fn store(store: &dyn AuditStore, batch: &[Record]) {
-    for r in batch {
-        log(r);
-    }
-    write_lines();
+    log(batch);
     let why = match tokio::time::timeout(STORE_TIMEOUT, store.insert(batch)).await {
         Ok(Ok(())) => return,
         Ok(Err(e)) => e.to_string(),
@@ -148,26 +105,88 @@ async fn store(store: &dyn AuditStore, batch: &[Record]) {
     tracing::warn!(target: WRITER, "audit: {} records not stored: {why}", batch.len());
 }
 
-/// One record as a log line: JSON (the log's JSON layer takes this target whatever the
-/// log format).
-fn log(r: &Record) {
-    tracing::info!(
+/// A record's log line, in the shape of the JSON log's lines (`timestamp`, `level`, `fields`
+/// with `message` first, `target`), a value that is absent left out as there. Serialized
+/// straight into a buffer: through `tracing`'s JSON formatter every value went through a
+/// `fmt::Write` adapter, and a line cost about a fifth of an audited call's CPU.
+#[derive(Serialize)]
+struct Line<'a> {
+    timestamp: &'a str,
+    level: &'static str,
+    fields: Fields<'a>,
+    target: &'static str,
+}
+
+#[derive(Serialize)]
+struct Fields<'a> {
+    message: &'static str,
+    id: &'a str,
+    time: String,
+    kind: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    subject: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    session: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    client: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    plugin: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    target: Option<&'a str>,
+    outcome: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error_code: Option<i64>,
+    duration_ms: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    arguments: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    replica: Option<&'a str>,
+}
+
+/// Writes `batch` as log lines on stderr, if the log wants [`TARGET`] at `info` (on unless
+/// `RUST_LOG` turns it off; see `logs.rs`).
+fn log(batch: &[Record]) {
+    use std::io::Write as _;
+    if batch.is_empty() || !tracing::enabled!(target: TARGET, tracing::Level::INFO) {
+        return;
+    }
+    let timestamp = rfc3339(time::now_ms());
+    let mut lines = Vec::with_capacity(MAX_LINE_BYTES.min(batch.len() * 512));
+    for r in batch {
+        line(&mut lines, r, &timestamp);
+        if lines.len() >= MAX_LINE_BYTES {
+            let _ = std::io::stderr().write_all(&lines);
+            lines.clear();
+        }
+    }
+    let _ = std::io::stderr().write_all(&lines);
+}
+
+/// Appends one record's line to `out`.
+fn line(out: &mut Vec<u8>, r: &Record, timestamp: &str) {
+    let line = Line {
+        timestamp,
+        level: "INFO",
+        fields: Fields {
+            message: "audit",
+            id: &r.id,
+            time: rfc3339(r.at_ms),
+            kind: &r.kind,
+            subject: r.subject.as_deref(),
+            session: r.session.as_deref(),
+            client: r.client.as_deref(),
+            plugin: r.plugin.as_deref(),
+            target: r.target.as_deref(),
+            outcome: r.outcome.as_str(),
+            error_code: r.error_code,
+            duration_ms: r.duration_us as f64 / 1000.0,
+            arguments: r.arguments.as_deref(),
+            replica: r.replica.as_deref(),
+        },
         target: TARGET,
-        id = %r.id,
-        time = %rfc3339(r.at_ms),
-        kind = %r.kind,
-        subject = r.subject.as_deref(),
-        session = r.session.as_deref(),
-        client = r.client.as_deref(),
-        plugin = r.plugin.as_deref(),
-        target = r.target.as_deref(),
-        outcome = r.outcome.as_str(),
-        error_code = r.error_code,
-        duration_ms = r.duration_us as f64 / 1000.0,
-        arguments = r.arguments.as_deref(),
-        replica = r.replica.as_deref(),
-        "audit"
-    );
+    };
+    serde_json::to_writer(&mut *out, &line).expect("a record serializes");
+    out.push(b'\n');
 }
 
 /// Deletes records past the retention, hourly (and once at start).
@@ -192,5 +211,42 @@ pub(super) async fn prune(
             () = tokio::time::sleep(PRUNE_EVERY) => {}
             () = shutdown.cancelled() => return,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::audit::Outcome;
+
+    #[test]
+    fn a_line_has_the_json_log_shape_without_absent_values() {
+        let record = Record {
+            id: "01a2".into(),
+            at_ms: 1_795_925_710_123,
+            kind: "tools/call".into(),
+            subject: None,
+            session: Some("91rijzP0".into()),
+            client: Some("c \"1\"".into()),
+            plugin: Some("main".into()),
+            target: Some("echo".into()),
+            outcome: Outcome::Error,
+            error_code: Some(-32602),
+            duration_us: 1070,
+            arguments: None,
+            replica: Some("r1".into()),
+        };
+        let mut out = Vec::new();
+        line(&mut out, &record, "2026-11-29T04:15:10.200Z");
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            concat!(
+                r#"{"timestamp":"2026-11-29T04:15:10.200Z","level":"INFO","fields":{"message":"audit","#,
+                r#""id":"01a2","time":"2026-11-29T04:15:10.123Z","kind":"tools/call","session":"91rijzP0","#,
+                r#""client":"c \"1\"","plugin":"main","target":"echo","outcome":"error","error_code":-32602,"#,
+                r#""duration_ms":1.07,"replica":"r1"},"target":"mcp_gateway::audit"}"#,
+                "\n"
+            )
+        );
     }
 }
