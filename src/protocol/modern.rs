@@ -672,6 +672,14 @@ mod tests {
         );
         let typed = r#"{"jsonrpc":"2.0","id":1,"result":{"resultType":"input_required"}}"#;
         assert_eq!(m(typed, None), typed, "a type of its own is kept");
+        let escaped = r#"{"jsonrpc":"2.0","id":1,"result":{"result\u0054ype":"input_required"}}"#;
+        assert_eq!(m(escaped, None), escaped, "even behind an escape");
+        let hinted = r#"{"jsonrpc":"2.0","id":1,"result":{"ttlMs":5,"tools":[]}}"#;
+        assert_eq!(
+            m(hinted, Some("public")),
+            r#"{"jsonrpc":"2.0","id":1,"result":{"resultType":"complete","cacheScope":"public","ttlMs":5,"tools":[]}}"#,
+            "a hint of its own is kept"
+        );
         assert_eq!(
             m(typed, Some("public")),
             typed,
