@@ -173,5 +173,13 @@ mod tests {
         // Told by a hint, not a declared version: the handler reads `_meta` to say why not.
         let hinted = r#"{"jsonrpc":"2.0","id":1,"method":"server/discover"}"#;
         assert_eq!(classify_body(hinted), None);
+        // Params that do not read as a whole still declare their era, whatever the session
+        // header says.
+        let twice = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a","name":"b","_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}"#;
+        assert!(matches!(
+            classify_body(twice),
+            Some(Err(ModernError::InvalidMeta(_)))
+        ));
+        assert_eq!(era(Some("abc"), twice), "Modern");
     }
 }

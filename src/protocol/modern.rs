@@ -211,35 +211,44 @@ struct WithMeta<'a> {
 /// the request's `_meta` read, or what is wrong with it. The era decision
 /// ([`super::era::classify`]) calls this, and the modern handler uses what it read.
 pub fn read_declared(params: Option<&RawValue>) -> Option<Result<RequestMeta, ModernError>> {
-    let Object(mut p) = serde_json::from_str::<Object<WithMeta>>(params?.get()).ok()?;
-    let meta = p.meta.take()?.0;
-    let version = serde_json::from_str::<String>(meta.version?.get()).ok()?;
-    Some(finish_meta(meta, version, &p))
+    let text = params?.get();
+    match serde_json::from_str::<Object<WithMeta>>(text) {
+        Ok(Object(mut p)) => {
+            let meta = p.meta.take()?.0;
+            let version = serde_json::from_str::<String>(meta.version?.get()).ok()?;
+            Some(finish_meta(meta, version, &p))
+        }
+        // Params that do not read as a whole (a member given twice, say) whose `_meta` still
+        // declares a version: modern, and refused for them.
+        Err(_) => declared_version(params).map(|_| Err(why_not_read(text))),
+    }
 }
 
 /// Reads `_meta` of a modern request whose params did not declare a version (its era told by
 /// other signs): says what is wrong with it.
 pub fn read_meta(params: Option<&RawValue>) -> Result<RequestMeta, ModernError> {
-    let bad = |what: &str| ModernError::InvalidMeta(what.to_owned());
     if let Some(read) = read_declared(params) {
         return read;
     }
-    let params = params.ok_or_else(|| bad("params._meta is required"))?;
-    match serde_json::from_str::<Object<WithMeta>>(params.get()) {
+    Err(params.map_or_else(
+        || ModernError::InvalidMeta("params._meta is required".into()),
+        |p| why_not_read(p.get()),
+    ))
+}
+
+/// What is wrong with params whose `_meta` could not be read.
+fn why_not_read(params: &str) -> ModernError {
+    let bad = |what: &str| ModernError::InvalidMeta(what.to_owned());
+    match serde_json::from_str::<Object<WithMeta>>(params) {
         Ok(Object(p)) => match p.meta {
-            None => Err(bad("params._meta is required")),
-            Some(_) => Err(bad(
-                "_meta[\"io.modelcontextprotocol/protocolVersion\"] must be a string",
-            )),
+            None => bad("params._meta is required"),
+            Some(_) => bad("_meta[\"io.modelcontextprotocol/protocolVersion\"] must be a string"),
         },
-        Err(_) => {
-            let Object(p) = serde_json::from_str::<Object<Params>>(params.get())
-                .map_err(|_| bad("params must be an object"))?;
-            Err(match p.meta {
-                None => bad("params._meta is required"),
-                Some(_) => bad("params._meta must be an object"),
-            })
-        }
+        Err(_) => match serde_json::from_str::<Object<Params>>(params) {
+            Err(_) => bad("params must be an object"),
+            Ok(Object(p)) if p.meta.is_none() => bad("params._meta is required"),
+            Ok(_) => bad("params._meta must be an object"),
+        },
     }
 }
 
