@@ -6,15 +6,17 @@
 //!
 //! It reads only what it needs from `_meta` and never trusts a header over the body: a
 //! header that disagrees with the body is refused, not preferred.
-
-use std::collections::HashMap;
+//!
+//! Where things are: `meta` reads `_meta` (with the fields the headers mirror); this file
+//! holds the errors, the header checks, and a legacy plugin's answers made modern.
 
 use base64::Engine;
 use serde::Deserialize;
-use serde::de::IgnoredAny;
 use serde_json::value::RawValue;
 
-use crate::jsonrpc::Object;
+mod meta;
+
+pub use meta::{RequestMeta, declared_version, read_declared, read_meta};
 
 /// The modern versions the gateway serves, newest first.
 pub const MODERN_VERSIONS: &[&str] = &["2026-07-28"];
@@ -128,182 +130,6 @@ pub fn supported_versions() -> Vec<&'static str> {
         .chain(super::CLIENT_VERSIONS)
         .copied()
         .collect()
-}
-
-/// What a modern request says about itself in `_meta`.
-#[derive(Debug, Clone, Default)]
-pub struct RequestMeta {
-    pub version: String,
-    /// The capabilities the client declared, raw: a plugin's request is checked against it.
-    pub capabilities_raw: Option<Box<RawValue>>,
-    /// The params' `name`, `uri` and `taskId`, where they are strings (what `Mcp-Name`
-    /// mirrors, by method).
-    pub name: Option<String>,
-    pub uri: Option<String>,
-    pub task_id: Option<String>,
-    /// The level at or above which this request's log messages are wanted; none without.
-    pub log_level: Option<String>,
-    /// The extensions the client declared (`clientCapabilities.extensions`), by identifier.
-    pub extensions: Vec<String>,
-    /// The client's `clientInfo` as a label ([`super::client_label`]), when it sent one.
-    pub client: Option<String>,
-}
-
-impl RequestMeta {
-    /// Whether the request declares the tasks extension.
-    pub fn tasks(&self) -> bool {
-        self.extensions.iter().any(|e| e == TASKS_EXTENSION)
-    }
-}
-
-/// A request's params, for what its `_meta` is when it is no object.
-#[derive(Deserialize)]
-struct Params<'a> {
-    #[serde(borrow, rename = "_meta")]
-    meta: Option<&'a RawValue>,
-}
-
-#[derive(Deserialize)]
-struct Meta<'a> {
-    #[serde(borrow, rename = "io.modelcontextprotocol/protocolVersion")]
-    version: Option<&'a RawValue>,
-    #[serde(borrow, rename = "io.modelcontextprotocol/clientCapabilities")]
-    capabilities: Option<&'a RawValue>,
-    #[serde(borrow, rename = "io.modelcontextprotocol/logLevel")]
-    log_level: Option<&'a RawValue>,
-    #[serde(borrow, rename = "io.modelcontextprotocol/clientInfo")]
-    client_info: Option<&'a RawValue>,
-}
-
-/// The modern version a request's params declare, if they declare one (the era test: a
-/// request carrying it is modern, whatever its method).
-pub fn declared_version(params: Option<&RawValue>) -> Option<String> {
-    // One pass over the params: `_meta` read as it is met, only its version kept.
-    #[derive(Deserialize)]
-    struct Version<'a> {
-        #[serde(borrow, rename = "io.modelcontextprotocol/protocolVersion")]
-        version: Option<&'a RawValue>,
-    }
-    #[derive(Deserialize)]
-    struct WithMeta<'a> {
-        #[serde(borrow, rename = "_meta")]
-        meta: Option<Object<Version<'a>>>,
-    }
-    let Object(params) = serde_json::from_str::<Object<WithMeta>>(params?.get()).ok()?;
-    serde_json::from_str::<String>(params.meta?.0.version?.get()).ok()
-}
-
-/// A request's params read in one pass: `_meta`'s members and the fields the headers mirror.
-#[derive(Deserialize)]
-struct WithMeta<'a> {
-    #[serde(borrow, rename = "_meta")]
-    meta: Option<Object<Meta<'a>>>,
-    #[serde(borrow)]
-    name: Option<&'a RawValue>,
-    #[serde(borrow)]
-    uri: Option<&'a RawValue>,
-    #[serde(borrow, rename = "taskId")]
-    task_id: Option<&'a RawValue>,
-}
-
-/// The era test and the reading of `_meta` in one pass over the params: `None` when they
-/// declare no modern version (their `_meta` is no object, or has no version string); else
-/// the request's `_meta` read, or what is wrong with it. The era decision
-/// ([`super::era::classify`]) calls this, and the modern handler uses what it read.
-pub fn read_declared(params: Option<&RawValue>) -> Option<Result<RequestMeta, ModernError>> {
-    let text = params?.get();
-    match serde_json::from_str::<Object<WithMeta>>(text) {
-        Ok(Object(mut p)) => {
-            let meta = p.meta.take()?.0;
-            let version = serde_json::from_str::<String>(meta.version?.get()).ok()?;
-            Some(finish_meta(meta, version, &p))
-        }
-        // Params that do not read as a whole (a member given twice, say) whose `_meta` still
-        // declares a version: modern, and refused for them.
-        Err(_) => declared_version(params).map(|_| Err(why_not_read(text))),
-    }
-}
-
-/// Reads `_meta` of a modern request whose params did not declare a version (its era told by
-/// other signs): says what is wrong with it.
-pub fn read_meta(params: Option<&RawValue>) -> Result<RequestMeta, ModernError> {
-    if let Some(read) = read_declared(params) {
-        return read;
-    }
-    Err(params.map_or_else(
-        || ModernError::InvalidMeta("params._meta is required".into()),
-        |p| why_not_read(p.get()),
-    ))
-}
-
-/// What is wrong with params whose `_meta` could not be read.
-fn why_not_read(params: &str) -> ModernError {
-    let bad = |what: &str| ModernError::InvalidMeta(what.to_owned());
-    match serde_json::from_str::<Object<WithMeta>>(params) {
-        Ok(Object(p)) => match p.meta {
-            None => bad("params._meta is required"),
-            Some(_) => bad("_meta[\"io.modelcontextprotocol/protocolVersion\"] must be a string"),
-        },
-        Err(_) => match serde_json::from_str::<Object<Params>>(params) {
-            Err(_) => bad("params must be an object"),
-            Ok(Object(p)) if p.meta.is_none() => bad("params._meta is required"),
-            Ok(_) => bad("params._meta must be an object"),
-        },
-    }
-}
-
-/// The rest of `_meta` read, once its version is.
-fn finish_meta(
-    meta: Meta<'_>,
-    version: String,
-    p: &WithMeta<'_>,
-) -> Result<RequestMeta, ModernError> {
-    let bad = |what: &str| ModernError::InvalidMeta(what.to_owned());
-    let string =
-        |v: Option<&RawValue>| v.and_then(|v| serde_json::from_str::<String>(v.get()).ok());
-    // Required on every request, `{}` when the client declares nothing.
-    #[derive(Deserialize)]
-    struct Declared<'a> {
-        #[serde(borrow)]
-        extensions: Option<&'a RawValue>,
-    }
-    let declared = meta
-        .capabilities
-        .filter(|raw| raw.get().starts_with('{'))
-        .and_then(|raw| serde_json::from_str::<Declared>(raw.get()).ok())
-        .ok_or_else(|| {
-            bad("_meta[\"io.modelcontextprotocol/clientCapabilities\"] must be an object")
-        })?;
-    let extensions = match declared.extensions {
-        None => Vec::new(),
-        Some(e) => serde_json::from_str::<HashMap<String, IgnoredAny>>(e.get())
-            .map_err(|_| bad("clientCapabilities.extensions must be an object"))?
-            .into_keys()
-            .collect(),
-    };
-    let log_level = match meta.log_level {
-        None => None,
-        Some(l) => {
-            let l: String = serde_json::from_str(l.get())
-                .map_err(|_| bad("_meta[\"io.modelcontextprotocol/logLevel\"] must be a string"))?;
-            if !crate::protocol::LOG_LEVELS.contains(&l.as_str()) {
-                return Err(bad(
-                    "_meta[\"io.modelcontextprotocol/logLevel\"] is not a log level",
-                ));
-            }
-            Some(l)
-        }
-    };
-    Ok(RequestMeta {
-        version,
-        capabilities_raw: meta.capabilities.map(RawValue::to_owned),
-        name: string(p.name),
-        uri: string(p.uri),
-        task_id: string(p.task_id),
-        log_level,
-        extensions,
-        client: meta.client_info.and_then(super::client_label),
-    })
 }
 
 /// The headers a modern POST carries that mirror its body.
