@@ -587,16 +587,8 @@ async fn audit_records_are_json_lines_and_survive_a_stop() {
 /// "Audit log").
 #[tokio::test]
 async fn audit_lines_can_be_turned_off_and_records_are_still_stored() {
-    let args = [
-        "--admin-token",
-        ADMIN_TOKEN,
-        "--plugin-name",
-        "main",
-        "--",
-        FIXTURE,
-    ];
     let gw = Gateway::start_with_env(
-        &args,
+        &WITH_MAIN_PLUGIN,
         &[("RUST_LOG", "info,mcp_gateway=debug,mcp_gateway::audit=off")],
     );
     let mut c = gw.client();
