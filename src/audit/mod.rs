@@ -37,8 +37,8 @@ pub use store::{AuditStore, Filter, MAX_LIMIT, StoreError, StoreFuture};
 pub use time::{now_ms, rfc3339};
 use writer::{STORE_TIMEOUT, Writer};
 
-/// The tracing target of the records' log lines (this target only: the log's layers match
-/// it exactly).
+/// The target the records' log lines carry, and which `RUST_LOG` turns on or off (this
+/// target only: the log's layers match it exactly).
 pub const TARGET: &str = "mcp_gateway::audit";
 /// Records waiting for the writer, at most...
 const QUEUE: usize = 32_768;

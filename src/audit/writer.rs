@@ -2,8 +2,8 @@
 //! (serialized here, in the shape of the JSON log's lines, when the log wants
 //! [`TARGET`](super::TARGET) at `info`; a batch's lines go to stderr in a few writes) and
 //! stores them in batches, one transaction per moment; another deletes records past the
-//! retention hourly. What the writer itself has to say (a failed
-//! store) goes under a target of its own, never among the records.
+//! retention hourly. What the writer itself has to say (a failed store) goes under a target
+//! of its own, never among the records.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};

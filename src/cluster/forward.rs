@@ -10,12 +10,11 @@
 
 use std::sync::Arc;
 
-use dashmap::DashMap;
-
 use axum::body::Body;
 use axum::http::{HeaderMap, HeaderName, Method, StatusCode};
 use axum::response::Response;
 use bytes::Bytes;
+use dashmap::DashMap;
 use futures_util::{StreamExt, TryStreamExt};
 
 use super::Cluster;

@@ -107,16 +107,19 @@ pub fn read_declared(params: Option<&RawValue>) -> Option<Result<RequestMeta, Mo
     }
 }
 
-/// Reads `_meta` of a modern request whose params did not declare a version (its era told by
-/// other signs): says what is wrong with it.
+/// Reads `_meta` of a modern request, whatever told its era: what [`read_declared`] read, or
+/// what is wrong with it.
 pub fn read_meta(params: Option<&RawValue>) -> Result<RequestMeta, ModernError> {
-    if let Some(read) = read_declared(params) {
-        return read;
-    }
-    Err(params.map_or_else(
+    read_declared(params).unwrap_or_else(|| Err(undeclared(params)))
+}
+
+/// Why the `_meta` of a request that [`read_declared`] found declaring no version is refused
+/// (its era was told by other signs).
+pub fn undeclared(params: Option<&RawValue>) -> ModernError {
+    params.map_or_else(
         || ModernError::InvalidMeta("params._meta is required".into()),
         |p| why_not_read(p.get()),
-    ))
+    )
 }
 
 /// What is wrong with params whose `_meta` could not be read.

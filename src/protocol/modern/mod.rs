@@ -16,7 +16,7 @@ use serde_json::value::RawValue;
 
 mod meta;
 
-pub use meta::{RequestMeta, declared_version, read_declared, read_meta};
+pub use meta::{RequestMeta, declared_version, read_declared, read_meta, undeclared};
 
 /// The modern versions the gateway serves, newest first.
 pub const MODERN_VERSIONS: &[&str] = &["2026-07-28"];

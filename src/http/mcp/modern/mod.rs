@@ -76,9 +76,9 @@ pub(super) async fn modern(
         }
     };
     let refuse = |e: ModernError| HttpError::Modern(e, Some(id.clone()));
-    // Read with the era, in the same pass, when the params declared a version.
+    // Read with the era, in the same pass; none when the params declared no version.
     let meta = declared
-        .unwrap_or_else(|| modern::read_meta(params.as_deref()))
+        .unwrap_or_else(|| Err(modern::undeclared(params.as_deref())))
         .map_err(refuse)?;
     let mirrored = MirroredHeaders {
         protocol_version: headers.get(&VERSION_HEADER).map(|v| v.as_bytes()),
