@@ -249,6 +249,47 @@ async fn a_stream_read_to_its_end_is_released_at_the_next_request_on_its_connect
 }
 
 #[tokio::test]
+async fn a_request_through_a_proxy_proves_nothing_about_what_its_client_read() {
+    // A proxy reads a response before its client does, and its kept-alive connection carries
+    // other clients' requests next: what comes after a stream on it proves nothing, so the
+    // stream stays resumable for a client whose connection to the proxy broke.
+    let gw = Gateway::fixture(&["--sse-linger-ms", "3600000"], &[]);
+    let behind = Gateway::fixture(
+        &[
+            "--sse-linger-ms",
+            "3600000",
+            "--trusted-proxies",
+            "127.0.0.1",
+        ],
+        &[],
+    );
+    let cases = [
+        (&gw, Some(("x-forwarded-for", "203.0.113.7"))),
+        (&gw, Some(("forwarded", "for=203.0.113.7;proto=https"))),
+        (&gw, Some(("via", "1.1 edge"))),
+        // From a trusted proxy's address, with no header naming a hop.
+        (&behind, None),
+    ];
+    for (gateway, header) in cases {
+        let mut c = gateway.client();
+        if let Some((name, value)) = header {
+            c = c.with_header(name, value);
+        }
+        c.initialize_at("2025-11-25", json!({})).await;
+        let mut events = post_stream(&c, &call(1, "echo", json!({"text": "x"}))).await;
+        let priming = events.next().await.unwrap().id.unwrap();
+        assert_eq!(data_events(&mut events).await.len(), 1);
+        c.tool_text(2, "echo", json!({"text": "next"})).await;
+        let mut again = RawEvents::new(resume(&c.on_new_connection(), &priming).await);
+        assert_eq!(
+            data_events(&mut again).await.len(),
+            1,
+            "still resumable after a next request with {header:?}"
+        );
+    }
+}
+
+#[tokio::test]
 async fn cursors_that_cannot_be_resumed_get_clear_errors() {
     // No hold: the burst must go out on a live connection that the client then drops.
     let gw = Gateway::fixture(

@@ -204,6 +204,18 @@ pub fn client_ip(peer: IpAddr, headers: &HeaderMap, trusted: &[ipnet::IpNet]) ->
     client
 }
 
+/// Whether a proxy carried the request: its peer is a trusted proxy, or it names a hop
+/// (`Forwarded`, `X-Forwarded-For`, `Via`; a client that writes one of them only loses its own
+/// proof of reading). A proxy reads a response before its client does, and its kept-alive
+/// connection to the gateway carries many clients' requests, so a next request on it proves
+/// nothing about what any client read.
+pub fn via_proxy(peer: IpAddr, headers: &HeaderMap, trusted: &[ipnet::IpNet]) -> bool {
+    headers.contains_key(&FORWARDED_FOR)
+        || headers.contains_key(header::FORWARDED)
+        || headers.contains_key(header::VIA)
+        || trusted.iter().any(|n| n.contains(&peer))
+}
+
 /// Whose a new session is, for the per-client cap: the token's subject, else the client's
 /// address; an IPv6 address by its /64, which one host may hold whole.
 pub fn client_key(

@@ -9,6 +9,10 @@
 //! on one connection this keeps a session's replay buffer at the streams still in flight,
 //! where it would otherwise hold every stream of the last linger period.
 //!
+//! A proxy in front breaks it too: the proxy reads the response before its client does, and
+//! its kept-alive connection carries other clients' requests. Requests that came through one
+//! (`http::checks::via_proxy`) or from another replica carry no proof.
+//!
 //! Pipelining (a client sending requests before reading the responses before them) would break
 //! this reasoning. No MCP client pipelines, and RFC 9112 tells clients not to pipeline after a
 //! POST. HTTP/2 multiplexes and proves nothing: its requests carry no proof.

@@ -441,7 +441,8 @@ fn haproxy_binary() -> &'static str {
     }
 }
 
-/// The config: one HTTP frontend, round-robin over the replicas with no stickiness of any
+/// The config: one HTTP frontend that names the client in `X-Forwarded-For` (so the
+/// replicas know a proxy is in front), round-robin over the replicas with no stickiness of any
 /// kind (each request is balanced on its own, kept-alive client connections included;
 /// connections to the replicas are kept alive and reused, as HAProxy does by default), TCP
 /// health checks every 100 ms that take a dead replica out at the first failure and put it
@@ -469,6 +470,7 @@ defaults
 
 frontend mcp
     bind 127.0.0.1:{lb_port}
+    option forwardfor
     default_backend {BACKEND}
 
 backend {BACKEND}

@@ -61,13 +61,15 @@ struct Conn {
 }
 
 impl Conn {
-    fn take(parts: &mut axum::http::request::Parts) -> Conn {
+    fn take(gw: &Edge, parts: &mut axum::http::request::Parts) -> Conn {
         let forwarded = parts.extensions.remove::<Forwarded>().is_some();
         match parts.extensions.remove::<Arc<ConnectionContext>>() {
             Some(c) => Conn {
-                // A forwarder's pooled connection carries many clients' requests: one of
-                // them proves nothing about what another client read.
-                proof: if forwarded {
+                // A forwarder's or a proxy's pooled connection carries many clients'
+                // requests: one of them proves nothing about what another client read.
+                proof: if forwarded
+                    || checks::via_proxy(c.peer.ip(), &parts.headers, &gw.config.trusted_proxies)
+                {
                     None
                 } else {
                     c.proof_for(parts.version)
@@ -91,7 +93,7 @@ impl Conn {
 pub async fn post(State(gw): State<Arc<Edge>>, request: Request) -> Response {
     let (mut parts, body) = request.into_parts();
     let trace = TraceContext::from_headers(&parts.headers);
-    let conn = Conn::take(&mut parts);
+    let conn = Conn::take(&gw, &mut parts);
     // Boxed: the handler's future is moved several times on its way through axum and hyper,
     // and this one, holding every state of a POST, is kilobytes.
     Box::pin(handle_post(
@@ -108,7 +110,7 @@ pub async fn post(State(gw): State<Arc<Edge>>, request: Request) -> Response {
 
 pub async fn get(State(gw): State<Arc<Edge>>, request: Request) -> Response {
     let (mut parts, _) = request.into_parts();
-    let conn = Conn::take(&mut parts);
+    let conn = Conn::take(&gw, &mut parts);
     handle_get(&gw, &parts.uri, &parts.headers, conn)
         .await
         .unwrap_or_else(IntoResponse::into_response)
@@ -116,7 +118,7 @@ pub async fn get(State(gw): State<Arc<Edge>>, request: Request) -> Response {
 
 pub async fn delete(State(gw): State<Arc<Edge>>, request: Request) -> Response {
     let (mut parts, _) = request.into_parts();
-    let conn = Conn::take(&mut parts);
+    let conn = Conn::take(&gw, &mut parts);
     handle_delete(&gw, &parts.uri, &parts.headers, &conn)
         .await
         .unwrap_or_else(IntoResponse::into_response)
