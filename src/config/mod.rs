@@ -17,6 +17,7 @@
 //! `external` checks `[auth]`'s keys of `auth.mode = "external"` (an authorization server the
 //! gateway does not run).
 
+mod access;
 mod audit;
 mod auth;
 mod cli;
@@ -33,6 +34,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+pub use access::{Access, ToolAccess, pattern_matches};
 pub use audit::AuditConfig;
 pub use auth::{AuthConfig, AuthMode, ClientConfig, UserConfig};
 pub use cli::{Cli, Command, LogFormat};
@@ -44,9 +46,8 @@ pub use listener::{
     AllowList, ConnectionLimits, DEFAULT_LISTEN, DEFAULT_MAX_BODY_BYTES, MIN_HEADER_BYTES,
 };
 pub use plugin::{
-    Access, MAX_PREFIX_LEN, MAX_TOOL_NAME_LEN, PluginConfig, PluginEra, PluginSpec, ProcessModel,
-    ResponseMode, SECRET_ENV_VARS, Scheduling, ToolAccess, expand_env, pattern_matches,
-    tool_name_char, validate_plugin,
+    MAX_PREFIX_LEN, MAX_TOOL_NAME_LEN, PluginConfig, PluginEra, PluginSpec, ProcessModel,
+    ResponseMode, SECRET_ENV_VARS, Scheduling, expand_env, tool_name_char, validate_plugin,
 };
 pub use stream::{ReplayLimits, StreamSettings};
 pub use upstream::{SubjectClaim, UPSTREAM_SECRET_ENV, UpstreamConfig};
