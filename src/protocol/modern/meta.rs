@@ -58,6 +58,16 @@ struct Meta<'a> {
     client_info: Option<&'a RawValue>,
 }
 
+/// A JSON string's value, or `None` for any other JSON value. Most strings have no escape
+/// and are copied as they are; the others are decoded.
+fn string_value(raw: &RawValue) -> Option<String> {
+    let text = raw.get();
+    match text.strip_prefix('"').and_then(|t| t.strip_suffix('"')) {
+        Some(plain) if !plain.contains('\\') => Some(plain.to_owned()),
+        _ => serde_json::from_str(text).ok(),
+    }
+}
+
 /// The modern version a request's params declare, if they declare one (the era test: a
 /// request carrying it is modern, whatever its method).
 pub fn declared_version(params: Option<&RawValue>) -> Option<String> {
@@ -98,7 +108,7 @@ pub fn read_declared(params: Option<&RawValue>) -> Option<Result<RequestMeta, Mo
     match serde_json::from_str::<Object<WithMeta>>(text) {
         Ok(Object(mut p)) => {
             let meta = p.meta.take()?.0;
-            let version = serde_json::from_str::<String>(meta.version?.get()).ok()?;
+            let version = string_value(meta.version?)?;
             Some(finish_meta(meta, version, &p))
         }
         // Params that do not read as a whole (a member given twice, say) whose `_meta` still
@@ -145,8 +155,7 @@ fn finish_meta(
     p: &WithMeta<'_>,
 ) -> Result<RequestMeta, ModernError> {
     let bad = |what: &str| ModernError::InvalidMeta(what.to_owned());
-    let string =
-        |v: Option<&RawValue>| v.and_then(|v| serde_json::from_str::<String>(v.get()).ok());
+    let string = |v: Option<&RawValue>| v.and_then(string_value);
     // Required on every request, `{}` when the client declares nothing.
     #[derive(Deserialize)]
     struct Declared<'a> {
@@ -170,8 +179,9 @@ fn finish_meta(
     let log_level = match meta.log_level {
         None => None,
         Some(l) => {
-            let l: String = serde_json::from_str(l.get())
-                .map_err(|_| bad("_meta[\"io.modelcontextprotocol/logLevel\"] must be a string"))?;
+            let l = string_value(l).ok_or_else(|| {
+                bad("_meta[\"io.modelcontextprotocol/logLevel\"] must be a string")
+            })?;
             if !crate::protocol::LOG_LEVELS.contains(&l.as_str()) {
                 return Err(bad(
                     "_meta[\"io.modelcontextprotocol/logLevel\"] is not a log level",

@@ -274,58 +274,88 @@ pub fn response_outcome(bytes: &[u8]) -> Option<Result<(), i64>> {
 /// bridge's, or a modern plugin's) is returned as it is, as is anything that does not parse
 /// as a response.
 pub fn modernize_response(bytes: &[u8], cache_scope: Option<&str>) -> Vec<u8> {
+    // One pass for a result in the gateway's own layout (`jsonrpc::result_bytes`), which is
+    // every response a plugin's answer becomes; anything else is read in two.
+    #[derive(Deserialize)]
+    struct Laid<'a> {
+        #[serde(borrow)]
+        id: &'a RawValue,
+        #[serde(borrow)]
+        result: Typed<'a>,
+    }
+    const AFTER_ID: &[u8] = b",\"result\":{";
+    if let Ok(laid) = serde_json::from_slice::<Laid>(bytes) {
+        let id = laid.id.get();
+        let end = id.as_ptr() as usize - bytes.as_ptr() as usize + id.len();
+        if bytes[end..].starts_with(AFTER_ID) {
+            return add_members(bytes, end + AFTER_ID.len(), &laid.result, cache_scope);
+        }
+    }
+    modernize_read_twice(bytes, cache_scope)
+}
+
+/// The members of a result object that [`modernize_response`] may add, as raw values: a
+/// `null` is there, not absent.
+#[derive(Deserialize, Default)]
+struct Typed<'a> {
+    #[serde(borrow, rename = "resultType")]
+    result_type: Option<&'a RawValue>,
+    #[serde(borrow, rename = "ttlMs")]
+    ttl: Option<&'a RawValue>,
+    #[serde(borrow, rename = "cacheScope")]
+    scope: Option<&'a RawValue>,
+}
+
+/// `bytes` with `resultType` and the caching hints it lacks (`keys`) added at `at`, just
+/// inside the result object's opening brace; as they are for an `InputRequiredResult`.
+fn add_members(bytes: &[u8], at: usize, keys: &Typed, cache_scope: Option<&str>) -> Vec<u8> {
+    if keys
+        .result_type
+        .is_some_and(|t| t.get() == r#""input_required""#)
+    {
+        return bytes.to_vec();
+    }
+    let mut fields = String::new();
+    if keys.result_type.is_none() {
+        fields.push_str(r#""resultType":"complete","#);
+    }
+    if let Some(scope) = cache_scope {
+        if keys.ttl.is_none() {
+            fields.push_str(r#""ttlMs":0,"#);
+        }
+        if keys.scope.is_none() {
+            fields.push_str(r#""cacheScope":""#);
+            fields.push_str(scope);
+            fields.push_str(r#"","#);
+        }
+    }
+    if fields.is_empty() {
+        return bytes.to_vec();
+    }
+    if bytes[at..].trim_ascii_start().starts_with(b"}") {
+        fields.pop();
+    }
+    let mut out = Vec::with_capacity(bytes.len() + fields.len());
+    out.extend_from_slice(&bytes[..at]);
+    out.extend_from_slice(fields.as_bytes());
+    out.extend_from_slice(&bytes[at..]);
+    out
+}
+
+/// [`modernize_response`] for a response in any layout: the envelope read, then its result.
+fn modernize_read_twice(bytes: &[u8], cache_scope: Option<&str>) -> Vec<u8> {
     let Ok(envelope) = serde_json::from_slice::<Envelope>(bytes) else {
         return bytes.to_vec();
     };
     if let Some(result) = envelope.result {
         let text = result.get();
-        let Some(open) = text.strip_prefix('{') else {
+        if !text.starts_with('{') {
             return bytes.to_vec();
-        };
-        // The members this may add, as raw values: a `null` is there, not absent.
-        #[derive(Deserialize, Default)]
-        struct Typed<'a> {
-            #[serde(borrow, rename = "resultType")]
-            result_type: Option<&'a RawValue>,
-            #[serde(borrow, rename = "ttlMs")]
-            ttl: Option<&'a RawValue>,
-            #[serde(borrow, rename = "cacheScope")]
-            scope: Option<&'a RawValue>,
         }
         let keys: Typed = serde_json::from_str(text).unwrap_or_default();
-        if keys
-            .result_type
-            .is_some_and(|t| t.get() == r#""input_required""#)
-        {
-            return bytes.to_vec();
-        }
-        let mut fields = String::new();
-        if keys.result_type.is_none() {
-            fields.push_str(r#""resultType":"complete","#);
-        }
-        if let Some(scope) = cache_scope {
-            if keys.ttl.is_none() {
-                fields.push_str(r#""ttlMs":0,"#);
-            }
-            if keys.scope.is_none() {
-                fields.push_str(r#""cacheScope":""#);
-                fields.push_str(scope);
-                fields.push_str(r#"","#);
-            }
-        }
-        if fields.is_empty() {
-            return bytes.to_vec();
-        }
-        if open.trim_start().starts_with('}') {
-            fields.pop();
-        }
         // Where the result's object opens, in `bytes` (`result` borrows from it).
         let at = text.as_ptr() as usize - bytes.as_ptr() as usize + 1;
-        let mut out = Vec::with_capacity(bytes.len() + fields.len());
-        out.extend_from_slice(&bytes[..at]);
-        out.extend_from_slice(fields.as_bytes());
-        out.extend_from_slice(&bytes[at..]);
-        return out;
+        return add_members(bytes, at, &keys, cache_scope);
     }
     if let Some(error) = envelope.error
         && let Ok(mut e) = serde_json::from_str::<serde_json::Value>(error.get())
@@ -528,6 +558,30 @@ mod tests {
         assert_eq!(v["error"]["code"], -32602);
         assert_eq!(v["error"]["message"], "no such resource");
         assert_eq!(m("not json", None), "not json");
+        // Laid out otherwise than the gateway lays out responses: read in two passes, the same
+        // members added.
+        use serde_json::json;
+        for (other, id) in [
+            (
+                r#"{"result":{"tools":[]},"id":1,"jsonrpc":"2.0"}"#,
+                json!(1),
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":"a,\"result\":{", "result":{"tools":[]}}"#,
+                json!("a,\"result\":{"),
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":1 ,"result":{"tools":[]}}"#,
+                json!(1),
+            ),
+        ] {
+            let v: serde_json::Value = serde_json::from_str(&m(other, Some("private"))).unwrap();
+            assert_eq!(v["id"], id, "{other}");
+            assert_eq!(v["result"]["resultType"], "complete", "{other}");
+            assert_eq!(v["result"]["cacheScope"], "private", "{other}");
+        }
+        let list = r#"{"jsonrpc":"2.0","id":1,"result":["not an object"]}"#;
+        assert_eq!(m(list, None), list);
     }
 
     #[test]
