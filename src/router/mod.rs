@@ -44,6 +44,11 @@ pub struct Modern {
     pub as_task: bool,
     /// The capabilities its `_meta` declares, as sent.
     pub declared: Option<Box<RawValue>>,
+    /// Its params' `name` where it is a string, and whether they carry `task`, as the
+    /// reading of its `_meta` found them (`modern::RequestMeta`): a `tools/call` or
+    /// `prompts/get` is routed without reading its params again. Without a name they are.
+    pub name: Option<String>,
+    pub task_hint: bool,
 }
 
 /// A request's route, worked out once: the HTTP layer reads the response mode from it, then

@@ -193,11 +193,17 @@ pub(super) fn target(
             } else {
                 ("prompts", "prompt")
             };
-            let p: NameParams = parse(
-                method,
-                params,
-                "params.name is required and must be a string",
-            )?;
+            let p: NameParams = match modern.and_then(|m| Some((m.name.as_deref()?, m))) {
+                Some((name, m)) => NameParams {
+                    name: Cow::Borrowed(name),
+                    task: m.task_hint.then_some(serde::de::IgnoredAny),
+                },
+                None => parse(
+                    method,
+                    params,
+                    "params.name is required and must be a string",
+                )?,
+            };
             let (slot, local) = resolve_name(view, capability, &p.name).ok_or_else(|| {
                 Refusal(code::INVALID_PARAMS, format!("Unknown {what}: {}", p.name))
             })?;

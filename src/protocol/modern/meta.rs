@@ -24,6 +24,9 @@ pub struct RequestMeta {
     pub name: Option<String>,
     pub uri: Option<String>,
     pub task_id: Option<String>,
+    /// The params carry `task` (a 2025-11-25 task hint; the routing of a `tools/call` reads
+    /// this instead of the params again).
+    pub task_hint: bool,
     /// The level at or above which this request's log messages are wanted; none without.
     pub log_level: Option<String>,
     /// The extensions the client declared (`clientCapabilities.extensions`), by identifier.
@@ -97,6 +100,7 @@ struct WithMeta<'a> {
     uri: Option<&'a RawValue>,
     #[serde(borrow, rename = "taskId")]
     task_id: Option<&'a RawValue>,
+    task: Option<IgnoredAny>,
 }
 
 /// The era test and the reading of `_meta` in one pass over the params: `None` when they
@@ -196,6 +200,7 @@ fn finish_meta(
         name: string(p.name),
         uri: string(p.uri),
         task_id: string(p.task_id),
+        task_hint: p.task.is_some(),
         log_level,
         extensions,
         client: meta.client_info.and_then(crate::protocol::client_label),

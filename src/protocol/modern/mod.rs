@@ -456,6 +456,14 @@ mod tests {
             }
         }
         assert!(matches!(read_meta(None), Err(ModernError::InvalidMeta(_))));
+        // What routing reads of the params comes with it: the name (escapes decoded, a
+        // non-string left out) and whether a task hint is there.
+        let call = read_meta(Some(&params(r#","name":"a\u0062c","task":{"ttl":1}"#))).unwrap();
+        assert_eq!(call.name.as_deref(), Some("abc"));
+        assert!(call.task_hint);
+        let call = read_meta(Some(&params(r#","name":7"#))).unwrap();
+        assert_eq!(call.name, None);
+        assert!(!call.task_hint);
     }
 
     #[test]

@@ -159,6 +159,8 @@ pub(super) async fn modern(
         tasks: meta.tasks(),
         as_task,
         declared: meta.capabilities_raw.clone(),
+        name: meta.name.clone(),
+        task_hint: meta.task_hint,
     };
     let plan = router::plan_modern(&session, &view, &method, params.as_deref(), modern_part);
     // A modern plugin asks for input itself: its `InputRequiredResult` and `requestState`
