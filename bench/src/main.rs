@@ -1045,11 +1045,22 @@ async fn post(
     version: Option<&str>,
     body: &Value,
 ) -> Result<(Option<String>, Vec<Value>), String> {
+    post_body(http, url, sid, version, body.to_string()).await
+}
+
+/// [`post`] of a body already written.
+async fn post_body(
+    http: &reqwest::Client,
+    url: &str,
+    sid: Option<&str>,
+    version: Option<&str>,
+    body: String,
+) -> Result<(Option<String>, Vec<Value>), String> {
     let mut req = http
         .post(url)
         .header("content-type", "application/json")
         .header("accept", "application/json, text/event-stream")
-        .body(body.to_string());
+        .body(body);
     if let Some(s) = sid {
         req = req.header("mcp-session-id", s);
     }
@@ -1124,9 +1135,11 @@ async fn http_load(url: &str, sessions: usize, in_flight: usize, duration: Durat
             // Unique in the session: JSON-RPC forbids reusing an id there.
             let id = (w as u64) << 40 | seq;
             let text = echo_text(w, seq);
-            let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": "echo", "arguments": {"text": text}}});
-            match post(http, url, sid.as_deref(), Some(version), &body).await {
-                Ok((_, messages)) => messages.iter().any(|m| m["id"] == id && m["result"]["content"][0]["text"] == text.as_str()),
+            let body = echo_call_body(id, &text, None);
+            match post_body(http, url, sid.as_deref(), Some(version), body).await {
+                Ok((_, messages)) => messages
+                    .iter()
+                    .any(|m| m["id"] == id && m["result"]["content"][0]["text"] == text.as_str()),
                 Err(_) => false,
             }
         }
@@ -1137,6 +1150,25 @@ async fn http_load(url: &str, sessions: usize, in_flight: usize, duration: Durat
         let _ = http.delete(url).header("mcp-session-id", sid).send().await;
     }
     t
+}
+
+/// The body of call `id` of `echo` with `text`, written out as text: the load generator
+/// shares the cores with what it measures, so it builds no JSON tree per call, in either era.
+/// `meta` (a modern request's `_meta`, serialized once per run) ends the params.
+fn echo_call_body(id: u64, text: &str, meta: Option<&str>) -> String {
+    let text = serde_json::to_string(text).expect("a string");
+    let mut body = String::with_capacity(96 + text.len() + meta.map_or(0, |m| m.len() + 9));
+    body.push_str(r#"{"jsonrpc":"2.0","id":"#);
+    body.push_str(&id.to_string());
+    body.push_str(r#","method":"tools/call","params":{"name":"echo","arguments":{"text":"#);
+    body.push_str(&text);
+    body.push('}');
+    if let Some(meta) = meta {
+        body.push_str(r#","_meta":"#);
+        body.push_str(meta);
+    }
+    body.push_str("}}");
+    body
 }
 
 /// The 64-byte text of worker `w`'s call `seq`, unique in the run.
@@ -1577,4 +1609,26 @@ fn markdown(r: &Report) -> String {
         out.push_str(&notes);
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_echo_call_written_as_text_is_the_call_as_json() {
+        let text = echo_text(3, 7);
+        let legacy: Value = serde_json::from_str(&echo_call_body(9, &text, None)).unwrap();
+        assert_eq!(
+            legacy,
+            json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {"name": "echo", "arguments": {"text": text}}})
+        );
+        let meta = r#"{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}"#;
+        let modern: Value = serde_json::from_str(&echo_call_body(9, "a\"b", Some(meta))).unwrap();
+        assert_eq!(modern["params"]["arguments"]["text"], "a\"b");
+        assert_eq!(
+            modern["params"]["_meta"]["io.modelcontextprotocol/protocolVersion"],
+            "2026-07-28"
+        );
+    }
 }
