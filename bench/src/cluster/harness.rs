@@ -486,7 +486,9 @@ pub fn haproxy_binary() -> &'static str {
     }
 }
 
-/// The tests' HAProxy config: one HTTP frontend, round-robin over the replicas with no
+/// The tests' HAProxy config: one HTTP frontend that names the client in `X-Forwarded-For`
+/// (as `deploy/config/haproxy.cfg` does; it also tells the replicas a proxy is in front, so a
+/// kept-alive backend connection's next request is no proof of reading), round-robin over the replicas with no
 /// stickiness (each request balanced on its own), connections to the replicas kept alive, TCP
 /// health checks every 100 ms (down at the first failure, up at the first success), and a
 /// failed connect sent to another replica (never a request a replica saw). For a diagnosis or
@@ -522,6 +524,7 @@ defaults
 
 frontend mcp
     bind 127.0.0.1:{lb_port}
+    option forwardfor
     default_backend gateways
 
 backend gateways
