@@ -210,6 +210,8 @@ pub fn client_ip(peer: IpAddr, headers: &HeaderMap, trusted: &[ipnet::IpNet]) ->
 /// connection to the gateway carries many clients' requests, so a next request on it proves
 /// nothing about what any client read.
 pub fn via_proxy(peer: IpAddr, headers: &HeaderMap, trusted: &[ipnet::IpNet]) -> bool {
+    // An IPv4 peer of a dual-stack listener comes as `::ffff:a.b.c.d`.
+    let peer = peer.to_canonical();
     headers.contains_key(&FORWARDED_FOR)
         || headers.contains_key(header::FORWARDED)
         || headers.contains_key(header::VIA)
@@ -380,6 +382,25 @@ mod tests {
         );
         assert!(json_content(&headers(&[("content-type", "text/plain")])).is_err());
         assert!(json_content(&headers(&[])).is_err());
+    }
+
+    #[test]
+    fn a_proxy_is_known_by_its_address_or_the_hop_it_names() {
+        let trusted: Vec<ipnet::IpNet> = vec!["10.0.0.0/8".parse().unwrap()];
+        let none = HeaderMap::new();
+        let mapped: IpAddr = "::ffff:10.1.1.1".parse().unwrap();
+        assert!(
+            via_proxy(mapped, &none, &trusted),
+            "an IPv4 proxy on a dual-stack listener"
+        );
+        assert!(via_proxy("10.1.1.1".parse().unwrap(), &none, &trusted));
+        let client: IpAddr = "203.0.113.7".parse().unwrap();
+        assert!(!via_proxy(client, &none, &trusted));
+        for name in ["x-forwarded-for", "forwarded", "via"] {
+            let mut h = HeaderMap::new();
+            h.insert(name, "x".parse().unwrap());
+            assert!(via_proxy(client, &h, &[]), "{name}");
+        }
     }
 
     #[test]

@@ -46,7 +46,8 @@ pub struct Modern {
     pub declared: Option<Box<RawValue>>,
     /// Its params' `name` where it is a string, and whether they carry `task`, as the
     /// reading of its `_meta` found them (`modern::RequestMeta`): a `tools/call` or
-    /// `prompts/get` is routed without reading its params again. Without a name they are.
+    /// `prompts/get` finds its plugin without reading its params for them again (without a
+    /// name it does; a prefixed name's rewrite still reads them).
     pub name: Option<String>,
     pub task_hint: bool,
 }

@@ -1,6 +1,7 @@
 //! What a modern request says about itself in `params._meta` ([`RequestMeta`]): its version,
 //! the capabilities and extensions it declares, its log level and client, read with the
-//! fields its headers mirror (`name`, `uri`, `taskId`) in one pass over the params. The era
+//! fields its headers mirror (`name`, `uri`, `taskId`) and whether a task hint (`task`) is
+//! there, in one pass over the params. The era
 //! decision ([`crate::protocol::era`]) calls [`read_declared`]; what is wrong with a `_meta`
 //! becomes [`ModernError::InvalidMeta`].
 
@@ -144,10 +145,16 @@ fn why_not_read(params: &str) -> ModernError {
             None => bad("params._meta is required"),
             Some(_) => bad("_meta[\"io.modelcontextprotocol/protocolVersion\"] must be a string"),
         },
-        Err(_) => match serde_json::from_str::<Object<Params>>(params) {
+        Err(e) => match serde_json::from_str::<Object<Params>>(params) {
             Err(_) => bad("params must be an object"),
-            Ok(Object(p)) if p.meta.is_none() => bad("params._meta is required"),
-            Ok(_) => bad("params._meta must be an object"),
+            Ok(Object(p)) => match p.meta {
+                None => bad("params._meta is required"),
+                // An object `_meta` in params that do not read: a member given twice, say.
+                Some(m) if m.get().starts_with('{') => {
+                    ModernError::InvalidMeta(format!("params could not be read: {e}"))
+                }
+                Some(_) => bad("params._meta must be an object"),
+            },
         },
     }
 }

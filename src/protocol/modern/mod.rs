@@ -464,6 +464,14 @@ mod tests {
         let call = read_meta(Some(&params(r#","name":7"#))).unwrap();
         assert_eq!(call.name, None);
         assert!(!call.task_hint);
+        // A member the gateway reads, given twice, is refused (the plugin could read the other
+        // one), and the error says so.
+        match read_meta(Some(&params(r#","task":{},"task":{"ttl":1}"#))) {
+            Err(ModernError::InvalidMeta(m)) => {
+                assert!(m.contains("duplicate field `task`"), "{m}")
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]
