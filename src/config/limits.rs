@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use super::access::pattern_matches;
 use super::{ConfigError, invalid};
 
 /// Most callers each limit keeps a bucket for, by default (see [`LimitsConfig::max_keys`]).
@@ -117,30 +118,10 @@ impl LimitRule {
     pub fn applies(&self, plugin: Option<&str>, tool: Option<&str>) -> bool {
         match &self.matcher {
             Matcher::All => true,
-            Matcher::Plugin(p) => plugin.is_some_and(|n| glob(p, n)),
-            Matcher::Tool(p) => tool.is_some_and(|n| glob(p, n)),
+            Matcher::Plugin(p) => plugin.is_some_and(|n| pattern_matches(p, n)),
+            Matcher::Tool(p) => tool.is_some_and(|n| pattern_matches(p, n)),
         }
     }
-}
-
-/// `*` matches any run of characters (also none); everything else matches itself.
-pub fn glob(pattern: &str, name: &str) -> bool {
-    let mut parts = pattern.split('*');
-    let first = parts.next().unwrap_or("");
-    let Some(mut rest) = name.strip_prefix(first) else {
-        return false;
-    };
-    let parts: Vec<&str> = parts.collect();
-    let Some((last, middle)) = parts.split_last() else {
-        return rest.is_empty();
-    };
-    for part in middle {
-        match rest.find(part) {
-            Some(i) => rest = &rest[i + part.len()..],
-            None => return false,
-        }
-    }
-    rest.len() >= last.len() && rest.ends_with(last)
 }
 
 /// `100/min` → (100, minute).
@@ -237,14 +218,14 @@ mod tests {
 
     #[test]
     fn globs() {
-        assert!(glob("fs", "fs"));
-        assert!(!glob("fs", "fsx"));
-        assert!(glob("fs*", "fsx"));
-        assert!(glob("*__write*", "fs__write_file"));
-        assert!(!glob("*__write*", "fs__read"));
-        assert!(glob("*", ""));
-        assert!(glob("a*a", "aa"));
-        assert!(!glob("a*a", "a"));
+        assert!(pattern_matches("fs", "fs"));
+        assert!(!pattern_matches("fs", "fsx"));
+        assert!(pattern_matches("fs*", "fsx"));
+        assert!(pattern_matches("*__write*", "fs__write_file"));
+        assert!(!pattern_matches("*__write*", "fs__read"));
+        assert!(pattern_matches("*", ""));
+        assert!(pattern_matches("a*a", "aa"));
+        assert!(!pattern_matches("a*a", "a"));
     }
 
     fn section(text: &str) -> Result<LimitsConfig, String> {

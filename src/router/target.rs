@@ -313,6 +313,23 @@ fn task_target(
         }
         return Ok(Target::Gateway);
     }
+    let (found, slot, public) = find_task(session, view, method, params)?;
+    Ok(Target::Task {
+        slot,
+        params: tasks::local_params(params, &found.local),
+        public,
+        conn: found.conn,
+    })
+}
+
+/// The task a request names (`params.taskId`), if the session has it, with its plugin's slot
+/// in the view and its public id.
+fn find_task(
+    session: &Session,
+    view: &View,
+    method: &str,
+    params: Option<&RawValue>,
+) -> Result<(Found, usize, Arc<str>), Refusal> {
     let p: tasks::TaskParams = parse(
         method,
         params,
@@ -325,12 +342,7 @@ fn task_target(
     let (Some(found), Some(slot)) = (found, slot) else {
         return refuse(code::INVALID_PARAMS, tasks::NOT_FOUND);
     };
-    Ok(Target::Task {
-        slot,
-        params: tasks::local_params(params, &found.local),
-        public: Arc::from(&*p.task_id),
-        conn: found.conn,
-    })
+    Ok((found, slot, Arc::from(&*p.task_id)))
 }
 
 /// Where a modern client's request about a task goes: the gateway answers it from the
@@ -341,22 +353,11 @@ fn modern_task_target(
     method: &str,
     params: Option<&RawValue>,
 ) -> Result<Target, Refusal> {
-    let p: tasks::TaskParams = parse(
-        method,
-        params,
-        "params.taskId is required and must be a string",
-    )?;
-    let found = session.tasks.get(&p.task_id);
-    let slot = found
-        .as_ref()
-        .and_then(|f| view.plugins.iter().position(|v| *v.name() == *f.plugin));
-    let (Some(found), Some(slot)) = (found, slot) else {
-        return refuse(code::INVALID_PARAMS, tasks::NOT_FOUND);
-    };
+    let (found, slot, public) = find_task(session, view, method, params)?;
     Ok(Target::ModernTask {
         slot,
         found,
-        public: Arc::from(&*p.task_id),
+        public,
     })
 }
 
