@@ -7,6 +7,7 @@
 
 pub mod limits;
 mod object;
+pub mod scan;
 
 pub use object::Object;
 
