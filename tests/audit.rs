@@ -156,6 +156,46 @@ async fn a_modern_clients_calls_are_recorded_too() {
     assert_eq!(r[0]["plugin"], "main");
     assert_eq!(r[0]["client"], "mrtr-test 1");
     assert!(r[0]["session"].is_null());
+    // The modern call's target and arguments are read with its `_meta`: they are recorded as
+    // a legacy session's same call records them (the same arguments, the same HMAC).
+    let mut c = gw.client();
+    c.initialize().await;
+    c.tool_text(2, "echo", json!({"text": "now"})).await;
+    let r = records(&admin, "tool=echo").await;
+    assert_eq!(r.len(), 2, "{r:#?}");
+    let (modern, legacy) = if r[0]["session"].is_null() {
+        (&r[0], &r[1])
+    } else {
+        (&r[1], &r[0])
+    };
+    assert_eq!(modern["target"], "echo");
+    assert!(
+        modern["arguments"]
+            .as_str()
+            .is_some_and(|a| a.starts_with("hmac-sha256:")),
+        "{modern}"
+    );
+    assert_eq!(modern["arguments"], legacy["arguments"]);
+    gw.stop().await;
+}
+
+/// With the arguments kept, a modern call's are kept as sent, out of params that also carry
+/// its `_meta`.
+#[tokio::test]
+async fn a_modern_calls_arguments_are_kept_as_sent() {
+    let gw = with_config("[audit]\ninclude_arguments = true\n").await;
+    let admin = Admin::of(&gw, ADMIN_TOKEN);
+    let m = common::modern::Modern::new(gw.client(), json!({}));
+    let args = json!({"text": "kept, with \"quotes\" and {braces}"});
+    assert_eq!(
+        m.call(1, "echo", args.clone()).await.text(),
+        args["text"].as_str().unwrap()
+    );
+    let r = records(&admin, "tool=echo").await;
+    assert_eq!(r.len(), 1, "{r:#?}");
+    let kept: Value = serde_json::from_str(r[0]["arguments"].as_str().unwrap()).unwrap();
+    assert_eq!(kept, args);
+    assert_eq!(r[0]["target"], "echo");
     gw.stop().await;
 }
 

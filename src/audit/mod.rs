@@ -276,17 +276,38 @@ impl Auditor {
             return None;
         }
         let read: Option<CallParams<'_>> = params.and_then(|p| serde_json::from_str(p.get()).ok());
-        let (target, arguments) = match read {
-            Some(p) => (
-                p.name.or(p.uri).map(|t| bounded(&t, 512)),
-                p.arguments.map(|a| self.arguments(a.get())),
-            ),
-            None => (None, None),
-        };
+        match read {
+            Some(p) => {
+                let target = p.name.or(p.uri);
+                self.call_read(
+                    who,
+                    method,
+                    plugin,
+                    target.as_deref(),
+                    p.arguments.map(RawValue::get),
+                )
+            }
+            None => self.call_read(who, method, plugin, None, None),
+        }
+    }
+
+    /// [`Auditor::call`] of a request whose params were read already: the `name` or `uri`
+    /// they target, and their `arguments` as sent.
+    pub fn call_read(
+        self: &Arc<Self>,
+        who: Who<'_>,
+        method: &str,
+        plugin: Option<&str>,
+        target: Option<&str>,
+        arguments: Option<&str>,
+    ) -> Option<Ticket> {
+        if !self.config.enabled || !audited(method) {
+            return None;
+        }
         let mut record = self.record(method, who);
         record.plugin = plugin.map(str::to_owned);
-        record.target = target;
-        record.arguments = arguments;
+        record.target = target.map(|t| bounded(t, 512));
+        record.arguments = arguments.map(|a| self.arguments(a));
         Some(Ticket {
             auditor: self.clone(),
             started: Instant::now(),

@@ -155,7 +155,7 @@ mod tests {
         let classify_body = |body: &str| {
             let parsed = parse_body(body.as_bytes()).unwrap();
             match classify(None, None, &parsed) {
-                Era::Modern(read) => read.map(|r| r.map(|m| (m.version, m.name))),
+                Era::Modern(read) => read.map(|r| r.map(|m| (m.declared.version.clone(), m.name))),
                 other => panic!("{other:?}"),
             }
         };

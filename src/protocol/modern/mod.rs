@@ -11,12 +11,12 @@
 //! holds the errors, the header checks, and a legacy plugin's answers made modern.
 
 use base64::Engine;
-use serde::Deserialize;
-use serde_json::value::RawValue;
 
 mod meta;
+mod response;
 
-pub use meta::{RequestMeta, declared_version, read_declared, read_meta, undeclared};
+pub use meta::{Declared, RequestMeta, declared_version, read_declared, read_meta, undeclared};
+pub use response::{modernize_response, response_outcome};
 
 /// The modern versions the gateway serves, newest first.
 pub const MODERN_VERSIONS: &[&str] = &["2026-07-28"];
@@ -150,10 +150,10 @@ pub fn check_version_header(
     let mismatch = |s: String| Err(ModernError::HeaderMismatch(s));
     match headers.protocol_version {
         None => mismatch("the MCP-Protocol-Version header is required".into()),
-        Some(v) if v != meta.version.as_bytes() => mismatch(format!(
+        Some(v) if v != meta.declared.version.as_bytes() => mismatch(format!(
             "MCP-Protocol-Version header value '{}' does not match the body's protocol version '{}'",
             String::from_utf8_lossy(v),
-            meta.version
+            meta.declared.version
         )),
         Some(_) => Ok(()),
     }
@@ -238,143 +238,10 @@ pub const CACHEABLE: &[&str] = &[
     "resources/read",
 ];
 
-/// The legacy "resource not found" code, which the modern era folds into invalid params.
-const LEGACY_RESOURCE_NOT_FOUND: i64 = -32002;
-
-#[derive(Deserialize)]
-struct Envelope<'a> {
-    #[serde(borrow)]
-    result: Option<&'a RawValue>,
-    #[serde(borrow)]
-    error: Option<&'a RawValue>,
-}
-
-/// What a message is as an answer: `Ok` for a result, `Err` with its `error.code` for an
-/// error (0 when it has none that reads); `None` for anything that is not a response (a
-/// request, a notification, what does not parse).
-pub fn response_outcome(bytes: &[u8]) -> Option<Result<(), i64>> {
-    #[derive(Deserialize)]
-    struct Error {
-        code: i64,
-    }
-    let envelope = serde_json::from_slice::<Envelope>(bytes).ok()?;
-    match (envelope.result, envelope.error) {
-        (Some(_), _) => Some(Ok(())),
-        (None, Some(e)) => Some(Err(
-            serde_json::from_str::<Error>(e.get()).map_or(0, |e| e.code)
-        )),
-        (None, None) => None,
-    }
-}
-
-/// A legacy plugin's response made a modern one: a result object gets `resultType:
-/// "complete"` (unless it says its type itself) and, for `cache_scope` (a cacheable method),
-/// the caching hints `ttlMs: 0` (no freshness is promised: the registry can change at any
-/// time) and `cacheScope`; a -32002 error becomes -32602. An `InputRequiredResult` (the
-/// bridge's, or a modern plugin's) is returned as it is, as is anything that does not parse
-/// as a response.
-pub fn modernize_response(bytes: &[u8], cache_scope: Option<&str>) -> Vec<u8> {
-    // One pass for a result in the gateway's own layout (`jsonrpc::result_bytes`), which is
-    // every response a plugin's answer becomes; anything else is read in two.
-    #[derive(Deserialize)]
-    struct Laid<'a> {
-        #[serde(borrow)]
-        id: &'a RawValue,
-        #[serde(borrow)]
-        result: Typed<'a>,
-    }
-    const AFTER_ID: &[u8] = b",\"result\":{";
-    if let Ok(laid) = serde_json::from_slice::<Laid>(bytes) {
-        let id = laid.id.get();
-        let end = id.as_ptr() as usize - bytes.as_ptr() as usize + id.len();
-        if bytes[end..].starts_with(AFTER_ID) {
-            return add_members(bytes, end + AFTER_ID.len(), &laid.result, cache_scope);
-        }
-    }
-    modernize_read_twice(bytes, cache_scope)
-}
-
-/// The members of a result object that [`modernize_response`] may add, as raw values: a
-/// `null` is there, not absent.
-#[derive(Deserialize, Default)]
-struct Typed<'a> {
-    #[serde(borrow, rename = "resultType")]
-    result_type: Option<&'a RawValue>,
-    #[serde(borrow, rename = "ttlMs")]
-    ttl: Option<&'a RawValue>,
-    #[serde(borrow, rename = "cacheScope")]
-    scope: Option<&'a RawValue>,
-}
-
-/// `bytes` with `resultType` and the caching hints it lacks (`keys`) added at `at`, just
-/// inside the result object's opening brace; as they are for an `InputRequiredResult`.
-fn add_members(bytes: &[u8], at: usize, keys: &Typed, cache_scope: Option<&str>) -> Vec<u8> {
-    if keys
-        .result_type
-        .is_some_and(|t| t.get() == r#""input_required""#)
-    {
-        return bytes.to_vec();
-    }
-    let mut fields = String::new();
-    if keys.result_type.is_none() {
-        fields.push_str(r#""resultType":"complete","#);
-    }
-    if let Some(scope) = cache_scope {
-        if keys.ttl.is_none() {
-            fields.push_str(r#""ttlMs":0,"#);
-        }
-        if keys.scope.is_none() {
-            fields.push_str(r#""cacheScope":""#);
-            fields.push_str(scope);
-            fields.push_str(r#"","#);
-        }
-    }
-    if fields.is_empty() {
-        return bytes.to_vec();
-    }
-    if bytes[at..].trim_ascii_start().starts_with(b"}") {
-        fields.pop();
-    }
-    let mut out = Vec::with_capacity(bytes.len() + fields.len());
-    out.extend_from_slice(&bytes[..at]);
-    out.extend_from_slice(fields.as_bytes());
-    out.extend_from_slice(&bytes[at..]);
-    out
-}
-
-/// [`modernize_response`] for a response in any layout: the envelope read, then its result.
-fn modernize_read_twice(bytes: &[u8], cache_scope: Option<&str>) -> Vec<u8> {
-    let Ok(envelope) = serde_json::from_slice::<Envelope>(bytes) else {
-        return bytes.to_vec();
-    };
-    if let Some(result) = envelope.result {
-        let text = result.get();
-        if !text.starts_with('{') {
-            return bytes.to_vec();
-        }
-        let keys: Typed = serde_json::from_str(text).unwrap_or_default();
-        // Where the result's object opens, in `bytes` (`result` borrows from it).
-        let at = text.as_ptr() as usize - bytes.as_ptr() as usize + 1;
-        return add_members(bytes, at, &keys, cache_scope);
-    }
-    if let Some(error) = envelope.error
-        && let Ok(mut e) = serde_json::from_str::<serde_json::Value>(error.get())
-        && e["code"] == LEGACY_RESOURCE_NOT_FOUND
-    {
-        e["code"] = crate::jsonrpc::code::INVALID_PARAMS.into();
-        let at = error.get().as_ptr() as usize - bytes.as_ptr() as usize;
-        let mut out = Vec::with_capacity(bytes.len() + 8);
-        out.extend_from_slice(&bytes[..at]);
-        out.extend_from_slice(e.to_string().as_bytes());
-        out.extend_from_slice(&bytes[at + error.get().len()..]);
-        return out;
-    }
-    bytes.to_vec()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::value::RawValue;
 
     fn raw(s: &str) -> Box<RawValue> {
         RawValue::from_string(s.to_owned()).unwrap()
@@ -399,9 +266,9 @@ mod tests {
         let p = params("");
         assert_eq!(declared_version(Some(&p)).as_deref(), Some("2026-07-28"));
         let meta = read_meta(Some(&p)).unwrap();
-        assert_eq!(meta.version, "2026-07-28");
+        assert_eq!(meta.declared.version, "2026-07-28");
         assert_eq!(
-            meta.capabilities_raw.unwrap().get(),
+            meta.declared.capabilities_raw.as_ref().unwrap().get(),
             r#"{"elicitation":{}}"#
         );
         assert!(declared_version(Some(&raw(r#"{"name":"x"}"#))).is_none());
@@ -421,7 +288,9 @@ mod tests {
         assert_eq!(
             read_meta(Some(&lean))
                 .unwrap()
+                .declared
                 .capabilities_raw
+                .as_ref()
                 .unwrap()
                 .get(),
             "{}"
@@ -534,92 +403,6 @@ mod tests {
         );
         assert_eq!(decode_header_value(b"bad\x01"), None);
         assert_eq!(decode_header_value("é".as_bytes()), None);
-    }
-
-    #[test]
-    fn a_legacy_response_is_made_modern() {
-        let m =
-            |b: &str, scope| String::from_utf8(modernize_response(b.as_bytes(), scope)).unwrap();
-        assert_eq!(
-            m(
-                r#"{"jsonrpc":"2.0","id":1,"result":{"tools":[]}}"#,
-                Some("public")
-            ),
-            r#"{"jsonrpc":"2.0","id":1,"result":{"resultType":"complete","ttlMs":0,"cacheScope":"public","tools":[]}}"#
-        );
-        assert_eq!(
-            m(r#"{"jsonrpc":"2.0","id":1,"result":{ }}"#, None),
-            r#"{"jsonrpc":"2.0","id":1,"result":{"resultType":"complete" }}"#
-        );
-        let typed = r#"{"jsonrpc":"2.0","id":1,"result":{"resultType":"input_required"}}"#;
-        assert_eq!(m(typed, None), typed, "a type of its own is kept");
-        let escaped = r#"{"jsonrpc":"2.0","id":1,"result":{"result\u0054ype":"input_required"}}"#;
-        assert_eq!(m(escaped, None), escaped, "even behind an escape");
-        let hinted = r#"{"jsonrpc":"2.0","id":1,"result":{"ttlMs":5,"tools":[]}}"#;
-        assert_eq!(
-            m(hinted, Some("public")),
-            r#"{"jsonrpc":"2.0","id":1,"result":{"resultType":"complete","cacheScope":"public","ttlMs":5,"tools":[]}}"#,
-            "a hint of its own is kept"
-        );
-        assert_eq!(
-            m(typed, Some("public")),
-            typed,
-            "an InputRequiredResult gets no caching hints"
-        );
-        let v: serde_json::Value = serde_json::from_str(&m(
-            r#"{"jsonrpc":"2.0","id":"a","error":{"code":-32002,"message":"no such resource"}}"#,
-            None,
-        ))
-        .unwrap();
-        assert_eq!(v["error"]["code"], -32602);
-        assert_eq!(v["error"]["message"], "no such resource");
-        assert_eq!(m("not json", None), "not json");
-        // Laid out otherwise than the gateway lays out responses: read in two passes, the same
-        // members added.
-        use serde_json::json;
-        for (other, id) in [
-            (
-                r#"{"result":{"tools":[]},"id":1,"jsonrpc":"2.0"}"#,
-                json!(1),
-            ),
-            (
-                r#"{"jsonrpc":"2.0","id":"a,\"result\":{", "result":{"tools":[]}}"#,
-                json!("a,\"result\":{"),
-            ),
-            (
-                r#"{"jsonrpc":"2.0","id":1 ,"result":{"tools":[]}}"#,
-                json!(1),
-            ),
-        ] {
-            let v: serde_json::Value = serde_json::from_str(&m(other, Some("private"))).unwrap();
-            assert_eq!(v["id"], id, "{other}");
-            assert_eq!(v["result"]["resultType"], "complete", "{other}");
-            assert_eq!(v["result"]["cacheScope"], "private", "{other}");
-        }
-        let list = r#"{"jsonrpc":"2.0","id":1,"result":["not an object"]}"#;
-        assert_eq!(m(list, None), list);
-    }
-
-    #[test]
-    fn a_message_is_read_as_an_answer() {
-        let outcome = |b: &str| response_outcome(b.as_bytes());
-        assert_eq!(
-            outcome(r#"{"jsonrpc":"2.0","id":1,"error":{"code":-32021,"message":"x","data":{}}}"#),
-            Some(Err(-32021))
-        );
-        assert_eq!(
-            outcome(r#"{"jsonrpc":"2.0","id":1,"result":{}}"#),
-            Some(Ok(()))
-        );
-        assert_eq!(
-            outcome(r#"{"jsonrpc":"2.0","method":"notifications/progress","params":{}}"#),
-            None
-        );
-        assert_eq!(
-            outcome(r#"{"jsonrpc":"2.0","id":3,"method":"elicitation/create","params":{}}"#),
-            None
-        );
-        assert_eq!(outcome("not json"), None);
     }
 
     #[test]

@@ -86,9 +86,9 @@ pub(super) async fn modern(
         name: headers.get(&NAME_HEADER).map(|v| v.as_bytes()),
     };
     modern::check_version_header(mirrored, &meta).map_err(refuse)?;
-    if !modern::MODERN_VERSIONS.contains(&meta.version.as_str()) {
+    if !modern::MODERN_VERSIONS.contains(&meta.declared.version.as_str()) {
         return Err(refuse(ModernError::UnsupportedVersion {
-            requested: meta.version,
+            requested: meta.declared.version.clone(),
         }));
     }
     modern::check_headers(mirrored, &method, &meta).map_err(refuse)?;
@@ -158,7 +158,7 @@ pub(super) async fn modern(
     let modern_part = router::Modern {
         tasks: meta.tasks(),
         as_task,
-        declared: meta.capabilities_raw.clone(),
+        declared: meta.declared.capabilities_raw.clone(),
         name: meta.name.clone(),
         task_hint: meta.task_hint,
     };
@@ -170,8 +170,10 @@ pub(super) async fn modern(
         .plugin()
         .and_then(|name| view.find(name))
         .is_some_and(|p| p.info.era == crate::backend::Era::Modern);
-    // A retry's requestState is checked first; one for a call on another replica goes there.
-    let retry = if to_modern_plugin {
+    // A retry's requestState is checked first (params the `_meta` reading found neither
+    // `requestState` nor `inputResponses` in are no retry); one for a call on another
+    // replica goes there.
+    let retry = if to_modern_plugin || !meta.retry_members {
         None
     } else {
         match mrtr::retry(
@@ -223,7 +225,7 @@ pub(super) async fn modern(
         .attach(Cursor::Start, conn.cut.clone().filter(|_| sse))
         .await
         .map_err(|e| HttpError::EventStore(e.to_string()))?;
-    if sse && let Some(level) = &meta.log_level {
+    if sse && let Some(level) = &meta.declared.log_level {
         session.want_logs(&stream, level).await;
     }
     let guard = StreamGuard::new(session.connections.clone());
@@ -304,11 +306,10 @@ pub(super) async fn modern(
 /// fields"), else 200. Only an answer that names that code is read.
 fn answer_status(answer: &[u8]) -> StatusCode {
     const MISSING: i64 = modern::code::MISSING_REQUIRED_CLIENT_CAPABILITY;
-    const NAMED: &[u8] = b"-32021";
     const _: () = assert!(MISSING == -32021);
-    if memchr::memmem::find(answer, NAMED).is_some()
-        && modern::response_outcome(answer) == Some(Err(MISSING))
-    {
+    static NAMED: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
+        std::sync::LazyLock::new(|| memchr::memmem::Finder::new("-32021"));
+    if NAMED.find(answer).is_some() && modern::response_outcome(answer) == Some(Err(MISSING)) {
         StatusCode::BAD_REQUEST
     } else {
         StatusCode::OK
@@ -362,8 +363,15 @@ fn audit_ticket(
     plan: &router::Plan,
     params: Option<&RawValue>,
 ) -> Option<crate::audit::Ticket> {
-    gw.audit
-        .call(modern_who(principal, meta), method, plan.plugin(), params)
+    // What the `_meta` reading found of the params, instead of reading them again.
+    let target = meta.name.as_deref().or(meta.uri.as_deref());
+    gw.audit.call_read(
+        modern_who(principal, meta),
+        method,
+        plan.plugin(),
+        target,
+        meta.arguments(params),
+    )
 }
 
 /// Who a modern request is, for the audit log: no session; the client named by its `_meta`.
@@ -374,6 +382,6 @@ fn modern_who<'a>(
     Who {
         subject: principal.map(|p| p.subject.as_str()),
         session: None,
-        client: meta.client.as_deref(),
+        client: meta.declared.client.as_deref(),
     }
 }

@@ -165,7 +165,7 @@ pub(super) fn start(
         let exchange = Exchange {
             id: id.clone(),
             sink,
-            capabilities: meta.capabilities_raw.clone(),
+            capabilities: meta.declared.capabilities_raw.clone(),
             // A retry's answers are handed to what they answer.
             offered: HashMap::new(),
         };
@@ -203,9 +203,13 @@ pub(super) fn start(
                 method.clone(),
                 params.clone(),
             ),
-            capabilities: meta.capabilities_raw.clone(),
+            capabilities: meta.declared.capabilities_raw.clone(),
             // A first request's answers wait for what they answer.
-            offered: mrtr::offered_responses(params.as_deref()),
+            offered: if meta.retry_members {
+                mrtr::offered_responses(params.as_deref())
+            } else {
+                HashMap::new()
+            },
         },
     );
     let audit = super::audit_ticket(gw, principal, meta, &method, &plan, params.as_deref());
