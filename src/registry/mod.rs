@@ -162,6 +162,21 @@ impl Registry {
     /// The usable plugins once no first probe is pending (or `timeout` passed). Failed probes
     /// old enough are retried in the background for later sessions.
     pub async fn ready(&self, timeout: Duration) -> Arc<View> {
+        // Every probe done, none failed (to be made again): nothing to wait for, no timer.
+        // Under the lock a probe publishes its state and view under.
+        {
+            let _publishing = self.publishing.lock().expect("publish lock");
+            let settled = self
+                .entries
+                .read()
+                .expect("entries lock")
+                .iter()
+                .filter(|e| e.enabled)
+                .all(|e| matches!(*e.state.borrow(), ProbeState::Ready(_)));
+            if settled {
+                return self.view();
+            }
+        }
         let deadline = tokio::time::Instant::now() + timeout;
         for entry in self.entries().iter().filter(|e| e.enabled) {
             let mut rx = entry.state.subscribe();
