@@ -11,7 +11,7 @@
 //! off. A listener goes when its stream is released (its client closed it, the gateway
 //! ended it, or it fell behind), and with it its subscriptions.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -65,7 +65,7 @@ pub struct Listener {
 /// A session's listeners, by their stream's number.
 #[derive(Default)]
 pub(super) struct Hub {
-    listeners: Mutex<HashMap<u64, (Arc<Listener>, CancellationToken)>>,
+    listeners: Mutex<foldhash::HashMap<u64, (Arc<Listener>, CancellationToken)>>,
     /// Listeners of this caller counted against the per-caller limit (reserved or open).
     counted: Arc<AtomicUsize>,
 }

@@ -164,10 +164,10 @@ pub struct Session {
     input_requests: Mutex<HashMap<u64, modern_plugins::Asked>>,
     /// The streams of its bridged calls (a caller's session): the only ones a plugin's
     /// request to the client may go to (`bridge.rs`).
-    bridged: Mutex<HashSet<u64>>,
+    bridged: Mutex<foldhash::HashSet<u64>>,
     /// Calls that would be bridged should their plugin ask the client for input, by their
     /// client's stream (`bridge.rs`).
-    seeds: Mutex<HashMap<u64, bridge::Seed>>,
+    seeds: Mutex<foldhash::HashMap<u64, bridge::Seed>>,
     /// The client's last `logging/setLevel`: sent to plugins that start later, and enforced
     /// on their logs.
     log_level: log_level::LogLevel,

@@ -9,7 +9,6 @@
 //! request it belongs to. A message whose request is not certain (several of the caller's
 //! requests stream at once) is dropped rather than shown to a request that may not want it.
 
-use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -29,7 +28,7 @@ const SET_LEVEL_WAIT: Duration = Duration::from_secs(2);
 pub(super) struct RequestLogs {
     /// Each opted-in request's least severe level let through (1-based), by its stream's
     /// number; removed when the stream is released.
-    floors: Mutex<HashMap<u64, u8>>,
+    floors: Mutex<foldhash::HashMap<u64, u8>>,
     /// The least severe level the caller's plugins were asked for (0: none yet).
     asked: Mutex<u8>,
 }
