@@ -229,44 +229,48 @@ pub(super) async fn modern(
         session.want_logs(&stream, level).await;
     }
     let guard = StreamGuard::new(session.connections.clone());
-    let call = if bridged {
+    let call: Call = if bridged {
         let request = (id.clone(), method, params);
         mrtr::start(
             gw, &session, retry, request, plan, &meta, principal, &stream, cache,
         )?
     } else {
         let audit = audit_ticket(gw, principal, &meta, &method, &plan, params.as_deref());
-        tokio::spawn(
-            router::dispatch(
-                session.clone(),
-                id.clone(),
-                method,
-                params,
-                plan,
-                Sink::new(stream.clone()),
-                audit,
-            )
-            .instrument(tracing::Span::current()),
-        )
+        Box::pin(router::dispatch(
+            session.clone(),
+            id.clone(),
+            method,
+            params,
+            plan,
+            Sink::new(stream.clone()),
+            audit,
+        ))
     };
+    // The dispatch runs in this request's task, beside the reading of its answer: a task of
+    // its own would cost a spawn and a wake-up per request.
+    let mut call = Running(Some(call));
     if sse {
         // The head waits for the first event (a keep-alive's time at most): when that is the
         // answer, it goes as one JSON body, with the HTTP status the spec gives its error if
         // it has one (-32021: a bridged call that needs a capability the client did not
         // declare finds it out only then). The modern era has no resumption, so a stream
         // would carry nothing more. After anything else, the stream has begun with 200.
-        let first = tokio::time::timeout(session.stream_settings.keep_alive, attached.peek())
-            .await
-            .ok()
-            .flatten();
+        let first = tokio::time::timeout(
+            session.stream_settings.keep_alive,
+            call.alongside(attached.peek()),
+        )
+        .await
+        .ok()
+        .flatten();
         if first.is_some() && stream.answered_alone() {
             let status = first.as_deref().map_or(StatusCode::OK, answer_status);
-            let responses = stream::collect_responses(attached, &session.closed).await;
+            let responses = call
+                .alongside(stream::collect_responses(attached, &session.closed))
+                .await;
             drop(guard);
             if let Some(answer) = responses.into_iter().next() {
                 return Ok(json_response(status, answer));
             }
-            call.abort();
             return Err(HttpError::InvalidRequest(
                 "the request ended without an answer".into(),
                 Some(id),
@@ -284,19 +288,54 @@ pub(super) async fn modern(
         };
         return Ok(stream::sse_response(attached, opening, session.closed.clone(), guard).await);
     }
-    let responses = stream::collect_responses(attached, &session.closed).await;
+    let responses = call
+        .alongside(stream::collect_responses(attached, &session.closed))
+        .await;
     drop(guard);
     match responses.into_iter().next() {
         Some(answer) => {
             let status = answer_status(&answer);
             Ok(json_response(status, answer))
         }
-        None => {
-            call.abort();
-            Err(HttpError::InvalidRequest(
-                "the request ended without an answer".into(),
-                Some(id),
-            ))
+        None => Err(HttpError::InvalidRequest(
+            "the request ended without an answer".into(),
+            Some(id),
+        )),
+    }
+}
+
+/// A request's dispatch, run by the task that reads its answer ([`Running`]).
+type Call = std::pin::Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// A dispatch run beside the reading of its answer, until it is done. What is left of it
+/// when the request's task lets go of it (the answer is out, the stream goes on without
+/// this task, or the client left) runs to its end in a task of its own, as a dispatch
+/// always does: a plugin being started for it is not left half started.
+struct Running(Option<Call>);
+
+impl Running {
+    /// What `work` gives, with the dispatch run beside it in this task meanwhile.
+    /// Cancel-safe: dropped unfinished, the dispatch is left in place.
+    async fn alongside<T>(&mut self, work: impl Future<Output = T>) -> T {
+        let mut work = std::pin::pin!(work);
+        if let Some(call) = &mut self.0 {
+            tokio::select! {
+                biased;
+                () = call => {}
+                out = &mut work => return out,
+            }
+            self.0 = None;
+        }
+        work.await
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(call) = self.0.take()
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            runtime.spawn(call.instrument(tracing::Span::current()));
         }
     }
 }

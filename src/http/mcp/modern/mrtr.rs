@@ -18,10 +18,9 @@ use axum::http::{HeaderMap, Method};
 use axum::response::Response;
 use bytes::Bytes;
 use serde_json::value::RawValue;
-use tokio::task::JoinHandle;
-use tracing::Instrument;
 
 use super::super::Conn;
+use super::Call;
 use crate::auth::Principal;
 use crate::http::Edge;
 use crate::http::error::HttpError;
@@ -141,7 +140,8 @@ pub(super) async fn retry(
 /// Runs a bridged request whose answer goes to `stream` (attached already): a first request
 /// is dispatched to its plugin under the client's id, seeded so that it becomes a bridged
 /// call if the plugin asks the client for input; a retry resumes its parked call with the
-/// client's answers. The task returned is the dispatch (or the hand-over).
+/// client's answers. What is returned is the dispatch, for the request's own task to run
+/// (a retry's hand-over is done by then).
 #[allow(clippy::too_many_arguments)]
 pub(super) fn start(
     gw: &Edge,
@@ -153,7 +153,7 @@ pub(super) fn start(
     principal: Option<&Principal>,
     stream: &Arc<Stream>,
     cache: Option<&'static str>,
-) -> Result<JoinHandle<()>, HttpError> {
+) -> Result<Call, HttpError> {
     let (id, method, params) = request;
     // An `InputRequiredResult` carries no caching hints, nor does what a retry gets.
     let cache = cache.filter(|_| retry.is_none());
@@ -182,17 +182,16 @@ pub(super) fn start(
             exchange,
             responses: r.responses,
         };
-        return Ok(tokio::spawn(async move {
-            if let Err(resume) = wake.send(resume) {
-                // The call ended the moment its retry took it.
-                let e = resume.exchange;
-                e.sink.respond(jsonrpc::error_bytes(
-                    Some(&e.id),
-                    code::INVALID_PARAMS,
-                    "the call requestState names ended; send the request again without requestState",
-                ));
-            }
-        }));
+        if let Err(resume) = wake.send(resume) {
+            // The call ended the moment its retry took it.
+            let e = resume.exchange;
+            e.sink.respond(jsonrpc::error_bytes(
+                Some(&e.id),
+                code::INVALID_PARAMS,
+                "the call requestState names ended; send the request again without requestState",
+            ));
+        }
+        return Ok(Box::pin(std::future::ready(())));
     }
     session.seed(
         stream.number(),
@@ -213,8 +212,13 @@ pub(super) fn start(
         },
     );
     let audit = super::audit_ticket(gw, principal, meta, &method, &plan, params.as_deref());
-    Ok(tokio::spawn(
-        router::dispatch(session.clone(), id, method, params, plan, sink, audit)
-            .instrument(tracing::Span::current()),
-    ))
+    Ok(Box::pin(router::dispatch(
+        session.clone(),
+        id,
+        method,
+        params,
+        plan,
+        sink,
+        audit,
+    )))
 }
