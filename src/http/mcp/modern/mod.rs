@@ -271,6 +271,7 @@ pub(super) async fn modern(
             if let Some(answer) = responses.into_iter().next() {
                 return Ok(json_response(status, answer));
             }
+            call.abandon();
             return Err(HttpError::InvalidRequest(
                 "the request ended without an answer".into(),
                 Some(id),
@@ -297,10 +298,13 @@ pub(super) async fn modern(
             let status = answer_status(&answer);
             Ok(json_response(status, answer))
         }
-        None => Err(HttpError::InvalidRequest(
-            "the request ended without an answer".into(),
-            Some(id),
-        )),
+        None => {
+            call.abandon();
+            Err(HttpError::InvalidRequest(
+                "the request ended without an answer".into(),
+                Some(id),
+            ))
+        }
     }
 }
 
@@ -327,6 +331,11 @@ impl Running {
             self.0 = None;
         }
         work.await
+    }
+
+    /// Drops what is left of the dispatch (its request ended without an answer).
+    fn abandon(&mut self) {
+        self.0 = None;
     }
 }
 
