@@ -287,6 +287,9 @@ pub(super) async fn modern(
             drain: None,
             proof: None,
         };
+        // What is left of the dispatch goes on in a task of its own from here: the head
+        // waits out its hold for the events the dispatch may still bring.
+        drop(call);
         return Ok(stream::sse_response(attached, opening, session.closed.clone(), guard).await);
     }
     let responses = call
