@@ -21,6 +21,8 @@
 //!   with several calls in flight on one plugin instance the gateway puts a question on the
 //!   newest call's stream (legacy) or into its `InputRequiredResult` (modern); the clients
 //!   answer whatever they are asked, as real ones would, and such questions are counted.
+//!   The same round trip, one at a time, with the plugin's `sample` tool, which asks with
+//!   `sampling/createMessage` instead.
 //!
 //! Raw numbers go to `bench/results/modern.json`, the tables to the "Modern era (2026-07-28)"
 //! section of BENCHMARKS.md, followed by the hand-kept reading in `bench/NOTES-modern.md`.
@@ -190,8 +192,71 @@ impl Tally {
 enum Workload {
     /// `echo` with a 64-byte text.
     Echo,
-    /// `ask`: the plugin's `elicitation/create`, answered, then the result.
-    Ask,
+    /// A question from the plugin mid-call, answered, then the result.
+    Ask(Question),
+}
+
+/// What the plugin asks its client in a round trip, the call's text in it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Question {
+    /// The `ask` tool: `elicitation/create`, the text as its message.
+    Elicit,
+    /// The `sample` tool: `sampling/createMessage`, the text as its prompt.
+    Sample,
+}
+
+impl Question {
+    fn tool(self) -> &'static str {
+        match self {
+            Question::Elicit => "ask",
+            Question::Sample => "sample",
+        }
+    }
+
+    fn arguments(self, text: &str) -> Value {
+        match self {
+            Question::Elicit => json!({"text": text}),
+            Question::Sample => json!({"prompt": text}),
+        }
+    }
+
+    /// The client capability the question needs.
+    fn capabilities(self) -> Value {
+        match self {
+            Question::Elicit => json!({"elicitation": {}}),
+            Question::Sample => json!({"sampling": {}}),
+        }
+    }
+
+    /// The text `request` asks, if it is this question's request.
+    fn asked(self, request: &Value) -> Result<&str, String> {
+        let (method, text) = match self {
+            Question::Elicit => ("elicitation/create", &request["params"]["message"]),
+            Question::Sample => (
+                "sampling/createMessage",
+                &request["params"]["messages"][0]["content"]["text"],
+            ),
+        };
+        if request["method"] != method {
+            return Err(format!("{} where {method}", request["method"]));
+        }
+        text.as_str()
+            .ok_or_else(|| format!("a {method} without its text"))
+    }
+
+    /// The client's result for a request that asked `asked`.
+    fn answer(self, asked: &str) -> Value {
+        let reply = reply_to(asked);
+        match self {
+            Question::Elicit => json!({"action": "accept", "content": {"answer": reply}}),
+            Question::Sample => json!({
+                "role": "assistant",
+                "content": {"type": "text", "text": reply},
+                "model": "mcp-bench",
+                "stopReason": "endTurn",
+            }),
+        }
+    }
 }
 
 /// `mcp-bench modern`: measures, prints the JSON, writes `modern.json` in `out` and the
@@ -222,7 +287,7 @@ pub fn write(r: &Report, out: &Path) {
     eprintln!("modern: wrote the {SECTION} section of BENCHMARKS.md");
 }
 
-/// Runs the three comparisons, each run lasting half of `duration` (as the paired runs of the
+/// Runs the four comparisons, each run lasting half of `duration` (as the paired runs of the
 /// full run do).
 pub async fn measure(opts: &Options, duration: Duration) -> Report {
     let run = crate::pair_run(duration);
@@ -241,8 +306,21 @@ pub async fn measure(opts: &Options, duration: Duration) -> Report {
     };
     for (scenario, workload, in_flight) in [
         ("(a) echo, 16 in flight", Workload::Echo, IN_FLIGHT),
-        ("input round trip, one at a time", Workload::Ask, 1),
-        ("input round trip, 16 in flight", Workload::Ask, IN_FLIGHT),
+        (
+            "input round trip, one at a time",
+            Workload::Ask(Question::Elicit),
+            1,
+        ),
+        (
+            "input round trip, 16 in flight",
+            Workload::Ask(Question::Elicit),
+            IN_FLIGHT,
+        ),
+        (
+            "sampling round trip, one at a time",
+            Workload::Ask(Question::Sample),
+            1,
+        ),
     ] {
         eprintln!("modern: {scenario}");
         let c = compare(scenario, workload, in_flight, run, &gateway).await;
@@ -280,8 +358,8 @@ async fn compare(
         match (workload, side) {
             (Workload::Echo, 0) => modern_echo_load(&url, in_flight, run, tally).await,
             (Workload::Echo, _) => crate::http_load(&url, 1, in_flight, run).await,
-            (Workload::Ask, 0) => ask_load(Client::Modern, &url, in_flight, run, tally).await,
-            (Workload::Ask, _) => ask_load(Client::Legacy, &url, in_flight, run, tally).await,
+            (Workload::Ask(q), 0) => ask_load(Client::Modern, q, &url, in_flight, run, tally).await,
+            (Workload::Ask(q), _) => ask_load(Client::Legacy, q, &url, in_flight, run, tally).await,
         }
     })
     .await;
@@ -321,7 +399,7 @@ async fn compare(
     c.median_legacy_p99_ms = median(&c.legacy_p99_ms);
     c.wrong_causes = std::mem::take(&mut *tally.causes.lock().expect("lock"));
     let n = |a: &AtomicU64| a.load(Ordering::Relaxed);
-    if workload == Workload::Ask {
+    if matches!(workload, Workload::Ask(_)) {
         c.modern_calls = n(&tally.calls[0]);
         c.modern_requests = n(&tally.requests[0]);
         c.modern_questions = n(&tally.questions[0]);
@@ -496,20 +574,22 @@ enum Client {
     Legacy,
 }
 
-/// The round trip of `ask`: `in_flight` workers, each exchange timed whole. A legacy client
-/// uses one session, which declares elicitation; a modern one declares it on every request.
+/// The round trip of `question`: `in_flight` workers, each exchange timed whole. A legacy
+/// client uses one session, which declares the capability it needs; a modern one declares it
+/// on every request.
 async fn ask_load(
     client: Client,
+    question: Question,
     url: &str,
     in_flight: usize,
     duration: Duration,
     tally: Arc<Tally>,
 ) -> Throughput {
     let http = crate::client();
-    let capabilities = json!({"elicitation": {}});
+    let capabilities = question.capabilities();
     let session = match client {
         Client::Modern => {
-            wait_for_tool(&http, url, "ask").await;
+            wait_for_tool(&http, url, question.tool()).await;
             None
         }
         Client::Legacy => Some(
@@ -530,11 +610,21 @@ async fn ask_load(
             let (side, checked) = match session {
                 None => (
                     0,
-                    modern_ask(http, url, id, &text, capabilities, &tally).await,
+                    modern_ask(http, url, question, id, &text, capabilities, &tally).await,
                 ),
                 Some((sid, version)) => (
                     1,
-                    legacy_ask(http, url, sid.as_deref(), version, id, &text, &tally).await,
+                    legacy_ask(
+                        http,
+                        url,
+                        sid.as_deref(),
+                        version,
+                        question,
+                        id,
+                        &text,
+                        &tally,
+                    )
+                    .await,
                 ),
             };
             checked.map_err(|e| tally.wrong(side, e)).is_ok()
@@ -554,16 +644,6 @@ fn reply_to(text: &str) -> String {
     format!("re:{text}")
 }
 
-/// The text `request` asks, if it is the plugin's `elicitation/create`.
-fn question(request: &Value) -> Result<&str, String> {
-    if request["method"] != "elicitation/create" {
-        return Err(format!("{} where elicitation/create", request["method"]));
-    }
-    request["params"]["message"]
-        .as_str()
-        .ok_or_else(|| "a question without a message".into())
-}
-
 /// Rounds a call may take before it counts as wrong.
 const MAX_ROUNDS: u64 = 64;
 
@@ -572,19 +652,20 @@ const MAX_ROUNDS: u64 = 64;
 async fn modern_ask(
     http: &reqwest::Client,
     url: &str,
+    question: Question,
     id: u64,
     text: &str,
     capabilities: &Value,
     tally: &Tally,
 ) -> Result<(), String> {
-    let arguments = json!({"text": text});
-    let mut params = json!({"name": "ask", "arguments": arguments});
+    let (tool, arguments) = (question.tool(), question.arguments(text));
+    let mut params = json!({"name": tool, "arguments": arguments});
     let start = Instant::now();
     // When the call was asked its own question, if that was all it was asked.
     let mut asked_own = None;
     for round in 0..MAX_ROUNDS {
         let request_id = MAX_ROUNDS * id + round;
-        let req = modern_request(http, url, request_id, "ask", params, capabilities);
+        let req = modern_request(http, url, request_id, tool, params, capabilities);
         tally.requests[0].fetch_add(1, Ordering::Relaxed);
         let (_, messages) = crate::send(req).await?;
         let m = answer(&messages, request_id)?;
@@ -603,23 +684,20 @@ async fn modern_ask(
             let requests = requests.as_object().ok_or("inputRequests not an object")?;
             if round == 0
                 && requests.len() == 1
-                && requests.values().next().map(question) == Some(Ok(text))
+                && requests.values().next().map(|r| question.asked(r)) == Some(Ok(text))
             {
                 asked_own = Some(Instant::now());
             }
             for (key, request) in requests {
-                let asked = question(request)?;
+                let asked = question.asked(request)?;
                 tally.question(0, asked, text);
-                responses.insert(
-                    key.clone(),
-                    json!({"action": "accept", "content": {"answer": reply_to(asked)}}),
-                );
+                responses.insert(key.clone(), question.answer(asked));
             }
         }
         if responses.is_empty() && r.get("requestState").is_none() {
             return Err("an InputRequiredResult with neither requests nor state".into());
         }
-        params = json!({"name": "ask", "arguments": arguments, "inputResponses": responses});
+        params = json!({"name": tool, "arguments": arguments, "inputResponses": responses});
         if let Some(state) = r.get("requestState") {
             params["requestState"] = state.clone();
         }
@@ -629,16 +707,19 @@ async fn modern_ask(
 
 /// One legacy exchange: the call's POST answers with an SSE stream; the plugin's questions
 /// come on it, each answer goes in a POST of its own, and the result comes on the stream.
+#[allow(clippy::too_many_arguments)]
 async fn legacy_ask(
     http: &reqwest::Client,
     url: &str,
     sid: Option<&str>,
     version: &str,
+    question: Question,
     id: u64,
     text: &str,
     tally: &Tally,
 ) -> Result<(), String> {
-    let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": "ask", "arguments": {"text": text}}});
+    let params = json!({"name": question.tool(), "arguments": question.arguments(text)});
+    let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params});
     let mut req = http
         .post(url)
         .header("content-type", "application/json")
@@ -667,13 +748,14 @@ async fn legacy_ask(
     let mut questions = 0;
     while let Some(m) = stream.next().await? {
         if m.get("method").is_some() && m.get("id").is_some() {
-            let asked = question(&m)?;
+            let asked = question.asked(&m)?;
             questions += 1;
             if questions == 1 && asked == text {
                 asked_own = Some(Instant::now());
             }
             tally.question(1, asked, text);
-            let response = json!({"jsonrpc": "2.0", "id": m["id"], "result": {"action": "accept", "content": {"answer": reply_to(asked)}}});
+            let response =
+                json!({"jsonrpc": "2.0", "id": m["id"], "result": question.answer(asked)});
             tally.requests[1].fetch_add(1, Ordering::Relaxed);
             crate::post(http, url, sid, Some(version), &response).await?;
         } else if m["id"] == id {
@@ -782,7 +864,11 @@ pub fn markdown(r: &Report) -> String {
          a plugin's request to the call that caused it, so with 16 calls in flight on one \
          plugin instance the gateway puts a question on the newest call's stream (legacy) or \
          into its `InputRequiredResult` (modern); the clients answer what they are given, as \
-         real ones would, and such questions are counted below.\n\n\
+         real ones would, and such questions are counted below.\n\
+         - Sampling round trip: the same, one at a time, with the echo plugin's `sample` tool, \
+         which asks with `sampling/createMessage` (the call's text as the prompt) and answers \
+         with the text of the client's sample; the client samples `re:` and the prompt's \
+         text.\n\n\
          Before its first call the modern client waits until `tools/list` lists the tool: \
          16 modern calls at once into a gateway that has just started can be refused (-32602, \
          unknown tool; see the notes below), and the legacy client opens its session first.\n\n\
