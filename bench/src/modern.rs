@@ -241,7 +241,7 @@ impl Question {
             return Err(format!("{} where {method}", request["method"]));
         }
         text.as_str()
-            .ok_or_else(|| format!("a {method} without its text"))
+            .ok_or_else(|| format!("{method} without its text"))
     }
 
     /// The client's result for a request that asked `asked`.
