@@ -15,13 +15,22 @@ use std::time::Duration;
 
 use tokio::net::TcpListener;
 
-use crate::config::{Config, ConnectionLimits};
+use crate::config::{Config, ConnectionLimits, PerAddress};
 use crate::gateway::{Gateway, Reloader, StartError};
 use crate::http;
 
 /// Most connections the admin listener holds at once: probes and scrapes need few, and a
 /// flood of them must not take the descriptors the public listener and the plugins use.
 const ADMIN_MAX_CONNECTIONS: usize = 256;
+/// Of those, most from one address, and how many are kept for addresses that hold none (a
+/// probe or a scrape gets in while others flood the rest).
+const ADMIN_PER_ADDRESS: PerAddress = PerAddress {
+    max: 32,
+    reserved: 32,
+};
+/// How long an admin connection may take to send a request head: probes and scrapes send
+/// theirs at once, so a connection that dawdles is holding a slot.
+const ADMIN_HEADER_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Longest wait, at a hand-over, for the replay events still queued to reach Redis.
 const HAND_OVER_FLUSH: Duration = Duration::from_secs(5);
@@ -123,9 +132,13 @@ impl Server {
         // The admin listener outlives the drain: probes see "not ready" and Prometheus can
         // scrape until the gateway has stopped.
         let app = crate::admin::router(gateway.clone());
+        let given = &gateway.config.connections;
         let admin_limits = ConnectionLimits {
             max_connections: ADMIN_MAX_CONNECTIONS,
-            ..gateway.config.connections.clone()
+            per_address: Some(ADMIN_PER_ADDRESS),
+            header_timeout: ADMIN_HEADER_TIMEOUT.min(given.header_timeout),
+            body_timeout: ADMIN_HEADER_TIMEOUT.min(given.body_timeout),
+            ..given.clone()
         };
         let admin_server = tokio::spawn(http::serve::serve(
             admin,

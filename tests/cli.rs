@@ -317,7 +317,10 @@ async fn regression_quick_mode_writes_no_database_file() {
     assert!(files(&bare).is_empty(), "{:?}", files(&bare));
 
     let admin = tempfile::tempdir().unwrap();
-    let gw = Gateway::start_in(admin.path(), &["--admin-token", "t", "--", FIXTURE]);
+    let gw = Gateway::start_in(
+        admin.path(),
+        &["--admin-token", "t-admin-token-0123456789", "--", FIXTURE],
+    );
     gw.client().initialize().await;
     assert!(
         files(&admin).iter().any(|f| f == "mcp-gateway.db"),

@@ -194,7 +194,7 @@ async fn a_plugin_that_keeps_crashing_trips_the_breaker_and_others_keep_working(
         "--config",
         &cfg,
         "--admin-token",
-        "t",
+        "t-admin-token-0123456789",
         "--trusted-proxies",
         "127.0.0.1",
     ]);
@@ -227,7 +227,9 @@ async fn a_plugin_that_keeps_crashing_trips_the_breaker_and_others_keep_working(
     );
     gw.wait_log("circuit breaker is open").await;
     // Reported by the admin API.
-    let (_, p) = Admin::of(&gw, "t").get("/admin/plugins/flaky").await;
+    let (_, p) = Admin::of(&gw, "t-admin-token-0123456789")
+        .get("/admin/plugins/flaky")
+        .await;
     assert_eq!(p["state"], "failed", "{p}");
     assert!(p["breaker_open_secs"].as_u64().is_some());
     assert!(p["restarts"].as_u64().unwrap() >= 5);

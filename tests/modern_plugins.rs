@@ -10,7 +10,7 @@ mod common;
 use common::{Admin, Client, FIXTURE, FIXTURE_MODERN, InProcess, write_config};
 use serde_json::{Value, json};
 
-const TOKEN: &str = "t0ken";
+const TOKEN: &str = "t0ken-of-the-admin-api";
 
 /// The `_meta` a modern plugin saw, from its `meta` tool.
 async fn seen_meta(c: &Client, id: i64, name: &str) -> Value {

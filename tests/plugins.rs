@@ -485,7 +485,12 @@ async fn regression_a_failed_start_tells_the_client_only_that_it_failed() {
             serde_json::to_string(&script).unwrap()
         ),
     );
-    let gw = Gateway::start(&["--config", &cfg, "--admin-token", "t"]);
+    let gw = Gateway::start(&[
+        "--config",
+        &cfg,
+        "--admin-token",
+        "t-admin-token-0123456789",
+    ]);
     let mut c = gw.client();
     c.initialize().await; // the probe started it fine
     std::fs::write(&flag, "").unwrap();
@@ -508,7 +513,9 @@ async fn regression_a_failed_start_tells_the_client_only_that_it_failed() {
     assert_eq!(r.error_code(), -32603);
     // The operator still sees it all: in the logs and the admin API.
     gw.wait_log("the db password is hunter2").await;
-    let (_, p) = Admin::of(&gw, "t").get("/admin/plugins/flaky").await;
+    let (_, p) = Admin::of(&gw, "t-admin-token-0123456789")
+        .get("/admin/plugins/flaky")
+        .await;
     assert!(p["last_error"].as_str().unwrap().contains("hunter2"), "{p}");
 }
 
@@ -584,9 +591,16 @@ async fn regression_a_missing_cwd_is_reported_as_such() {
         &dir,
         &format!("[plugins.lost]\ncommand = \"{FIXTURE}\"\ncwd = \"/nonexistent/workdir\"\n"),
     );
-    let gw = Gateway::start(&["--config", &cfg, "--admin-token", "t"]);
+    let gw = Gateway::start(&[
+        "--config",
+        &cfg,
+        "--admin-token",
+        "t-admin-token-0123456789",
+    ]);
     gw.wait_log("/nonexistent/workdir").await;
-    let (_, p) = Admin::of(&gw, "t").get("/admin/plugins/lost").await;
+    let (_, p) = Admin::of(&gw, "t-admin-token-0123456789")
+        .get("/admin/plugins/lost")
+        .await;
     let last = p["last_error"].as_str().unwrap_or_default();
     assert!(
         last.contains("working directory") && last.contains("/nonexistent/workdir"),

@@ -234,8 +234,13 @@ async fn regression_stopping_or_losing_a_shared_process_is_not_held_against_it()
             "max_children = 1\n[plugins.s]\ncommand = \"{FIXTURE}\"\nprocess_model = \"shared\"\n[plugins.p]\ncommand = \"{FIXTURE}\"\n"
         ),
     );
-    let gw = Gateway::start(&["--config", &cfg, "--admin-token", "t"]);
-    let admin = Admin::of(&gw, "t");
+    let gw = Gateway::start(&[
+        "--config",
+        &cfg,
+        "--admin-token",
+        "t-admin-token-0123456789",
+    ]);
+    let admin = Admin::of(&gw, "t-admin-token-0123456789");
     let mut c = gw.client();
     c.initialize().await;
     for i in 0..3 {

@@ -15,7 +15,7 @@ use common::modern::{MODERN, Modern};
 use common::{Admin, Client, FIXTURE, Gateway, write_config};
 use serde_json::{Value, json};
 
-const ADMIN_TOKEN: &str = "limits-admin";
+const ADMIN_TOKEN: &str = "limits-admin-token-0001";
 
 fn gateway(dir: &tempfile::TempDir, limits: &str, plugins: &[&str], extra: &[&str]) -> Gateway {
     let mut text = format!("[limits]\n{limits}\n");

@@ -15,6 +15,7 @@
 
 mod audit;
 mod console;
+mod guard;
 mod metrics;
 mod probes;
 mod sessions;
@@ -37,6 +38,7 @@ use crate::registry::{PluginEntry, ProbeState, RegistryError};
 
 /// The admin router.
 pub fn router(gateway: Arc<Gateway>) -> Router {
+    let guard = guard::AdminGuard::new(gateway.config.admin.allowed_hosts.clone());
     let probes = Router::new()
         .route("/healthz", get(probes::healthz))
         .route("/readyz", get(probes::readyz))
@@ -49,6 +51,8 @@ pub fn router(gateway: Arc<Gateway>) -> Router {
     probes
         .merge(api)
         .merge(console::router(&gateway))
+        .layer(middleware::from_fn(guard::check))
+        .layer(axum::Extension(guard))
         .layer(crate::http::trace::ObserveLayer)
         .with_state(gateway)
 }
@@ -144,7 +148,17 @@ impl IntoResponse for AdminError {
     }
 }
 
-async fn authorize(State(gw): State<Arc<Gateway>>, mut request: Request, next: Next) -> Response {
+async fn authorize(
+    State(gw): State<Arc<Gateway>>,
+    axum::Extension(guard): axum::Extension<Arc<guard::AdminGuard>>,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    let started = std::time::Instant::now();
+    let address = guard::peer(&request);
+    if let Err(wait) = guard.throttled(address) {
+        return guard::too_many_failures(wait);
+    }
     let expected = gw.config.admin.token.as_deref().unwrap_or_default();
     let given = request
         .headers()
@@ -153,8 +167,12 @@ async fn authorize(State(gw): State<Arc<Gateway>>, mut request: Request, next: N
         .and_then(|v| v.strip_prefix("Bearer "))
         .unwrap_or_default();
     if expected.is_empty() || !crate::auth::constant_time_eq(given, expected) {
+        guard.failed(address);
+        gw.audit
+            .auth_failed("admin.authenticate", address, started.elapsed());
         return AdminError::Unauthorized.into_response();
     }
+    guard.succeeded(address);
     request.extensions_mut().insert(audit::Actor("admin"));
     next.run(request).await
 }

@@ -359,6 +359,24 @@ impl Auditor {
         self.submit(record);
     }
 
+    /// Records a failed authentication on the admin listener (`action`: the API's bearer
+    /// token or the console's sign-in) from `address`: no subject (nobody was let in), the
+    /// address as the client, an error with 401, as any refused admin action. The admin listener's throttle bounds how many one address
+    /// adds.
+    pub fn auth_failed(&self, action: &str, address: std::net::IpAddr, took: Duration) {
+        if !self.config.enabled {
+            return;
+        }
+        let mut record = self.record("admin", Who::default());
+        record.at_ms -= took.as_millis() as i64;
+        record.client = Some(format!("address {address}"));
+        record.target = Some(action.to_owned());
+        record.duration_us = took.as_micros() as i64;
+        record.outcome = Outcome::Error;
+        record.error_code = Some(401);
+        self.submit(record);
+    }
+
     /// Stored records, newest first.
     pub async fn query(&self, filter: &Filter) -> Result<Vec<Record>, StoreError> {
         self.writer.store.query(filter).await

@@ -217,6 +217,12 @@ pub struct Cli {
     #[arg(long, env = "MCP_GATEWAY_ADMIN_TOKEN", hide_env_values = true)]
     pub admin_token: Option<String>,
 
+    /// Host names the admin listener answers to in the `Host` header, against DNS rebinding
+    /// (comma-separated). An IP address and `localhost` are always let in (a name is what a
+    /// rebinding page needs); any other name is refused with 421. [default: none]
+    #[arg(long, env = "MCP_GATEWAY_ADMIN_ALLOWED_HOSTS", value_delimiter = ',')]
+    pub admin_allowed_hosts: Option<Vec<String>>,
+
     /// Authorization of `/mcp`: `none`, or `builtin` (the gateway is the OAuth 2.1
     /// authorization server too). [default: none]
     #[arg(long, env = "MCP_GATEWAY_AUTH_MODE", value_enum)]

@@ -144,6 +144,7 @@ pub struct AuthSection {
 pub struct AdminSection {
     pub listen: Option<SocketAddr>,
     pub token: Option<String>,
+    pub allowed_hosts: Option<Vec<String>>,
 }
 
 /// The JSON shape MCP clients write. Top-level keys other than the server maps belong to the

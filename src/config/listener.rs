@@ -35,6 +35,19 @@ pub struct ConnectionLimits {
     pub idle_timeout: Duration,
     /// See [`Cli::max_connections`].
     pub max_connections: usize,
+    /// A cap per client address, and room kept for addresses that hold no connection: the
+    /// admin listener's (its probes must get through a flood). `None` on the public listener,
+    /// where a proxy in front makes every client one address.
+    pub per_address: Option<PerAddress>,
+}
+
+/// See [`ConnectionLimits::per_address`].
+#[derive(Debug, Clone, Copy)]
+pub struct PerAddress {
+    /// Most connections one address (an IPv6 address's /64) holds at once.
+    pub max: usize,
+    /// The last this many of `max_connections` go only to an address that holds none.
+    pub reserved: usize,
 }
 
 impl Default for ConnectionLimits {
@@ -45,6 +58,7 @@ impl Default for ConnectionLimits {
             body_timeout: Duration::from_secs(30),
             idle_timeout: Duration::from_secs(120),
             max_connections: 16_384,
+            per_address: None,
         }
     }
 }
@@ -150,6 +164,7 @@ fn connection_limits(cli: &Cli, file: &FileConfig) -> Result<ConnectionLimits, C
             Some(n) => n,
             None => defaults.max_connections,
         },
+        per_address: None,
     })
 }
 
@@ -176,7 +191,7 @@ pub(super) fn trusted_proxies(
         .collect::<Result<Vec<_>, _>>()
 }
 
-fn allow_list(
+pub(super) fn allow_list(
     key: &str,
     values: Option<Vec<String>>,
     check: impl Fn(&str) -> Result<(), String>,

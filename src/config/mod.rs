@@ -44,6 +44,7 @@ pub use file::FileConfig;
 pub use limits::{LimitRule, LimitsConfig, Matcher, Per};
 pub use listener::{
     AllowList, ConnectionLimits, DEFAULT_LISTEN, DEFAULT_MAX_BODY_BYTES, MIN_HEADER_BYTES,
+    PerAddress,
 };
 pub use plugin::{
     MAX_PREFIX_LEN, MAX_TOOL_NAME_LEN, PluginConfig, PluginEra, PluginSpec, ProcessModel,
@@ -92,13 +93,19 @@ pub struct AdminConfig {
     pub listen: SocketAddr,
     /// `None`: the admin API is off.
     pub token: Option<String>,
+    /// Host names let in besides IP addresses and `localhost`, lower-case.
+    pub allowed_hosts: Vec<String>,
 }
+
+/// The shortest admin token accepted: a shorter one could be guessed.
+pub const MIN_ADMIN_TOKEN_LEN: usize = 16;
 
 impl std::fmt::Debug for AdminConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("AdminConfig")
             .field("listen", &self.listen)
             .field("token", &self.token.as_ref().map(|_| "***"))
+            .field("allowed_hosts", &self.allowed_hosts)
             .finish()
     }
 }
@@ -254,6 +261,7 @@ impl Config {
             admin: AdminConfig {
                 listen: "127.0.0.1:0".parse().expect("valid"),
                 token: None,
+                allowed_hosts: Vec::new(),
             },
             auth: AuthConfig::default(),
             config_path: None,
@@ -350,7 +358,38 @@ fn admin(
             .clone()
             .or(file.token)
             .filter(|t| !t.is_empty()),
+        allowed_hosts: match listener::allow_list(
+            "admin.allowed_hosts",
+            cli.admin_allowed_hosts.clone().or(file.allowed_hosts),
+            |h| {
+                if h.contains(['/', ' ', ':']) {
+                    Err("a host name, without scheme, port or path".into())
+                } else {
+                    Ok(())
+                }
+            },
+        )? {
+            AllowList::Only(names) => names,
+            AllowList::Default => Vec::new(),
+            AllowList::Any => {
+                return Err(invalid(
+                    "admin.allowed_hosts",
+                    "`*` would let a rebinding page in: name the hosts",
+                ));
+            }
+        },
     };
+    if let Some(token) = &admin.token
+        && token.chars().count() < MIN_ADMIN_TOKEN_LEN
+    {
+        return Err(invalid(
+            "admin.token",
+            format!(
+                "is {} characters; at least {MIN_ADMIN_TOKEN_LEN} are needed, so that it cannot be guessed (e.g. `openssl rand -hex 32`)",
+                token.chars().count()
+            ),
+        ));
+    }
     if admin.listen == listen && listen.port() != 0 {
         return Err(invalid(
             "admin.listen",

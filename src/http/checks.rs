@@ -103,7 +103,7 @@ impl Guard {
 
 /// The host part of `host[:port]` (an IPv6 literal keeps its brackets). Anything else, such
 /// as text after an IPv6 literal that is not a port, is left whole, so it matches no name.
-fn host_of(authority: &str) -> &str {
+pub fn host_of(authority: &str) -> &str {
     match authority.rsplit_once(':') {
         Some((host, port))
             if port.bytes().all(|b| b.is_ascii_digit())
@@ -232,12 +232,20 @@ pub fn client_key(
     let Some(peer) = peer else {
         return Arc::from("address unknown");
     };
-    match client_ip(peer.ip().to_canonical(), headers, trusted).to_canonical() {
+    match address_key(client_ip(peer.ip().to_canonical(), headers, trusted)) {
         IpAddr::V4(ip) => Arc::from(format!("address {ip}")),
+        IpAddr::V6(net) => Arc::from(format!("address {net}/64")),
+    }
+}
+
+/// What counts as one client's address: an IPv4 address, or an IPv6 one's /64 (one host
+/// commonly holds a whole /64, so counting its addresses one by one would count nothing).
+pub fn address_key(ip: IpAddr) -> IpAddr {
+    match ip.to_canonical() {
+        IpAddr::V4(ip) => IpAddr::V4(ip),
         IpAddr::V6(ip) => {
             let s = ip.segments();
-            let net = Ipv6Addr::new(s[0], s[1], s[2], s[3], 0, 0, 0, 0);
-            Arc::from(format!("address {net}/64"))
+            IpAddr::V6(Ipv6Addr::new(s[0], s[1], s[2], s[3], 0, 0, 0, 0))
         }
     }
 }

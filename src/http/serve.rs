@@ -20,7 +20,10 @@
 //! `idle_timeout` (an HTTP/2 one that opens no stream, say) is closed. At most
 //! `max_connections` are open at once; past that the listener stops accepting, and new
 //! connections wait in the kernel's backlog, so a flood of slow connections cannot take the
-//! file descriptors the admin listener, the plugins and the database need.
+//! file descriptors the admin listener, the plugins and the database need. A listener with a
+//! [`PerAddress`] cap (the admin one) closes at once a connection from an address that holds
+//! its share already, and keeps the last slots for addresses that hold none, so that one
+//! client's flood of half-sent heads cannot keep the probes out.
 //!
 //! A stream whose client stops reading fires its connection's [`Cut`], and the connection is
 //! closed at once rather than holding what was queued for it until the socket gives up.
@@ -32,7 +35,7 @@
 
 use std::convert::Infallible;
 use std::future::Future;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -56,7 +59,7 @@ use tokio::time::{Instant, Sleep};
 use tokio_util::sync::CancellationToken;
 use tower::Service;
 
-use crate::config::ConnectionLimits;
+use crate::config::{ConnectionLimits, PerAddress};
 use crate::stream::{Cut, ReadProof};
 
 pub async fn serve(
@@ -74,6 +77,7 @@ pub async fn serve(
     builder.http2().timer(TokioTimer::new());
     let graceful = GracefulShutdown::new();
     let slots = Arc::new(Semaphore::new(limits.max_connections));
+    let addresses = limits.per_address.map(Addresses::new);
     // Said at most once a minute: a flood must not flood the log as well.
     let mut said_full: Option<Instant> = None;
     loop {
@@ -103,6 +107,18 @@ pub async fn serve(
             },
             () = stop.cancelled() => break,
         };
+        let held = match &addresses {
+            None => None,
+            Some(a) => match a.admit(peer.ip(), slots.available_permits()) {
+                Some(held) => Some(held),
+                None => {
+                    tracing::debug!(
+                        "closing a connection from {peer}: its address holds its share"
+                    );
+                    continue;
+                }
+            },
+        };
         if let Err(e) = tcp.set_nodelay(true) {
             tracing::debug!("TCP_NODELAY: {e}");
         }
@@ -123,7 +139,7 @@ pub async fn serve(
         let connection = graceful.watch(connection);
         let idle_timeout = limits.idle_timeout;
         tokio::spawn(async move {
-            let _slot = slot;
+            let _slot = (slot, held);
             tokio::select! {
                 served = connection => if let Err(e) = served {
                     tracing::debug!("connection: {e}");
@@ -165,6 +181,55 @@ pub fn within_descriptors(mut limits: ConnectionLimits) -> ConnectionLimits {
         limits.max_connections = fits;
     }
     limits
+}
+
+/// The connections each client address holds, for a listener with a [`PerAddress`] cap.
+struct Addresses {
+    cap: PerAddress,
+    held: Arc<std::sync::Mutex<std::collections::HashMap<IpAddr, usize>>>,
+}
+
+/// One connection counted against its address until it is dropped.
+struct Held {
+    address: IpAddr,
+    held: Arc<std::sync::Mutex<std::collections::HashMap<IpAddr, usize>>>,
+}
+
+impl Addresses {
+    fn new(cap: PerAddress) -> Addresses {
+        Addresses {
+            cap,
+            held: Arc::default(),
+        }
+    }
+
+    /// Counts a connection from `ip`, unless its address holds its share already, or holds
+    /// any while only the kept slots are `free`.
+    fn admit(&self, ip: IpAddr, free: usize) -> Option<Held> {
+        let address = crate::http::checks::address_key(ip);
+        let mut held = self.held.lock().expect("addresses lock");
+        let n = held.get(&address).copied().unwrap_or(0);
+        if n >= self.cap.max || (n > 0 && free < self.cap.reserved) {
+            return None;
+        }
+        held.insert(address, n + 1);
+        Some(Held {
+            address,
+            held: self.held.clone(),
+        })
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        let mut held = self.held.lock().expect("addresses lock");
+        if let Some(n) = held.get_mut(&self.address) {
+            *n -= 1;
+            if *n == 0 {
+                held.remove(&self.address);
+            }
+        }
+    }
 }
 
 /// The service of one connection: the router and the connection's context.

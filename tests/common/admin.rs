@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use super::{Endpoints, FIXTURE};
 
 /// The admin token of the admin API's tests.
-pub const ADMIN_TOKEN: &str = "admin-s3cret";
+pub const ADMIN_TOKEN: &str = "admin-s3cret-token-0001";
 
 /// Flags for a gateway with the admin API on and one plugin, `main`, from the command line.
 pub const WITH_MAIN_PLUGIN: [&str; 6] = [

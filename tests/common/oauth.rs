@@ -32,7 +32,7 @@ pub struct AuthGateway {
 }
 
 /// The admin API's token on every [`AuthGateway`].
-pub const ADMIN_TOKEN: &str = "admin-secret";
+pub const ADMIN_TOKEN: &str = "admin-secret-token-0001";
 
 /// The provisioned client's id and secret.
 pub const ROBOT: (&str, &str) = ("robot", "robot-secret");

@@ -24,7 +24,6 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use axum::Router;
-use axum::body::Bytes;
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::{self, Next};
@@ -32,6 +31,7 @@ use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
 use serde_json::{Value, json};
 
+use super::guard::AdminGuard;
 use super::{audit, sessions};
 use crate::gateway::Gateway;
 pub use series::Series;
@@ -169,20 +169,26 @@ fn login_refused(status: StatusCode, why: &str) -> Response {
 async fn sign_in(
     State(gw): State<Arc<Gateway>>,
     axum::Extension(console): axum::Extension<Arc<Console>>,
-    headers: HeaderMap,
-    body: Bytes,
+    axum::Extension(guard): axum::Extension<Arc<AdminGuard>>,
+    request: Request,
 ) -> Response {
     let started = Instant::now();
+    let address = super::guard::peer(&request);
+    let (parts, body) = request.into_parts();
+    let headers = parts.headers;
+    let Ok(body) = axum::body::to_bytes(body, 4096).await else {
+        return login_refused(StatusCode::PAYLOAD_TOO_LARGE, "The form is too large.");
+    };
     if cross_site(&headers) {
         return login_refused(
             StatusCode::FORBIDDEN,
             "Sign-in refused: the form was sent from another site.",
         );
     }
-    if let Err(wait) = console.signins.throttled() {
+    if let Err(wait) = guard.throttled(address) {
         let mut r = login_refused(
             StatusCode::TOO_MANY_REQUESTS,
-            "Too many failed sign-ins: wait a minute and try again.",
+            "Too many failed sign-ins from this address: wait a minute and try again.",
         );
         r.headers_mut()
             .insert(header::RETRY_AFTER, HeaderValue::from(wait.as_secs() + 1));
@@ -194,11 +200,12 @@ async fn sign_in(
         .unwrap_or_default();
     let expected = gw.config.admin.token.as_deref().unwrap_or_default();
     if expected.is_empty() || !crate::auth::constant_time_eq(&given, expected) {
-        console.signins.failed();
+        guard.failed(address);
         gw.audit
-            .admin("console", "console.sign_in", None, 401, started.elapsed());
+            .auth_failed("console.sign_in", address, started.elapsed());
         return login_refused(StatusCode::UNAUTHORIZED, "Wrong token.");
     }
+    guard.succeeded(address);
     let (id, _) = console.signins.open();
     gw.audit
         .admin("console", "console.sign_in", None, 200, started.elapsed());

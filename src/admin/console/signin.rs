@@ -2,7 +2,8 @@
 //! random session id in an `HttpOnly`, `SameSite=Strict` cookie scoped to `/ui`, and a CSRF
 //! token of its own that every change must send back in `X-CSRF-Token`. Sessions live in
 //! memory (a restart signs everyone out), end after twelve hours or at sign-out, and are
-//! bounded in number; failed sign-ins are throttled for the whole listener.
+//! bounded in number. Failed sign-ins are throttled per address with the admin API's
+//! (`admin::guard`).
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -14,9 +15,6 @@ pub const COOKIE: &str = "mcp_gateway_console";
 pub const LIFETIME: Duration = Duration::from_secs(12 * 3600);
 /// Most console sessions at once: the oldest goes first.
 const MAX_SESSIONS: usize = 64;
-/// Failed sign-ins allowed per window, for the whole listener.
-const MAX_FAILURES: u32 = 10;
-const FAILURE_WINDOW: Duration = Duration::from_secs(60);
 
 /// One signed-in browser.
 #[derive(Debug, Clone)]
@@ -25,12 +23,10 @@ pub struct Signed {
     expires: Instant,
 }
 
-/// The console's sessions and the sign-in throttle.
+/// The console's sessions.
 #[derive(Default)]
 pub struct SignIns {
     sessions: Mutex<HashMap<String, Signed>>,
-    /// When the current window of failures began, and how many there were in it.
-    failures: Mutex<Option<(Instant, u32)>>,
 }
 
 fn random_hex() -> String {
@@ -76,29 +72,6 @@ impl SignIns {
             .expect("console sessions lock")
             .remove(id);
     }
-
-    /// `Err(wait)` while too many sign-ins failed lately.
-    pub fn throttled(&self) -> Result<(), Duration> {
-        let failures = self.failures.lock().expect("failures lock");
-        match *failures {
-            Some((start, n)) if n >= MAX_FAILURES => {
-                // Read once: the window may close between two readings.
-                let left = FAILURE_WINDOW.saturating_sub(start.elapsed());
-                if left.is_zero() { Ok(()) } else { Err(left) }
-            }
-            _ => Ok(()),
-        }
-    }
-
-    pub fn failed(&self) {
-        let mut failures = self.failures.lock().expect("failures lock");
-        *failures = match *failures {
-            Some((start, n)) if start.elapsed() < FAILURE_WINDOW => {
-                Some((start, n.saturating_add(1)))
-            }
-            _ => Some((Instant::now(), 1)),
-        };
-    }
 }
 
 /// The console session id in a request's `Cookie` headers.
@@ -130,17 +103,6 @@ mod tests {
         assert_eq!(s.get(&id).unwrap().csrf, signed.csrf);
         s.close(&id);
         assert!(s.get(&id).is_none());
-    }
-
-    #[test]
-    fn failures_throttle_within_their_window() {
-        let s = SignIns::default();
-        for _ in 0..MAX_FAILURES - 1 {
-            s.failed();
-        }
-        assert!(s.throttled().is_ok());
-        s.failed();
-        assert!(s.throttled().unwrap_err() <= FAILURE_WINDOW);
     }
 
     #[test]
