@@ -179,7 +179,18 @@ async fn headers_that_do_not_mirror_the_body_are_refused_with_32020() {
         json!({"name": "echo", "arguments": {"text": "x"}}),
     );
     type Edit = fn(&mut reqwest::header::HeaderMap);
-    let cases: [(&str, Edit); 8] = [
+    let cases: [(&str, Edit); 11] = [
+        // A second copy of a mirrored header, however it reads: an intermediary that reads
+        // the other copy would route or authorize another request than the one served.
+        ("two version headers", |h| {
+            h.append("mcp-protocol-version", MODERN.parse().unwrap());
+        }),
+        ("two method headers", |h| {
+            h.append("mcp-method", "tools/list".parse().unwrap());
+        }),
+        ("two name headers", |h| {
+            h.append("mcp-name", "echo".parse().unwrap());
+        }),
         ("a version header unlike _meta's", |h| {
             h.insert("mcp-protocol-version", "2025-11-25".parse().unwrap());
         }),

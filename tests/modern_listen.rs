@@ -246,6 +246,8 @@ async fn two_listeners_on_one_uri_subscribe_the_plugin_once_and_unsubscribe_once
     let r = send(&c, &third).await;
     assert_eq!(r.status(), 429);
     assert!(r.headers().get("retry-after").is_some());
+    let refused: Value = r.json().await.unwrap();
+    assert_eq!(refused["id"], 3, "the refusal names the request: {refused}");
 
     // The first listener leaves; once its place is free, the third one gets in.
     drop(first);

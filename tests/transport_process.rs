@@ -236,6 +236,10 @@ async fn regression_one_client_cannot_take_every_session() {
     let (status, body, headers) = init_as("203.0.113.7").await;
     assert_eq!(status, 429, "{body}");
     assert!(headers.contains_key("retry-after"));
+    assert_eq!(
+        body["id"], 1,
+        "the refusal names the request (INIT's id): {body}"
+    );
     assert!(
         body["error"]["message"]
             .as_str()

@@ -57,19 +57,19 @@ pub enum HttpError {
     #[error("Service Unavailable: the event store failed; retry later")]
     EventStore(String),
     #[error("Service Unavailable: the gateway holds its maximum number of sessions; retry later")]
-    TooManySessions,
+    TooManySessions(Option<Id>),
     #[error(
         "Too Many Requests: this client holds {0} sessions, the most one client may; end one (DELETE) or retry later"
     )]
-    TooManySessionsForClient(usize),
+    TooManySessionsForClient(usize, Option<Id>),
     #[error(
         "Service Unavailable: the gateway holds its maximum number of subscriptions/listen streams; retry later"
     )]
-    TooManyListeners,
+    TooManyListeners(Option<Id>),
     #[error(
         "Too Many Requests: this caller holds {0} subscriptions/listen streams, the most one caller may; close one or retry later"
     )]
-    TooManyListenersForCaller(usize),
+    TooManyListenersForCaller(usize, Option<Id>),
     #[error("{0}")]
     Auth(AuthError, Challenge),
     /// Cluster mode's shared state did not answer; the cause stays in the logs.
@@ -111,10 +111,10 @@ impl HttpError {
             HttpError::EventStore(_) => StatusCode::SERVICE_UNAVAILABLE,
             HttpError::SessionNotFound | HttpError::SessionNotHere => StatusCode::NOT_FOUND,
             HttpError::Conflict(_) => StatusCode::CONFLICT,
-            HttpError::TooManySessions => StatusCode::SERVICE_UNAVAILABLE,
-            HttpError::TooManySessionsForClient(_) => StatusCode::TOO_MANY_REQUESTS,
-            HttpError::TooManyListeners => StatusCode::SERVICE_UNAVAILABLE,
-            HttpError::TooManyListenersForCaller(_) | HttpError::RateLimited(..) => {
+            HttpError::TooManySessions(_) => StatusCode::SERVICE_UNAVAILABLE,
+            HttpError::TooManySessionsForClient(..) => StatusCode::TOO_MANY_REQUESTS,
+            HttpError::TooManyListeners(_) => StatusCode::SERVICE_UNAVAILABLE,
+            HttpError::TooManyListenersForCaller(..) | HttpError::RateLimited(..) => {
                 StatusCode::TOO_MANY_REQUESTS
             }
             HttpError::Auth(_, c) => c.status,
@@ -150,10 +150,10 @@ impl HttpError {
             | HttpError::BadLastEventId(_)
             | HttpError::Gone(_)
             | HttpError::EventStore(_)
-            | HttpError::TooManySessions
-            | HttpError::TooManySessionsForClient(_)
-            | HttpError::TooManyListeners
-            | HttpError::TooManyListenersForCaller(_)
+            | HttpError::TooManySessions(_)
+            | HttpError::TooManySessionsForClient(..)
+            | HttpError::TooManyListeners(_)
+            | HttpError::TooManyListenersForCaller(..)
             | HttpError::RateLimited(..)
             | HttpError::Auth(..)
             | HttpError::Cluster(_)
@@ -168,7 +168,12 @@ impl HttpError {
             HttpError::Parse(e) => e.id(),
             HttpError::InvalidRequest(_, id) => id.as_ref(),
             HttpError::InvalidParams(_, id) => Some(id),
-            HttpError::Modern(_, id) | HttpError::RateLimited(_, id) => id.as_ref(),
+            HttpError::Modern(_, id)
+            | HttpError::RateLimited(_, id)
+            | HttpError::TooManySessions(id)
+            | HttpError::TooManySessionsForClient(_, id)
+            | HttpError::TooManyListeners(id)
+            | HttpError::TooManyListenersForCaller(_, id) => id.as_ref(),
             HttpError::ForbiddenOrigin(_)
             | HttpError::ForbiddenHost(_)
             | HttpError::NotAcceptable(_)
@@ -184,10 +189,6 @@ impl HttpError {
             | HttpError::BadLastEventId(_)
             | HttpError::Gone(_)
             | HttpError::EventStore(_)
-            | HttpError::TooManySessions
-            | HttpError::TooManySessionsForClient(_)
-            | HttpError::TooManyListeners
-            | HttpError::TooManyListenersForCaller(_)
             | HttpError::Auth(..)
             | HttpError::Cluster(_)
             | HttpError::OwnerUnreachable(_)
@@ -235,10 +236,10 @@ impl IntoResponse for HttpError {
         );
         if matches!(
             self,
-            HttpError::TooManySessions
-                | HttpError::TooManySessionsForClient(_)
-                | HttpError::TooManyListeners
-                | HttpError::TooManyListenersForCaller(_)
+            HttpError::TooManySessions(_)
+                | HttpError::TooManySessionsForClient(..)
+                | HttpError::TooManyListeners(_)
+                | HttpError::TooManyListenersForCaller(..)
         ) {
             headers.insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
         }

@@ -42,7 +42,7 @@ pub(super) async fn initialize(
     let hello = protocol::read_initialize(params.as_deref())
         .map_err(|e| HttpError::InvalidParams(e, id.clone()))?;
     if gw.sessions.len() >= gw.config.session.max_sessions {
-        return Err(HttpError::TooManySessions);
+        return Err(HttpError::TooManySessions(Some(id)));
     }
     let version = hello.version;
     let view = gw.registry.ready(gw.probe_wait()).await;
@@ -62,8 +62,8 @@ pub(super) async fn initialize(
         .sessions
         .create(init, &gw.shutdown)
         .map_err(|e| match e {
-            TooManySessions::Gateway => HttpError::TooManySessions,
-            TooManySessions::Client(n) => HttpError::TooManySessionsForClient(n),
+            TooManySessions::Gateway => HttpError::TooManySessions(Some(id.clone())),
+            TooManySessions::Client(n) => HttpError::TooManySessionsForClient(n, Some(id.clone())),
         })?;
     trace::record_session(&session.id);
     // In cluster mode no other replica could find a session without its record.

@@ -408,9 +408,9 @@ async fn take_over(
         .adopt(record, client, &gw.shutdown)
         .await
         .map_err(|e| match e {
-            AdoptError::TooMany(TooManySessions::Gateway) => HttpError::TooManySessions,
+            AdoptError::TooMany(TooManySessions::Gateway) => HttpError::TooManySessions(None),
             AdoptError::TooMany(TooManySessions::Client(n)) => {
-                HttpError::TooManySessionsForClient(n)
+                HttpError::TooManySessionsForClient(n, None)
             }
             AdoptError::Store(e) => HttpError::EventStore(e),
         })?;
@@ -422,9 +422,15 @@ async fn take_over(
 /// header) is accepted on any session: the official conformance suite sends it on sessions it
 /// negotiated at 2025-11-25.
 fn check_version(headers: &HeaderMap, session: &Session) -> Result<(), HttpError> {
-    let Some(v) = headers.get(&VERSION_HEADER) else {
+    let mut values = headers.get_all(&VERSION_HEADER).iter();
+    let Some(v) = values.next() else {
         return Ok(());
     };
+    if values.next().is_some() {
+        return Err(HttpError::BadProtocolVersion(
+            "MCP-Protocol-Version is sent more than once".into(),
+        ));
+    }
     let v = v.to_str().map_err(|_| {
         HttpError::BadProtocolVersion("MCP-Protocol-Version is not valid text".into())
     })?;

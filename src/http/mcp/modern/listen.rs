@@ -112,8 +112,8 @@ pub(super) async fn listen(
         .filter(|t| session.tasks.get(t).is_some())
         .collect();
     let slot = gw.sessions.reserve_listener(session).map_err(|e| match e {
-        TooManyListeners::Gateway(_) => HttpError::TooManyListeners,
-        TooManyListeners::Caller(n) => HttpError::TooManyListenersForCaller(n),
+        TooManyListeners::Gateway(_) => HttpError::TooManyListeners(Some(id.clone())),
+        TooManyListeners::Caller(n) => HttpError::TooManyListenersForCaller(n, Some(id.clone())),
     })?;
     // Each URI held at a plugin that can honour it; the others are left out of the ack.
     let held = futures_util::future::join_all(uris.iter().map(|uri| async move {

@@ -47,6 +47,23 @@ const VERSION_HEADER: HeaderName = HeaderName::from_static("mcp-protocol-version
 const METHOD_HEADER: HeaderName = HeaderName::from_static("mcp-method");
 const NAME_HEADER: HeaderName = HeaderName::from_static("mcp-name");
 
+/// A mirrored header's one value. Sent twice, it is refused: an intermediary that reads the
+/// other copy would route or authorize another request than the one served.
+fn once<'h>(
+    headers: &'h HeaderMap,
+    name: &HeaderName,
+    shown: &str,
+) -> Result<Option<&'h [u8]>, ModernError> {
+    let mut values = headers.get_all(name).iter();
+    let first = values.next();
+    if values.next().is_some() {
+        return Err(ModernError::HeaderMismatch(format!(
+            "the {shown} header is sent more than once"
+        )));
+    }
+    Ok(first.map(|v| v.as_bytes()))
+}
+
 pub(super) async fn modern(
     gw: &Edge,
     headers: &HeaderMap,
@@ -81,9 +98,9 @@ pub(super) async fn modern(
         .unwrap_or_else(|| Err(modern::undeclared(params.as_deref())))
         .map_err(refuse)?;
     let mirrored = MirroredHeaders {
-        protocol_version: headers.get(&VERSION_HEADER).map(|v| v.as_bytes()),
-        method: headers.get(&METHOD_HEADER).map(|v| v.as_bytes()),
-        name: headers.get(&NAME_HEADER).map(|v| v.as_bytes()),
+        protocol_version: once(headers, &VERSION_HEADER, "MCP-Protocol-Version").map_err(refuse)?,
+        method: once(headers, &METHOD_HEADER, "Mcp-Method").map_err(refuse)?,
+        name: once(headers, &NAME_HEADER, "Mcp-Name").map_err(refuse)?,
     };
     modern::check_version_header(mirrored, &meta).map_err(refuse)?;
     if !modern::MODERN_VERSIONS.contains(&meta.declared.version.as_str()) {
