@@ -40,6 +40,10 @@ pub fn init(format: LogFormat) {
         LogFormat::Text => lines.fmt_fields(TextFields).boxed(),
         LogFormat::Json => lines.json().boxed(),
     };
+    TEXT.store(
+        matches!(format, LogFormat::Text),
+        std::sync::atomic::Ordering::Relaxed,
+    );
     // The audit log's records are JSON lines whatever the format, on at `info` unless
     // `RUST_LOG` names their target itself.
     let directives = if directives.contains(AUDIT_TARGET) {
@@ -60,6 +64,30 @@ pub fn init(format: LogFormat) {
         .with(lines)
         .with(audit)
         .init();
+}
+
+/// Whether log lines are text (until [`init`] says JSON).
+static TEXT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
+
+/// Text someone else wrote (a plugin's stderr), as a log line's message shows it: in text
+/// lines quoted, with quotes, backslashes and control and invisible characters escaped, so it
+/// cannot pass for a line of the gateway's own (an audit record's JSON line, say); in JSON
+/// lines as it is (the JSON escapes it).
+pub fn untrusted(text: &str) -> Untrusted<'_> {
+    Untrusted(text)
+}
+
+/// See [`untrusted`].
+pub struct Untrusted<'a>(&'a str);
+
+impl fmt::Display for Untrusted<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if TEXT.load(std::sync::atomic::Ordering::Relaxed) {
+            write!(f, "{:?}", self.0)
+        } else {
+            f.write_str(self.0)
+        }
+    }
 }
 
 /// The target of the audit log's records.

@@ -583,6 +583,40 @@ async fn audit_records_are_json_lines_and_survive_a_stop() {
     assert_eq!(targets, ["slow", "echo"], "{body}");
 }
 
+/// Guards: a plugin wrote a whole audit record's JSON line to its stderr, and the text log
+/// showed it unescaped beside the real ones. A plugin's stderr is quoted in text lines: every
+/// line that reads as an audit record is the gateway's own.
+#[tokio::test]
+async fn a_plugin_cannot_forge_audit_lines() {
+    let gw = Gateway::start(&WITH_MAIN_PLUGIN);
+    let mut c = gw.client();
+    c.initialize().await;
+    let forged = json!({"timestamp": "2026-12-05T00:00:00Z", "level": "INFO", "fields": {
+        "message": "audit", "id": "forged", "kind": "tools/call", "subject": "alice",
+        "target": "delete_everything", "outcome": "ok"}, "target": "mcp_gateway::audit"});
+    c.tool_text(1, "stderr", json!({"text": forged.to_string()}))
+        .await;
+    c.tool_text(2, "echo", json!({"text": "real"})).await;
+    gw.wait_log("delete_everything").await;
+    let log = gw.log();
+    for line in log.lines() {
+        if let Ok(record) = serde_json::from_str::<Value>(line) {
+            assert_ne!(record["fields"]["id"], "forged", "{line}");
+        }
+        // Anywhere in a line, the plugin's text is a quoted string, not a JSON object.
+        if line.contains("delete_everything") {
+            assert!(
+                line.contains(r#"mcp_gateway::plugin: "{\"fields\":"#),
+                "not quoted: {line}"
+            );
+        }
+    }
+    assert!(
+        log.contains("delete_everything"),
+        "the plugin's line is logged: {log}"
+    );
+}
+
 /// `RUST_LOG=mcp_gateway::audit=off` silences the records' lines, not the records (README,
 /// "Audit log").
 #[tokio::test]

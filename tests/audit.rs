@@ -54,10 +54,10 @@ async fn calls_and_admin_actions_are_recorded_with_arguments_hashed() {
 
     let all = records(&admin, "kind=tools/call").await;
     assert_eq!(all.len(), 5, "{all:#?}");
-    // Newest first. One unprefixed plugin answers for unknown tools itself.
+    // Newest first. A tool its plugin did not list is refused by the gateway.
     assert_eq!(all[0]["target"], "no_such_tool");
-    assert_eq!(all[0]["outcome"], "error");
-    assert!(all[0]["error_code"].is_i64());
+    assert_eq!(all[0]["outcome"], "refused");
+    assert_eq!(all[0]["error_code"], -32602);
     assert_eq!(all[1]["target"], "test_error_handling");
     assert_eq!(all[1]["outcome"], "tool_error");
     let echo: Vec<&Value> = all.iter().filter(|r| r["target"] == "echo").collect();
@@ -126,7 +126,7 @@ async fn calls_and_admin_actions_are_recorded_with_arguments_hashed() {
         .call(9, "tools/call", json!({"name": "echo", "arguments": {}}))
         .await;
     assert!(r.last()["error"].is_object());
-    let refused = records(&admin, "outcome=refused").await;
+    let refused = records(&admin, "outcome=refused&tool=echo").await;
     assert_eq!(refused.len(), 1, "{refused:#?}");
     assert_eq!(refused[0]["target"], "echo");
     assert!(refused[0]["plugin"].is_null());

@@ -41,6 +41,62 @@ async fn filtered_tools_are_hidden_and_refused() {
 }
 
 #[tokio::test]
+async fn tool_names_the_plugin_never_listed_never_reach_it() {
+    // Guards: `h__ECHO`, `h__echo ` and friends reached a plugin whose `echo` was denied, and
+    // a plugin that matches names loosely ran it. Only a listed tool is called, and a name
+    // outside visible ASCII never is, whatever the rules.
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(
+        &dir,
+        &format!(
+            "[plugins.h]\ncommand = \"{FIXTURE}\"\nargs = [\"--loose-names\"]\ntools_deny = [\"echo\", \"crash\"]\n[plugins.other]\ncommand = \"{FIXTURE}\"\n"
+        ),
+    );
+    let gw = Gateway::start(&["--config", &cfg]);
+    let mut c = gw.client();
+    c.initialize().await;
+    // The loose plugin does run what it listed.
+    assert!(
+        c.tool_text(1, "h__pid", json!({}))
+            .await
+            .parse::<u32>()
+            .is_ok()
+    );
+    let names = [
+        "h__ECHO",
+        "h__echo ",
+        "h__echo\u{200b}",
+        "h__crash\u{0}",
+        "h__./echo",
+        "h__./crash",
+        "h__Crash",
+        "h__pid\t",
+    ];
+    for (i, name) in names.iter().enumerate() {
+        let r = c
+            .call(
+                10 + i as i64,
+                "tools/call",
+                json!({"name": name, "arguments": {"text": "ran"}}),
+            )
+            .await;
+        assert_eq!(r.error_code(), -32602, "{name:?}: {:?}", r.last());
+        assert!(
+            r.last()["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("Unknown tool"),
+            "{name:?}: {:?}",
+            r.last()
+        );
+    }
+    assert!(
+        !gw.log().contains("crashing on purpose"),
+        "a refused call never reaches the plugin"
+    );
+}
+
+#[tokio::test]
 async fn a_request_past_its_timeout_fails_and_the_plugin_is_told() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = config(
@@ -65,7 +121,7 @@ async fn a_request_past_its_timeout_fails_and_the_plugin_is_told() {
             .unwrap()
             .contains("within 1 s")
     );
-    gw.wait_log("cancelled plugin=a").await;
+    gw.wait_log("cancelled\" plugin=a").await;
     assert_eq!(
         c.tool_text(6, "echo", json!({"text": "still fine"})).await,
         "still fine"

@@ -46,7 +46,7 @@ async fn python_sdk_client_against_the_fixture() {
     assert_eq!(out["after_cancel"], "still alive");
     // The cancellation reached the plugin, and closing the client sent DELETE.
     let sid = out["session_id"].as_str().unwrap();
-    gw.wait_log("cancelled plugin=stdio").await;
+    gw.wait_log("cancelled\" plugin=stdio").await;
     common::wait_until(
         "session ended by the client's DELETE",
         std::time::Duration::from_secs(10),

@@ -452,3 +452,98 @@ async fn with_authorization_on_each_token_subject_has_its_own_bucket() {
     assert_eq!(alices["records"].as_array().unwrap().len(), 2, "{alices}");
     assert_eq!(alices["records"][1]["outcome"], "ok");
 }
+
+#[tokio::test]
+async fn a_batch_refused_whole_is_one_audit_record_with_its_count_and_calls_stay_recorded() {
+    // Guards: every member of a refused 2025-03-26 batch was recorded, so a few large batches
+    // filled the audit queue and the same client's real calls meanwhile ran unrecorded. A
+    // batch refused whole is one record with its count, and every call that ran has one.
+    let dir = tempfile::tempdir().unwrap();
+    let gw = gateway(
+        &dir,
+        "per_subject = { rate = \"3/min\", burst = 3 }",
+        &["a"],
+        &[],
+    );
+    let mut c = gw.client().with_header("x-forwarded-for", "203.0.113.9");
+    c.initialize_at("2025-03-26", json!({})).await;
+    for id in 1..=3 {
+        assert_eq!(c.tool_text(id, "echo", json!({"text": "ran"})).await, "ran");
+    }
+    let batch: Vec<Value> = (100..600)
+        .map(|id| {
+            json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+                   "params": {"name": "echo", "arguments": {"text": "refused"}}})
+        })
+        .collect();
+    for _ in 0..4 {
+        let r = c.post(&Value::Array(batch.clone())).await;
+        assert_eq!(r.status, 429, "{r:?}");
+    }
+    let admin = Admin::of(&gw, ADMIN_TOKEN);
+    let (status, body) = admin.get("/admin/audit?kind=tools/call&limit=1000").await;
+    assert_eq!(status, 200, "{body}");
+    let records = body["records"].as_array().unwrap();
+    let refused: Vec<&Value> = records
+        .iter()
+        .filter(|r| r["outcome"] == "refused")
+        .collect();
+    assert_eq!(refused.len(), 4, "one record per refused batch: {body:#}");
+    for r in &refused {
+        assert_eq!(r["count"], 500, "{r}");
+        assert_eq!(r["error_code"], 429, "{r}");
+        assert_eq!(r["target"], "echo", "{r}");
+    }
+    let ran = records.iter().filter(|r| r["outcome"] == "ok").count();
+    assert_eq!(ran, 3, "every call that ran is recorded: {body:#}");
+    assert!(
+        records
+            .iter()
+            .filter(|r| r["outcome"] == "ok")
+            .all(|r| r["count"].is_null())
+    );
+}
+
+#[tokio::test]
+async fn completions_and_subscriptions_run_plugin_code_and_are_counted() {
+    // Guards: `completion/complete` and `resources/subscribe` ran plugin code uncounted, so a
+    // caller over its limit went on without one. They are counted now; an unsubscribe is not
+    // (a limited caller can still let go).
+    let dir = tempfile::tempdir().unwrap();
+    let gw = gateway(
+        &dir,
+        "per_subject = { rate = \"2/min\", burst = 2 }",
+        &["a"],
+        &[],
+    );
+    let c = client_from(&gw, "203.0.113.20").await;
+    let complete = json!({"ref": {"type": "ref/prompt", "name": "test_prompt_with_arguments"},
+                          "argument": {"name": "arg1", "value": "t"}});
+    let r = c.result(1, "completion/complete", complete.clone()).await;
+    assert_eq!(r["completion"]["values"][0], "test-one");
+    c.result(
+        2,
+        "resources/subscribe",
+        json!({"uri": "test://static-text"}),
+    )
+    .await;
+    let r = c.call(3, "completion/complete", complete).await;
+    assert_limited(&r, 3, "subject", "2 calls per minute");
+    let r = c
+        .call(
+            4,
+            "resources/subscribe",
+            json!({"uri": "test://static-text"}),
+        )
+        .await;
+    assert_limited(&r, 4, "subject", "2 calls per minute");
+    let r = c
+        .call(
+            5,
+            "resources/unsubscribe",
+            json!({"uri": "test://static-text"}),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{r:?}");
+    assert!(r.last()["result"].is_object(), "{r:?}");
+}

@@ -278,3 +278,28 @@ async fn regression_one_client_cannot_take_every_session() {
     assert_eq!(status, 200);
     assert_eq!(raw_post(&gw, &h, ping).await.0, 200, "a used session stays");
 }
+
+#[tokio::test]
+async fn regression_what_a_session_keeps_of_initialize_is_bounded() {
+    // Guards: sessions whose `initialize` carried 3 MiB of capabilities kept it all (60 took
+    // 217 MB; one client at its session cap pinned ~0.9 GiB). Past 64 KiB it is refused
+    // with -32602, and no session is opened.
+    let gw = Gateway::fixture(&[], &[]);
+    let init = |experimental: usize| {
+        json!({"jsonrpc": "2.0", "id": 7, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25",
+            "capabilities": {"experimental": {"x": {"pad": "p".repeat(experimental)}}},
+            "clientInfo": {"name": "big", "version": "1"}}})
+        .to_string()
+    };
+    let (status, body, headers) = raw_post(&gw, JSON_BOTH, &init(3 << 20)).await;
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(body["error"]["code"], -32602, "{body}");
+    assert_eq!(body["id"], 7);
+    assert!(body["error"]["message"].as_str().unwrap().contains("65536"));
+    assert!(!headers.contains_key("mcp-session-id"));
+    // Up to the bound, as before.
+    let (status, body, headers) = raw_post(&gw, JSON_BOTH, &init(60_000)).await;
+    assert_eq!(status, 200, "{body}");
+    assert!(headers.contains_key("mcp-session-id"));
+}

@@ -5,16 +5,22 @@
 //!
 //! A call's record is made by a [`Ticket`] that travels with the request to the plugin and
 //! back: whatever ends the request (an answer, an error, a timeout, a cancellation, the
-//! plugin's exit, a refusal) drops the ticket, and the drop submits the record. Submitting
-//! never waits: records go through a bounded queue to one writer task, which writes each as
-//! a JSON line under the target `mcp_gateway::audit` and stores them in batches in the
-//! database ([`AuditStore`]) in one transaction per moment (`writer.rs`), where records past
-//! the retention are deleted hourly. A full queue (in records or bytes) drops the record and
-//! counts it (`mcp_gateway_audit_dropped_total`): the calls themselves never wait on the
-//! audit log.
+//! plugin's exit, a refusal) drops the ticket, and the drop submits the record. A ticket
+//! takes its record's room in the queue when it is made, before the call is dispatched
+//! (`room.rs`: calls may use the whole queue, records of what never ran half of it, one
+//! caller a sixteenth), so a call that runs is always recorded; a call that finds no room is
+//! refused instead ([`Full`]). Submitting never waits: records go through the bounded queue
+//! to one writer task, which writes each as a JSON line under the target
+//! `mcp_gateway::audit` and stores them in batches in the database ([`AuditStore`]) in one
+//! transaction per moment (`writer.rs`), where records past the retention are deleted
+//! hourly. A record of what never ran that finds no room is dropped and counted
+//! (`mcp_gateway_audit_dropped_total`); requests refused together (a batch) are one record
+//! with their count.
 //!
-//! This module decides what a record says; it never decides whether a call may run.
+//! This module decides what a record says; the only say it has in whether a call runs is
+//! that one without room for its record does not.
 
+mod room;
 mod store;
 mod time;
 mod writer;
@@ -33,6 +39,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::AuditConfig;
 
+use room::{Class, Held, Room};
 pub use store::{AuditStore, Filter, MAX_LIMIT, StoreError, StoreFuture};
 pub use time::{now_ms, rfc3339};
 use writer::{STORE_TIMEOUT, Writer};
@@ -124,6 +131,9 @@ pub struct Record {
     pub arguments: Option<String>,
     /// The replica that served it.
     pub replica: Option<String>,
+    /// How many requests it stands for, when more than one were refused together (a batch);
+    /// none for one request.
+    pub count: Option<i64>,
 }
 
 impl Record {
@@ -164,6 +174,7 @@ impl Record {
             "duration_ms": self.duration_us as f64 / 1000.0,
             "arguments": self.arguments,
             "replica": self.replica,
+            "count": self.count,
         })
     }
 }
@@ -175,6 +186,21 @@ pub struct Who<'a> {
     /// The full session id (the record keeps its prefix).
     pub session: Option<&'a str>,
     pub client: Option<&'a str>,
+    /// Who the queue counts the record against: the token's subject, else the client's
+    /// address (`http::checks::client_key`); never written in the record.
+    pub caller: Option<&'a str>,
+}
+
+/// The audit queue has no room for another call's record: the call is refused before it
+/// runs, rather than run unrecorded.
+#[derive(Debug, Clone, Copy, thiserror::Error)]
+#[error("the audit log's queue is full: the call was not run; retry in a moment")]
+pub struct Full;
+
+/// A record on its way to the writer, with the room it holds.
+struct Queued {
+    record: Record,
+    held: Held,
 }
 
 /// The audit log: makes tickets and admin records, and feeds the writer.
@@ -184,7 +210,7 @@ pub struct Auditor {
     /// compressions of the key's blocks (of four or five per call).
     mac: Hmac<Sha256>,
     replica: Arc<str>,
-    tx: mpsc::Sender<Record>,
+    tx: mpsc::Sender<Queued>,
     /// What the writer shares: it stops when the auditor (the queue's sender) is dropped.
     writer: Arc<Writer>,
     /// Records submitted to the queue (counted before they go in): a flush waits until as
@@ -218,6 +244,17 @@ fn hmac_hex(keyed: &Hmac<Sha256>, data: &[u8]) -> String {
     out
 }
 
+/// Arguments in one canonical form, so that equal arguments sent differently (spaces, the
+/// order of an object's members, escapes) hash alike: the JSON without insignificant
+/// whitespace, members in the order of their names (serde_json's map is ordered), strings
+/// escaped only where JSON must. Text that is not JSON is hashed as it came.
+fn canonical(raw: &str) -> std::borrow::Cow<'_, str> {
+    match serde_json::from_str::<Value>(raw) {
+        Ok(value) => std::borrow::Cow::Owned(value.to_string()),
+        Err(_) => std::borrow::Cow::Borrowed(raw),
+    }
+}
+
 /// The methods whose requests are audited.
 pub fn audited(method: &str) -> bool {
     matches!(method, "tools/call" | "prompts/get" | "resources/read")
@@ -239,7 +276,7 @@ impl Auditor {
             flush: Notify::new(),
             flushed: Notify::new(),
             handled: AtomicU64::new(0),
-            bytes: Default::default(),
+            room: Room::default(),
         });
         if config.enabled {
             tokio::spawn(writer::write(writer.clone(), rx));
@@ -271,9 +308,9 @@ impl Auditor {
         method: &str,
         plugin: Option<&str>,
         params: Option<&RawValue>,
-    ) -> Option<Ticket> {
+    ) -> Result<Option<Ticket>, Full> {
         if !self.config.enabled || !audited(method) {
-            return None;
+            return Ok(None);
         }
         let read: Option<CallParams<'_>> = params.and_then(|p| serde_json::from_str(p.get()).ok());
         match read {
@@ -292,7 +329,8 @@ impl Auditor {
     }
 
     /// [`Auditor::call`] of a request whose params were read already: the `name` or `uri`
-    /// they target, and their `arguments` as sent.
+    /// they target, and their `arguments` as sent. The ticket holds its record's room in the
+    /// queue from now on; [`Full`] when there is none (the call must not run).
     pub fn call_read(
         self: &Arc<Self>,
         who: Who<'_>,
@@ -300,35 +338,73 @@ impl Auditor {
         plugin: Option<&str>,
         target: Option<&str>,
         arguments: Option<&str>,
-    ) -> Option<Ticket> {
+    ) -> Result<Option<Ticket>, Full> {
         if !self.config.enabled || !audited(method) {
-            return None;
+            return Ok(None);
         }
+        let record = self.call_record(who, method, plugin, target, arguments);
+        // Room for what the record may still gain (the plugin's name, once routed).
+        let weight = record.weight() + 128;
+        let Some(held) = self.writer.room.take(Class::Call, who.caller, weight) else {
+            crate::metrics::get().audit_dropped.inc();
+            return Err(Full);
+        };
+        Ok(Some(Ticket {
+            auditor: self.clone(),
+            started: Instant::now(),
+            record: Some(Box::new(record)),
+            held: Some(held),
+        }))
+    }
+
+    fn call_record(
+        &self,
+        who: Who<'_>,
+        method: &str,
+        plugin: Option<&str>,
+        target: Option<&str>,
+        arguments: Option<&str>,
+    ) -> Record {
         let mut record = self.record(method, who);
         record.plugin = plugin.map(str::to_owned);
         record.target = target.map(|t| bounded(t, 512));
         record.arguments = arguments.map(|a| self.arguments(a));
-        Some(Ticket {
-            auditor: self.clone(),
-            started: Instant::now(),
-            record: Some(Box::new(record)),
-        })
+        record
     }
 
-    /// Records requests refused before they were routed (not allowed, over a rate limit):
-    /// each audited one among `requests` (method, plugin if known, params) with the HTTP
-    /// `status` it was answered with.
+    /// Records requests refused before they were routed (not allowed, over a rate limit)
+    /// with the HTTP `status` they were answered with: one audited request among `requests`
+    /// (method, plugin if known, params) as its own record; several (a batch) as one record,
+    /// of the first, with their count. Nothing ran, so this uses only the queue's first half.
     pub fn refused<'a>(
         self: &Arc<Self>,
         who: Who<'_>,
         requests: impl Iterator<Item = (&'a str, Option<&'a str>, Option<&'a RawValue>)>,
         status: u16,
     ) {
-        for (method, plugin, params) in requests {
-            if let Some(mut t) = self.call(who, method, plugin, params) {
-                t.set(Outcome::Refused, Some(status.into()));
-            }
+        if !self.config.enabled {
+            return;
         }
+        let mut audited = requests.filter(|(method, ..)| audited(method));
+        let Some((method, plugin, params)) = audited.next() else {
+            return;
+        };
+        let others = audited.count();
+        let read: Option<CallParams<'_>> = params.and_then(|p| serde_json::from_str(p.get()).ok());
+        let (target, arguments) = match &read {
+            Some(p) => (
+                p.name.as_deref().or(p.uri.as_deref()),
+                p.arguments.map(RawValue::get),
+            ),
+            None => (None, None),
+        };
+        let mut record = self.call_record(who, method, plugin, target, arguments);
+        record.outcome = Outcome::Refused;
+        record.error_code = Some(status.into());
+        if others > 0 {
+            record.count = Some(others as i64 + 1);
+        }
+        self.submit(record, Class::Other, who.caller);
     }
 
     /// Records an admin action: `action` such as `plugin.disable`, on `plugin` if it names
@@ -356,7 +432,7 @@ impl Auditor {
             record.outcome = Outcome::Error;
             record.error_code = Some(status.into());
         }
-        self.submit(record);
+        self.submit(record, Class::Other, None);
     }
 
     /// Records a failed authentication on the admin listener (`action`: the API's bearer
@@ -369,12 +445,13 @@ impl Auditor {
         }
         let mut record = self.record("admin", Who::default());
         record.at_ms -= took.as_millis() as i64;
-        record.client = Some(format!("address {address}"));
+        let client = format!("address {address}");
         record.target = Some(action.to_owned());
         record.duration_us = took.as_micros() as i64;
         record.outcome = Outcome::Error;
         record.error_code = Some(401);
-        self.submit(record);
+        record.client = Some(client.clone());
+        self.submit(record, Class::Other, Some(&client));
     }
 
     /// Stored records, newest first.
@@ -419,6 +496,7 @@ impl Auditor {
             duration_us: 0,
             arguments: None,
             replica: Some(self.replica.to_string()),
+            count: None,
         }
     }
 
@@ -427,30 +505,34 @@ impl Auditor {
         if self.config.include_arguments && raw.len() <= MAX_ARGUMENT_BYTES {
             return raw.to_owned();
         }
-        let mut out = hmac_hex(&self.mac, raw.as_bytes());
+        let mut out = hmac_hex(&self.mac, canonical(raw).as_bytes());
         if self.config.include_arguments {
             out.push_str(" (too long)");
         }
         out
     }
 
-    fn submit(&self, record: Record) {
-        let m = crate::metrics::get();
-        let weight = record.weight();
-        let bytes = &self.writer.bytes;
-        if bytes.fetch_add(weight, Ordering::AcqRel) + weight > QUEUE_BYTES {
-            bytes.fetch_sub(weight, Ordering::AcqRel);
-            m.audit_dropped.inc();
-            return;
+    /// Queues a record that holds no room yet (not a call's): dropped and counted when the
+    /// queue has no room for it.
+    fn submit(&self, record: Record, class: Class, caller: Option<&str>) {
+        match self.writer.room.take(class, caller, record.weight()) {
+            Some(held) => self.queue(record, held),
+            None => crate::metrics::get().audit_dropped.inc(),
         }
+    }
+
+    /// Queues a record into the room it holds.
+    fn queue(&self, record: Record, held: Held) {
+        let m = crate::metrics::get();
         // Counted before it is queued, so a flush that begins once it is queued waits for it.
         self.queued.fetch_add(1, Ordering::AcqRel);
-        match self.tx.try_send(record) {
+        match self.tx.try_send(Queued { record, held }) {
             Ok(()) => m.audit_records.inc(),
-            Err(_) => {
-                // Done with, as far as a flush is concerned.
+            Err(e) => {
+                // The room held guarantees a place; only a stopped writer gets here. Done
+                // with, as far as a flush is concerned.
                 self.writer.handled.fetch_add(1, Ordering::AcqRel);
-                bytes.fetch_sub(weight, Ordering::AcqRel);
+                self.writer.room.give_back(e.into_inner().held);
                 m.audit_dropped.inc();
             }
         }
@@ -488,6 +570,8 @@ pub struct Ticket {
     auditor: Arc<Auditor>,
     started: Instant,
     record: Option<Box<Record>>,
+    /// The record's room in the queue, taken when the ticket was made.
+    held: Option<Held>,
 }
 
 impl Ticket {
@@ -541,11 +625,22 @@ impl Ticket {
     }
 }
 
+impl Ticket {
+    /// The request will not be made after all (another request with it found no room): no
+    /// record, and its room is given back.
+    pub fn withdraw(mut self) {
+        self.record = None;
+        if let Some(held) = self.held.take() {
+            self.auditor.writer.room.give_back(held);
+        }
+    }
+}
+
 impl Drop for Ticket {
     fn drop(&mut self) {
-        if let Some(mut record) = self.record.take() {
+        if let (Some(mut record), Some(held)) = (self.record.take(), self.held.take()) {
             record.duration_us = self.started.elapsed().as_micros() as i64;
-            self.auditor.submit(*record);
+            self.auditor.queue(*record, held);
         }
     }
 }
@@ -568,6 +663,21 @@ mod tests {
         assert_eq!(hmac_hex(&keyed, b"what do ya want for nothing?"), want);
         assert_eq!(hmac_hex(&keyed, b"what do ya want for nothing?"), want);
         assert_ne!(hmac_hex(&keyed, b"what do ya want for something?"), want);
+    }
+
+    #[test]
+    fn equal_arguments_hash_alike_however_they_are_written() {
+        let same = [
+            r#"{"text":"same","n":1}"#,
+            r#"{ "text" : "same", "n" : 1 }"#,
+            r#"{"n":1,"text":"same"}"#,
+            "{\n  \"text\": \"s\\u0061me\",\n  \"n\": 1\n}",
+        ];
+        for a in same {
+            assert_eq!(canonical(a), canonical(same[0]), "{a}");
+        }
+        assert_ne!(canonical(r#"{"text":"other"}"#), canonical(same[0]));
+        assert_eq!(canonical("not json"), "not json");
     }
 
     #[test]

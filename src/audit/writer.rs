@@ -13,7 +13,7 @@ use serde::Serialize;
 use tokio::sync::{Notify, mpsc};
 use tokio_util::sync::CancellationToken;
 
-use super::{AuditStore, Record, TARGET, rfc3339, time};
+use super::{AuditStore, Queued, Record, Room, TARGET, rfc3339, time};
 
 /// The target of what the writer itself has to say (a failed store): ordinary log lines,
 /// never among the records.
@@ -41,17 +41,19 @@ pub(super) struct Writer {
     pub(super) flushed: Notify,
     /// Records done with: stored, failed to store, or dropped at a full queue.
     pub(super) handled: AtomicU64,
-    /// Bytes of the records queued (see [`super::QUEUE_BYTES`]).
-    pub(super) bytes: std::sync::atomic::AtomicUsize,
+    /// The queue's room, given back as records are done with (`room.rs`).
+    pub(super) room: Room,
 }
 
 /// The writer: a JSON line per record, then the batch into the store. Ends when the queue's
 /// sender is gone and the queue is empty.
-pub(super) async fn write(w: Arc<Writer>, mut rx: mpsc::Receiver<Record>) {
+pub(super) async fn write(w: Arc<Writer>, mut rx: mpsc::Receiver<Queued>) {
+    let mut queued = Vec::with_capacity(BATCH);
     let mut batch = Vec::with_capacity(BATCH);
+    let mut held = Vec::with_capacity(BATCH);
     loop {
         let flushing = tokio::select! {
-            n = rx.recv_many(&mut batch, BATCH) => {
+            n = rx.recv_many(&mut queued, BATCH) => {
                 if n == 0 {
                     return;
                 }
@@ -65,19 +67,24 @@ pub(super) async fn write(w: Arc<Writer>, mut rx: mpsc::Receiver<Record>) {
         // Store what came; at once again only while batches come full (what comes while a
         // batch is being stored waits for the next moment).
         loop {
-            while batch.len() < BATCH {
+            while queued.len() < BATCH {
                 match rx.try_recv() {
-                    Ok(r) => batch.push(r),
+                    Ok(q) => queued.push(q),
                     Err(_) => break,
                 }
             }
-            if batch.is_empty() {
+            if queued.is_empty() {
                 break;
             }
-            let full = batch.len() == BATCH;
+            let full = queued.len() == BATCH;
+            for q in queued.drain(..) {
+                batch.push(q.record);
+                held.push(q.held);
+            }
             store(&*w.store, &batch).await;
-            let weight: usize = batch.iter().map(Record::weight).sum();
-            w.bytes.fetch_sub(weight, Ordering::AcqRel);
+            for h in held.drain(..) {
+                w.room.give_back(h);
+            }
             w.handled.fetch_add(batch.len() as u64, Ordering::Release);
             batch.clear();
             if !full {
@@ -141,6 +148,8 @@ struct Fields<'a> {
     arguments: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     replica: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    count: Option<i64>,
 }
 
 /// Writes `batch` as log lines on stderr, if the log wants [`TARGET`] at `info` (on unless
@@ -182,6 +191,7 @@ fn line(out: &mut Vec<u8>, r: &Record, timestamp: &str) {
             duration_ms: r.duration_us as f64 / 1000.0,
             arguments: r.arguments.as_deref(),
             replica: r.replica.as_deref(),
+            count: r.count,
         },
         target: TARGET,
     };
@@ -235,6 +245,7 @@ mod tests {
             duration_us: 1070,
             arguments: None,
             replica: Some("r1".into()),
+            count: None,
         };
         let mut out = Vec::new();
         line(&mut out, &record, "2026-11-29T04:15:10.200Z");

@@ -407,7 +407,8 @@ impl PluginConnection {
         client_id: &Id,
         reason: Option<&RawValue>,
     ) -> bool {
-        let found = self.take_client_requests(|from, c, _| *from == caller && c == client_id, 1);
+        let found =
+            self.take_client_requests(|from, c, _| from.same_session(&caller) && c == client_id, 1);
         let reason = reason.map(|r| serde_json::from_str(r.get()).unwrap_or_default());
         let cancelled = !found.is_empty();
         for (id, sink, parked) in found {
@@ -421,7 +422,7 @@ impl PluginConnection {
     /// many there were.
     pub fn cancel_stream_requests(&self, caller: Caller, stream: u64, reason: &str) -> usize {
         let found = self.take_client_requests(
-            |from, _, sink| *from == caller && sink.stream_number() == stream,
+            |from, _, sink| from.same_session(&caller) && sink.stream_number() == stream,
             usize::MAX,
         );
         let n = found.len();

@@ -1,5 +1,6 @@
-//! A plugin's error output: logged line by line, tagged with the plugin and the session, the
-//! last lines kept for the logs and the admin API.
+//! A plugin's error output: logged line by line (quoted in text lines: it cannot pass for a
+//! line of the gateway's own, [`crate::logs::untrusted`]), tagged with the plugin and the
+//! session, the last lines kept for the logs and the admin API.
 //!
 //! The plugin decides what it writes here, so nothing it writes may grow the gateway: a line
 //! ends at `\n` or at `\r` (a progress bar redraws with `\r` and may never end its line), and
@@ -42,7 +43,7 @@ pub fn spawn(stderr: ChildStderr, plugin: String, session: String) -> (Tail, Can
                     String::from_utf8_lossy(&b)
                 ),
             };
-            tracing::info!(target: "mcp_gateway::plugin", plugin = %plugin, session = %session, "{line}");
+            tracing::info!(target: "mcp_gateway::plugin", plugin = %plugin, session = %session, "{}", crate::logs::untrusted(&line));
             let mut t = keep.lock().expect("stderr tail lock");
             if t.len() == TAIL {
                 t.pop_front();

@@ -26,9 +26,11 @@ fn failed(e: sqlx::Error) -> StoreError {
 }
 
 const COLUMNS: &str = "id, at_ms, kind, subject, session, client, plugin, target, outcome, \
-                       error_code, duration_us, arguments, replica";
+                       error_code, duration_us, arguments, replica, count";
+/// Values of one row.
+const VALUES: usize = 14;
 
-/// Rows one `INSERT` carries, at most (13 values each: far below SQLite's and PostgreSQL's
+/// Rows one `INSERT` carries, at most (14 values each: far below SQLite's and PostgreSQL's
 /// limits on bound values).
 const ROWS_PER_INSERT: usize = 64;
 
@@ -40,14 +42,14 @@ fn insert_sql(rows: usize, anonymous: bool) -> String {
             sql.push_str(", ");
         }
         sql.push('(');
-        for column in 0..13 {
+        for column in 0..VALUES {
             if column > 0 {
                 sql.push_str(", ");
             }
             if anonymous {
                 sql.push('?');
             } else {
-                sql.push_str(&format!("${}", row * 13 + column + 1));
+                sql.push_str(&format!("${}", row * VALUES + column + 1));
             }
         }
         sql.push(')');
@@ -77,7 +79,8 @@ impl AuditStore for SqlAuditStore {
                         .bind(r.error_code)
                         .bind(r.duration_us)
                         .bind(r.arguments.clone())
-                        .bind(r.replica.clone());
+                        .bind(r.replica.clone())
+                        .bind(r.count);
                 }
                 query.execute(&mut *tx).await.map_err(failed)?;
             }
@@ -167,6 +170,7 @@ fn record(row: &sqlx::any::AnyRow) -> Result<Record, sqlx::Error> {
         duration_us: row.try_get("duration_us")?,
         arguments: row.try_get("arguments")?,
         replica: row.try_get("replica")?,
+        count: row.try_get("count")?,
     })
 }
 
@@ -190,6 +194,7 @@ mod tests {
             duration_us: 5,
             arguments: None,
             replica: None,
+            count: None,
         }
     }
 

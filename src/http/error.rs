@@ -90,6 +90,9 @@ pub enum HttpError {
     /// Over a rate limit ([`crate::limits`]): never reached a plugin.
     #[error("Too Many Requests: {0}")]
     RateLimited(crate::limits::Limited, Option<Id>),
+    /// The audit log has no room to record the call: refused before it ran.
+    #[error("Service Unavailable: {0}")]
+    AuditFull(crate::audit::Full, Option<Id>),
 }
 
 impl HttpError {
@@ -108,7 +111,7 @@ impl HttpError {
             | HttpError::BadLastEventId(_)
             | HttpError::BadProtocolVersion(_) => StatusCode::BAD_REQUEST,
             HttpError::Gone(_) => StatusCode::GONE,
-            HttpError::EventStore(_) => StatusCode::SERVICE_UNAVAILABLE,
+            HttpError::EventStore(_) | HttpError::AuditFull(..) => StatusCode::SERVICE_UNAVAILABLE,
             HttpError::SessionNotFound | HttpError::SessionNotHere => StatusCode::NOT_FOUND,
             HttpError::Conflict(_) => StatusCode::CONFLICT,
             HttpError::TooManySessions(_) => StatusCode::SERVICE_UNAVAILABLE,
@@ -158,7 +161,8 @@ impl HttpError {
             | HttpError::Auth(..)
             | HttpError::Cluster(_)
             | HttpError::OwnerUnreachable(_)
-            | HttpError::OwnerFailed(_) => code::SERVER_ERROR,
+            | HttpError::OwnerFailed(_)
+            | HttpError::AuditFull(..) => code::SERVER_ERROR,
         }
     }
 
@@ -173,7 +177,8 @@ impl HttpError {
             | HttpError::TooManySessions(id)
             | HttpError::TooManySessionsForClient(_, id)
             | HttpError::TooManyListeners(id)
-            | HttpError::TooManyListenersForCaller(_, id) => id.as_ref(),
+            | HttpError::TooManyListenersForCaller(_, id)
+            | HttpError::AuditFull(_, id) => id.as_ref(),
             HttpError::ForbiddenOrigin(_)
             | HttpError::ForbiddenHost(_)
             | HttpError::NotAcceptable(_)
@@ -248,6 +253,7 @@ impl IntoResponse for HttpError {
             HttpError::Cluster(_)
                 | HttpError::OwnerUnreachable(_)
                 | HttpError::EventStore(_)
+                | HttpError::AuditFull(..)
                 | HttpError::Auth(AuthError::Unavailable, _)
         ) {
             headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));

@@ -1,9 +1,10 @@
 //! Rate limits on the calls that reach plugins ([`crate::config::LimitsConfig`]): for each
 //! limit, a token bucket per caller (a client key: the token's subject, or the client's
-//! address). Only `tools/call`, `prompts/get` and `resources/read` are counted ([`counts`]):
-//! they are what runs plugin code; lists, pings and the protocol's own requests are answered
-//! from the gateway's own state and stay available to a caller that is being limited, so it
-//! can still see what it may call and when.
+//! address). Only `tools/call`, `prompts/get`, `resources/read`, `completion/complete` and
+//! `resources/subscribe` are counted ([`counts`]): they are what runs plugin code; lists, pings
+//! and the protocol's own requests are answered from the gateway's own state and stay
+//! available to a caller that is being limited, so it can still see what it may call and
+//! when; `resources/unsubscribe` only gives back what a subscription took.
 //!
 //! On one replica the buckets are `governor`'s, kept per limit in a map bounded by
 //! `max_keys`: when it is full, the buckets of idle callers (refilled, so no different from
@@ -28,7 +29,14 @@ use crate::config::{LimitRule, LimitsConfig};
 
 /// Whether a request of this method is counted.
 pub fn counts(method: &str) -> bool {
-    matches!(method, "tools/call" | "prompts/get" | "resources/read")
+    matches!(
+        method,
+        "tools/call"
+            | "prompts/get"
+            | "resources/read"
+            | "completion/complete"
+            | "resources/subscribe"
+    )
 }
 
 /// The call being admitted: where it goes.

@@ -130,6 +130,11 @@ struct InitializeParams {
     client_info: Box<RawValue>,
 }
 
+/// Most bytes of a client's `capabilities` and `clientInfo` together that a session keeps
+/// (for its plugins' `initialize`, again at each restart): without a bound, one client's
+/// sessions could pin the body limit each, times its session cap.
+pub const MAX_INITIALIZE_BYTES: usize = 64 * 1024;
+
 /// Reads the params of a client's `initialize`; the error is an invalid-params message.
 pub fn read_initialize(params: Option<&RawValue>) -> Result<ClientHello, String> {
     let p: InitializeParams = jsonrpc::params_as(params).map_err(|e| {
@@ -137,6 +142,12 @@ pub fn read_initialize(params: Option<&RawValue>) -> Result<ClientHello, String>
     })?;
     if !p.capabilities.get().starts_with('{') || !p.client_info.get().starts_with('{') {
         return Err("initialize: capabilities and clientInfo must be objects".into());
+    }
+    let kept = p.capabilities.get().len() + p.client_info.get().len();
+    if kept > MAX_INITIALIZE_BYTES {
+        return Err(format!(
+            "initialize: capabilities and clientInfo hold {kept} bytes; a session keeps at most {MAX_INITIALIZE_BYTES}"
+        ));
     }
     let version = negotiate(&p.protocol_version);
     let mut plugin_params = format!(
@@ -178,6 +189,21 @@ mod tests {
             e.contains("Unsupported protocol version: 2024-11-05"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn what_a_session_keeps_of_initialize_is_bounded() {
+        let params = |experimental: &str| {
+            RawValue::from_string(format!(
+                r#"{{"protocolVersion":"2025-11-25","capabilities":{{"experimental":{{"x":"{experimental}"}}}},"clientInfo":{{"name":"c","version":"1"}}}}"#
+            ))
+            .unwrap()
+        };
+        assert!(read_initialize(Some(&params(&"a".repeat(60_000)))).is_ok());
+        let e = read_initialize(Some(&params(&"a".repeat(70_000))))
+            .err()
+            .unwrap();
+        assert!(e.contains("at most 65536"), "{e}");
     }
 
     #[test]

@@ -30,7 +30,13 @@ pub struct PluginInfo {
     pub instructions: Option<String>,
     /// Its tools, as listed when probed (for counts and change detection).
     pub tools: usize,
+    /// The names of the tools it listed when probed (the first page, at most
+    /// [`MAX_PROBED_NAMES`]): a call of one of these needs no list of its own.
+    pub tool_names: std::collections::HashSet<String>,
 }
+
+/// Most tool names a probe keeps.
+pub const MAX_PROBED_NAMES: usize = 10_000;
 
 #[derive(Debug, Clone)]
 pub enum ProbeState {

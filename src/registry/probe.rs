@@ -59,31 +59,37 @@ pub(super) async fn probe(entry: &PluginEntry) -> ProbeState {
             if conn.is_modern() {
                 without_subscriptions(&mut capabilities);
             }
-            let tools = if capabilities.get("tools").is_some() {
-                match tokio::time::timeout(
-                    entry.config.startup_timeout,
-                    conn.call("tools/list", None),
-                )
-                .await
-                {
-                    Ok(Ok(raw)) => serde_json::from_str::<serde_json::Value>(raw.get())
-                        .ok()
-                        .and_then(|v| {
-                            let tools = v.get("tools")?.as_array()?;
-                            Some(
-                                tools
-                                    .iter()
-                                    .filter_map(|t| t.get("name")?.as_str())
-                                    .filter(|n| entry.config.allows_tool(n))
-                                    .count(),
-                            )
-                        })
-                        .unwrap_or(0),
-                    _ => 0,
-                }
-            } else {
-                0
-            };
+            let tool_names: std::collections::HashSet<String> =
+                if capabilities.get("tools").is_some() {
+                    match tokio::time::timeout(
+                        entry.config.startup_timeout,
+                        conn.call("tools/list", None),
+                    )
+                    .await
+                    {
+                        Ok(Ok(raw)) => serde_json::from_str::<serde_json::Value>(raw.get())
+                            .ok()
+                            .and_then(|v| {
+                                let tools = v.get("tools")?.as_array()?;
+                                Some(
+                                    tools
+                                        .iter()
+                                        .filter_map(|t| t.get("name")?.as_str())
+                                        .take(super::entry::MAX_PROBED_NAMES)
+                                        .map(str::to_owned)
+                                        .collect(),
+                                )
+                            })
+                            .unwrap_or_default(),
+                        _ => Default::default(),
+                    }
+                } else {
+                    Default::default()
+                };
+            let tools = tool_names
+                .iter()
+                .filter(|n| entry.config.allows_tool(n))
+                .count();
             let info = PluginInfo {
                 era: conn.era(),
                 protocol_version: init.protocol_version.clone(),
@@ -91,6 +97,7 @@ pub(super) async fn probe(entry: &PluginEntry) -> ProbeState {
                 server_info: init.server_info.clone(),
                 instructions: init.instructions.clone(),
                 tools,
+                tool_names,
             };
             conn.shutdown().await;
             tracing::info!(

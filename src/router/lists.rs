@@ -25,6 +25,9 @@ use crate::session::{ResourceRoutes, Session};
 
 /// Pages fetched per plugin when learning resource routes, at most.
 const LEARN_PAGES: usize = 50;
+/// Most tools of one plugin remembered for a session: a plugin listing more has the rest
+/// refused.
+const MAX_LEARNED_TOOLS: usize = 10_000;
 /// Least time between two full listings for unknown URIs in one session.
 const RELEARN_AFTER: std::time::Duration = std::time::Duration::from_secs(10);
 /// How long one plugin's page may take before the merged list goes on without it.
@@ -223,7 +226,7 @@ async fn learn_one(session: &Session, plugin: &ViewPlugin, method: &str) {
     }
 }
 
-/// The tools of `plugin` that have header-mapped parameters, from its whole `tools/list`
+/// The tools `plugin` lists, with their header-mapped parameters, from its whole `tools/list`
 /// (bounded), remembered for the session; `None` when the list cannot be read.
 pub async fn learn_tool_headers(session: &Session, plugin: &ViewPlugin) -> Option<Arc<ToolParams>> {
     let mut tools = ToolParams::new();
@@ -242,16 +245,19 @@ pub async fn learn_tool_headers(session: &Session, plugin: &ViewPlugin) -> Optio
             .into_iter()
             .flatten()
         {
-            let (Some(name), Some(schema)) = (
-                tool.get("name").and_then(Value::as_str),
-                tool.get("inputSchema"),
-            ) else {
+            let Some(name) = tool.get("name").and_then(Value::as_str) else {
                 continue;
             };
-            let params = header_params(schema);
-            if !params.is_empty() {
-                tools.insert(name.to_owned(), params.into());
+            if tools.len() >= MAX_LEARNED_TOOLS {
+                break;
             }
+            // Every tool listed is kept (calls of others are refused), with its header-mapped
+            // parameters if it has any.
+            let params = tool
+                .get("inputSchema")
+                .map(header_params)
+                .unwrap_or_default();
+            tools.insert(name.to_owned(), params.into());
         }
         match page.get("nextCursor").and_then(Value::as_str) {
             Some(next) => cursor = Some(next.to_owned()),

@@ -33,7 +33,7 @@ use crate::jsonrpc::{self, Id, code};
 use crate::registry::{View, ViewPlugin};
 use crate::session::Session;
 use crate::stream::Sink;
-use target::{Answer, Refusal, Target, UriParams, target};
+use target::{Answer, CalledTool, Refusal, Target, UriParams, target};
 
 /// What a modern (2026-07-28) request brings to its routing besides its method and params.
 #[derive(Debug, Clone, Default)]
@@ -174,14 +174,22 @@ pub async fn dispatch(
             slot,
             rewritten,
             answer,
+            tool,
         }) => {
+            let plugin = &view.plugins[slot];
+            if let Some(tool) = tool
+                && let Err(Refusal(code, message)) = listed(&session, plugin, &tool).await
+            {
+                audit.ended(audit::Outcome::Refused, Some(code));
+                return reply(jsonrpc::error_bytes(Some(&id), code, &message));
+            }
             let answer = match answer {
                 Answer::Tools { .. } => Answer::Tools { client_tasks },
                 other => other,
             };
             forward(
                 &session,
-                &view.plugins[slot],
+                plugin,
                 id,
                 &method,
                 rewritten.or(params),
@@ -202,7 +210,7 @@ pub async fn dispatch(
         }) => {
             let rewrite = tasks::answer_rewrite(&method, public);
             conn.forward_rewritten(
-                session.caller,
+                session.request_caller(),
                 id,
                 &method,
                 params.as_deref(),
@@ -221,6 +229,31 @@ pub async fn dispatch(
                 &format!("Resource not found: {uri}"),
             ))
         }
+    }
+}
+
+/// A tool is called only if its plugin listed it: a name it did not list (another case, a
+/// trailing character, a path) could reach a tool that the caller's rules deny, at a plugin
+/// that matches names loosely. A plugin whose list cannot be read is trusted with the name
+/// unless it has tool rules to keep.
+async fn listed(session: &Session, plugin: &ViewPlugin, tool: &CalledTool) -> Result<(), Refusal> {
+    match target::listed_tool(session, plugin, tool.local()).await {
+        Some(true) => Ok(()),
+        Some(false) => Err(Refusal(
+            code::INVALID_PARAMS,
+            format!(
+                "Unknown tool: {} (its plugin does not list it)",
+                tool.public
+            ),
+        )),
+        None if plugin.filters_tools() || plugin.entry.config.restricts_callers() => Err(Refusal(
+            code::INTERNAL_ERROR,
+            format!(
+                "Tool {} cannot be called now: its plugin's tool list could not be read",
+                tool.public
+            ),
+        )),
+        None => Ok(()),
     }
 }
 
@@ -281,7 +314,7 @@ async fn forward(
             };
             let answering = Answering { rewrite, audit };
             conn.forward_rewritten(
-                session.caller,
+                session.request_caller(),
                 id,
                 method,
                 params.as_deref(),

@@ -29,6 +29,9 @@ pub(super) enum Target {
         slot: usize,
         rewritten: Option<Box<RawValue>>,
         answer: Answer,
+        /// A `tools/call`'s tool, which the plugin must have listed: its name as the client
+        /// gave it, and where its local name begins in it.
+        tool: Option<CalledTool>,
     },
     /// About a task: to the instance of plugin `slot` that runs it, under the plugin's own
     /// task id (`params`); the answer speaks of it by `public`.
@@ -47,6 +50,28 @@ pub(super) enum Target {
     },
     /// A resource URI no plugin is known to serve yet.
     UnknownUri(String),
+}
+
+/// The tool a `tools/call` names.
+pub(super) struct CalledTool {
+    /// As the client gave it.
+    pub public: Box<str>,
+    /// Where the plugin's own name for it begins in `public` (after a prefix).
+    pub local_at: usize,
+}
+
+impl CalledTool {
+    pub fn local(&self) -> &str {
+        &self.public[self.local_at..]
+    }
+}
+
+/// Whether a tool name is one a client may call: 1 to 128 visible ASCII characters (the
+/// spec's tool names are ASCII letters, digits, `_`, `-` and `.`). Whitespace, control and
+/// invisible characters, which a plugin matching names loosely might strip or fold, never
+/// reach one.
+fn callable_name(name: &str) -> bool {
+    (1..=128).contains(&name.len()) && name.bytes().all(|b| b.is_ascii_graphic())
 }
 
 /// What becomes of a plugin's answer on its way to the client.
@@ -168,6 +193,7 @@ pub(super) fn target(
                 Some(slot) => Ok(Target::Plugin {
                     slot,
                     rewritten: None,
+                    tool: None,
                     answer: if method == "tools/list" {
                         Answer::Tools {
                             client_tasks: false,
@@ -204,9 +230,22 @@ pub(super) fn target(
                     "params.name is required and must be a string",
                 )?,
             };
+            if method == "tools/call" && !callable_name(&p.name) {
+                return refuse(
+                    code::INVALID_PARAMS,
+                    format!(
+                        "Unknown tool: {:?} (a tool's name is 1 to 128 visible ASCII characters)",
+                        p.name.chars().take(160).collect::<String>()
+                    ),
+                );
+            }
             let (slot, local) = resolve_name(view, capability, &p.name).ok_or_else(|| {
                 Refusal(code::INVALID_PARAMS, format!("Unknown {what}: {}", p.name))
             })?;
+            let tool = (method == "tools/call").then(|| CalledTool {
+                public: p.name.as_ref().into(),
+                local_at: p.name.len() - local.len(),
+            });
             // A modern client's call runs as a task when the gateway says so, whatever `task`
             // param (a 2025-11-25 hint) it carries.
             let as_task = modern.filter(|_| method == "tools/call").map(|m| m.as_task);
@@ -225,6 +264,7 @@ pub(super) fn target(
                 return Ok(Target::Plugin {
                     slot,
                     rewritten,
+                    tool,
                     answer: if new_task {
                         Answer::NewTask
                     } else {
@@ -240,6 +280,7 @@ pub(super) fn target(
             Ok(Target::Plugin {
                 slot,
                 rewritten,
+                tool,
                 answer: if as_task {
                     Answer::ModernTask {
                         declared: modern.and_then(|m| m.declared.clone()),
@@ -261,6 +302,7 @@ pub(super) fn target(
                     slot,
                     rewritten: None,
                     answer: Answer::AsIs,
+                    tool: None,
                 },
             ))
         }
@@ -279,6 +321,7 @@ pub(super) fn target(
                         slot,
                         rewritten: rename(params, &["ref", "name"], &name, local),
                         answer: Answer::AsIs,
+                        tool: None,
                     })
                 }
                 CompleteRef::Resource { uri } => Ok(route_uri(session, view, &uri).map_or_else(
@@ -287,6 +330,7 @@ pub(super) fn target(
                         slot,
                         rewritten: None,
                         answer: Answer::AsIs,
+                        tool: None,
                     },
                 )),
             }
@@ -401,6 +445,29 @@ pub async fn tool_header_params(
         None => lists::learn_tool_headers(session, plugin).await?,
     };
     Some(tools.get(local).cloned().unwrap_or_else(|| Arc::from([])))
+}
+
+/// Whether `plugin` listed tool `local`: when probed, or else for `session` (its whole list
+/// read once, then remembered until its tools change); `None` when that list cannot be read.
+pub(super) async fn listed_tool(
+    session: &Session,
+    plugin: &ViewPlugin,
+    local: &str,
+) -> Option<bool> {
+    // What the probe saw listed: most calls, with no list of the session's to read.
+    if plugin.info.tool_names.contains(local) {
+        return Some(true);
+    }
+    let known = session
+        .tool_headers
+        .lock()
+        .expect("tool headers lock")
+        .get(plugin.name(), &plugin.info);
+    let tools = match known {
+        Some(tools) => tools,
+        None => lists::learn_tool_headers(session, plugin).await?,
+    };
+    Some(tools.contains_key(local))
 }
 
 /// The plugin and local name behind a public tool or prompt name: the plugin whose prefix

@@ -59,8 +59,11 @@ pub struct Resume {
 
 /// What each round's `requestState` binds besides the call.
 pub struct Binding {
-    /// The token's subject, or none for the anonymous caller.
+    /// The token's subject, or none for a client without a token.
     pub caller: Option<String>,
+    /// The client key the call is counted against among the parked (by address for a client
+    /// without a token).
+    pub counted_as: Arc<str>,
     /// The request's method and params, for its digest.
     method: String,
     params: Option<Box<RawValue>>,
@@ -70,9 +73,15 @@ pub struct Binding {
 }
 
 impl Binding {
-    pub fn new(caller: Option<String>, method: String, params: Option<Box<RawValue>>) -> Binding {
+    pub fn new(
+        caller: Option<String>,
+        counted_as: Arc<str>,
+        method: String,
+        params: Option<Box<RawValue>>,
+    ) -> Binding {
         Binding {
             caller,
+            counted_as,
             method,
             params,
             digest: std::sync::OnceLock::new(),

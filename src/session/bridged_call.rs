@@ -138,7 +138,12 @@ impl Pump {
         loop {
             next = match next {
                 Next::Active(exchange) => self.active(&mut attached, exchange).await,
-                Next::Parked(woken, deadline) => self.wait(&mut attached, woken, deadline).await,
+                Next::Parked(woken, deadline) => {
+                    attached.set_waiting(true);
+                    let next = self.wait(&mut attached, woken, deadline).await;
+                    attached.set_waiting(false);
+                    next
+                }
                 Next::Done => break,
             };
         }
@@ -399,6 +404,7 @@ impl Pump {
         if let Err(e) = self.parked.park(
             self.call,
             self.binding.caller.as_deref(),
+            &self.binding.counted_as,
             nonce,
             self.waiting_bytes,
             wake,

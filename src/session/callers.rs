@@ -1,8 +1,10 @@
 //! The sessions behind modern-era (2026-07-28) clients, which have none of their own: one
-//! hidden legacy session per caller (the token's subject when authorization is on, one
-//! anonymous caller otherwise), through which their requests reach plugins exactly as a legacy
-//! session's do. A `per_session` plugin therefore runs one instance per caller; a `shared`
-//! plugin is shared as always. A caller's session is made on its first request, is never
+//! hidden legacy session per caller (the token's subject when authorization is on; without a
+//! token, the client's address, an IPv6 one's /64, as `http::checks::client_key` names it),
+//! through which their requests reach plugins exactly as a legacy session's do. A
+//! `per_session` plugin therefore runs one instance per caller, so anonymous clients at other
+//! addresses never share one; a `shared` plugin is shared as always. There are at most as
+//! many callers' sessions as the gateway's `max_sessions`. A caller's session is made on its first request, is never
 //! named to a client nor found by an `Mcp-Session-Id`, keeps no replay buffers (the modern
 //! era has no resumption), and ends when idle like any other.
 //!
@@ -17,7 +19,7 @@ use std::sync::Arc;
 use serde_json::value::RawValue;
 use tokio_util::sync::CancellationToken;
 
-use super::manager::SessionManager;
+use super::manager::{SessionManager, TooManySessions};
 use super::{ClientInit, Origin, Session};
 
 /// The `initialize` params a caller's plugin instances get.
@@ -36,18 +38,23 @@ fn plugin_params() -> Arc<RawValue> {
 
 impl SessionManager {
     /// The session a modern caller's requests go through, made on first use. `caller` is
-    /// the token's subject, or `None` for the anonymous caller.
+    /// the token's subject, or `None` for a client without one; `key` is the client key
+    /// (`subject …`, or `address …` for a client without a token) it is kept under.
     pub fn for_caller(
         &self,
         caller: Option<&str>,
+        key: &Arc<str>,
         gateway_shutdown: &CancellationToken,
-    ) -> Arc<Session> {
-        let key: Arc<str> = Arc::from(caller.unwrap_or(""));
-        if let Some(s) = self.callers.get(&key)
+    ) -> Result<Arc<Session>, TooManySessions> {
+        if let Some(s) = self.callers.get(key)
             && !s.closed.is_cancelled()
         {
-            return s.clone();
+            return Ok(s.clone());
         }
+        if self.callers.len() >= self.config.max_sessions && !self.callers.contains_key(key) {
+            return Err(TooManySessions::Gateway);
+        }
+        let key = key.clone();
         let entry = self.callers.entry(key.clone());
         let session = entry
             .and_modify(|s| {
@@ -58,7 +65,7 @@ impl SessionManager {
             .or_insert_with(|| self.new_caller_session(caller, &key, gateway_shutdown))
             .clone();
         session.mark_used();
-        session
+        Ok(session)
     }
 
     fn new_caller_session(

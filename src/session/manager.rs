@@ -47,7 +47,7 @@ pub struct SessionManager {
     count: AtomicUsize,
     /// Sessions held by each client; a client with none has no entry.
     per_client: DashMap<Arc<str>, usize, foldhash::fast::RandomState>,
-    config: SessionConfig,
+    pub(super) config: SessionConfig,
     /// Where sessions' stream events are kept for replay.
     pub store: Arc<dyn EventStore>,
     /// Where sessions' records are kept for other replicas, if anywhere: written at

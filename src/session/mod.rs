@@ -121,8 +121,11 @@ pub struct Session {
     /// This session's instances, by plugin name.
     slots: Mutex<HashMap<String, Arc<Slot>>>,
     /// The key its requests are forwarded under: a plugin connection compares it to tell
-    /// sessions apart, and never sees the session.
-    pub caller: Caller,
+    /// sessions apart, and never sees the session. See [`Session::request_caller`].
+    caller: Caller,
+    /// A modern session of clients without a token (`callers.rs`): its requests may be
+    /// different clients', so none of them is taken for another's.
+    anonymous: bool,
     last_active: Mutex<Instant>,
     /// Open connections (SSE responses and JSON waits): a session with any is not idle.
     pub connections: Arc<AtomicUsize>,
@@ -227,6 +230,21 @@ pub enum Origin<'a> {
 }
 
 impl Session {
+    /// The key a request of this session is forwarded under. A plugin's request to the
+    /// client goes to the client request it relates to only when every request in flight at
+    /// that instance has the same key, and is refused to the plugin otherwise. So in a
+    /// session of clients without a token, where two requests may be two clients', each
+    /// request has a key of its own: a question reaches the request that caused it, or
+    /// nobody.
+    pub fn request_caller(&self) -> Caller {
+        if self.anonymous {
+            self.caller
+                .alone(NEXT_CALLER.fetch_add(1, Ordering::Relaxed))
+        } else {
+            self.caller
+        }
+    }
+
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         id: Arc<str>,
@@ -272,6 +290,7 @@ impl Session {
         } else {
             client_info(&init.plugin_params)
         };
+        let anonymous = matches!(origin, Origin::Caller) && init.owner.is_none();
         Arc::new_cyclic(|me| Session {
             id,
             client_label,
@@ -285,6 +304,7 @@ impl Session {
             supervisor,
             slots: Mutex::new(HashMap::new()),
             caller: Caller::new(NEXT_CALLER.fetch_add(1, Ordering::Relaxed)),
+            anonymous,
             last_active: Mutex::new(Instant::now()),
             connections: Arc::new(AtomicUsize::new(0)),
             client_capabilities,

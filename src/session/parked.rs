@@ -58,6 +58,9 @@ pub enum ResumeRefused {
 
 struct Parked {
     caller: Option<Arc<str>>,
+    /// Who it counts against ([`ParkLimits::per_caller`]): the client key, so that clients
+    /// without a token are counted by address, not as one.
+    counted_as: Arc<str>,
     nonce: u64,
     bytes: usize,
     wake: oneshot::Sender<Resume>,
@@ -66,7 +69,7 @@ struct Parked {
 #[derive(Default)]
 struct Table {
     calls: HashMap<u64, Parked>,
-    per_caller: HashMap<Option<Arc<str>>, usize>,
+    per_caller: HashMap<Arc<str>, usize>,
     bytes: usize,
 }
 
@@ -108,17 +111,19 @@ impl ParkedCalls {
 
     /// Parks call `call` of `caller` for the round `nonce` names, `bytes` of requests waiting
     /// on its client; `wake` takes the retry to it.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn park(
         &self,
         call: u64,
         caller: Option<&str>,
+        counted_as: &Arc<str>,
         nonce: u64,
         bytes: usize,
         wake: oneshot::Sender<Resume>,
     ) -> Result<(), ParkRefused> {
         let caller: Option<Arc<str>> = caller.map(Arc::from);
         let mut t = self.lock();
-        let theirs = t.per_caller.get(&caller).copied().unwrap_or(0);
+        let theirs = t.per_caller.get(counted_as).copied().unwrap_or(0);
         if theirs >= self.limits.per_caller {
             return Err(ParkRefused::CallerFull);
         }
@@ -128,12 +133,13 @@ impl ParkedCalls {
         {
             return Err(ParkRefused::Full);
         }
-        *t.per_caller.entry(caller.clone()).or_default() += 1;
+        *t.per_caller.entry(counted_as.clone()).or_default() += 1;
         t.bytes += bytes;
         t.calls.insert(
             call,
             Parked {
                 caller,
+                counted_as: counted_as.clone(),
                 nonce,
                 bytes,
                 wake,
@@ -171,10 +177,10 @@ impl ParkedCalls {
     fn remove(t: &mut Table, call: u64) -> Option<Parked> {
         let parked = t.calls.remove(&call)?;
         t.bytes -= parked.bytes;
-        if let Some(n) = t.per_caller.get_mut(&parked.caller) {
+        if let Some(n) = t.per_caller.get_mut(&parked.counted_as) {
             *n -= 1;
             if *n == 0 {
-                t.per_caller.remove(&parked.caller);
+                t.per_caller.remove(&parked.counted_as);
             }
         }
         Some(parked)
@@ -207,7 +213,8 @@ mod tests {
     #[test]
     fn a_call_is_resumed_once_by_its_caller_for_its_round() {
         let t = table(ParkLimits::default());
-        t.park(1, Some("alice"), 10, 100, wake()).unwrap();
+        t.park(1, Some("alice"), &Arc::from("alice"), 10, 100, wake())
+            .unwrap();
         assert_eq!(
             t.resume(1, Some("bob"), 10).err(),
             Some(ResumeRefused::NotParked)
@@ -224,7 +231,8 @@ mod tests {
             "a replayed state finds nothing"
         );
         assert_eq!(t.usage(), (0, 0));
-        t.park(2, None, 1, 5, wake()).unwrap();
+        t.park(2, None, &Arc::from("anonymous"), 1, 5, wake())
+            .unwrap();
         assert!(t.unpark(2));
         assert!(!t.unpark(2));
         assert!(t.resume(2, None, 1).is_err(), "timed out: gone");
@@ -237,25 +245,28 @@ mod tests {
             per_caller: 2,
             bytes: 1000,
         });
-        t.park(1, Some("a"), 0, 10, wake()).unwrap();
-        t.park(2, Some("a"), 0, 10, wake()).unwrap();
+        t.park(1, Some("a"), &Arc::from("a"), 0, 10, wake())
+            .unwrap();
+        t.park(2, Some("a"), &Arc::from("a"), 0, 10, wake())
+            .unwrap();
         assert_eq!(
-            t.park(3, Some("a"), 0, 10, wake()),
+            t.park(3, Some("a"), &Arc::from("a"), 0, 10, wake()),
             Err(ParkRefused::CallerFull)
         );
         assert_eq!(
-            t.park(3, Some("b"), 0, 990, wake()),
+            t.park(3, Some("b"), &Arc::from("b"), 0, 990, wake()),
             Err(ParkRefused::Full),
             "bytes"
         );
-        t.park(3, Some("b"), 0, 980, wake()).unwrap();
+        t.park(3, Some("b"), &Arc::from("b"), 0, 980, wake())
+            .unwrap();
         assert_eq!(
-            t.park(4, None, 0, 0, wake()),
+            t.park(4, None, &Arc::from("anonymous"), 0, 0, wake()),
             Err(ParkRefused::Full),
             "count"
         );
         assert!(t.unpark(1));
-        t.park(4, Some("a"), 0, 0, wake()).unwrap();
+        t.park(4, Some("a"), &Arc::from("a"), 0, 0, wake()).unwrap();
         assert_eq!(t.usage(), (3, 990));
     }
 }

@@ -1,7 +1,7 @@
-//! The header-mapped parameters (`x-mcp-header`, 2026-07-28) of the tools this session's
-//! plugins list, by plugin and local tool name: the router reads a plugin's `tools/list` the
-//! first time a modern `tools/call` to it needs them, and the HTTP layer checks the call's
-//! `Mcp-Param-*` headers against them. What a plugin listed is forgotten when it says its
+//! The tools this session's plugins list, by plugin and local tool name, with their
+//! header-mapped parameters (`x-mcp-header`, 2026-07-28): the router reads a plugin's
+//! `tools/list` the first time a `tools/call` to it needs them (only a listed tool is
+//! called), and the HTTP layer checks a modern call's `Mcp-Param-*` headers against them. What a plugin listed is forgotten when it says its
 //! tools changed, when its instance exits, and when the registry holds another probe of it.
 //!
 //! It only remembers; it never lists anything itself.
@@ -12,8 +12,7 @@ use std::sync::Arc;
 use crate::protocol::param_headers::HeaderParam;
 use crate::registry::PluginInfo;
 
-/// One plugin's tools that have header-mapped parameters, by local name (a tool absent here
-/// has none).
+/// One plugin's tools, by local name, each with its header-mapped parameters (often none).
 pub type ToolParams = HashMap<String, Arc<[HeaderParam]>>;
 
 /// What this session learned of its plugins' tools, by plugin name.

@@ -130,6 +130,13 @@ pub(super) struct AttachedParts {
 }
 
 impl Attached {
+    /// Says whether the stream's request waits, parked, for its client's retry.
+    pub fn set_waiting(&self, waiting: bool) {
+        if let Some(p) = &self.0 {
+            p.stream.set_waiting(waiting);
+        }
+    }
+
     /// The id a priming event carries: the position this connection starts after, marked
     /// with the connection's number so it is no other event's id.
     pub fn cursor_id(&self) -> EventId {

@@ -75,6 +75,9 @@ pub struct Stream {
     /// What the stream tells its session (`None` for streams no session tracks); one for all
     /// of a session's streams.
     hooks: Option<Arc<dyn StreamHooks>>,
+    /// Its request waits, parked, for its client's retry (a bridged call between rounds):
+    /// see [`Sink::waiting`].
+    waiting: std::sync::atomic::AtomicBool,
 }
 
 /// What a stream keeps in the event store.
@@ -163,6 +166,7 @@ impl Stream {
                 queue_limit: LIVE_QUEUE_BYTES,
             }),
             hooks,
+            waiting: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -178,6 +182,12 @@ impl Stream {
         let s = Stream::new(key, tag, true, Buffering::Replay, events, Some(0), hooks);
         s.lock().next_seq = next_seq;
         s
+    }
+
+    /// Says whether its request waits, parked, for its client's retry.
+    pub fn set_waiting(&self, waiting: bool) {
+        self.waiting
+            .store(waiting, std::sync::atomic::Ordering::Release);
     }
 
     /// Has every response of this stream rewritten before it is kept or sent (a modern

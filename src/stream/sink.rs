@@ -147,6 +147,12 @@ impl Sink {
         Arc::ptr_eq(&self.0, &other.0)
     }
 
+    /// Whether its request waits, parked, for its client's retry (nothing it runs can be
+    /// asking the client meanwhile).
+    pub fn waiting(&self) -> bool {
+        self.0.waiting.load(std::sync::atomic::Ordering::Acquire)
+    }
+
     /// The number of the stream within its session.
     pub fn stream_number(&self) -> u64 {
         self.0.key.stream

@@ -107,12 +107,34 @@ pub enum Related {
 }
 
 /// Whose client request this is: an opaque key, handed in with each forwarded request and
-/// only compared. One per session today; the connection never looks inside.
+/// only compared; the connection never looks inside. One per session, whose cancellations
+/// match its requests; and within it, when the session may be several clients', one per
+/// request ([`Caller::alone`]), so that a plugin's own message is given to a request only
+/// while no other request is in flight.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Caller(u64);
+pub struct Caller {
+    session: u64,
+    within: u64,
+}
 
 impl Caller {
     pub fn new(key: u64) -> Caller {
-        Caller(key)
+        Caller {
+            session: key,
+            within: 0,
+        }
+    }
+
+    /// The same session's caller, told apart from its other requests by `request`.
+    pub fn alone(self, request: u64) -> Caller {
+        Caller {
+            within: request,
+            ..self
+        }
+    }
+
+    /// Whether `other` is of the same session (its cancellations may name this request).
+    pub fn same_session(&self, other: &Caller) -> bool {
+        self.session == other.session
     }
 }

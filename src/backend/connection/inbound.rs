@@ -127,41 +127,70 @@ pub(super) async fn read_loop(conn: Weak<PluginConnection>, mut inbound: Inbound
     }
 }
 
+/// Where a plugin's own message belongs among `clients` (key, caller, sink of each client
+/// request in flight): the one caller's one stream that can carry it, a guess among its
+/// streams, or nobody's when several callers' requests are in flight.
+fn judge<'a>(clients: impl Iterator<Item = (u64, Caller, &'a Sink)>) -> Related {
+    // The one caller with requests in flight, and one of its sinks.
+    let mut first: Option<(Caller, &Sink)> = None;
+    let mut newest: Option<(u64, &Sink)> = None;
+    let mut streams = 0;
+    for (k, caller, sink) in clients {
+        match first {
+            None => first = Some((caller, sink)),
+            Some((c, _)) if c != caller => return Related::Unattributable,
+            Some(_) => {}
+        }
+        if sink.carries_messages() {
+            if newest.is_none_or(|(_, s)| !s.same_stream(sink)) {
+                streams += 1;
+            }
+            if newest.is_none_or(|(n, _)| k > n) {
+                newest = Some((k, sink));
+            }
+        }
+    }
+    match (newest, streams, first) {
+        (None, _, None) => Related::None,
+        // The caller's requests are on streams that cannot carry it: its GET stream can.
+        (None, _, Some((_, s))) => Related::Exact(s.clone()),
+        (Some((_, s)), 1, _) => Related::Exact(s.clone()),
+        (Some((_, s)), _, _) => Related::Ambiguous(s.clone()),
+    }
+}
+
 impl PluginConnection {
     /// Where a message the plugin sends on its own most likely belongs. Stdio carries no link
     /// from a plugin's request or log to the client request that caused it, so only one
     /// stream in flight is certain; with several it is a guess.
     pub fn related(&self) -> Related {
         let pending = self.pending.lock().expect("pending lock");
-        // The one caller with requests in flight, and one of its sinks.
-        let mut first: Option<(Caller, &Sink)> = None;
-        let mut newest: Option<(u64, &Sink)> = None;
-        let mut streams = 0;
-        for (k, p) in pending.iter() {
-            let Pending::Client { caller, sink, .. } = p else {
-                continue;
+        let clients = || {
+            pending.iter().filter_map(|(k, p)| match p {
+                Pending::Client { caller, sink, .. } => Some((*k, *caller, sink)),
+                _ => None,
+            })
+        };
+        // A call parked for its client's retry (a bridged call between rounds) is set aside
+        // while another request of its session runs: that session's clients cannot be told
+        // apart by key (`Caller::alone`), and the running one is the one that can be asking.
+        // Another session's parked call still makes the message unattributable.
+        if clients().any(|(_, _, sink)| sink.waiting()) {
+            let active = judge(clients().filter(|(_, _, sink)| !sink.waiting()));
+            let Some(caller) = clients()
+                .find(|(_, _, sink)| !sink.waiting())
+                .map(|(_, c, _)| c)
+            else {
+                return judge(clients());
             };
-            match first {
-                None => first = Some((*caller, sink)),
-                Some((c, _)) if c != *caller => return Related::Unattributable,
-                Some(_) => {}
+            if matches!(active, Related::Unattributable)
+                || clients().any(|(_, c, sink)| sink.waiting() && !c.same_session(&caller))
+            {
+                return Related::Unattributable;
             }
-            if sink.carries_messages() {
-                if newest.is_none_or(|(_, s)| !s.same_stream(sink)) {
-                    streams += 1;
-                }
-                if newest.is_none_or(|(n, _)| *k > n) {
-                    newest = Some((*k, sink));
-                }
-            }
+            return active;
         }
-        match (newest, streams, first) {
-            (None, _, None) => Related::None,
-            // The caller's requests are on streams that cannot carry it: its GET stream can.
-            (None, _, Some((_, s))) => Related::Exact(s.clone()),
-            (Some((_, s)), 1, _) => Related::Exact(s.clone()),
-            (Some((_, s)), _, _) => Related::Ambiguous(s.clone()),
-        }
+        judge(clients())
     }
 
     fn handle_line(self: &Arc<Self>, line: Bytes) {

@@ -21,7 +21,7 @@ use super::step_up::visible_view;
 use super::{
     Conn, Reached, authorize, check_version, json_response, opening, reach, session_header,
 };
-use crate::audit::Who;
+use crate::audit::{self, Who};
 use crate::auth::Principal;
 use crate::config::ResponseMode;
 use crate::http::Edge;
@@ -172,6 +172,7 @@ async fn in_session(
         subject: principal.map(|p| p.subject.as_str()),
         session: Some(&session.id),
         client: session.client_label.as_deref(),
+        caller: Some(&session.client),
     };
     let view = visible_view(gw, &session.view(), principal, &requests).inspect_err(|e| {
         let all = requests
@@ -204,6 +205,21 @@ async fn in_session(
             gw.audit.refused(who, all, e.status().as_u16());
         })?;
     }
+    // Each call's room in the audit queue, before anything runs: none for one of them, and
+    // none of them runs (unrecorded is worse than refused).
+    let mut tickets = Vec::with_capacity(planned.len());
+    for (id, method, params, plan) in &planned {
+        match gw.audit.call(who, method, plan.plugin(), params.as_deref()) {
+            Ok(ticket) => tickets.push(ticket),
+            Err(full) => {
+                tickets
+                    .into_iter()
+                    .flatten()
+                    .for_each(audit::Ticket::withdraw);
+                return Err(HttpError::AuditFull(full, Some(id.clone())));
+            }
+        }
+    }
     let sse = planned
         .iter()
         .any(|(.., plan)| plan.response_mode() == ResponseMode::Sse);
@@ -227,10 +243,7 @@ async fn in_session(
     } else {
         planned.iter().map(|(id, ..)| id.clone()).collect()
     };
-    for (id, method, params, plan) in planned {
-        let audit = gw
-            .audit
-            .call(who, &method, plan.plugin(), params.as_deref());
+    for ((id, method, params, plan), audit) in planned.into_iter().zip(tickets) {
         // Its own task: a client that disconnects does not cancel the work. It logs in the
         // request's span.
         tokio::spawn(

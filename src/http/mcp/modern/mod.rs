@@ -120,13 +120,26 @@ pub(super) async fn modern(
     } else {
         "public"
     };
+    // Who the caller is: the token's subject, else the client's address (its own hidden
+    // session, plugin instances, caps, audit share and rate limits).
+    let caller_key = crate::http::checks::client_key(
+        principal.map(|p| p.subject.as_str()),
+        conn.peer,
+        headers,
+        &gw.config.trusted_proxies,
+    );
     let session = gw
         .sessions
-        .for_caller(principal.map(|p| p.subject.as_str()), &gw.shutdown);
+        .for_caller(
+            principal.map(|p| p.subject.as_str()),
+            &caller_key,
+            &gw.shutdown,
+        )
+        .map_err(|_| HttpError::TooManySessions(Some(id.clone())))?;
     session.touch();
     let requests = [(id, method, params)];
     let view = visible_view(gw, &session.view(), principal, &requests).inspect_err(|e| {
-        let who = modern_who(principal, &meta);
+        let who = modern_who(principal, &meta, None);
         let all = requests
             .iter()
             .map(|(_, m, p)| (m.as_str(), None, p.as_deref()));
@@ -209,23 +222,34 @@ pub(super) async fn modern(
             mrtr::Retry::First => None,
         }
     };
-    // A retry resumes a call that was counted when it began.
-    if retry.is_none() && gw.limits.enabled() {
-        let caller = crate::http::checks::client_key(
-            principal.map(|p| p.subject.as_str()),
-            conn.peer,
-            headers,
-            &gw.config.trusted_proxies,
-        );
-        super::limit::check(gw, &caller, &id, &method, params.as_deref(), plan.plugin())
+    // A retry resumes a call that was counted and recorded when it began.
+    let caller: Option<&str> = retry.is_none().then_some(&caller_key);
+    if let Some(caller) = caller
+        && gw.limits.enabled()
+    {
+        super::limit::check(gw, caller, &id, &method, params.as_deref(), plan.plugin())
             .await
             .inspect_err(|e| {
                 let this = (method.as_str(), plan.plugin(), params.as_deref());
-                let who = modern_who(principal, &meta);
+                let who = modern_who(principal, &meta, Some(caller));
                 gw.audit
                     .refused(who, std::iter::once(this), e.status().as_u16());
             })?;
     }
+    // The call's room in the audit queue, before anything runs.
+    let audit = match caller {
+        Some(caller) => audit_ticket(
+            gw,
+            principal,
+            &meta,
+            caller,
+            &method,
+            &plan,
+            params.as_deref(),
+        )
+        .map_err(|full| HttpError::AuditFull(full, Some(id.clone())))?,
+        None => None,
+    };
     let sse = plan.response_mode() == ResponseMode::Sse;
     let stream = session.new_post_stream(1, sse);
     let cache = modern::CACHEABLE
@@ -249,10 +273,19 @@ pub(super) async fn modern(
     let call: Call = if bridged {
         let request = (id.clone(), method, params);
         mrtr::start(
-            gw, &session, retry, request, plan, &meta, principal, &stream, cache,
+            gw,
+            &session,
+            retry,
+            request,
+            plan,
+            &meta,
+            principal,
+            &stream,
+            cache,
+            audit,
+            &caller_key,
         )?
     } else {
-        let audit = audit_ticket(gw, principal, &meta, &method, &plan, params.as_deref());
         Box::pin(router::dispatch(
             session.clone(),
             id.clone(),
@@ -427,14 +460,15 @@ fn audit_ticket(
     gw: &Edge,
     principal: Option<&Principal>,
     meta: &crate::protocol::modern::RequestMeta,
+    caller: &str,
     method: &str,
     plan: &router::Plan,
     params: Option<&RawValue>,
-) -> Option<crate::audit::Ticket> {
+) -> Result<Option<crate::audit::Ticket>, crate::audit::Full> {
     // What the `_meta` reading found of the params, instead of reading them again.
     let target = meta.name.as_deref().or(meta.uri.as_deref());
     gw.audit.call_read(
-        modern_who(principal, meta),
+        modern_who(principal, meta, Some(caller)),
         method,
         plan.plugin(),
         target,
@@ -446,10 +480,12 @@ fn audit_ticket(
 fn modern_who<'a>(
     principal: Option<&'a Principal>,
     meta: &'a crate::protocol::modern::RequestMeta,
+    caller: Option<&'a str>,
 ) -> Who<'a> {
     Who {
         subject: principal.map(|p| p.subject.as_str()),
         session: None,
         client: meta.declared.client.as_deref(),
+        caller,
     }
 }

@@ -153,6 +153,8 @@ pub(super) fn start(
     principal: Option<&Principal>,
     stream: &Arc<Stream>,
     cache: Option<&'static str>,
+    audit: Option<crate::audit::Ticket>,
+    caller_key: &Arc<str>,
 ) -> Result<Call, HttpError> {
     let (id, method, params) = request;
     // An `InputRequiredResult` carries no caching hints, nor does what a retry gets.
@@ -199,6 +201,7 @@ pub(super) fn start(
             parked: gw.parked.clone(),
             binding: Binding::new(
                 principal.map(|p| p.subject.clone()),
+                caller_key.clone(),
                 method.clone(),
                 params.clone(),
             ),
@@ -211,7 +214,6 @@ pub(super) fn start(
             },
         },
     );
-    let audit = super::audit_ticket(gw, principal, meta, &method, &plan, params.as_deref());
     Ok(Box::pin(router::dispatch(
         session.clone(),
         id,
