@@ -10,6 +10,7 @@ mod common;
 use std::process::Command;
 
 use common::{Client, FIXTURE, Gateway, run_cli};
+use mcp_gateway::cluster::signing::{Signed, Signing};
 use serde_json::json;
 
 const SECRET: &str = "a-cluster-secret-for-tests";
@@ -290,13 +291,17 @@ async fn a_takeover_that_failed_halfway_is_finished_by_a_forwarded_request() {
                 .args(["get", &format!("{prefix}replica:{id}")])
                 .output()
                 .expect("redis-cli runs");
-            let url = String::from_utf8_lossy(&out.stdout).trim().to_owned();
-            !url.is_empty() && b.url.starts_with(&url)
+            // `<signature> <url>`
+            let beat = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+            beat.split_once(' ')
+                .is_some_and(|(_, url)| !url.is_empty() && b.url.starts_with(url))
         })
         .expect("B's heartbeat");
-    // The record now names B, which never held the session.
+    // The record now names B, which never held the session, signed as B would have.
+    let record = format!("{prefix}session:{sid}");
+    let signature = Signing::new(SECRET).sign(Signed::Owner, &record, &b_id);
     let out = Command::new("redis-cli")
-        .args(["hset", &format!("{prefix}session:{sid}"), "replica", &b_id])
+        .args(["hset", &record, "replica", &b_id, "sig", &signature])
         .output()
         .expect("redis-cli runs");
     assert!(out.status.success());

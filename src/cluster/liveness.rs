@@ -5,7 +5,8 @@
 //! waiting for TCP to notice a peer that may never answer.
 //!
 //! A lapsed heartbeat is judged as in [`Cluster::owner_of`]: only once this replica has itself
-//! beaten without a break for longer than a heartbeat lasts.
+//! beaten without a break for longer than a heartbeat lasts. A heartbeat whose signature does
+//! not verify ([`super::signing`]) counts as lapsed here too.
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
@@ -114,15 +115,22 @@ impl Cluster {
         }
         let keys: Vec<String> = replicas.iter().map(|r| self.key(&["replica", r])).collect();
         let mut c = self.conn.clone();
+        let k = keys.clone();
         let beats: Vec<Option<Vec<u8>>> = self
             .call(RedisOp::Owner, async move {
-                redis::cmd("MGET").arg(keys).query_async(&mut c).await
+                redis::cmd("MGET").arg(k).query_async(&mut c).await
             })
             .await?;
+        // A heartbeat that is not signed is none.
         let lapsed: Vec<Arc<str>> = replicas
             .into_iter()
-            .zip(beats)
-            .filter(|(_, beat)| beat.is_none())
+            .zip(keys.iter().zip(beats))
+            .filter(|(_, (key, beat))| {
+                matches!(
+                    self.read_heartbeat(key, beat.as_deref()),
+                    super::Heartbeat::Lapsed
+                )
+            })
             .map(|(r, _)| r)
             .collect();
         if !lapsed.is_empty() {

@@ -19,7 +19,9 @@
 //! until Redis answers every call fails within the timeout (readiness fails, `/mcp` answers
 //! what needs Redis with 503), never the process. It never holds a session's live state:
 //! that stays in [`crate::session`] on the owner. What it reads back from Redis is checked
-//! like any other input: a record that does not parse is treated as missing.
+//! like any other input: a record that does not parse is treated as missing, and what decides
+//! where a request is forwarded (a record's owner, a heartbeat) is signed with the cluster's
+//! secret and ignored when it does not verify ([`signing`]).
 
 mod bus;
 pub mod forward;
@@ -28,6 +30,7 @@ pub mod owners;
 pub mod ratelimit;
 pub mod registry;
 mod sessions;
+pub mod signing;
 #[cfg(test)]
 mod tests;
 pub mod throttle;
@@ -49,6 +52,7 @@ use crate::metrics::RedisOp;
 use crate::registry::Registry;
 use crate::registry::store::ChangeFeed;
 pub use sessions::RedisSessionStore;
+use signing::{Signed, Signing};
 
 /// How long a Redis call may take before it counts as failed.
 pub const REDIS_TIMEOUT: Duration = Duration::from_secs(2);
@@ -87,6 +91,8 @@ pub struct Cluster {
     /// Shown in errors instead of the URL (no password).
     redis_shown: String,
     secret: String,
+    /// Signs and checks what decides a forward (see [`signing`]).
+    signing: Signing,
     /// The connections to other replicas (kept alive, pooled per replica).
     http: reqwest::Client,
     /// Set when the drain starts: the heartbeat says so from then on.
@@ -105,15 +111,17 @@ pub struct Cluster {
     targets: forward::Targets,
 }
 
-/// What a replica's heartbeat key says.
+/// What a replica's heartbeat key says. Its value is the signature ([`signing`]), a space,
+/// and what it says: the URL, [`DRAINING`] and the URL, or [`HANDED_OVER`].
 enum Heartbeat {
     /// Alive, at this URL.
     Alive(String),
     Draining,
     /// It stopped and handed its sessions over.
     HandedOver,
-    /// No heartbeat (or one this gateway did not write): the replica died, or Redis lost
-    /// the key or was out for longer than the key lasts.
+    /// No heartbeat (or one this gateway did not write, or not signed with the cluster's
+    /// secret): the replica died, or Redis lost the key or was out for longer than the key
+    /// lasts.
     Lapsed,
 }
 
@@ -169,6 +177,7 @@ impl Cluster {
         // The replay events' bulk writes get a connection of their own: heartbeats and
         // lookups must not queue behind a batch of them.
         let events_conn = open(client.clone())?;
+        Signing::register_metrics();
         let mut id = [0u8; 8];
         rand::rng().fill_bytes(&mut id);
         let replica: String = id.iter().map(|b| format!("{b:02x}")).collect();
@@ -194,6 +203,7 @@ impl Cluster {
             advertise_url,
             redis_shown: shown,
             secret: config.secret.clone(),
+            signing: Signing::new(&config.secret),
             http,
             draining: Default::default(),
             connected_since: Default::default(),
@@ -314,9 +324,9 @@ impl Cluster {
         let mut c = self.conn.clone();
         let ttl = HEARTBEAT_TTL.as_millis() as u64;
         let value = if self.draining.load(std::sync::atomic::Ordering::Relaxed) {
-            format!("{DRAINING}{}", self.advertise_url)
+            self.heartbeat_value(&key, &format!("{DRAINING}{}", self.advertise_url))
         } else {
-            self.advertise_url.clone()
+            self.heartbeat_value(&key, &self.advertise_url)
         };
         let beat = self
             .call(RedisOp::Heartbeat, async move {
@@ -409,10 +419,11 @@ impl Cluster {
         // "Gone" for a while, rather than no heartbeat: its sessions were handed over and
         // may be taken over at once, by a replica that just started too.
         let key = self.key(&["replica", &self.replica]);
+        let value = self.heartbeat_value(&key, HANDED_OVER);
         let mut c = self.conn.clone();
         let _ = self
             .call(RedisOp::Heartbeat, async move {
-                c.pset_ex::<_, _, ()>(key, HANDED_OVER, HANDED_OVER_TTL.as_millis() as u64)
+                c.pset_ex::<_, _, ()>(key, value, HANDED_OVER_TTL.as_millis() as u64)
                     .await
             })
             .await;
@@ -428,32 +439,56 @@ impl Cluster {
         .map(|_| ())
     }
 
+    /// The value of a heartbeat under `key` that says `says`, signed.
+    fn heartbeat_value(&self, key: &str, says: &str) -> String {
+        let signature = self.signing.sign(Signed::Heartbeat, key, says);
+        format!("{signature} {says}")
+    }
+
     /// What a replica's heartbeat says (see [`Heartbeat`]).
     async fn heartbeat_of(&self, replica: &str) -> Result<Heartbeat, ClusterError> {
         let key = self.key(&["replica", replica]);
         let mut c = self.conn.clone();
-        let value: Option<String> = self
-            .call(RedisOp::Owner, async move { c.get(key).await })
+        let k = key.clone();
+        let value: Option<Vec<u8>> = self
+            .call(RedisOp::Owner, async move { c.get(k).await })
             .await?;
-        let Some(v) = value else {
-            return Ok(Heartbeat::Lapsed);
+        Ok(self.read_heartbeat(&key, value.as_deref()))
+    }
+
+    /// What the heartbeat `value` read under `key` says: lapsed when there is none, and when
+    /// it is not one a replica of this cluster wrote there (its signature does not verify).
+    fn read_heartbeat(&self, key: &str, value: Option<&[u8]>) -> Heartbeat {
+        let Some(value) = value else {
+            return Heartbeat::Lapsed;
         };
-        if v == HANDED_OVER {
-            return Ok(Heartbeat::HandedOver);
+        let verified = std::str::from_utf8(value)
+            .ok()
+            .filter(|v| v.len() <= MAX_URL_LEN + 100)
+            .and_then(|v| v.split_once(' '))
+            .filter(|(signature, says)| {
+                self.signing.verify(Signed::Heartbeat, key, says, signature)
+            });
+        let Some((_, says)) = verified else {
+            self.signing.unverified(Signed::Heartbeat, key);
+            return Heartbeat::Lapsed;
+        };
+        if says == HANDED_OVER {
+            return Heartbeat::HandedOver;
         }
-        let (url, draining) = match v.strip_prefix(DRAINING) {
-            Some(url) => (url.to_owned(), true),
-            None => (v, false),
+        let (url, draining) = match says.strip_prefix(DRAINING) {
+            Some(url) => (url, true),
+            None => (says, false),
         };
-        // Anything else is not what a replica of this gateway wrote.
+        // Signed, yet not what this gateway writes: none of its replicas wrote it.
         if url.len() > MAX_URL_LEN || !(url.starts_with("http://") || url.starts_with("https://")) {
-            return Ok(Heartbeat::Lapsed);
+            return Heartbeat::Lapsed;
         }
-        Ok(if draining {
+        if draining {
             Heartbeat::Draining
         } else {
-            Heartbeat::Alive(url)
-        })
+            Heartbeat::Alive(url.to_owned())
+        }
     }
 
     /// Who owns a session, as [`Cluster::owner_of`] says; a live owner named within the last

@@ -1,7 +1,8 @@
 //! Session records in Redis: `<prefix>session:<id>`, one hash each, with the replica that owns
 //! the session and an expiry of the session's idle timeout, refreshed while it lives.
 //!
-//! Fields: `replica` (the owner), `version`, `init` (the `initialize` params plugins get),
+//! Fields: `replica` (the owner), `sig` (its signature, see [`super::signing`]: a record whose
+//! `replica` it does not sign names no owner), `version`, `init` (the `initialize` params plugins get),
 //! `owner` (the token subject, absent without one), `created` (ms since the epoch), `tag` (of
 //! its event ids), `gen` (times it was taken over), and the client's state since: `state_seq`,
 //! `log_level` (absent when none was set) and `subs` (a JSON array of `[plugin, uri]`).
@@ -22,6 +23,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use redis::{AsyncCommands, Script};
 use serde_json::value::RawValue;
 
+use super::signing::Signed;
 use super::{Cluster, ClusterError};
 use crate::metrics::RedisOp;
 use crate::protocol;
@@ -67,11 +69,12 @@ return redis.call('DEL', KEYS[1])",
 });
 
 /// Takes the session over while its record names the replica found gone (ARGV[1]): this
-/// replica (ARGV[2]) becomes the owner, the generation goes up, and the record comes back.
+/// replica (ARGV[2], signed by ARGV[4]) becomes the owner, the generation goes up, and the
+/// record comes back.
 static CLAIM: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"if redis.call('HGET', KEYS[1], 'replica') ~= ARGV[1] then return {} end
-redis.call('HSET', KEYS[1], 'replica', ARGV[2])
+redis.call('HSET', KEYS[1], 'replica', ARGV[2], 'sig', ARGV[4])
 redis.call('HINCRBY', KEYS[1], 'gen', 1)
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
 return redis.call('HGETALL', KEYS[1])",
@@ -156,14 +159,33 @@ fn parse(id: &str, fields: HashMap<String, Vec<u8>>) -> Option<SessionRecord> {
     })
 }
 
-/// The replica a session's record names, if there is a record.
+/// The replica a session's record names, if there is a record and its signature says a
+/// replica of this cluster wrote that name there.
 pub(super) async fn owner(cluster: &Cluster, id: &str) -> Result<Option<String>, ClusterError> {
     let key = cluster.key(&["session", id]);
     let mut c = cluster.conn.clone();
-    let replica: Option<String> = cluster
-        .call(RedisOp::Owner, async move { c.hget(key, "replica").await })
+    let k = key.clone();
+    let (replica, signature): (Option<String>, Option<String>) = cluster
+        .call(RedisOp::Owner, async move {
+            redis::cmd("HMGET")
+                .arg(k)
+                .arg("replica")
+                .arg("sig")
+                .query_async(&mut c)
+                .await
+        })
         .await?;
-    Ok(replica.filter(|r| r.len() <= 64))
+    let Some(replica) = replica else {
+        return Ok(None);
+    };
+    let signed = signature.is_some_and(|s| {
+        replica.len() <= 64 && cluster.signing.verify(Signed::Owner, &key, &replica, &s)
+    });
+    if !signed {
+        cluster.signing.unverified(Signed::Owner, &key);
+        return Ok(None);
+    }
+    Ok(Some(replica))
 }
 
 impl Cluster {
@@ -177,6 +199,7 @@ impl Cluster {
         ttl: Duration,
     ) -> Result<Option<SessionRecord>, ClusterError> {
         let key = self.key(&["session", id]);
+        let signature = self.signing.sign(Signed::Owner, &key, &self.replica);
         let mut c = self.conn.clone();
         let fields: HashMap<String, Vec<u8>> = self
             .call(RedisOp::SessionWrite, async move {
@@ -185,6 +208,7 @@ impl Cluster {
                     .arg(gone)
                     .arg(&*self.replica)
                     .arg(ttl_ms(ttl))
+                    .arg(signature)
                     .invoke_async(&mut c)
                     .await
             })
@@ -204,8 +228,13 @@ impl SessionStore for RedisSessionStore {
     fn put(&self, record: SessionRecord) -> StoreFuture<'_, ()> {
         Box::pin(async move {
             let key = self.cluster.key(&["session", &record.id]);
+            let replica = &self.cluster.replica;
             let mut fields: Vec<(&str, String)> = vec![
-                ("replica", self.cluster.replica.to_string()),
+                ("replica", replica.to_string()),
+                (
+                    "sig",
+                    self.cluster.signing.sign(Signed::Owner, &key, replica),
+                ),
                 ("version", record.version.to_owned()),
                 ("init", record.init_params.get().to_owned()),
                 ("created", millis(record.created).to_string()),

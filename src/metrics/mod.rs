@@ -60,6 +60,7 @@ pub struct Metrics {
     pub redis_seconds: HistogramVec,
     pub redis_errors: IntCounterVec,
     pub cluster_forwards: IntCounterVec,
+    pub cluster_unverified: IntCounterVec,
     pub rate_limited: IntCounterVec,
     pub plugin_errors: IntCounterVec,
     pub audit_records: IntCounter,
@@ -231,6 +232,13 @@ impl Metrics {
                  longer held the session, and the owner was asked for again).",
                 &["outcome"],
             ),
+            cluster_unverified: counter_vec(
+                "mcp_gateway_cluster_unverified_total",
+                "Values read from Redis that name where to forward a request (what: heartbeat, \
+                 a replica's state and URL; owner, a session record's replica) whose signature \
+                 under the cluster secret did not verify: ignored, never forwarded to.",
+                &["what"],
+            ),
             rate_limited: counter_vec(
                 "mcp_gateway_rate_limited_total",
                 "Calls refused with 429 by a rate limit, by the limit's name (`subject`, \
@@ -283,6 +291,7 @@ impl Metrics {
         register(Box::new(m.redis_seconds.clone()));
         register(Box::new(m.redis_errors.clone()));
         register(Box::new(m.cluster_forwards.clone()));
+        register(Box::new(m.cluster_unverified.clone()));
         register(Box::new(m.rate_limited.clone()));
         register(Box::new(m.plugin_errors.clone()));
         register(Box::new(m.audit_records.clone()));
