@@ -146,6 +146,7 @@ impl Gateway {
             Some(c) => RedisEventStore::new(
                 c.events_connection(),
                 c.key_prefix().to_owned(),
+                c.session_names(),
                 config.replay.clone(),
             ),
             None => Arc::new(MemoryEventStore::new(config.replay.clone())),

@@ -100,7 +100,11 @@ async fn resume(client: &Client, last: &str) -> RawEvents {
 /// Waits until the replay events of `session`'s GET stream in Redis number at least `n`
 /// (they are written through in the background).
 async fn written(cluster: &Cluster, session: &str, n: usize) {
-    let key = format!("{}events:{session}:0", cluster.key_prefix().unwrap());
+    let key = format!(
+        "{}events:{}:0",
+        cluster.key_prefix().unwrap(),
+        cluster.session_name(session)
+    );
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     loop {
         let out = std::process::Command::new("redis-cli")
@@ -169,7 +173,11 @@ async fn a_killed_replicas_session_is_taken_over_with_its_state() {
     let primed = slow.next().await.expect("the priming event");
     let slow_id = primed.id.expect("a priming event id");
     // Its stream is known to Redis to owe an answer before the replica dies.
-    let owed = format!("{}in-flight:{session}", cluster.key_prefix().unwrap());
+    let owed = format!(
+        "{}in-flight:{}",
+        cluster.key_prefix().unwrap(),
+        cluster.session_name(&session)
+    );
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     while !cluster.redis_keys().contains(&owed) {
         assert!(std::time::Instant::now() < deadline, "no in-flight record");

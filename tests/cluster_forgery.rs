@@ -2,7 +2,8 @@
 //! secret: what a replica reads there to decide where to forward a request (a session record's
 //! owner, a replica's heartbeat and the URL in it) is signed with the secret, and a forged one
 //! is ignored, so no request, with the secret and the client's bearer token it carries, is
-//! ever sent to an address the attacker wrote.
+//! ever sent to an address the attacker wrote. Session ids never appear in key names either:
+//! someone who can list the keys learns none.
 //!
 //! Two replicas share the Redis at 127.0.0.1:6379 under a key prefix of each test's own; the
 //! attacker uses `redis-cli` and listens on a TCP port of the test's own.
@@ -145,6 +146,17 @@ async fn session_on(a: &Gateway, prefix: &str) -> Client {
     on_a
 }
 
+/// Every key name in the test's prefix, checked: none holds the session id.
+fn assert_no_key_names(prefix: &str, session: &str) {
+    let keys = common::cluster::redis_scan(prefix);
+    assert!(
+        keys.iter().any(|k| k.contains("session")),
+        "a session record: {keys:?}"
+    );
+    let named: Vec<&String> = keys.iter().filter(|k| k.contains(session)).collect();
+    assert!(named.is_empty(), "key names with the session id: {named:?}");
+}
+
 /// The attacker rewrites the session record's owner to a replica of its own making and writes
 /// that replica's heartbeat, at its own address: two writes. The replica the next request
 /// reaches never sends it there; the owner goes on serving the session.
@@ -188,6 +200,7 @@ async fn a_forged_owner_and_heartbeat_in_redis_get_no_request() {
         .await;
     assert!(text.contains("still on a"), "{text}");
     trap.assert_untouched();
+    assert_no_key_names(&prefix, on_a.session.as_deref().unwrap());
 
     a.terminate();
     b.terminate();
@@ -245,6 +258,7 @@ async fn a_forged_heartbeat_of_the_owner_gets_no_request() {
             >= 1.0
     );
     trap.assert_untouched();
+    assert_no_key_names(&prefix, on_a.session.as_deref().unwrap());
 
     a.signal("-CONT");
     a.terminate();

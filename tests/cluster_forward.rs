@@ -10,7 +10,7 @@ mod common;
 use std::process::Command;
 
 use common::{Client, FIXTURE, Gateway, run_cli};
-use mcp_gateway::cluster::signing::{Signed, Signing};
+use mcp_gateway::cluster::signing;
 use serde_json::json;
 
 const SECRET: &str = "a-cluster-secret-for-tests";
@@ -298,8 +298,11 @@ async fn a_takeover_that_failed_halfway_is_finished_by_a_forwarded_request() {
         })
         .expect("B's heartbeat");
     // The record now names B, which never held the session, signed as B would have.
-    let record = format!("{prefix}session:{sid}");
-    let signature = Signing::new(SECRET).sign(Signed::Owner, &record, &b_id);
+    let record = format!(
+        "{prefix}session:{}",
+        signing::session_names(SECRET).of(&sid)
+    );
+    let signature = signing::Signing::new(SECRET).sign(signing::Signed::Owner, &record, &b_id);
     let out = Command::new("redis-cli")
         .args(["hset", &record, "replica", &b_id, "sig", &signature])
         .output()

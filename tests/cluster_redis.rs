@@ -162,7 +162,7 @@ async fn assert_events_reach_redis(cluster: &Cluster, c: &Client) {
     let answer = events.next().await.expect("the answer on the stream");
     assert!(answer["result"]["tools"].is_array(), "{answer}");
     let deadline = Instant::now() + SETTLE;
-    let wanted = format!(":events:{session}:");
+    let wanted = format!(":events:{}:", cluster.session_name(&session));
     while !cluster.redis_keys().iter().any(|k| k.contains(&wanted)) {
         assert!(
             Instant::now() < deadline,

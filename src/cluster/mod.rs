@@ -51,6 +51,7 @@ use crate::config::{ClusterConfig, redact_url};
 use crate::metrics::RedisOp;
 use crate::registry::Registry;
 use crate::registry::store::ChangeFeed;
+use crate::stream::SessionNames;
 pub use sessions::RedisSessionStore;
 use signing::{Signed, Signing};
 
@@ -93,6 +94,8 @@ pub struct Cluster {
     secret: String,
     /// Signs and checks what decides a forward (see [`signing`]).
     signing: Signing,
+    /// What a session is called in key names (never its id).
+    names: SessionNames,
     /// The connections to other replicas (kept alive, pooled per replica).
     http: reqwest::Client,
     /// Set when the drain starts: the heartbeat says so from then on.
@@ -204,6 +207,7 @@ impl Cluster {
             redis_shown: shown,
             secret: config.secret.clone(),
             signing: Signing::new(&config.secret),
+            names: signing::session_names(&config.secret),
             http,
             draining: Default::default(),
             connected_since: Default::default(),
@@ -285,6 +289,17 @@ impl Cluster {
     /// session idle timeout) expires.
     pub fn session_store(self: &Arc<Self>, ttl: Duration) -> RedisSessionStore {
         RedisSessionStore::new(self.clone(), ttl)
+    }
+
+    /// What the cluster's sessions are called in key names (its event store's keys too): a
+    /// keyed hash of their ids, never the ids.
+    pub fn session_names(&self) -> SessionNames {
+        self.names.clone()
+    }
+
+    /// The key of session `id`'s record.
+    fn session_key(&self, id: &str) -> String {
+        self.key(&["session", &self.names.of(id)])
     }
 
     fn key(&self, parts: &[&str]) -> String {

@@ -1,5 +1,7 @@
-//! Session records in Redis: `<prefix>session:<id>`, one hash each, with the replica that owns
-//! the session and an expiry of the session's idle timeout, refreshed while it lives.
+//! Session records in Redis: `<prefix>session:<name>`, one hash each (the name a keyed hash of
+//! the session's id, [`Cluster::session_names`]: no key name holds a session id), with the
+//! replica that owns the session and an expiry of the session's idle timeout, refreshed while
+//! it lives.
 //!
 //! Fields: `replica` (the owner), `sig` (its signature, see [`super::signing`]: a record whose
 //! `replica` it does not sign names no owner), `version`, `init` (the `initialize` params plugins get),
@@ -162,7 +164,7 @@ fn parse(id: &str, fields: HashMap<String, Vec<u8>>) -> Option<SessionRecord> {
 /// The replica a session's record names, if there is a record and its signature says a
 /// replica of this cluster wrote that name there.
 pub(super) async fn owner(cluster: &Cluster, id: &str) -> Result<Option<String>, ClusterError> {
-    let key = cluster.key(&["session", id]);
+    let key = cluster.session_key(id);
     let mut c = cluster.conn.clone();
     let k = key.clone();
     let (replica, signature): (Option<String>, Option<String>) = cluster
@@ -198,7 +200,7 @@ impl Cluster {
         gone: &str,
         ttl: Duration,
     ) -> Result<Option<SessionRecord>, ClusterError> {
-        let key = self.key(&["session", id]);
+        let key = self.session_key(id);
         let signature = self.signing.sign(Signed::Owner, &key, &self.replica);
         let mut c = self.conn.clone();
         let fields: HashMap<String, Vec<u8>> = self
@@ -227,7 +229,7 @@ impl Cluster {
 impl SessionStore for RedisSessionStore {
     fn put(&self, record: SessionRecord) -> StoreFuture<'_, ()> {
         Box::pin(async move {
-            let key = self.cluster.key(&["session", &record.id]);
+            let key = self.cluster.session_key(&record.id);
             let replica = &self.cluster.replica;
             let mut fields: Vec<(&str, String)> = vec![
                 ("replica", replica.to_string()),
@@ -269,7 +271,7 @@ impl SessionStore for RedisSessionStore {
 
     fn get<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<SessionRecord>> {
         Box::pin(async move {
-            let key = self.cluster.key(&["session", id]);
+            let key = self.cluster.session_key(id);
             let mut c = self.cluster.conn.clone();
             let fields: HashMap<String, Vec<u8>> = self
                 .cluster
@@ -289,7 +291,7 @@ impl SessionStore for RedisSessionStore {
 
     fn touch<'a>(&'a self, id: &'a str, _at: SystemTime) -> StoreFuture<'a, Touched> {
         Box::pin(async move {
-            let key = self.cluster.key(&["session", id]);
+            let key = self.cluster.session_key(id);
             let mut c = self.cluster.conn.clone();
             let found: i64 = self
                 .cluster
@@ -313,7 +315,7 @@ impl SessionStore for RedisSessionStore {
 
     fn save_state<'a>(&'a self, id: &'a str, state: SessionState) -> StoreFuture<'a, ()> {
         Box::pin(async move {
-            let key = self.cluster.key(&["session", id]);
+            let key = self.cluster.session_key(id);
             let mut c = self.cluster.conn.clone();
             self.cluster
                 .call(RedisOp::SessionWrite, async move {
@@ -334,7 +336,7 @@ impl SessionStore for RedisSessionStore {
 
     fn remove<'a>(&'a self, id: &'a str) -> StoreFuture<'a, ()> {
         Box::pin(async move {
-            let key = self.cluster.key(&["session", id]);
+            let key = self.cluster.session_key(id);
             let mut c = self.cluster.conn.clone();
             self.cluster
                 .call(RedisOp::SessionWrite, async move {

@@ -15,6 +15,9 @@
 //! once wrote under the same key (it names a replica of the cluster, which holds the secret
 //! anyway).
 //!
+//! The key that names sessions in key names ([`session_names`], see
+//! [`crate::stream::SessionNames`]) is derived from the secret too, for that purpose alone.
+//!
 //! The MACs are keyed once, at start, and cloned for each use.
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -23,10 +26,15 @@ use std::time::{Duration, Instant};
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
+use crate::stream::SessionNames;
+
 type HmacSha256 = Hmac<Sha256>;
 
 /// What the forwarding signatures' key is derived with (an HMAC of it under the secret).
 const FORWARD_SIGNING: &str = "mcp-gateway forward-signing v1";
+
+/// What the key of the sessions' names in key names is derived with.
+const KEY_NAMES: &str = "mcp-gateway key-names v1";
 
 /// The shortest time between two warnings about values that did not verify.
 const WARN_EVERY: Duration = Duration::from_secs(60);
@@ -54,6 +62,11 @@ pub(super) fn derive(secret: &str, purpose: &str) -> [u8; 32] {
     let mut mac = HmacSha256::new_from_slice(secret.as_bytes()).expect("any key length");
     mac.update(purpose.as_bytes());
     mac.finalize().into_bytes().into()
+}
+
+/// What a session is called in the key names of the cluster whose secret is `secret`.
+pub fn session_names(secret: &str) -> SessionNames {
+    SessionNames::new(&derive(secret, KEY_NAMES))
 }
 
 /// Signs and checks the values forwards depend on (see the module's doc).
@@ -225,6 +238,6 @@ mod tests {
     fn the_forwarding_key_is_not_the_secret() {
         let key = derive("0123456789abcdef", FORWARD_SIGNING);
         assert_ne!(&key[..16], b"0123456789abcdef");
-        assert_ne!(key, derive("0123456789abcdef", "mcp-gateway key-names v1"));
+        assert_ne!(key, derive("0123456789abcdef", KEY_NAMES));
     }
 }

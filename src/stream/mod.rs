@@ -44,7 +44,7 @@ pub use sink::Sink;
 pub use sse::{Opening, collect_responses, sse_response};
 pub use store::{
     Adopted, EventStore, MemoryEventStore, RedisEventOptions, RedisEventStore, ReplayError,
-    ReplayLimits, SessionEvents, StreamKey, StreamPosition,
+    ReplayLimits, SessionEvents, SessionNames, StreamKey, StreamPosition,
 };
 
 /// What a stream hands its connection.

@@ -258,6 +258,13 @@ impl Cluster {
         self.cluster_secret.as_deref()
     }
 
+    /// What session `id` is called in the replicas' Redis key names (a keyed hash of it), in
+    /// cluster mode.
+    pub fn session_name(&self, id: &str) -> String {
+        let secret = self.cluster_secret().expect("cluster mode");
+        mcp_gateway::cluster::signing::session_names(secret).of(id)
+    }
+
     /// SIGKILL replica `i` (a crash, a lost node) and reap it; returns once it is gone.
     pub fn kill(&mut self, i: usize) {
         let mut gw = self.replicas[i]

@@ -28,7 +28,7 @@ use std::time::Duration;
 use bytes::Bytes;
 
 // The bounds are settings, so they live in `config`; re-exported for the store's users.
-pub use self::redis::{RedisEventOptions, RedisEventStore};
+pub use self::redis::{RedisEventOptions, RedisEventStore, SessionNames};
 pub use crate::config::ReplayLimits;
 pub use memory::MemoryEventStore;
 

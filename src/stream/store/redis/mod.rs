@@ -5,7 +5,8 @@
 //! is synchronous and never fails or waits) and is also queued for a background writer, which
 //! pipelines batches of them to Redis. A replica that takes over the session of one that died
 //! ([`EventStore::adopt`]) reads that session's streams back from Redis. In Redis, for a
-//! session `S` and a key prefix `P`:
+//! session whose name is `S` (a keyed hash of its id, never the id: [`SessionNames`]) and a key
+//! prefix `P`:
 //!
 //! - `Pevents:S:<stream>`: one Redis stream per stream of the session. Entry id `<seq>-0`, so
 //!   a range by sequence is a range by id and Redis refuses an id at or below the last one;
@@ -39,8 +40,8 @@
 //!
 //! Where things are: this file holds the store and the seam's store-wide methods; `session`
 //! one session's events (appends, replays, adopted streams), `read` the replays and adoptions
-//! from Redis, `writer` the background writer, `parse` the checks of Redis's answers, `tests`
-//! the tests against the real Redis.
+//! from Redis, `writer` the background writer, `parse` the checks of Redis's answers, `names`
+//! the sessions' names in keys, `tests` the tests against the real Redis.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -125,6 +126,8 @@ struct Shared {
     /// A clone per use: it multiplexes one connection and reconnects by itself.
     conn: ConnectionManager,
     keys: Keys,
+    /// What a session is called in key names.
+    names: SessionNames,
     limits: ReplayLimits,
     options: RedisEventOptions,
     /// To the writer task; bounded in operations (its capacity) and in bytes (`counters`).
@@ -138,22 +141,22 @@ struct Keys {
     prefix: Arc<str>,
 }
 
+/// Each takes the session's name ([`SessionNames::of`]), never its id.
 impl Keys {
-    /// A stream's entries. A session id holds no `:` this gateway made; were one to, the
-    /// number after the last `:` still tells the streams apart.
-    fn stream(&self, session: &str, stream: u64) -> String {
-        format!("{}events:{session}:{stream}", self.prefix)
+    /// A stream's entries.
+    fn stream(&self, name: &str, stream: u64) -> String {
+        format!("{}events:{name}:{stream}", self.prefix)
     }
 
     /// The set of a session's stream numbers.
-    fn index(&self, session: &str) -> String {
-        format!("{}event-streams:{session}", self.prefix)
+    fn index(&self, name: &str) -> String {
+        format!("{}event-streams:{name}", self.prefix)
     }
 
     /// A hash of a session's streams that owe responses: stream number to the JSON array of
     /// the ids of the requests it owes.
-    fn in_flight(&self, session: &str) -> String {
-        format!("{}in-flight:{session}", self.prefix)
+    fn in_flight(&self, name: &str) -> String {
+        format!("{}in-flight:{name}", self.prefix)
     }
 }
 
@@ -206,7 +209,8 @@ impl Counters {
     }
 }
 
-/// What the writer is asked to do, in the order asked.
+/// What the writer is asked to do, in the order asked. Each `session` is the session's name
+/// in key names ([`SessionNames::of`]), not its id.
 enum Op {
     Append {
         session: Arc<str>,
@@ -256,21 +260,23 @@ impl Op {
 
 impl RedisEventStore {
     /// A store whose events are written through to Redis under `prefix` (the cluster's
-    /// `redis_key_prefix`), bounded by `limits` as in memory. Spawns the writer task, so it
-    /// is called inside the Tokio runtime; the task ends when the store and its sessions are
-    /// dropped.
+    /// `redis_key_prefix`), its sessions named by `names`, bounded by `limits` as in memory.
+    /// Spawns the writer task, so it is called inside the Tokio runtime; the task ends when
+    /// the store and its sessions are dropped.
     pub fn new(
         conn: ConnectionManager,
         prefix: String,
+        names: SessionNames,
         limits: ReplayLimits,
     ) -> Arc<RedisEventStore> {
-        RedisEventStore::with_options(conn, prefix, limits, RedisEventOptions::default())
+        RedisEventStore::with_options(conn, prefix, names, limits, RedisEventOptions::default())
     }
 
     /// [`RedisEventStore::new`] with other bounds and timeouts.
     pub fn with_options(
         conn: ConnectionManager,
         prefix: String,
+        names: SessionNames,
         limits: ReplayLimits,
         options: RedisEventOptions,
     ) -> Arc<RedisEventStore> {
@@ -306,6 +312,7 @@ impl RedisEventStore {
             shared: Arc::new(Shared {
                 conn,
                 keys,
+                names,
                 limits,
                 options,
                 queue: tx,
@@ -340,7 +347,7 @@ impl RedisEventStore {
             .entry(id.clone())
             .or_insert_with(|| {
                 Arc::new(RedisSession {
-                    id: id.clone(),
+                    name: Arc::from(self.shared.names.of(id)),
                     memory: self.memory.session(id),
                     shared: self.shared.clone(),
                     released: AtomicBool::new(false),
@@ -364,15 +371,19 @@ impl EventStore for RedisEventStore {
 
     fn release_session(&self, session: &str) {
         let mut streams = self.memory.streams_of(session);
-        if let Some((_, s)) = self.sessions.remove(session) {
-            s.released.store(true, Ordering::Release);
-            streams.extend(s.remote_streams());
-        }
+        let name = match self.sessions.remove(session) {
+            Some((_, s)) => {
+                s.released.store(true, Ordering::Release);
+                streams.extend(s.remote_streams());
+                s.name.clone()
+            }
+            None => Arc::from(self.shared.names.of(session)),
+        };
         self.memory.release_session(session);
         streams.sort_unstable();
         streams.dedup();
         self.shared.enqueue(Op::ReleaseSession {
-            session: Arc::from(session),
+            session: name,
             streams,
         });
     }
@@ -388,7 +399,7 @@ impl EventStore for RedisEventStore {
             let mut adopted = with_timeout(
                 RedisOp::EventsAdopt,
                 self.shared.options.read_timeout,
-                self.shared.adopt(&s.id),
+                self.shared.adopt(&s.name),
             )
             .await
             .map_err(ReplayError::Backend)?;
@@ -433,6 +444,7 @@ impl EventStore for RedisEventStore {
     }
 }
 
+mod names;
 mod parse;
 mod read;
 mod session;
@@ -441,6 +453,7 @@ mod writer;
 #[cfg(test)]
 mod tests;
 
+pub use names::SessionNames;
 use parse::*;
 use session::*;
 use writer::*;

@@ -47,14 +47,15 @@ impl Shared {
         }
     }
 
-    /// The events with `after < seq < before` of a stream in Redis, bounded and checked like
+    /// The events with `after < seq < before` of a stream of the session named `name` (see
+    /// [`SessionNames`]) in Redis, bounded and checked like
     /// the memory store's: `Evicted` (with the oldest kept) when any is missing, unless
     /// `skip_evicted`. Whether the newest ones (up to `before`) are missing can be told only
     /// when they are known to exist (`reach_before`): a gap at the end of what was written
     /// looks like the end.
     pub(super) async fn read_range(
         &self,
-        session: &str,
+        name: &str,
         stream: u64,
         after: u64,
         before: u64,
@@ -64,7 +65,7 @@ impl Shared {
         let Some(low) = after.checked_add(1).filter(|low| *low < before) else {
             return Ok(Vec::new());
         };
-        let key = self.keys.stream(session, stream);
+        let key = self.keys.stream(name, stream);
         let mut events = with_timeout(
             RedisOp::EventsRead,
             self.options.read_timeout,
@@ -145,14 +146,15 @@ impl Shared {
         }
     }
 
-    /// Where each stream of a session stands in Redis, and which owed responses.
-    pub(super) async fn adopt(&self, session: &str) -> Result<Adopted, String> {
-        let streams = self.positions(session).await?;
+    /// Where each stream of the session named `name` stands in Redis, and which owed
+    /// responses.
+    pub(super) async fn adopt(&self, name: &str) -> Result<Adopted, String> {
+        let streams = self.positions(name).await?;
         let mut conn = self.conn.clone();
         let reply: Value = round_trip(
             RedisOp::EventsAdopt,
             ::redis::cmd("HGETALL")
-                .arg(self.keys.in_flight(session))
+                .arg(self.keys.in_flight(name))
                 .query_async(&mut conn),
         )
         .await?;
@@ -161,8 +163,8 @@ impl Shared {
     }
 
     /// Where each stream of a session stands in Redis.
-    async fn positions(&self, session: &str) -> Result<Vec<StreamPosition>, String> {
-        let index = self.keys.index(session);
+    async fn positions(&self, name: &str) -> Result<Vec<StreamPosition>, String> {
+        let index = self.keys.index(name);
         let mut conn = self.conn.clone();
         let mut numbers = BTreeSet::new();
         let mut cursor = String::from("0");
@@ -203,7 +205,7 @@ impl Shared {
             for n in chunk {
                 pipe.cmd("XINFO")
                     .arg("STREAM")
-                    .arg(self.keys.stream(session, *n));
+                    .arg(self.keys.stream(name, *n));
             }
             let replies: Vec<Value> =
                 round_trip(RedisOp::EventsAdopt, pipe.query_async(&mut conn)).await?;

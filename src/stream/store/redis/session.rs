@@ -6,7 +6,8 @@ use super::*;
 
 /// One session's events: in memory, and queued for Redis.
 pub(super) struct RedisSession {
-    pub(super) id: Arc<str>,
+    /// Its name in key names ([`SessionNames::of`]), computed once.
+    pub(super) name: Arc<str>,
     pub(super) memory: Arc<dyn SessionEvents>,
     pub(super) shared: Arc<Shared>,
     /// Set when the session is released: a stream that has not heard of it yet appends to
@@ -53,7 +54,7 @@ impl RedisSession {
             let mut events = self
                 .shared
                 .read_range(
-                    &self.id,
+                    &self.name,
                     stream,
                     after,
                     r.next_seq.min(before),
@@ -100,7 +101,7 @@ impl RedisSession {
 impl SessionEvents for RedisSession {
     fn append(&self, stream: u64, seq: u64, data: Bytes) {
         self.enqueue(Op::Append {
-            session: self.id.clone(),
+            session: self.name.clone(),
             stream,
             seq,
             data: data.clone(),
@@ -121,7 +122,7 @@ impl SessionEvents for RedisSession {
         }
         Box::pin(async move {
             self.shared
-                .read_range(&self.id, stream, after, before, skip_evicted, false)
+                .read_range(&self.name, stream, after, before, skip_evicted, false)
                 .await
         })
     }
@@ -154,7 +155,7 @@ impl SessionEvents for RedisSession {
             r.oldest_kept = r.oldest_kept.max(through.saturating_add(1));
         }
         self.enqueue(Op::Trim {
-            session: self.id.clone(),
+            session: self.name.clone(),
             stream,
             through,
         });
@@ -162,7 +163,7 @@ impl SessionEvents for RedisSession {
 
     fn owes(&self, stream: u64, ids: Bytes) {
         self.enqueue(Op::Owe {
-            session: self.id.clone(),
+            session: self.name.clone(),
             stream,
             ids,
         });
@@ -170,7 +171,7 @@ impl SessionEvents for RedisSession {
 
     fn answered(&self, stream: u64) {
         self.enqueue(Op::Answered {
-            session: self.id.clone(),
+            session: self.name.clone(),
             stream,
         });
     }
@@ -184,7 +185,7 @@ impl SessionEvents for RedisSession {
                 .remove(&stream);
         }
         self.enqueue(Op::Release {
-            session: self.id.clone(),
+            session: self.name.clone(),
             stream,
         });
     }

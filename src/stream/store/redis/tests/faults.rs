@@ -27,6 +27,7 @@ async fn an_unreachable_redis_fails_replays_in_time_and_never_holds_appends_up()
         let store = RedisEventStore::with_options(
             lazy(&url),
             "unreachable:".into(),
+            names(),
             ReplayLimits::default(),
             options,
         );
@@ -92,6 +93,7 @@ async fn a_full_queue_drops_only_the_redis_copy() {
     let a = RedisEventStore::with_options(
         redis().await,
         prefix.0.clone(),
+        names(),
         ReplayLimits::default(),
         options,
     );
@@ -110,7 +112,12 @@ async fn a_full_queue_drops_only_the_redis_copy() {
     // Another replica finds a gap: the events after it are all it can resume.
     ea.append(0, 101, data(0, 101));
     assert!(a.flush(FLUSH).await);
-    let b = RedisEventStore::new(redis().await, prefix.0.clone(), ReplayLimits::default());
+    let b = RedisEventStore::new(
+        redis().await,
+        prefix.0.clone(),
+        names(),
+        ReplayLimits::default(),
+    );
     let eb = b.session(&id);
     assert_eq!(
         eb.replay(0, 0, 102, false).await,
@@ -143,6 +150,7 @@ async fn a_full_queue_drops_only_the_redis_copy() {
     let a = RedisEventStore::with_options(
         redis().await,
         prefix.0.clone(),
+        names(),
         ReplayLimits::default(),
         options,
     );
@@ -168,16 +176,21 @@ async fn what_redis_holds_is_checked_before_it_is_used() {
         let _: Value = cmd.query(&mut con).expect("a raw command");
     };
     let (k1, k2, k3, index) = (
-        prefix.key("events:h:1"),
-        prefix.key("events:h:2"),
-        prefix.key("events:h:3"),
-        prefix.key("event-streams:h"),
+        prefix.key(&format!("events:{}:1", named("h"))),
+        prefix.key(&format!("events:{}:2", named("h"))),
+        prefix.key(&format!("events:{}:3", named("h"))),
+        prefix.key(&format!("event-streams:{}", named("h"))),
     );
     raw(&["XADD", &k1, "5-7", "d", "an id this store does not write"]);
     raw(&["XADD", &k2, "1-0", "other", "no event field"]);
     raw(&["SET", &k3, "not a stream"]);
     raw(&["SADD", &index, "1"]);
-    let store = RedisEventStore::new(redis().await, prefix.0.clone(), ReplayLimits::default());
+    let store = RedisEventStore::new(
+        redis().await,
+        prefix.0.clone(),
+        names(),
+        ReplayLimits::default(),
+    );
     let id = sid("h");
     let ev = store.session(&id);
     for stream in 1..=3 {

@@ -77,7 +77,12 @@ fn a_debt_settled_within_a_batch_is_not_sent() {
 #[tokio::test]
 async fn an_adopting_replica_learns_which_streams_still_owe_responses() {
     let prefix = Prefix::new();
-    let a = RedisEventStore::new(redis().await, prefix.0.clone(), ReplayLimits::default());
+    let a = RedisEventStore::new(
+        redis().await,
+        prefix.0.clone(),
+        names(),
+        ReplayLimits::default(),
+    );
     let id = sid("owing");
     let ea = a.session(&id);
     ea.owes(1, Bytes::from_static(b"[1]"));
@@ -88,7 +93,12 @@ async fn an_adopting_replica_learns_which_streams_still_owe_responses() {
     ea.release(3);
     assert!(a.flush(FLUSH).await);
 
-    let b = RedisEventStore::new(redis().await, prefix.0.clone(), ReplayLimits::default());
+    let b = RedisEventStore::new(
+        redis().await,
+        prefix.0.clone(),
+        names(),
+        ReplayLimits::default(),
+    );
     let adopted = b.adopt(&id).await.expect("adopted");
     assert_eq!(
         adopted.in_flight,
@@ -101,7 +111,7 @@ async fn an_adopting_replica_learns_which_streams_still_owe_responses() {
     assert_eq!(prefix.keys(), Vec::<String>::new());
 
     // What Redis hands back is checked.
-    let key = prefix.key("in-flight:bad");
+    let key = prefix.key(&format!("in-flight:{}", named("bad")));
     let mut con = sync_conn();
     let _: () = ::redis::cmd("HSET")
         .arg(&key)
@@ -116,7 +126,12 @@ async fn an_adopting_replica_learns_which_streams_still_owe_responses() {
 #[tokio::test]
 async fn leaving_a_session_keeps_its_keys_for_the_next_replica() {
     let prefix = Prefix::new();
-    let a = RedisEventStore::new(redis().await, prefix.0.clone(), ReplayLimits::default());
+    let a = RedisEventStore::new(
+        redis().await,
+        prefix.0.clone(),
+        names(),
+        ReplayLimits::default(),
+    );
     let id = sid("left");
     let ea = a.session(&id);
     ea.append(0, 1, data(0, 1));
@@ -124,7 +139,12 @@ async fn leaving_a_session_keeps_its_keys_for_the_next_replica() {
     ea.append(0, 2, data(0, 2));
     assert!(a.flush(FLUSH).await);
     assert_eq!(a.usage(), (0, 0), "nothing kept here");
-    let b = RedisEventStore::new(redis().await, prefix.0.clone(), ReplayLimits::default());
+    let b = RedisEventStore::new(
+        redis().await,
+        prefix.0.clone(),
+        names(),
+        ReplayLimits::default(),
+    );
     let eb = b.session(&id);
     assert_eq!(
         eb.replay(0, 0, 10, false).await,

@@ -97,6 +97,16 @@ fn events(stream: u64, seqs: impl IntoIterator<Item = u64>) -> Vec<(u64, Bytes)>
         .collect()
 }
 
+/// What the tests' sessions are called in key names.
+fn names() -> SessionNames {
+    SessionNames::new(b"the tests' cluster key")
+}
+
+/// The name of session `id` in key names.
+fn named(id: &str) -> String {
+    names().of(id)
+}
+
 fn sid(id: &str) -> Arc<str> {
     Arc::from(id)
 }
@@ -106,7 +116,12 @@ const FLUSH: Duration = Duration::from_secs(5);
 #[tokio::test]
 async fn another_replica_replays_the_same_bytes_in_order() {
     let prefix = Prefix::new();
-    let a = RedisEventStore::new(redis().await, prefix.0.clone(), ReplayLimits::default());
+    let a = RedisEventStore::new(
+        redis().await,
+        prefix.0.clone(),
+        names(),
+        ReplayLimits::default(),
+    );
     let id = sid("s1");
     let ea = a.session(&id);
     for seq in 1..=5 {
@@ -118,7 +133,12 @@ async fn another_replica_replays_the_same_bytes_in_order() {
     // This replica's own replays are memory's.
     assert_eq!(ea.replay(3, 1, 6, false).await, Ok(events(3, 2..=5)));
 
-    let b = RedisEventStore::new(redis().await, prefix.0.clone(), ReplayLimits::default());
+    let b = RedisEventStore::new(
+        redis().await,
+        prefix.0.clone(),
+        names(),
+        ReplayLimits::default(),
+    );
     let eb = b.session(&id);
     // A stream this replica never held is read from Redis.
     assert_eq!(eb.replay(3, 2, 6, false).await, Ok(events(3, 3..=5)));
@@ -163,7 +183,12 @@ async fn another_replica_replays_the_same_bytes_in_order() {
         "Redis took the new owner's events after the old owner's"
     );
     // A third replica reads both from Redis.
-    let c = RedisEventStore::new(redis().await, prefix.0.clone(), ReplayLimits::default());
+    let c = RedisEventStore::new(
+        redis().await,
+        prefix.0.clone(),
+        names(),
+        ReplayLimits::default(),
+    );
     let ec = c.session(&id);
     assert_eq!(ec.replay(0, 0, r + 2, true).await, Ok(all));
 }
@@ -175,14 +200,14 @@ async fn the_stream_bound_evicts_an_old_cursor() {
         max_events_per_stream: 10,
         ..ReplayLimits::default()
     };
-    let a = RedisEventStore::new(redis().await, prefix.0.clone(), limits.clone());
+    let a = RedisEventStore::new(redis().await, prefix.0.clone(), names(), limits.clone());
     let id = sid("s");
     let ea = a.session(&id);
     for seq in 1..=500 {
         ea.append(1, seq, data(1, seq));
     }
     assert!(a.flush(FLUSH).await);
-    let key = prefix.key("events:s:1");
+    let key = prefix.key(&format!("events:{}:1", named("s")));
     let len: usize = ::redis::cmd("XLEN")
         .arg(&key)
         .query(&mut sync_conn())
@@ -190,7 +215,12 @@ async fn the_stream_bound_evicts_an_old_cursor() {
     assert!((10..500).contains(&len), "MAXLEN ~ 10 trimmed to {len}");
 
     // Read with bounds as wide as Redis's: the oldest kept is Redis's first entry.
-    let wide = RedisEventStore::new(redis().await, prefix.0.clone(), ReplayLimits::default());
+    let wide = RedisEventStore::new(
+        redis().await,
+        prefix.0.clone(),
+        names(),
+        ReplayLimits::default(),
+    );
     let first = 501 - len as u64;
     assert_eq!(
         wide.session(&id).replay(1, 0, 501, false).await,
@@ -201,7 +231,7 @@ async fn the_stream_bound_evicts_an_old_cursor() {
         Ok(events(1, first..=500))
     );
     // Read with the same bounds as the writer's: no more than memory would have kept.
-    let b = RedisEventStore::new(redis().await, prefix.0.clone(), limits);
+    let b = RedisEventStore::new(redis().await, prefix.0.clone(), names(), limits);
     let eb = b.session(&id);
     assert_eq!(
         eb.replay(1, 0, 501, false).await,
@@ -221,7 +251,12 @@ async fn the_stream_bound_evicts_an_old_cursor() {
 #[tokio::test]
 async fn the_byte_bound_applies_on_the_way_back() {
     let prefix = Prefix::new();
-    let a = RedisEventStore::new(redis().await, prefix.0.clone(), ReplayLimits::default());
+    let a = RedisEventStore::new(
+        redis().await,
+        prefix.0.clone(),
+        names(),
+        ReplayLimits::default(),
+    );
     let id = sid("s");
     let ea = a.session(&id);
     for seq in 1..=10 {
@@ -232,7 +267,7 @@ async fn the_byte_bound_applies_on_the_way_back() {
         max_bytes_per_stream: 10,
         ..ReplayLimits::default()
     };
-    let b = RedisEventStore::new(redis().await, prefix.0.clone(), small);
+    let b = RedisEventStore::new(redis().await, prefix.0.clone(), names(), small);
     let eb = b.session(&id);
     assert_eq!(
         eb.replay(1, 0, 11, false).await,
@@ -250,7 +285,7 @@ async fn the_byte_bound_applies_on_the_way_back() {
 async fn release_deletes_the_keys() {
     let prefix = Prefix::new();
     let limits = ReplayLimits::default();
-    let a = RedisEventStore::new(redis().await, prefix.0.clone(), limits.clone());
+    let a = RedisEventStore::new(redis().await, prefix.0.clone(), names(), limits.clone());
     let id = sid("s");
     let ea = a.session(&id);
     for seq in 1..=3 {
@@ -259,9 +294,9 @@ async fn release_deletes_the_keys() {
     }
     assert!(a.flush(FLUSH).await);
     let (k1, k2, index) = (
-        prefix.key("events:s:1"),
-        prefix.key("events:s:2"),
-        prefix.key("event-streams:s"),
+        prefix.key(&format!("events:{}:1", named("s"))),
+        prefix.key(&format!("events:{}:2", named("s"))),
+        prefix.key(&format!("event-streams:{}", named("s"))),
     );
     assert_eq!(prefix.keys(), vec![index.clone(), k1.clone(), k2.clone()]);
     let mut con = sync_conn();
@@ -290,7 +325,7 @@ async fn release_deletes_the_keys() {
     // Trimmed (delivered) events leave Redis too.
     ea.trim(2, 2);
     assert!(a.flush(FLUSH).await);
-    let b = RedisEventStore::new(redis().await, prefix.0.clone(), limits.clone());
+    let b = RedisEventStore::new(redis().await, prefix.0.clone(), names(), limits.clone());
     assert_eq!(
         b.session(&id).replay(2, 0, 4, false).await,
         Err(ReplayError::Evicted { oldest_kept: 3 })
@@ -317,14 +352,24 @@ async fn release_deletes_the_keys() {
 #[tokio::test]
 async fn an_adopted_session_releases_what_it_adopted() {
     let prefix = Prefix::new();
-    let a = RedisEventStore::new(redis().await, prefix.0.clone(), ReplayLimits::default());
+    let a = RedisEventStore::new(
+        redis().await,
+        prefix.0.clone(),
+        names(),
+        ReplayLimits::default(),
+    );
     let id = sid("s");
     let ea = a.session(&id);
     for stream in 0..3 {
         ea.append(stream, 1, data(stream, 1));
     }
     assert!(a.flush(FLUSH).await);
-    let b = RedisEventStore::new(redis().await, prefix.0.clone(), ReplayLimits::default());
+    let b = RedisEventStore::new(
+        redis().await,
+        prefix.0.clone(),
+        names(),
+        ReplayLimits::default(),
+    );
     assert_eq!(b.adopt(&id).await.map(|p| p.streams.len()), Ok(3));
     b.session(&id).append(5, 1, data(5, 1));
     b.session(&id).release(1);
@@ -333,10 +378,10 @@ async fn an_adopted_session_releases_what_it_adopted() {
     assert_eq!(
         prefix.keys(),
         vec![
-            prefix.key("event-streams:s"),
-            prefix.key("events:s:0"),
-            prefix.key("events:s:2"),
-            prefix.key("events:s:5"),
+            prefix.key(&format!("event-streams:{}", named("s"))),
+            prefix.key(&format!("events:{}:0", named("s"))),
+            prefix.key(&format!("events:{}:2", named("s"))),
+            prefix.key(&format!("events:{}:5", named("s"))),
         ]
     );
     b.release_session(&id);
