@@ -20,7 +20,8 @@
 //! (`initialize`, or `server/discover`, or the probe that tries one then the other);
 //! `connection/input.rs` a modern plugin's `InputRequiredResult`s, parked until the client's
 //! input comes and retried with it; this file the connection and what goes towards the plugin.
-//! A modern plugin's every request carries `_meta` with the version and its client.
+//! A modern plugin's every request carries `_meta` with the version and its client; a legacy
+//! plugin gets a modern client's request without them.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -318,7 +319,12 @@ impl PluginConnection {
         sink: &Sink,
         answering: Answering,
     ) {
-        let meta = self.with_meta(params);
+        // A legacy plugin gets a modern client's request without its envelope.
+        let meta = if self.is_modern() {
+            self.with_meta(params)
+        } else {
+            modern::without_envelope(params)
+        };
         let params = meta.as_deref().or(params);
         let retry = (self.is_modern() && modern::INPUT_METHODS.contains(&method))
             .then(|| Retry::new(method, params));

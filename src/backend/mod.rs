@@ -8,7 +8,8 @@
 //!   requests in flight matched back by gateway-assigned ids, and the plugin's own requests
 //!   and notifications handed to whoever listens ([`PluginEvents`]).
 //! - [`modern`]: what speaking to a modern plugin takes (its `_meta`, its
-//!   `InputRequiredResult`s, what its `server/discover` says).
+//!   `InputRequiredResult`s, what its `server/discover` says), and what a legacy one must not
+//!   get of a modern client's request.
 //!
 //! This layer knows nothing of HTTP or sessions; it must never block a plugin's reader on a
 //! slow client. It is the mechanism (spawn, speak JSON-RPC, stop); when a plugin is started,

@@ -150,6 +150,36 @@ pub fn with_meta(params: Option<&RawValue>, members: &str) -> Option<Box<RawValu
     RawValue::from_string(out).ok()
 }
 
+/// The members of `_meta` that make a request a modern one: a legacy plugin never gets them.
+const ENVELOPE: [&str; 4] = [
+    META_VERSION,
+    META_CLIENT_INFO,
+    META_CAPABILITIES,
+    META_LOG_LEVEL,
+];
+
+/// `params` as a legacy plugin must get them: a modern client's request without the members
+/// of its `_meta` that make it modern (a legacy plugin has the session's `initialize` for
+/// them, and may refuse a request that carries them, as a dual-era server on the official
+/// Python SDK does), its other `_meta` members (a progress token) kept; `None` when they go
+/// as they are (no version declared: the text is read only when it names the member).
+pub fn without_envelope(params: Option<&RawValue>) -> Option<Box<RawValue>> {
+    let text = params?.get();
+    if !text.contains(META_VERSION) {
+        return None;
+    }
+    let mut value: serde_json::Value = serde_json::from_str(text).ok()?;
+    let object = value.as_object_mut()?;
+    let meta = object.get_mut("_meta")?.as_object_mut()?;
+    if ENVELOPE.iter().filter_map(|k| meta.remove(*k)).count() == 0 {
+        return None;
+    }
+    if meta.is_empty() {
+        object.remove("_meta");
+    }
+    RawValue::from_string(value.to_string()).ok()
+}
+
 #[derive(Deserialize)]
 struct Typed<'a> {
     #[serde(borrow, rename = "resultType")]
@@ -340,6 +370,33 @@ mod tests {
             r#"{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}},"name":"x"}"#,
         );
         assert!(with_meta(Some(&theirs), &meta().members(None)).is_none());
+    }
+
+    #[test]
+    fn a_legacy_plugin_gets_a_modern_request_without_its_envelope() {
+        let envelope = r#""io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientInfo":{"name":"m","version":"1"},"io.modelcontextprotocol/clientCapabilities":{},"io.modelcontextprotocol/logLevel":"info""#;
+        let theirs = raw(&format!(
+            r#"{{"name":"x","_meta":{{{envelope},"progressToken":3,"io.modelcontextprotocol/related-task":{{"taskId":"t"}}}}}}"#
+        ));
+        let v: serde_json::Value =
+            serde_json::from_str(without_envelope(Some(&theirs)).unwrap().get()).unwrap();
+        assert_eq!(
+            v,
+            serde_json::json!({"name": "x", "_meta": {"progressToken": 3, "io.modelcontextprotocol/related-task": {"taskId": "t"}}})
+        );
+        // Nothing else left in `_meta`: no `_meta`.
+        let only = raw(&format!(r#"{{"_meta":{{{envelope}}},"uri":"u"}}"#));
+        let v: serde_json::Value =
+            serde_json::from_str(without_envelope(Some(&only)).unwrap().get()).unwrap();
+        assert_eq!(v, serde_json::json!({"uri": "u"}));
+        // A legacy client's request goes as it is.
+        for p in [r#"{"name":"x","_meta":{"progressToken":1}}"#, "{}", "[1]"] {
+            assert!(without_envelope(Some(&raw(p))).is_none(), "{p}");
+        }
+        assert!(without_envelope(None).is_none());
+        // The version named elsewhere than in `_meta`: as it is.
+        let arg = raw(r#"{"arguments":{"io.modelcontextprotocol/protocolVersion":"x"}}"#);
+        assert!(without_envelope(Some(&arg)).is_none());
     }
 
     #[test]
