@@ -1,5 +1,6 @@
 //! Plugins of the modern era (2026-07-28) behind the gateway (issue 22): each plugin's era is
-//! probed with `server/discover` and `initialize` as the fallback, or pinned with `era`; a
+//! probed with `initialize` and then `server/discover` (issue 38: a plugin that speaks both
+//! is served in the legacy era, tests/python_plugins.rs), or pinned with `era`; a
 //! modern-only plugin (tests/fixture_modern) serves legacy sessions, its `InputRequiredResult`s
 //! asked of the client as requests on the session's streams and the answers sent back as the
 //! retry, and modern clients, to whom its `InputRequiredResult` passes as it is. Served in the
@@ -126,36 +127,49 @@ async fn the_probe_finds_each_plugins_era_and_a_pin_overrides_it() {
     gw.stop().await;
 }
 
-/// A legacy server that answers nothing before `initialize` (some ignore unknown requests).
-const SILENT_LEGACY: &str = r#"#!/bin/sh
+/// A legacy server that answers nothing but `initialize` (some ignore unknown requests), after
+/// the seconds its first argument says (none: at once).
+const LEGACY_ONLY: &str = r#"#!/bin/sh
 while IFS= read -r line; do
   case "$line" in
     *'"method":"initialize"'*)
+      sleep "${1:-0}"
       id=$(printf '%s' "$line" | sed 's/^{"jsonrpc":"2.0","id":\([0-9]*\),.*/\1/')
       printf '{"jsonrpc":"2.0","id":%s,"result":{"protocolVersion":"2025-06-18","capabilities":{},"serverInfo":{"name":"silent","version":"1"}}}\n' "$id";;
   esac
 done
 "#;
 
+/// The probe sends `initialize` first; unanswered for a while, `server/discover` goes too, and
+/// the era that answers first is the plugin's; refused, `server/discover` follows.
 #[tokio::test]
-async fn no_answer_means_legacy_but_a_late_modern_answer_still_counts() {
+async fn initialize_comes_first_and_a_slow_answer_of_either_era_still_counts() {
     let dir = tempfile::tempdir().unwrap();
-    let silent = common::write_file(&dir, "silent.sh", SILENT_LEGACY);
-    std::fs::set_permissions(&silent, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let legacy = common::write_file(&dir, "legacy.sh", LEGACY_ONLY);
+    std::fs::set_permissions(&legacy, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     let cfg = write_config(
         &dir,
         &format!(
-            "[plugins.silent]\ncommand = \"{silent}\"\n\n[plugins.slow]\ncommand = \"{FIXTURE_MODERN}\"\nargs = [\"--discover-delay-ms\", \"4500\"]\n"
+            "[plugins.silent]\ncommand = \"{legacy}\"\n\n\
+             [plugins.slow_legacy]\ncommand = \"{legacy}\"\nargs = [\"4\"]\n\n\
+             [plugins.slow_modern]\ncommand = \"{FIXTURE_MODERN}\"\nargs = [\"--discover-delay-ms\", \"4500\"]\n\n\
+             [plugins.deaf_modern]\ncommand = \"{FIXTURE_MODERN}\"\nargs = [\"--ignore-initialize\"]\n"
         ),
     );
     let gw = InProcess::start(&["--config", &cfg, "--admin-token", TOKEN]).await;
     let admin = Admin::of(&gw, TOKEN);
-    // No answer to server/discover within the wait: initialize, which it answers.
+    // It answers initialize (and would never answer server/discover).
     let p = admin.wait_state("silent", "ready").await;
     assert_eq!(p["speaks"]["era"], "legacy", "{p}");
     assert_eq!(p["speaks"]["protocol_version"], "2025-06-18");
-    // Its discover answer came after the wait, while initialize was on its way (and refused).
-    let p = admin.wait_state("slow", "ready").await;
+    // Its initialize answer came after the wait, while server/discover was on its way.
+    let p = admin.wait_state("slow_legacy", "ready").await;
+    assert_eq!(p["speaks"]["era"], "legacy", "{p}");
+    // It refused initialize at once, and answered server/discover late.
+    let p = admin.wait_state("slow_modern", "ready").await;
+    assert_eq!(p["speaks"]["era"], "modern", "{p}");
+    // It never answers initialize: server/discover, sent after the wait, found it.
+    let p = admin.wait_state("deaf_modern", "ready").await;
     assert_eq!(p["speaks"]["era"], "modern", "{p}");
     gw.stop().await;
 }

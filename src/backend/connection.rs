@@ -17,7 +17,7 @@
 //! reads the plugin's output (`connection/inbound.rs`); when the plugin goes, every request still pending
 //! fails with an error that names the plugin. `connection/events.rs` holds the listener seam, [`Related`]
 //! and [`Caller`]; `connection/era.rs` the opening of a connection in the plugin's era
-//! (`initialize`, or `server/discover`, or the probe that tries one then the other);
+//! (`initialize`, or `server/discover`, or the probe that tries `initialize` first);
 //! `connection/input.rs` a modern plugin's `InputRequiredResult`s, parked until the client's
 //! input comes and retried with it; this file the connection and what goes towards the plugin.
 //! A modern plugin's every request carries `_meta` with the version and its client; a legacy

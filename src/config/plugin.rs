@@ -27,14 +27,16 @@ pub enum ResponseMode {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum PluginEra {
-    /// Probed with `server/discover`, falling back to `initialize` (the stdio transport's
-    /// backward-compatibility rule).
+    /// Probed legacy first: `initialize`, then `server/discover` if it refuses (or has not
+    /// answered within a few seconds); a plugin that speaks both eras is served in the legacy
+    /// one, where its requests to the client and its subscriptions work.
     #[default]
     Auto,
     /// `initialize` only: never sent `server/discover` (a legacy server that would mistake
-    /// it for something else, or take long to refuse it).
+    /// it for something else), even when its answer is slow.
     Legacy,
-    /// 2026-07-28 only: never sent `initialize`.
+    /// 2026-07-28 only: never sent `initialize` (a dual-era plugin that does better in the
+    /// modern era).
     Modern,
 }
 

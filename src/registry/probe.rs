@@ -1,7 +1,8 @@
 //! The start-up probe: each plugin is started once when it appears or changes, opened with the
-//! gateway's own client capabilities (its era found as the stdio transport says:
-//! `server/discover` first, `initialize` as the fallback; or pinned by its `era`), asked for
-//! its tools, and stopped. What it said, and its era, become the entry's [`ProbeState`], from
+//! gateway's own client capabilities (its era found legacy first: `initialize`, then
+//! `server/discover` if it refuses, so a plugin that speaks both is served in the legacy era;
+//! or pinned by its `era`; the rule is [`crate::backend::PluginConnection::open`]'s), asked
+//! for its tools, and stopped. What it said, and its era, become the entry's [`ProbeState`], from
 //! which a client's `initialize` and `server/discover` are answered.
 //!
 //! A probe is not an instance: it is not counted against the limits, never restarted, and

@@ -11,7 +11,9 @@
 //! client declared, as a misbehaving plugin would). A resource, `modern://greeting`, and a
 //! prompt, `greet`. Flags: `--versions A,B` lists other versions than 2026-07-28 (so the
 //! gateway's probe finds none it speaks); `--discover-delay-ms N` answers its first
-//! `server/discover` only after N ms (a server slow to start), reading nothing meanwhile.
+//! `server/discover` only after N ms (a server slow to start), reading nothing meanwhile;
+//! `--ignore-initialize` answers nothing to `initialize` (a server that ignores what it does
+//! not know).
 
 use std::io::{BufRead, Write};
 
@@ -28,6 +30,7 @@ type Refusal = (i64, String, Option<Value>);
 fn main() {
     let mut versions = vec![VERSION.to_owned()];
     let mut discover_delay = std::time::Duration::ZERO;
+    let mut ignore_initialize = false;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
@@ -43,6 +46,7 @@ fn main() {
                 let ms = args.next().and_then(|n| n.parse().ok()).unwrap_or(0);
                 discover_delay = std::time::Duration::from_millis(ms);
             }
+            "--ignore-initialize" => ignore_initialize = true,
             other => {
                 eprintln!("fixture-modern: unknown flag {other}");
                 std::process::exit(2);
@@ -61,6 +65,9 @@ fn main() {
         let (Some(id), Some(method)) = (msg.get("id"), msg["method"].as_str()) else {
             continue;
         };
+        if method == "initialize" && ignore_initialize {
+            continue;
+        }
         if method == "server/discover" && !discover_delay.is_zero() {
             std::thread::sleep(std::mem::take(&mut discover_delay));
         }

@@ -1,11 +1,18 @@
 //! Opening a connection in its plugin's era: `initialize` for a legacy plugin, `server/discover`
 //! for a modern one (which is never sent `initialize`), or, when the era is not known, the
-//! stdio transport's probe: `server/discover` first; a `DiscoverResult` at 2026-07-28 means
-//! modern; a recognized modern error means modern at other versions (served through
-//! `initialize` only if it also speaks a legacy version the gateway does, else refused with
-//! the versions named); any other error, or no answer within [`DISCOVER_WAIT`], means legacy
-//! and `initialize` follows. A slow modern plugin is not mistaken for a silent legacy one: its
-//! `server/discover` answer is still taken while `initialize` is under way.
+//! probe, which prefers the legacy era: `initialize` first, so a plugin that speaks both eras
+//! (the first request of a dual-era process decides its era, as with every server on the
+//! official Python SDK 2.x) is served as a legacy one, its own requests to the client and its
+//! resource subscriptions working (the gateway bridges them to modern clients). Only a
+//! plugin that refuses `initialize` is asked `server/discover`: a `DiscoverResult` at
+//! 2026-07-28 means modern; a recognized modern error means modern at other versions, refused
+//! with the versions named; any other answer leaves the refusal of `initialize` as the error.
+//! A plugin that has not answered `initialize` within [`ANSWER_WAIT`] is sent
+//! `server/discover` too, and the first era that answers is its own: a legacy plugin slow to
+//! start is not mistaken for a modern one, nor a modern one that ignores `initialize` for a
+//! dead one. This rule departs from the stdio transport's (`server/discover` first), which
+//! would make every dual-era plugin a modern one, unable to ask its client anything or be
+//! subscribed to; a plugin's `era` pins either era instead.
 
 use std::time::Duration;
 
@@ -16,9 +23,9 @@ use crate::backend::BackendError;
 use crate::backend::modern::{self, ClientMeta, Discovered, Era, MODERN_VERSION, discover_params};
 use crate::protocol::PLUGIN_VERSIONS;
 
-/// How long `server/discover` may go unanswered before the plugin is taken for a legacy one
-/// that ignores requests before `initialize` (at most the plugin's start-up timeout).
-pub const DISCOVER_WAIT: Duration = Duration::from_secs(3);
+/// How long `initialize` may go unanswered before the plugin is sent `server/discover` too (at
+/// most the plugin's start-up timeout).
+pub const ANSWER_WAIT: Duration = Duration::from_secs(3);
 
 impl PluginConnection {
     /// Opens the connection in `era`, or finds the plugin's era when `None`; `params` are the
@@ -89,58 +96,78 @@ impl PluginConnection {
         }
     }
 
-    /// The stdio probe (see the module's doc).
+    /// What a `server/discover` answer makes of a plugin that did not take `initialize`
+    /// (`refused` says why not): modern at 2026-07-28, or why it cannot be served.
+    fn modern_or(
+        &self,
+        found: Discovered,
+        meta: ClientMeta,
+        refused: BackendError,
+    ) -> Result<Era, BackendError> {
+        match found {
+            Discovered::Modern(info) => Ok(self.become_modern(info, meta)),
+            Discovered::OtherVersions(v) if !Discovered::speaks_legacy(&v) => {
+                Err(self.no_common_version(&v))
+            }
+            Discovered::Refused(why) => Err(self.handshake_error(why)),
+            Discovered::OtherVersions(_) | Discovered::Legacy(_) => Err(refused),
+        }
+    }
+
+    /// The probe (see the module's doc).
     async fn detect(&self, params: &RawValue, timeout: Duration) -> Result<Era, BackendError> {
         let deadline = tokio::time::Instant::now() + timeout;
         let meta = ClientMeta::from_init_params(params);
-        let discover = self.discover(&meta);
-        tokio::pin!(discover);
-        let wait = timeout.min(DISCOVER_WAIT);
-        match tokio::time::timeout(wait, &mut discover).await {
-            Ok(found) => {
-                let why = match found? {
-                    Discovered::Modern(info) => return Ok(self.become_modern(info, meta.clone())),
-                    Discovered::OtherVersions(v) if Discovered::speaks_legacy(&v) => format!(
-                        "it is modern at {} and also speaks a legacy version",
-                        v.join(", ")
-                    ),
-                    Discovered::OtherVersions(v) => return Err(self.no_common_version(&v)),
-                    Discovered::Refused(why) => return Err(self.handshake_error(why)),
-                    Discovered::Legacy(why) => why,
-                };
-                tracing::debug!(plugin = %self.name, "legacy: {why}; initializing");
-                let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-                return self.initialize(params, left).await.map(|_| Era::Legacy);
-            }
-            Err(_) => {
-                tracing::debug!(plugin = %self.name, "no answer to server/discover within {} ms; initializing", wait.as_millis());
-            }
-        }
-        // No answer yet: legacy by the rule, unless the answer still comes (a modern plugin
-        // slow to start refuses `initialize`, then answers `server/discover`).
-        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-        let init = self.initialize(params, left);
+        let init = async { self.initialize(params, timeout).await.map(|_| ()) };
         tokio::pin!(init);
-        let mut discover_pending = true;
-        let initialized = tokio::select! {
-            r = &mut init => r.map(|_| ()),
-            found = &mut discover => {
-                discover_pending = false;
-                if let Ok(Discovered::Modern(info)) = found {
-                    return Ok(self.become_modern(info, meta.clone()));
-                }
-                (&mut init).await.map(|_| ())
+        let wait = timeout.min(ANSWER_WAIT);
+        let refused = match tokio::time::timeout(wait, &mut init).await {
+            Ok(Ok(())) => return Ok(Era::Legacy),
+            // Answered, but not as a legacy server the gateway speaks to.
+            Ok(Err(e @ BackendError::Initialize { .. })) => e,
+            Ok(Err(e)) => return Err(e),
+            Err(_) => {
+                tracing::debug!(plugin = %self.name, "no answer to initialize within {} ms; asking server/discover too", wait.as_millis());
+                return self.detect_slow(init, meta, deadline).await;
             }
         };
-        match initialized {
-            Ok(()) => Ok(Era::Legacy),
-            Err(e) if discover_pending => {
-                match tokio::time::timeout_at(deadline, &mut discover).await {
-                    Ok(Ok(Discovered::Modern(info))) => Ok(self.become_modern(info, meta.clone())),
-                    _ => Err(e),
+        tracing::debug!(plugin = %self.name, "{refused}; asking server/discover");
+        match tokio::time::timeout_at(deadline, self.discover(&meta)).await {
+            Ok(found) => self.modern_or(found?, meta, refused),
+            Err(_) => Err(BackendError::Timeout {
+                plugin: self.name.to_string(),
+                secs: timeout.as_secs(),
+            }),
+        }
+    }
+
+    /// `initialize` unanswered yet: `server/discover` goes too, and the first era that
+    /// answers is the plugin's (a legacy plugin slow to start takes `initialize` in its
+    /// turn; a modern one that ignores `initialize` answers `server/discover`).
+    async fn detect_slow(
+        &self,
+        init: std::pin::Pin<&mut impl Future<Output = Result<(), BackendError>>>,
+        meta: ClientMeta,
+        deadline: tokio::time::Instant,
+    ) -> Result<Era, BackendError> {
+        let mut init = init;
+        let discover = self.discover(&meta);
+        tokio::pin!(discover);
+        tokio::select! {
+            r = &mut init => match r {
+                Ok(()) => Ok(Era::Legacy),
+                Err(refused @ BackendError::Initialize { .. }) => {
+                    match tokio::time::timeout_at(deadline, &mut discover).await {
+                        Ok(Ok(found)) => self.modern_or(found, meta.clone(), refused),
+                        _ => Err(refused),
+                    }
                 }
-            }
-            Err(e) => Err(e),
+                Err(e) => Err(e),
+            },
+            found = &mut discover => match found {
+                Ok(Discovered::Modern(info)) => Ok(self.become_modern(info, meta.clone())),
+                _ => init.await.map(|_| Era::Legacy),
+            },
         }
     }
 }
