@@ -17,6 +17,11 @@ Usage: python_sdk_client.py MODE URL [ARGS...]
   listen      - a 2026-07-28 client's `Client.listen()` for tool list changes, while the
                 client adds a plugin through the admin API (ARGS: the admin listener's
                 address, its token, the fixture's path): the change must reach it
+  python_plugins_legacy - a legacy client in front of the Python SDK fixtures
+                (tests/fixture_python, plugins `low` and `high`): their elicitation and
+                sampling as requests on its streams, a subscription to `low`'s watched resource
+  python_plugins_modern - the same through a 2026-07-28 client: InputRequiredResults, and
+                `Client.listen()` for the watched resource
   cluster     - URL is a load balancer in front of several replicas in cluster mode, in
                 polling mode: tools, progress, sampling, a resource subscription and streams
                 resumed, every request on whichever replica round-robin picks
@@ -313,6 +318,88 @@ async def listen(url: str, admin: str, token: str, fixture_path: str) -> dict:
     return out
 
 
+async def outcome(call) -> str:
+    """A tool call's text, or its error's message: what the tests compare, either way."""
+    try:
+        return text_of(await call)
+    except MCPError as e:
+        return f"error: {e.error.message}"
+
+
+async def python_plugins(client, out: dict) -> None:
+    """Each Python SDK fixture's elicitation and sampling, whichever era the client speaks."""
+    for p in ("low", "high"):
+        who = await outcome(client.call_tool(f"{p}__test_elicitation", {"message": f"{p}: who are you?"}))
+        out[f"{p}_elicitation"] = who
+        out[f"{p}_sampling"] = await outcome(client.call_tool(f"{p}__test_sampling", {"prompt": f"{p}: 2+2"}))
+
+
+def python_plugin_callbacks(out: dict) -> dict:
+    async def elicit(context, params: types.ElicitRequestParams) -> types.ElicitResult:
+        out["asked"].append(params.message)
+        return types.ElicitResult(action="accept", content={"username": "python", "email": "py@example.com"})
+
+    async def sample(context, params: types.CreateMessageRequestParams) -> types.CreateMessageResult:
+        out["asked"].append(params.messages[0].content.text)
+        return await sampling(context, params)
+
+    return {"elicitation_callback": elicit, "sampling_callback": sample}
+
+
+async def python_plugins_legacy(url: str) -> dict:
+    """A legacy-era client (a session) in front of the Python SDK fixtures: their requests
+    come on its streams; it subscribes to the low-level fixture's watched resource, hears of
+    a change, and unsubscribes."""
+    out: dict = {"asked": [], "updated": []}
+    got_update = asyncio.Event()
+
+    async def on_message(message) -> None:
+        root = getattr(message, "root", message)
+        if getattr(root, "method", None) == "notifications/resources/updated":
+            out["updated"].append(str(root.params.uri))
+            got_update.set()
+
+    callbacks = python_plugin_callbacks(out)
+    async with Wire().client(url, message_handler=on_message, **callbacks) as client:
+        out["protocol_version"] = client.protocol_version
+        await python_plugins(client, out)
+        watched = "test://watched-resource"
+        try:
+            await client.subscribe_resource(watched)
+            out["subscribe"] = "ok"
+        except MCPError as e:
+            out["subscribe"] = f"error: {e.error.message}"
+        out["touched"] = await outcome(client.call_tool("low__touch_resource", {"uri": watched}))
+        if out["subscribe"] == "ok":
+            await asyncio.wait_for(got_update.wait(), 20)
+            await client.unsubscribe_resource(watched)
+            out["touched_after"] = await outcome(client.call_tool("low__touch_resource", {"uri": watched}))
+    return out
+
+
+async def python_plugins_modern(url: str) -> dict:
+    """A 2026-07-28 client in front of the Python SDK fixtures: their requests come to it as
+    InputRequiredResults, which the SDK answers and retries; `Client.listen()` hears of a
+    change of the low-level fixture's watched resource."""
+    out: dict = {"asked": []}
+    async with httpx2.AsyncClient(timeout=TIMEOUTS) as http:
+        transport = streamable_http_client(url, http_client=http)
+        callbacks = python_plugin_callbacks(out)
+        async with Client(transport, mode="2026-07-28", cache=None, **callbacks) as client:
+            out["protocol_version"] = client.protocol_version
+            await python_plugins(client, out)
+            watched = "test://watched-resource"
+            async with client.listen(resource_subscriptions=[watched]) as sub:
+                out["honored"] = sub.honored.model_dump(by_alias=True, exclude_none=True)
+                out["touched"] = await outcome(client.call_tool("low__touch_resource", {"uri": watched}))
+                try:
+                    event = await asyncio.wait_for(sub.__anext__(), 10)
+                    out["event"] = [type(event).__name__, getattr(event, "uri", None)]
+                except TimeoutError:
+                    out["event"] = "none within 10 s"
+    return out
+
+
 async def main() -> None:
     mode, url = sys.argv[1], sys.argv[2]
     modes = {
@@ -325,6 +412,8 @@ async def main() -> None:
         "modern_input": modern_input,
         "listen": listen,
         "legacy_modern_plugin": legacy_modern_plugin,
+        "python_plugins_legacy": python_plugins_legacy,
+        "python_plugins_modern": python_plugins_modern,
     }
     result = await modes[mode](url, *sys.argv[3:])
     print(json.dumps(result))

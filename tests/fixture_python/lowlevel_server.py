@@ -1,0 +1,174 @@
+"""A stdio MCP server on the official Python SDK 2.x's low-level `Server`, for the gateway's
+tests (tests/python_plugins.rs). Like every server on that SDK it speaks both eras: it answers
+`server/discover` as a 2026-07-28 server and `initialize` as a legacy one, whichever comes
+first deciding the era of the process. It uses what only the legacy era gives a server: its
+own requests to the client on the session's back-channel, and `resources/subscribe`.
+
+Tools:
+  test_sampling(prompt)   - `session.create_message`; "LLM response: <the model's text>"
+  test_elicitation(message) - `session.elicit_form` asking for username and email;
+                            "User response: action=<action> content=<content as JSON>"
+  test_elicitation_sep1034_defaults, test_elicitation_sep1330_enums - the conformance suite's
+                            elicitations (defaults of every primitive type; the five enum forms)
+  touch_resource(uri)     - sends `notifications/resources/updated` for `uri` if it is
+                            subscribed; "subscribed" or "not subscribed"
+Resource: `test://watched-resource` (text), subscribable.
+
+Run: python lowlevel_server.py
+"""
+
+import json
+import warnings
+
+import anyio
+import mcp_types as types
+from mcp.server import Server
+from mcp.server.stdio import stdio_server
+from mcp.shared.exceptions import MCPDeprecationWarning
+
+# Sampling is deprecated at 2026-07-28; this server uses it on purpose, in the legacy era.
+warnings.filterwarnings("ignore", category=MCPDeprecationWarning)
+
+WATCHED = "test://watched-resource"
+subscribed: set[str] = set()
+
+SEP1034_DEFAULTS = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "description": "User name", "default": "John Doe"},
+        "age": {"type": "integer", "description": "User age", "default": 30},
+        "score": {"type": "number", "description": "User score", "default": 95.5},
+        "status": {
+            "type": "string",
+            "description": "User status",
+            "enum": ["active", "inactive", "pending"],
+            "default": "active",
+        },
+        "verified": {"type": "boolean", "description": "Verification status", "default": True},
+    },
+}
+
+
+def titled(prefix: str) -> list[dict]:
+    return [{"const": f"value{i}", "title": f"{prefix} {n}"} for i, n in ((1, "One"), (2, "Two"), (3, "Three"))]
+
+
+SEP1330_ENUMS = {
+    "type": "object",
+    "properties": {
+        "untitledSingle": {"type": "string", "enum": ["option1", "option2", "option3"]},
+        "titledSingle": {"type": "string", "oneOf": titled("Option")},
+        "legacyEnum": {
+            "type": "string",
+            "enum": ["opt1", "opt2", "opt3"],
+            "enumNames": ["Option One", "Option Two", "Option Three"],
+        },
+        "untitledMulti": {"type": "array", "items": {"type": "string", "enum": ["option1", "option2", "option3"]}},
+        "titledMulti": {"type": "array", "items": {"anyOf": titled("Choice")}},
+    },
+}
+
+USER = {
+    "type": "object",
+    "properties": {
+        "username": {"type": "string", "description": "User's response"},
+        "email": {"type": "string", "description": "User's email address"},
+    },
+    "required": ["username", "email"],
+}
+
+
+def tool(name: str, description: str, properties: dict | None = None) -> types.Tool:
+    schema = {"type": "object", "properties": properties or {}}
+    if properties:
+        schema["required"] = list(properties)
+    return types.Tool(name=name, description=description, input_schema=schema)
+
+
+TOOLS = [
+    tool("test_sampling", "Asks the client's model", {"prompt": {"type": "string"}}),
+    tool("test_elicitation", "Asks the user for a username and an email", {"message": {"type": "string"}}),
+    tool("test_elicitation_sep1034_defaults", "An elicitation with defaults"),
+    tool("test_elicitation_sep1330_enums", "An elicitation with the five enum forms"),
+    tool("touch_resource", "Says a subscribed resource changed", {"uri": {"type": "string"}}),
+]
+
+
+def text(t: str) -> types.CallToolResult:
+    return types.CallToolResult(content=[types.TextContent(text=t)])
+
+
+def answered(r: types.ElicitResult) -> str:
+    return f"action={r.action} content={json.dumps(r.content, sort_keys=True)}"
+
+
+async def list_tools(ctx, params) -> types.ListToolsResult:
+    return types.ListToolsResult(tools=TOOLS)
+
+
+async def call_tool(ctx, params: types.CallToolRequestParams) -> types.CallToolResult:
+    args = params.arguments or {}
+    session, related = ctx.session, ctx.request_id
+    match params.name:
+        case "test_sampling":
+            prompt = types.SamplingMessage(role="user", content=types.TextContent(text=args["prompt"]))
+            r = await session.create_message([prompt], max_tokens=100, related_request_id=related)
+            return text(f"LLM response: {r.content.text}")
+        case "test_elicitation":
+            r = await session.elicit_form(args["message"], USER, related_request_id=related)
+            return text(f"User response: {answered(r)}")
+        case "test_elicitation_sep1034_defaults":
+            r = await session.elicit_form("Please review the form's defaults", SEP1034_DEFAULTS, related)
+            return text(f"Elicitation completed: {answered(r)}")
+        case "test_elicitation_sep1330_enums":
+            r = await session.elicit_form("Please select options from the enum fields", SEP1330_ENUMS, related)
+            return text(f"Elicitation completed: {answered(r)}")
+        case "touch_resource":
+            if args["uri"] not in subscribed:
+                return text("not subscribed")
+            await session.send_resource_updated(args["uri"])
+            return text("subscribed")
+    raise ValueError(f"unknown tool {params.name}")
+
+
+async def list_resources(ctx, params) -> types.ListResourcesResult:
+    return types.ListResourcesResult(
+        resources=[types.Resource(uri=WATCHED, name="watched", mime_type="text/plain")]
+    )
+
+
+async def read_resource(ctx, params: types.ReadResourceRequestParams) -> types.ReadResourceResult:
+    return types.ReadResourceResult(
+        contents=[types.TextResourceContents(uri=params.uri, mime_type="text/plain", text="watched content")]
+    )
+
+
+async def subscribe(ctx, params: types.SubscribeRequestParams) -> types.EmptyResult:
+    subscribed.add(str(params.uri))
+    return types.EmptyResult()
+
+
+async def unsubscribe(ctx, params: types.UnsubscribeRequestParams) -> types.EmptyResult:
+    subscribed.discard(str(params.uri))
+    return types.EmptyResult()
+
+
+server = Server(
+    "python-lowlevel-fixture",
+    version="1.0.0",
+    on_list_tools=list_tools,
+    on_call_tool=call_tool,
+    on_list_resources=list_resources,
+    on_read_resource=read_resource,
+    on_subscribe_resource=subscribe,
+    on_unsubscribe_resource=unsubscribe,
+)
+
+
+async def main() -> None:
+    async with stdio_server() as (read_stream, write_stream):
+        await server.run(read_stream, write_stream, server.create_initialization_options())
+
+
+if __name__ == "__main__":
+    anyio.run(main)
