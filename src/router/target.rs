@@ -434,17 +434,25 @@ pub async fn tool_header_params(
     name: &str,
 ) -> Option<Arc<[HeaderParam]>> {
     let (slot, local) = resolve_name(view, "tools", name)?;
-    let plugin = &view.plugins[slot];
+    let tools = session_tools(session, &view.plugins[slot]).await?;
+    Some(tools.get(local).cloned().unwrap_or_else(|| Arc::from([])))
+}
+
+/// The tools `plugin` lists for `session`, read once, then remembered until its tools change;
+/// `None` when the list cannot be read.
+async fn session_tools(
+    session: &Session,
+    plugin: &ViewPlugin,
+) -> Option<Arc<crate::session::tool_headers::ToolParams>> {
     let known = session
         .tool_headers
         .lock()
         .expect("tool headers lock")
         .get(plugin.name(), &plugin.info);
-    let tools = match known {
-        Some(tools) => tools,
-        None => lists::learn_tool_headers(session, plugin).await?,
-    };
-    Some(tools.get(local).cloned().unwrap_or_else(|| Arc::from([])))
+    match known {
+        Some(tools) => Some(tools),
+        None => lists::learn_tool_headers(session, plugin).await,
+    }
 }
 
 /// Whether `plugin` listed tool `local`: when probed, or else for `session` (its whole list
@@ -458,16 +466,7 @@ pub(super) async fn listed_tool(
     if plugin.info.tool_names.contains(local) {
         return Some(true);
     }
-    let known = session
-        .tool_headers
-        .lock()
-        .expect("tool headers lock")
-        .get(plugin.name(), &plugin.info);
-    let tools = match known {
-        Some(tools) => tools,
-        None => lists::learn_tool_headers(session, plugin).await?,
-    };
-    Some(tools.contains_key(local))
+    Some(session_tools(session, plugin).await?.contains_key(local))
 }
 
 /// The plugin and local name behind a public tool or prompt name: the plugin whose prefix
