@@ -10,6 +10,7 @@
 
 use std::borrow::Cow;
 use std::collections::HashMap;
+use std::ops::Range;
 
 use serde::Deserialize;
 use serde::de::IgnoredAny;
@@ -17,6 +18,7 @@ use serde_json::value::RawValue;
 
 use super::connection::InitializeResult;
 use crate::config::PluginEra;
+use crate::jsonrpc::scan::object_members;
 use crate::protocol::modern::{
     META_CAPABILITIES, META_CLIENT_INFO, META_LOG_LEVEL, META_SERVER_INFO, META_VERSION,
     MODERN_VERSIONS, code,
@@ -165,9 +167,72 @@ const ENVELOPE: [&str; 4] = [
 /// as they are (no version declared: the text is read only when it names the member).
 pub fn without_envelope(params: Option<&RawValue>) -> Option<Box<RawValue>> {
     let text = params?.get();
-    if !text.contains(META_VERSION) {
+    // Every request to a legacy plugin comes here: a searcher made once (`str::contains`
+    // builds one per call, as costly as the search).
+    static VERSION: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
+        std::sync::LazyLock::new(|| memchr::memmem::Finder::new(META_VERSION));
+    VERSION.find(text.as_bytes())?;
+    // Where the members are, without decoding anything (the arguments may be large): the
+    // envelope's members are cut out of `_meta`'s text, the rest is copied as it came. A
+    // name with an escape in it makes the scan give up, and serde reads the whole.
+    let mut members: Vec<(Range<usize>, Range<usize>)> = Vec::new();
+    if object_members(text.as_bytes(), |name, value| members.push((name, value))).is_none() {
+        return without_envelope_read(text);
+    }
+    let at = members
+        .iter()
+        .position(|(name, _)| &text[name.clone()] == "_meta")?;
+    let value = members[at].1.clone();
+    let meta = &text[value.clone()];
+    let mut kept: Vec<Range<usize>> = Vec::new();
+    let mut cut = 0;
+    if object_members(
+        meta.as_bytes(),
+        |name: Range<usize>, member: Range<usize>| {
+            if ENVELOPE.contains(&&meta[name.clone()]) {
+                cut += 1;
+            } else {
+                // From the name's opening quote to the end of its value.
+                kept.push(name.start - 1..member.end);
+            }
+        },
+    )
+    .is_none()
+    {
+        return without_envelope_read(text);
+    }
+    if cut == 0 {
         return None;
     }
+    let out = if !kept.is_empty() {
+        let mut out = String::with_capacity(text.len());
+        out.push_str(&text[..value.start]);
+        out.push('{');
+        for (i, r) in kept.into_iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            out.push_str(&meta[r]);
+        }
+        out.push('}');
+        out.push_str(&text[value.end..]);
+        out
+    } else if at > 0 {
+        // From the end of the member before (its comma) to the end of `_meta`'s value.
+        format!("{}{}", &text[..members[at - 1].1.end], &text[value.end..])
+    } else if let Some((next, _)) = members.get(1) {
+        // From `_meta`'s opening quote to the next member's.
+        let start = members[0].0.start - 1;
+        format!("{}{}", &text[..start], &text[next.start - 1..])
+    } else {
+        "{}".to_owned()
+    };
+    RawValue::from_string(out).ok()
+}
+
+/// [`without_envelope`] by reading the whole params, for text the scan gives up on (a member
+/// name with an escape in it).
+fn without_envelope_read(text: &str) -> Option<Box<RawValue>> {
     let mut value: serde_json::Value = serde_json::from_str(text).ok()?;
     let object = value.as_object_mut()?;
     let meta = object.get_mut("_meta")?.as_object_mut()?;
@@ -389,6 +454,28 @@ mod tests {
         let v: serde_json::Value =
             serde_json::from_str(without_envelope(Some(&only)).unwrap().get()).unwrap();
         assert_eq!(v, serde_json::json!({"uri": "u"}));
+        // Last, or alone, it goes too; the other members stay as they were written.
+        for (params, want) in [
+            (
+                format!(r#"{{"uri":"u", "_meta":{{{envelope}}}}}"#),
+                r#"{"uri":"u"}"#,
+            ),
+            (format!(r#"{{"_meta":{{{envelope}}}}}"#), "{}"),
+            (
+                format!(r#"{{"a": [1, 2], "_meta":{{{envelope},"k":1}}, "b":{{}}}}"#),
+                r#"{"a": [1, 2], "_meta":{"k":1}, "b":{}}"#,
+            ),
+            (
+                format!(r#"{{"a\u0062":1,"_meta":{{{envelope}}}}}"#),
+                r#"{"ab":1}"#,
+            ),
+        ] {
+            assert_eq!(
+                without_envelope(Some(&raw(&params))).unwrap().get(),
+                want,
+                "{params}"
+            );
+        }
         // A legacy client's request goes as it is.
         for p in [r#"{"name":"x","_meta":{"progressToken":1}}"#, "{}", "[1]"] {
             assert!(without_envelope(Some(&raw(p))).is_none(), "{p}");
