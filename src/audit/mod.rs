@@ -8,7 +8,7 @@
 //! plugin's exit, a refusal) drops the ticket, and the drop submits the record. A ticket
 //! takes its record's room in the queue when it is made, before the call is dispatched
 //! (`room.rs`: calls may use the whole queue, records of what never ran half of it, one
-//! caller a sixteenth), so a call that runs is always recorded; a call that finds no room is
+//! caller half), so a call that runs is always recorded; a call that finds no room is
 //! refused instead ([`Full`]). Submitting never waits: records go through the bounded queue
 //! to one writer task, which writes each as a JSON line under the target
 //! `mcp_gateway::audit` and stores them in batches in the database ([`AuditStore`]) in one
