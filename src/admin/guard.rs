@@ -132,9 +132,17 @@ fn authority(request: &Request) -> String {
 }
 
 /// The `Origin`, if there is one and it is not the listener itself as `authority` names it.
-/// An opaque `null` origin names no site.
+/// An opaque `null` origin names no site. A browser's own `Sec-Fetch-Site: same-origin` (or
+/// `none`: typed in) is believed, so that a console behind a proxy that rewrites `Host` still
+/// works: a rebinding page is same-origin too, but its `Host` was refused already.
 fn foreign_origin(headers: &HeaderMap, authority: &str) -> Option<String> {
     let origin = headers.get(header::ORIGIN)?;
+    if matches!(
+        headers.get("sec-fetch-site").map(|v| v.as_bytes()),
+        Some(b"same-origin" | b"none")
+    ) {
+        return None;
+    }
     let Ok(origin) = origin.to_str() else {
         return Some("(not text)".into());
     };
@@ -193,6 +201,12 @@ mod tests {
         assert!(foreign_origin(&h("http://rebind.attacker.example:9090"), at).is_some());
         assert!(foreign_origin(&h("http://127.0.0.1:9091"), at).is_some());
         assert!(foreign_origin(&h("file://127.0.0.1:9090"), at).is_some());
+        // Behind a proxy that rewrites Host, the browser's word decides.
+        let mut proxied = h("https://admin.example.com");
+        proxied.insert("sec-fetch-site", "same-origin".parse().unwrap());
+        assert_eq!(foreign_origin(&proxied, at), None);
+        proxied.insert("sec-fetch-site", "cross-site".parse().unwrap());
+        assert!(foreign_origin(&proxied, at).is_some());
     }
 
     #[test]

@@ -640,8 +640,9 @@ impl Ticket {
 
 impl Drop for Ticket {
     fn drop(&mut self) {
-        if let (Some(mut record), Some(held)) = (self.record.take(), self.held.take()) {
+        if let (Some(mut record), Some(mut held)) = (self.record.take(), self.held.take()) {
             record.duration_us = self.started.elapsed().as_micros() as i64;
+            self.auditor.writer.room.settle(&mut held);
             self.auditor.queue(*record, held);
         }
     }

@@ -9,7 +9,10 @@
 //!   callers are counted in [`SLOTS`] buckets by a hash with a key of this process's,
 //!   so nobody can pick a name that shares another's bucket;
 //! - room for a call is taken before it is dispatched: when there is none, the call is
-//!   refused (503, `Retry-After`) rather than run with no record.
+//!   refused (503, `Retry-After`) rather than run with no record. A call holds that room as
+//!   long as it runs (a slow tool's, a parked call's), so one caller's calls running at once
+//!   hold at most a sixteenth of the queue: a flood of slow calls from two callers cannot
+//!   leave everyone else without room.
 
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -23,6 +26,8 @@ const SLOTS: usize = 256;
 /// records of one writer's moment (200 ms, and the store's time) are some 8,000.
 const CALLER_RECORDS: usize = QUEUE / 2;
 const CALLER_BYTES: usize = QUEUE_BYTES / 2;
+/// Of which its calls still running, at most.
+const CALLER_RUNNING: usize = QUEUE / 16;
 
 /// What a record is for, and so how much of the queue it may use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,6 +50,8 @@ pub(super) struct Room {
 struct Bucket {
     records: AtomicUsize,
     bytes: AtomicUsize,
+    /// Room held by calls that still run (their records not made yet).
+    running: AtomicUsize,
 }
 
 /// Room held for one record until the writer is done with it.
@@ -53,6 +60,8 @@ pub(super) struct Held {
     /// The caller's bucket, if the record has a caller.
     slot: Option<u16>,
     pub(super) weight: usize,
+    /// Held for a call that still runs ([`Room::settle`] when its record is made).
+    running: bool,
 }
 
 impl Default for Room {
@@ -83,17 +92,31 @@ impl Room {
             Class::Other => (QUEUE / 2, QUEUE_BYTES / 2),
         };
         let slot = caller.map(|c| (self.hasher.hash_one(c) % SLOTS as u64) as u16);
+        let running = class == Class::Call;
         if let Some(s) = slot {
             let bucket = &self.callers[usize::from(s)];
+            if running && !add(&bucket.running, 1, CALLER_RUNNING) {
+                return None;
+            }
             if !add(&bucket.records, 1, CALLER_RECORDS) {
+                if running {
+                    bucket.running.fetch_sub(1, Ordering::AcqRel);
+                }
                 return None;
             }
             if !add(&bucket.bytes, weight, CALLER_BYTES) {
                 bucket.records.fetch_sub(1, Ordering::AcqRel);
+                if running {
+                    bucket.running.fetch_sub(1, Ordering::AcqRel);
+                }
                 return None;
             }
         }
-        let held = Held { slot, weight };
+        let held = Held {
+            slot,
+            weight,
+            running,
+        };
         if !add(&self.records, 1, records) {
             self.give_back_caller(&held);
             return None;
@@ -106,8 +129,21 @@ impl Room {
         Some(held)
     }
 
+    /// The call `held` was taken for has ended: its record goes to the queue, in the room
+    /// held, no longer counted among its caller's running calls.
+    pub(super) fn settle(&self, held: &mut Held) {
+        if std::mem::take(&mut held.running)
+            && let Some(s) = held.slot
+        {
+            self.callers[usize::from(s)]
+                .running
+                .fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+
     /// The record `held` was taken for is done with (stored, failed, or never made).
-    pub(super) fn give_back(&self, held: Held) {
+    pub(super) fn give_back(&self, mut held: Held) {
+        self.settle(&mut held);
         self.records.fetch_sub(1, Ordering::AcqRel);
         self.bytes.fetch_sub(held.weight, Ordering::AcqRel);
         self.give_back_caller(&held);
@@ -159,10 +195,33 @@ mod tests {
     }
 
     #[test]
+    fn one_callers_running_calls_hold_at_most_a_sixteenth() {
+        let room = Room::default();
+        let mut running = Vec::new();
+        while let Some(h) = room.take(Class::Call, Some("address 203.0.113.9"), 100) {
+            running.push(h);
+        }
+        assert_eq!(running.len(), CALLER_RUNNING);
+        // Ended calls' records wait for the writer in the caller's larger share.
+        for h in &mut running {
+            room.settle(h);
+        }
+        assert!(
+            room.take(Class::Call, Some("address 203.0.113.9"), 100)
+                .is_some()
+        );
+        for h in running {
+            room.give_back(h);
+        }
+    }
+
+    #[test]
     fn one_caller_holds_at_most_its_share() {
         let room = Room::default();
         let mut held = Vec::new();
-        while let Some(h) = room.take(Class::Call, Some("address 203.0.113.7"), 100) {
+        while let Some(mut h) = room.take(Class::Call, Some("address 203.0.113.7"), 100) {
+            // Each call ended at once: its record waits for the writer.
+            room.settle(&mut h);
             held.push(h);
         }
         assert_eq!(held.len(), CALLER_RECORDS);

@@ -253,8 +253,9 @@ impl PluginConnection {
             .map_err(|e| fail(format!("invalid initialize result: {e}")))?;
         if !crate::protocol::PLUGIN_VERSIONS.contains(&result.protocol_version.as_str()) {
             return Err(fail(format!(
-                "it speaks protocol version {}, which the gateway does not ({})",
-                result.protocol_version,
+                // Quoted and cut: the plugin wrote it, and it goes into log lines.
+                "it speaks protocol version {:?}, which the gateway does not ({})",
+                result.protocol_version.chars().take(64).collect::<String>(),
                 crate::protocol::PLUGIN_VERSIONS.join(", ")
             )));
         }

@@ -66,12 +66,19 @@ impl CalledTool {
     }
 }
 
-/// Whether a tool name is one a client may call: 1 to 128 visible ASCII characters (the
-/// spec's tool names are ASCII letters, digits, `_`, `-` and `.`). Whitespace, control and
-/// invisible characters, which a plugin matching names loosely might strip or fold, never
-/// reach one.
+/// Whether a tool name is one a client may call: 1 to 128 characters (as the lists count
+/// them, `names::fits`), none of them whitespace, a control character or an invisible one
+/// (zero-width spaces and joiners, direction marks, the byte-order mark), which a plugin
+/// matching names loosely might strip or fold. The spec's tool names are ASCII letters,
+/// digits, `_`, `-` and `.`; a plugin that lists others is still served as it lists them.
 fn callable_name(name: &str) -> bool {
-    (1..=128).contains(&name.len()) && name.bytes().all(|b| b.is_ascii_graphic())
+    !name.is_empty()
+        && names::fits(name)
+        && !name.chars().any(|c| {
+            c.is_whitespace()
+                || c.is_control()
+                || matches!(c, '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2060}'..='\u{206f}' | '\u{feff}' | '\u{00ad}')
+        })
 }
 
 /// What becomes of a plugin's answer on its way to the client.
@@ -234,7 +241,7 @@ pub(super) fn target(
                 return refuse(
                     code::INVALID_PARAMS,
                     format!(
-                        "Unknown tool: {:?} (a tool's name is 1 to 128 visible ASCII characters)",
+                        "Unknown tool: {:?} (a tool's name has no white space, control or invisible characters)",
                         p.name.chars().take(160).collect::<String>()
                     ),
                 );
@@ -540,4 +547,36 @@ fn rename(
     }
     *slot = serde_json::Value::String(local.to_owned());
     RawValue::from_string(value.to_string()).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::callable_name;
+
+    #[test]
+    fn names_a_plugin_could_fold_are_not_callable_others_are() {
+        for ok in [
+            "echo",
+            "h__echo",
+            "DATA_EXPORT_v2",
+            "admin.tools.list",
+            "météo",
+            "a/b",
+        ] {
+            assert!(callable_name(ok), "{ok}");
+        }
+        let long = "x".repeat(129);
+        for bad in [
+            "",
+            "echo ",
+            "echo\t",
+            "echo\u{200b}",
+            "crash\u{0}",
+            "ec\u{00ad}ho",
+            "\u{feff}echo",
+            long.as_str(),
+        ] {
+            assert!(!callable_name(bad), "{bad:?}");
+        }
+    }
 }

@@ -64,7 +64,6 @@ impl SessionManager {
             })
             .or_insert_with(|| self.new_caller_session(caller, &key, gateway_shutdown))
             .clone();
-        session.mark_used();
         Ok(session)
     }
 
@@ -97,19 +96,22 @@ impl SessionManager {
         )
     }
 
-    /// Ends callers' sessions idle for `timeout` (the reaper calls it).
-    pub(super) fn reap_callers(&self, timeout: std::time::Duration) {
+    /// Ends callers' sessions idle for `idle`, or for `unused` when nothing but
+    /// `server/discover` ever came (so a flood of addresses that only discover does not hold
+    /// the callers' places for long); the reaper calls it.
+    pub(super) fn reap_callers(&self, idle: std::time::Duration, unused: std::time::Duration) {
+        let done = |s: &Session| {
+            let timeout = if s.is_used() { idle } else { idle.min(unused) };
+            s.is_idle(timeout) || s.closed.is_cancelled()
+        };
         let idle: Vec<Arc<str>> = self
             .callers
             .iter()
-            .filter(|s| s.is_idle(timeout) || s.closed.is_cancelled())
+            .filter(|s| done(s))
             .map(|s| s.key().clone())
             .collect();
         for key in idle {
-            if let Some((_, s)) = self
-                .callers
-                .remove_if(&key, |_, s| s.is_idle(timeout) || s.closed.is_cancelled())
-            {
+            if let Some((_, s)) = self.callers.remove_if(&key, |_, s| done(s)) {
                 self.spawn_end(s);
             }
         }

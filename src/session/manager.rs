@@ -413,7 +413,7 @@ impl SessionManager {
                 s.reap_streams(self.abandon_after);
                 s.reap_idle_plugins();
             }
-            self.reap_callers(self.config.idle_timeout);
+            self.reap_callers(self.config.idle_timeout, self.config.unused_timeout);
             self.store.expire();
             self.supervisor.reap();
         }

@@ -199,7 +199,7 @@ impl PluginConnection {
             Ok(m) => m,
             Err(e) => {
                 let shown = String::from_utf8_lossy(&line[..line.len().min(200)]).into_owned();
-                tracing::warn!(plugin = %self.name, session = %self.label, "dropped a line that is not JSON-RPC ({}): {shown}", e.message());
+                tracing::warn!(plugin = %self.name, session = %self.label, "dropped a line that is not JSON-RPC ({}): {}", e.message(), crate::logs::untrusted(&shown));
                 return;
             }
         };

@@ -232,10 +232,17 @@ async fn in_session(
     }
     // Attached before any request runs, so no answer can come before the connection.
     // A JSON answer is collected in full before it is written: nothing to cut.
-    let attached = stream
-        .attach(Cursor::Start, conn.cut.filter(|_| sse))
-        .await
-        .map_err(|e| HttpError::EventStore(e.to_string()))?;
+    let attached = match stream.attach(Cursor::Start, conn.cut.filter(|_| sse)).await {
+        Ok(attached) => attached,
+        Err(e) => {
+            // Nothing ran: no record of calls that were never made.
+            tickets
+                .into_iter()
+                .flatten()
+                .for_each(audit::Ticket::withdraw);
+            return Err(HttpError::EventStore(e.to_string()));
+        }
+    };
     let guard = StreamGuard::new(session.connections.clone());
     // JSON mode answers every request in the body, so it needs the ids; SSE does not.
     let ids: Vec<Id> = if sse {

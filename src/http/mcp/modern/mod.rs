@@ -146,6 +146,11 @@ pub(super) async fn modern(
         gw.audit.refused(who, all, e.status().as_u16());
     })?;
     let [(id, method, params)] = requests;
+    if method != "server/discover" {
+        // It reaches plugins, or listens: the caller's session idles out on the idle
+        // timeout from now on, not the unused one.
+        session.mark_used();
+    }
     if method == "server/discover" {
         let result = router::discover_result(&view, scope);
         return Ok(json_response(
