@@ -291,9 +291,9 @@ async fn a_takeover_that_failed_halfway_is_finished_by_a_forwarded_request() {
                 .args(["get", &format!("{prefix}replica:{id}")])
                 .output()
                 .expect("redis-cli runs");
-            // `<signature> <url>`
+            // `<signature> <expires> <url>`
             let beat = String::from_utf8_lossy(&out.stdout).trim().to_owned();
-            beat.split_once(' ')
+            beat.rsplit_once(' ')
                 .is_some_and(|(_, url)| !url.is_empty() && b.url.starts_with(url))
         })
         .expect("B's heartbeat");

@@ -61,6 +61,8 @@ pub const REDIS_TIMEOUT: Duration = Duration::from_secs(2);
 const HEARTBEAT_EVERY: Duration = Duration::from_secs(1);
 /// How long a heartbeat lasts: a replica silent this long is gone.
 const HEARTBEAT_TTL: Duration = Duration::from_secs(5);
+/// How far apart the replicas' clocks may be when a heartbeat's signed expiry is read.
+const CLOCK_SKEW: Duration = Duration::from_secs(5);
 /// The longest advertise URL read back from Redis.
 const MAX_URL_LEN: usize = 512;
 
@@ -115,7 +117,8 @@ pub struct Cluster {
 }
 
 /// What a replica's heartbeat key says. Its value is the signature ([`signing`]), a space,
-/// and what it says: the URL, [`DRAINING`] and the URL, or [`HANDED_OVER`].
+/// the time it expires (milliseconds since the epoch, signed with the rest), a space, and
+/// what it says: the URL, [`DRAINING`] and the URL, or [`HANDED_OVER`].
 enum Heartbeat {
     /// Alive, at this URL.
     Alive(String),
@@ -339,9 +342,13 @@ impl Cluster {
         let mut c = self.conn.clone();
         let ttl = HEARTBEAT_TTL.as_millis() as u64;
         let value = if self.draining.load(std::sync::atomic::Ordering::Relaxed) {
-            self.heartbeat_value(&key, &format!("{DRAINING}{}", self.advertise_url))
+            self.heartbeat_value(
+                &key,
+                &format!("{DRAINING}{}", self.advertise_url),
+                HEARTBEAT_TTL,
+            )
         } else {
-            self.heartbeat_value(&key, &self.advertise_url)
+            self.heartbeat_value(&key, &self.advertise_url, HEARTBEAT_TTL)
         };
         let beat = self
             .call(RedisOp::Heartbeat, async move {
@@ -434,7 +441,7 @@ impl Cluster {
         // "Gone" for a while, rather than no heartbeat: its sessions were handed over and
         // may be taken over at once, by a replica that just started too.
         let key = self.key(&["replica", &self.replica]);
-        let value = self.heartbeat_value(&key, HANDED_OVER);
+        let value = self.heartbeat_value(&key, HANDED_OVER, HANDED_OVER_TTL);
         let mut c = self.conn.clone();
         let _ = self
             .call(RedisOp::Heartbeat, async move {
@@ -454,10 +461,14 @@ impl Cluster {
         .map(|_| ())
     }
 
-    /// The value of a heartbeat under `key` that says `says`, signed.
-    fn heartbeat_value(&self, key: &str, says: &str) -> String {
-        let signature = self.signing.sign(Signed::Heartbeat, key, says);
-        format!("{signature} {says}")
+    /// The value of a heartbeat under `key` that says `says` for `lasts`, signed with the
+    /// time it expires (milliseconds since the epoch), so that a heartbeat written once
+    /// cannot be put back after its replica is gone (its address may be another's by then).
+    fn heartbeat_value(&self, key: &str, says: &str, lasts: Duration) -> String {
+        let expires = crate::audit::now_ms() + lasts.as_millis() as i64;
+        let signed = format!("{expires} {says}");
+        let signature = self.signing.sign(Signed::Heartbeat, key, &signed);
+        format!("{signature} {signed}")
     }
 
     /// What a replica's heartbeat says (see [`Heartbeat`]).
@@ -481,13 +492,24 @@ impl Cluster {
             .ok()
             .filter(|v| v.len() <= MAX_URL_LEN + 100)
             .and_then(|v| v.split_once(' '))
-            .filter(|(signature, says)| {
-                self.signing.verify(Signed::Heartbeat, key, says, signature)
-            });
-        let Some((_, says)) = verified else {
+            .filter(|(signature, signed)| {
+                self.signing
+                    .verify(Signed::Heartbeat, key, signed, signature)
+            })
+            .and_then(|(_, signed)| signed.split_once(' '));
+        let Some((expires, says)) = verified else {
             self.signing.unverified(Signed::Heartbeat, key);
             return Heartbeat::Lapsed;
         };
+        // Past its time (with the replicas' clocks a few seconds apart at most): a heartbeat
+        // put back after it lapsed, never to be believed.
+        let now = crate::audit::now_ms();
+        if !expires
+            .parse::<i64>()
+            .is_ok_and(|e| e + CLOCK_SKEW.as_millis() as i64 >= now)
+        {
+            return Heartbeat::Lapsed;
+        }
         if says == HANDED_OVER {
             return Heartbeat::HandedOver;
         }

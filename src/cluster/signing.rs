@@ -12,8 +12,9 @@
 //! heartbeat as lapsed, a record's owner as unknown), counted in
 //! `mcp_gateway_cluster_unverified_total` and logged at most once a minute; it is never
 //! forwarded to. What a signature cannot stop: deleting keys, or putting back a value a replica
-//! once wrote under the same key (it names a replica of the cluster, which holds the secret
-//! anyway).
+//! once wrote under the same key. A heartbeat signs the time it expires, so one put back is
+//! believed only as long as its replica was alive anyway (its address could be another's
+//! later); an owner put back names a replica of the cluster, whose own heartbeat decides.
 //!
 //! The key that names sessions in key names ([`session_names`], see
 //! [`crate::stream::SessionNames`]) is derived from the secret too, for that purpose alone.
