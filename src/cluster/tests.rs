@@ -279,3 +279,41 @@ impl Drop for RedisServer {
         self.stop();
     }
 }
+
+#[tokio::test]
+async fn a_heartbeat_put_back_after_it_expired_is_not_believed() {
+    let prefix = Prefix::new();
+    let c = replica(REDIS, &prefix.0).await;
+    let key = c.key(&["replica", "r1"]);
+    let alive = c.heartbeat_value(&key, "http://10.0.0.1:8080", Duration::from_secs(5));
+    assert!(matches!(
+        c.read_heartbeat(&key, Some(alive.as_bytes())),
+        Heartbeat::Alive(url) if url == "http://10.0.0.1:8080"
+    ));
+    // Written (signed) long ago, and put back now: lapsed.
+    let old = c.heartbeat_value(&key, "http://10.0.0.1:8080", Duration::from_secs(0));
+    let (signature, rest) = old.split_once(' ').unwrap();
+    let (_, says) = rest.split_once(' ').unwrap();
+    let expired = crate::audit::now_ms() - 60_000;
+    let signed = format!("{expired} {says}");
+    let forged = format!("{signature} {signed}");
+    assert!(
+        matches!(
+            c.read_heartbeat(&key, Some(forged.as_bytes())),
+            Heartbeat::Lapsed
+        ),
+        "a changed expiry breaks the signature"
+    );
+    let resigned = format!(
+        "{} {signed}",
+        c.signing
+            .sign(super::signing::Signed::Heartbeat, &key, &signed)
+    );
+    assert!(
+        matches!(
+            c.read_heartbeat(&key, Some(resigned.as_bytes())),
+            Heartbeat::Lapsed
+        ),
+        "a validly signed heartbeat past its time is lapsed"
+    );
+}
