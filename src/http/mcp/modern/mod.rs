@@ -139,18 +139,13 @@ pub(super) async fn modern(
     session.touch();
     let requests = [(id, method, params)];
     let view = visible_view(gw, &session.view(), principal, &requests).inspect_err(|e| {
-        let who = modern_who(principal, &meta, None);
+        let who = modern_who(principal, &meta, Some(&caller_key));
         let all = requests
             .iter()
             .map(|(_, m, p)| (m.as_str(), None, p.as_deref()));
         gw.audit.refused(who, all, e.status().as_u16());
     })?;
     let [(id, method, params)] = requests;
-    if method != "server/discover" {
-        // It reaches plugins, or listens: the caller's session idles out on the idle
-        // timeout from now on, not the unused one.
-        session.mark_used();
-    }
     if method == "server/discover" {
         let result = router::discover_result(&view, scope);
         return Ok(json_response(
@@ -158,6 +153,9 @@ pub(super) async fn modern(
             jsonrpc::result_bytes(id.raw(), &result),
         ));
     }
+    // It reaches plugins, or listens: the caller's session idles out on the idle timeout
+    // from now on, not the unused one.
+    session.mark_used();
     if method == "subscriptions/listen" {
         let tasks = meta.tasks();
         return listen::listen(gw, &session, &view, principal, id, params, tasks, conn).await;
@@ -267,10 +265,19 @@ pub(super) async fn modern(
             Bytes::from(modern::modernize_response(&bytes, cache))
         }));
     }
-    let mut attached = stream
+    let mut attached = match stream
         .attach(Cursor::Start, conn.cut.clone().filter(|_| sse))
         .await
-        .map_err(|e| HttpError::EventStore(e.to_string()))?;
+    {
+        Ok(attached) => attached,
+        Err(e) => {
+            // Nothing ran: no record of a call that was never made.
+            if let Some(ticket) = audit {
+                ticket.withdraw();
+            }
+            return Err(HttpError::EventStore(e.to_string()));
+        }
+    };
     if sse && let Some(level) = &meta.declared.log_level {
         session.want_logs(&stream, level).await;
     }
