@@ -11,8 +11,7 @@ use mcp_gateway::config::{Cli, Command, Config, PluginEra};
 #[global_allocator]
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
-#[tokio::main]
-async fn main() -> ExitCode {
+fn main() -> ExitCode {
     let cli = Cli::parse();
     mcp_gateway::logs::init(cli.log_format);
 
@@ -29,7 +28,7 @@ async fn main() -> ExitCode {
         return ExitCode::SUCCESS;
     }
     if let Some(Command::Healthcheck) = &cli.command {
-        return healthcheck(&cli).await;
+        return runtime().block_on(healthcheck(&cli));
     }
     let config = match Config::load(&cli) {
         Ok(c) => c,
@@ -69,6 +68,55 @@ async fn main() -> ExitCode {
         return ExitCode::SUCCESS;
     }
 
+    // Before any thread exists: plugins are someone else's code, run as this user.
+    hide_gateway();
+    runtime().block_on(serve(cli, config))
+}
+
+/// The multi-threaded runtime `#[tokio::main]` would make.
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("a Tokio runtime")
+}
+
+/// Makes the gateway non-dumpable (no process of the same user reads its
+/// `/proc/PID/environ`, `mem`, `fd` or `maps`, or attaches to it), and takes its secrets out
+/// of its environment: the config keeps reading them from memory, no child can inherit them,
+/// and their text in the process's initial environment block is overwritten.
+#[allow(unsafe_code)]
+fn hide_gateway() {
+    if let Err(e) = nix::sys::prctl::set_dumpable(false) {
+        tracing::warn!("the gateway could not make itself non-dumpable: {e}");
+    }
+    let names = mcp_gateway::config::seal_environment(&[
+        mcp_gateway::config::INTROSPECTION_SECRET_ENV.to_owned(),
+    ]);
+    unsafe extern "C" {
+        static mut environ: *mut *mut std::ffi::c_char;
+    }
+    // SAFETY: no other thread exists yet (the runtime is made after this), and each entry of
+    // `environ` is a NUL-terminated `NAME=value` string of this process's own, writable.
+    unsafe {
+        let mut entry = environ;
+        while !entry.is_null() && !(*entry).is_null() {
+            let text = std::ffi::CStr::from_ptr(*entry).to_bytes();
+            if let Some(n) = names.iter().find(|n| {
+                text.len() > n.len() && text.starts_with(n.as_bytes()) && text[n.len()] == b'='
+            }) {
+                let value_len = text.len() - n.len() - 1;
+                std::ptr::write_bytes((*entry).add(n.len() + 1), b'*', value_len);
+            }
+            entry = entry.add(1);
+        }
+        for n in &names {
+            std::env::remove_var(n);
+        }
+    }
+}
+
+async fn serve(cli: Cli, config: Config) -> ExitCode {
     let listener = match tokio::net::TcpListener::bind(config.listen).await {
         Ok(l) => l,
         Err(e) => {

@@ -72,6 +72,9 @@ impl Server {
             .map_err(|source| StartError::AdminListen { addr, source })?;
         let admin_addr = admin.local_addr()?;
         let public_addr = listener.local_addr()?;
+        // What the kernel offers plugins' sandboxes, found (and logged) once, before any
+        // plugin process exists.
+        crate::backend::sandbox::probe::get();
         let gateway = Gateway::serving_at(config, reloader, public_addr).await?;
         Ok(Server {
             gateway,

@@ -461,7 +461,9 @@ async fn regression_a_plugin_is_never_given_the_gateways_secrets() {
         async move { c.tool_text(1, "getenv", json!({ "name": name })).await }
     };
     assert_eq!(seen("MCP_GATEWAY_ADMIN_TOKEN").await, "(unset)");
-    assert_eq!(seen("HARMLESS").await, "visible");
+    // Nor anything else of the gateway's environment: a plugin's is clean (issue 39).
+    assert_eq!(seen("HARMLESS").await, "(unset)");
+    assert_ne!(seen("PATH").await, "(unset)");
 }
 
 #[tokio::test]
@@ -517,8 +519,9 @@ async fn regression_a_plugin_is_never_given_the_cluster_secrets() {
     };
     assert_eq!(seen("MCP_GATEWAY_REDIS_URL").await, "(unset)");
     assert_eq!(seen("MCP_GATEWAY_CLUSTER_SECRET").await, "(unset)");
-    assert_eq!(seen("MCP_GATEWAY_REDIS_KEY_PREFIX").await, prefix);
-    assert_eq!(seen("HARMLESS").await, "visible");
+    // A plugin's environment is clean (issue 39): not even what is no secret.
+    assert_eq!(seen("MCP_GATEWAY_REDIS_KEY_PREFIX").await, "(unset)");
+    assert_eq!(seen("HARMLESS").await, "(unset)");
 }
 
 /// Audit records are JSON lines under the target `mcp_gateway::audit` in the text log too,

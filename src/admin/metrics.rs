@@ -35,7 +35,13 @@ fn render(gw: &Gateway) -> String {
     m.plugin_processes.reset();
     m.plugin_up.reset();
     m.plugin_breaker_open.reset();
+    m.plugin_isolation.reset();
     for entry in gw.registry.entries() {
+        for r in crate::backend::sandbox::isolation(&entry.config).rules {
+            m.plugin_isolation
+                .with_label_values(&[entry.name(), r.rule])
+                .set(i64::from(r.enforced));
+        }
         let name = [entry.name()];
         m.plugin_processes
             .with_label_values(&name)

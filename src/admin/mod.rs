@@ -417,6 +417,9 @@ fn describe(e: &PluginEntry) -> Value {
         "tool_access": c.tool_access,
         // What the probe found: the era it speaks and its version (null until probed).
         "speaks": speaks,
+        // Its sandbox as defined (false when off), and what this machine enforces of it.
+        "sandbox": crate::config::SandboxSpec::from_config(&c.sandbox),
+        "isolation": crate::backend::sandbox::isolation(c),
     })
 }
 

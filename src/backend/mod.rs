@@ -19,6 +19,7 @@ pub mod connection;
 pub mod modern;
 pub(crate) mod orphans;
 mod pipe_writer;
+pub mod sandbox;
 pub mod stderr;
 pub mod stdio;
 pub mod transport;

@@ -56,7 +56,7 @@ impl StdioTransport {
         let mut env = Vec::with_capacity(config.env.len());
         for (key, value) in &config.env {
             let value =
-                crate::config::expand_env(value, |n| std::env::var(n).ok()).map_err(|reason| {
+                crate::config::expand_env(value, crate::config::env_var).map_err(|reason| {
                     BackendError::Spawn {
                         plugin: config.name.clone(),
                         command: config.command_line(),
@@ -75,12 +75,38 @@ impl StdioTransport {
                 ),
             });
         }
+        // Marks every process it starts, so what leaves its group is found when it stops.
+        let instance = Instance::new();
+        let (mark, id) = instance.mark();
+        let spawn_error = |reason: String| BackendError::Spawn {
+            plugin: config.name.clone(),
+            command: config.command_line(),
+            reason,
+        };
+        let mut sandbox =
+            super::sandbox::prepare(config, &id).map_err(|e| spawn_error(e.to_string()))?;
         let mut cmd = Command::new(&config.command);
-        for secret in crate::config::SECRET_ENV_VARS {
-            cmd.env_remove(secret);
+        // A clean environment: nothing of the gateway's but these, then the sandbox's own
+        // directories, then what the plugin's definition names.
+        cmd.env_clear();
+        for var in ["PATH", "LANG", "TZ"] {
+            if let Some(v) = std::env::var_os(var) {
+                cmd.env(var, v);
+            }
+        }
+        match &sandbox {
+            Some(s) => {
+                cmd.envs(s.env.iter().map(|(k, v)| (k, v)));
+            }
+            None => {
+                if let Some(home) = std::env::var_os("HOME") {
+                    cmd.env("HOME", home);
+                }
+            }
         }
         cmd.args(&config.args)
             .envs(env)
+            .env(mark, id)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -89,18 +115,25 @@ impl StdioTransport {
         if let Some(cwd) = &config.cwd {
             cmd.current_dir(cwd);
         }
-        // Marks every process it starts, so what leaves its group is found when it stops.
-        let instance = Instance::new();
-        let (mark, id) = instance.mark();
-        cmd.env(mark, id);
-        let mut child =
-            instance
-                .spawn(|| cmd.spawn(), |c| c.id())
-                .map_err(|e| BackendError::Spawn {
-                    plugin: config.name.clone(),
-                    command: config.command_line(),
-                    reason: e.to_string(),
-                })?;
+        if let Some(s) = &mut sandbox {
+            s.install(&mut cmd);
+        }
+        let spawned = instance.spawn(|| cmd.spawn(), |c| c.id());
+        drop(cmd);
+        let mut child = match spawned {
+            Ok(c) => {
+                if let Some(s) = &mut sandbox {
+                    s.spawned();
+                }
+                c
+            }
+            Err(e) => {
+                if let Some(s) = sandbox {
+                    s.finish();
+                }
+                return Err(spawn_error(e.to_string()));
+            }
+        };
         let pid = Pid::from_raw(child.id().expect("a just-spawned child has a pid") as i32);
         if config.scheduling == Scheduling::Batch
             && let Err(e) = set_batch_policy(pid)
@@ -158,10 +191,13 @@ impl StdioTransport {
         // Exit watcher: owns the child, reaps it, publishes how it ended.
         let (exit_tx, exit) = watch::channel(None);
         tokio::spawn(async move {
-            let reason = match child.wait().await {
+            let mut reason = match child.wait().await {
                 Ok(status) => status.to_string(),
                 Err(e) => format!("wait failed: {e}"),
             };
+            if let Some(bound) = sandbox.and_then(super::sandbox::Prepared::finish) {
+                reason = format!("{reason}: {bound}");
+            }
             orphans::reaped(pid.as_raw() as u32);
             let _ = exit_tx.send(Some(reason));
         });

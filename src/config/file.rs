@@ -37,6 +37,7 @@ pub struct FileConfig {
     pub audit: super::audit::AuditSection,
     pub max_children: Option<usize>,
     pub shutdown_grace_secs: Option<u64>,
+    pub sandbox: super::sandbox::SandboxSection,
     pub plugins: Vec<PluginConfig>,
 }
 
@@ -99,6 +100,8 @@ struct TomlFile {
     limits: super::limits::LimitsSection,
     #[serde(default)]
     audit: super::audit::AuditSection,
+    #[serde(default)]
+    sandbox: super::sandbox::SandboxSection,
     #[serde(default)]
     plugins: BTreeMap<String, PluginSpec>,
 }
@@ -233,6 +236,7 @@ fn parse_toml(text: &str) -> Result<FileConfig, String> {
         audit: file.audit,
         max_children: file.max_children,
         shutdown_grace_secs: file.shutdown_grace_secs,
+        sandbox: file.sandbox,
         plugins,
     })
 }

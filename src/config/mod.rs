@@ -27,6 +27,7 @@ mod file;
 mod limits;
 mod listener;
 mod plugin;
+mod sandbox;
 mod stream;
 mod upstream;
 
@@ -48,8 +49,10 @@ pub use listener::{
 };
 pub use plugin::{
     MAX_PREFIX_LEN, MAX_TOOL_NAME_LEN, PluginConfig, PluginEra, PluginSpec, ProcessModel,
-    ResponseMode, SECRET_ENV_VARS, Scheduling, expand_env, tool_name_char, validate_plugin,
+    ResponseMode, SECRET_ENV_VARS, Scheduling, env_var, expand_env, seal_environment,
+    tool_name_char, validate_plugin,
 };
+pub use sandbox::{Network, SandboxConfig, SandboxSettings, SandboxSpec};
 pub use stream::{ReplayLimits, StreamSettings};
 pub use upstream::{SubjectClaim, UPSTREAM_SECRET_ENV, UpstreamConfig};
 
@@ -85,6 +88,8 @@ pub struct Config {
     pub limits: LimitsConfig,
     /// `[audit]`: the audit log.
     pub audit: AuditConfig,
+    /// `[sandbox]`, with the gateway's own files that plugins may never read.
+    pub sandbox: std::sync::Arc<SandboxSettings>,
 }
 
 /// The admin API's listener.
@@ -190,6 +195,7 @@ impl Config {
         let limits = limits::limits_config(file.limits)?;
         let audit = audit::audit_config(file.audit)?;
         let database_url = database_url(cli, file.database_url, &admin, &auth);
+        let sandbox = sandbox::settings(file.sandbox, &database_url, cli.config.as_deref())?.into();
         let cluster = cluster::cluster(
             cli,
             file.redis_url,
@@ -199,6 +205,7 @@ impl Config {
             public.listen,
         )?;
         Ok(Config {
+            sandbox,
             cluster,
             auth,
             limits,
@@ -267,6 +274,7 @@ impl Config {
             config_path: None,
             limits: LimitsConfig::default(),
             audit: AuditConfig::default(),
+            sandbox: Default::default(),
         }
     }
 

@@ -4,12 +4,14 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use clap::ValueEnum;
 use serde::{Deserialize, Serialize};
 
 use super::access::{Access, ToolAccess, validate_access};
+use super::sandbox::{SandboxConfig, SandboxSettings, SandboxSpec};
 use super::{Cli, ConfigError, invalid};
 
 /// How a plugin's answers go to the client (`response_mode`, `--response-mode`).
@@ -85,6 +87,13 @@ pub struct PluginConfig {
     pub scheduling: Scheduling,
     /// Which era it speaks: probed, or pinned.
     pub era: PluginEra,
+    /// What its processes may reach; `None`: the sandbox is off (`sandbox = false`).
+    pub sandbox: Option<SandboxConfig>,
+    /// The gateway-wide part of its sandbox (set by the registry, not by its definition).
+    pub host: Arc<SandboxSettings>,
+    /// The user id its processes run as, when the gateway may change user (set by the
+    /// registry from `sandbox.uid_range`).
+    pub uid: Option<u32>,
 }
 
 /// How the kernel schedules a plugin's processes (Linux; elsewhere it has no effect).
@@ -138,6 +147,9 @@ impl PluginConfig {
             tool_access: Vec::new(),
             scheduling: Scheduling::Batch,
             era: PluginEra::Auto,
+            sandbox: Some(SandboxConfig::default()),
+            host: Arc::default(),
+            uid: None,
         }
     }
 
@@ -229,6 +241,9 @@ pub struct PluginSpec {
     pub scheduling: Scheduling,
     #[serde(default, skip_serializing_if = "is_auto")]
     pub era: PluginEra,
+    /// `false`, or the sandbox's rules; on with the defaults when left out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<SandboxSpec>,
     /// Only meaningful in a config file (the API has enable/disable).
     #[serde(default = "yes", skip_serializing)]
     pub enabled: bool,
@@ -275,6 +290,9 @@ impl PluginSpec {
         c.tool_access = self.tool_access;
         c.scheduling = self.scheduling;
         c.era = self.era;
+        if let Some(s) = self.sandbox {
+            c.sandbox = s.into_config();
+        }
         c
     }
 
@@ -302,6 +320,8 @@ impl PluginSpec {
             tool_access: c.tool_access.clone(),
             scheduling: c.scheduling,
             era: c.era,
+            sandbox: (c.sandbox != Some(SandboxConfig::default()))
+                .then(|| SandboxSpec::from_config(&c.sandbox)),
             enabled: true,
         }
     }
@@ -319,6 +339,36 @@ pub const SECRET_ENV_VARS: &[&str] = &[
     "MCP_GATEWAY_CLUSTER_SECRET",
     super::upstream::UPSTREAM_SECRET_ENV,
 ];
+
+/// The gateway's secrets, taken out of its environment at start ([`seal_environment`]): read
+/// from here, so that a reload still finds them and no child can inherit them.
+static SEALED: std::sync::OnceLock<BTreeMap<String, String>> = std::sync::OnceLock::new();
+
+/// A variable of the gateway's environment, or a secret it sealed away at start.
+pub fn env_var(name: &str) -> Option<String> {
+    SEALED
+        .get()
+        .and_then(|m| m.get(name).cloned())
+        .or_else(|| std::env::var(name).ok())
+}
+
+/// The secrets of the gateway's environment: the ones it knows ([`SECRET_ENV_VARS`]) and
+/// those `extra` names (an introspection client's secret). Kept in memory once
+/// ([`env_var`] finds them); the caller removes them from the environment.
+pub fn seal_environment(extra: &[String]) -> Vec<String> {
+    let names: Vec<String> = SECRET_ENV_VARS
+        .iter()
+        .map(|s| (*s).to_owned())
+        .chain(extra.iter().cloned())
+        .filter(|n| std::env::var_os(n).is_some())
+        .collect();
+    let kept = names
+        .iter()
+        .filter_map(|n| Some((n.clone(), std::env::var(n).ok()?)))
+        .collect();
+    let _ = SEALED.set(kept);
+    names
+}
 
 /// Replaces each `${NAME}` in `value` with the gateway's environment variable NAME. Secrets
 /// stay out of config files and the database this way.
@@ -408,6 +458,9 @@ pub fn validate_plugin(p: &PluginConfig, separator: &str) -> Result<(), ConfigEr
         }
     }
     validate_access(p)?;
+    if let Some(s) = &p.sandbox {
+        super::sandbox::validate(&p.name, s)?;
+    }
     let prefix = p.prefix.as_deref().unwrap_or(&p.name);
     if prefix.contains(separator) {
         return Err(invalid(

@@ -49,6 +49,8 @@ pub struct Metrics {
     pub plugin_breaker_open: IntGaugeVec,
     pub plugin_starts: IntCounterVec,
     pub plugin_crashes: IntCounterVec,
+    pub plugin_isolation: IntGaugeVec,
+    pub plugin_bounds_hit: IntCounterVec,
     pub plugin_in_flight: IntGaugeVec,
     pub plugin_duration: HistogramVec,
     pub plugin_timeouts: IntCounterVec,
@@ -161,6 +163,18 @@ impl Metrics {
                 "mcp_gateway_plugin_starts_total",
                 "Plugin processes started for sessions or pools (probes excluded).",
                 &["plugin"],
+            ),
+            plugin_isolation: gauge_vec(
+                "mcp_gateway_plugin_isolation",
+                "Each rule of a plugin's sandbox: 1 when this machine enforces it, 0 when it \
+                 could not be applied (the admin API says why).",
+                &["plugin", "rule"],
+            ),
+            plugin_bounds_hit: counter_vec(
+                "mcp_gateway_plugin_sandbox_bounds_hit_total",
+                "Plugin instances that ended after hitting a bound of their sandbox: `memory` \
+                 (killed by the kernel) or `processes` (a fork was refused).",
+                &["plugin", "bound"],
             ),
             plugin_crashes: counter_vec(
                 "mcp_gateway_plugin_crashes_total",
@@ -280,6 +294,8 @@ impl Metrics {
         register(Box::new(m.plugin_breaker_open.clone()));
         register(Box::new(m.plugin_starts.clone()));
         register(Box::new(m.plugin_crashes.clone()));
+        register(Box::new(m.plugin_isolation.clone()));
+        register(Box::new(m.plugin_bounds_hit.clone()));
         register(Box::new(m.plugin_in_flight.clone()));
         register(Box::new(m.plugin_duration.clone()));
         register(Box::new(m.plugin_timeouts.clone()));

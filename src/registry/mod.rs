@@ -26,6 +26,7 @@
 mod entry;
 mod probe;
 pub mod store;
+
 #[cfg(test)]
 mod tests;
 mod view;
@@ -76,6 +77,8 @@ pub struct Registry {
     /// Cluster mode: told of every API change, for the other replicas.
     feed: OnceLock<Arc<dyn ChangeFeed>>,
     me: std::sync::Weak<Registry>,
+    /// The gateway-wide part of every plugin's sandbox.
+    sandbox: Arc<crate::config::SandboxSettings>,
 }
 
 impl Registry {
@@ -115,6 +118,7 @@ impl Registry {
             change: tokio::sync::Mutex::new(()),
             feed: OnceLock::new(),
             me: me.clone(),
+            sandbox: config.sandbox.clone(),
         });
         registry.install(merge(&config.plugins, overlay), None);
         registry
@@ -372,7 +376,12 @@ impl Registry {
     /// and new ones get a new generation and a probe.
     /// Installs `configs`; an unchanged plugin keeps its entry, except `fresh`, which gets a
     /// new one (a restart).
-    fn install(&self, configs: Vec<(PluginConfig, Source, bool)>, fresh: Option<&str>) {
+    fn install(&self, mut configs: Vec<(PluginConfig, Source, bool)>, fresh: Option<&str>) {
+        let uids = sandbox_uids(&self.sandbox, configs.iter().map(|c| c.0.name.as_str()));
+        for (config, _, _) in &mut configs {
+            config.host = self.sandbox.clone();
+            config.uid = uids.get(&config.name).copied();
+        }
         let old = self.entries();
         let mut next = Vec::with_capacity(configs.len());
         let mut probe = Vec::new();
@@ -519,6 +528,38 @@ fn merge(
     for o in overlay.values() {
         if let Overlay::Put { config, enabled } = o {
             out.push(((**config).clone(), Source::Api, *enabled));
+        }
+    }
+    out
+}
+
+/// Each plugin's user id from `sandbox.uid_range`: where its name hashes, or the next one free
+/// (taken in name order, so the same set of plugins gets the same ids on every start).
+fn sandbox_uids<'a>(
+    settings: &crate::config::SandboxSettings,
+    names: impl Iterator<Item = &'a str>,
+) -> std::collections::HashMap<String, u32> {
+    let mut out = std::collections::HashMap::new();
+    let Some((first, last)) = settings.uid_range else {
+        return out;
+    };
+    let size = u64::from(last - first) + 1;
+    let mut names: Vec<&str> = names.collect();
+    names.sort_unstable();
+    names.dedup();
+    let mut taken = std::collections::HashSet::new();
+    for name in names {
+        // FNV-1a: stable across builds and machines.
+        let hash = name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+        });
+        let mut slot = hash % size;
+        for _ in 0..size {
+            if taken.insert(slot) {
+                out.insert(name.to_owned(), first + slot as u32);
+                break;
+            }
+            slot = (slot + 1) % size;
         }
     }
     out

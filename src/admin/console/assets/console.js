@@ -229,7 +229,7 @@ function definitionOf(p) {
   const keep = ["command", "args", "env", "cwd", "prefix", "response_mode", "startup_timeout_secs",
     "shutdown_grace_secs", "request_timeout_secs", "tools_allow", "tools_deny", "max_children",
     "idle_timeout_secs", "process_model", "pool_size", "warm", "era", "scheduling", "scope", "allow_groups",
-    "allow_subjects", "tool_access", "enabled"];
+    "allow_subjects", "tool_access", "sandbox", "enabled"];
   const d = {};
   for (const k of keep) {
     const v = p[k];
@@ -249,6 +249,15 @@ async function act(method, path, body, done) {
     say(e.message, true);
   }
   refresh();
+}
+
+// What the machine enforces of the plugin's sandbox: "off", "all N rules", or the rules missing.
+function isolationOf(p) {
+  const iso = p.isolation;
+  if (!iso || !iso.sandboxed) return "off";
+  const missing = iso.rules.filter((r) => !r.enforced);
+  if (missing.length === 0) return "all " + iso.rules.length + " rules enforced";
+  return "not enforced: " + missing.map((r) => r.rule + " (" + r.how + ")").join("; ");
 }
 
 function pluginCard(p) {
@@ -282,7 +291,8 @@ function pluginCard(p) {
       el("div", {}, el("dt", {}, "Tools"), el("dd", {}, p.tools === null ? "–" : p.tools)),
       el("div", {}, el("dt", {}, "Process model"), el("dd", {}, p.process_model)),
       el("div", {}, el("dt", {}, "Breaker"), el("dd", {}, p.breaker_open_secs ? "open, " + p.breaker_open_secs + " s left" : "closed")),
-      el("div", {}, el("dt", {}, "Calls / s"), el("dd", {}, fmtNum(last(s.calls_per_s), 1)))),
+      el("div", {}, el("dt", {}, "Calls / s"), el("dd", {}, fmtNum(last(s.calls_per_s), 1))),
+      el("div", {}, el("dt", {}, "Sandbox"), el("dd", { class: "isolation" }, isolationOf(p)))),
     p.last_error ? el("p", { class: "last-error" }, "Last error: " + p.last_error) : null,
     el("div", { class: "charts" },
       el("figure", {}, el("figcaption", {}, el("span", { class: "key p50" }), "p50",

@@ -1,0 +1,436 @@
+//! The plugin sandbox: each plugin instance runs behind walls the kernel keeps, with only
+//! what an unprivileged process can ask for (and more where the gateway has the privilege).
+//!
+//! The parent prepares everything before the fork ([`prepare`]): the instance's private home
+//! and temp directory, its plugin's package cache, the Landlock ruleset (filesystem, TCP
+//! ports, signals, abstract sockets; ptrace and `/proc/PID` follow from the domain), a cgroup
+//! (memory, process count, CPU), rlimits, and the user it becomes. The child applies it
+//! ([`child`]) between `fork` and `exec`. What this machine cannot enforce is found once by
+//! [`probe`] and said per plugin ([`isolation`]); with `sandbox.required` a plugin missing
+//! any rule does not start. When the instance ends, [`Prepared::finish`] says which bound
+//! the kernel enforced on it and removes what was made for it.
+
+mod cgroup;
+mod child;
+mod paths;
+pub mod probe;
+
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use landlock::{
+    ABI, Access, AccessFs, AccessNet, NetPort, Ruleset, RulesetAttr, RulesetCreated,
+    RulesetCreatedAttr, Scope, path_beneath_rules,
+};
+use nix::libc;
+use serde::Serialize;
+
+use crate::config::{Network, PluginConfig, SandboxConfig};
+use cgroup::InstanceCgroup;
+use child::ChildPlan;
+
+/// One rule of a plugin's sandbox and whether this machine enforces it.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct Rule {
+    pub rule: &'static str,
+    pub enforced: bool,
+    /// How, or why not.
+    pub how: String,
+}
+
+/// A plugin's effective isolation: every rule its sandbox asks for.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq, Default)]
+pub struct Isolation {
+    pub sandboxed: bool,
+    pub rules: Vec<Rule>,
+}
+
+impl Isolation {
+    /// The rules that could not be applied, named for `last_error` and warnings.
+    pub fn missing(&self) -> Vec<String> {
+        self.rules
+            .iter()
+            .filter(|r| !r.enforced)
+            .map(|r| format!("{} ({})", r.rule, r.how))
+            .collect()
+    }
+}
+
+/// What `config`'s sandbox gets on this machine.
+pub fn isolation(config: &PluginConfig) -> Isolation {
+    let Some(s) = &config.sandbox else {
+        return Isolation::default();
+    };
+    let p = probe::get();
+    let ll = p.landlock;
+    let mut rules = Vec::new();
+    let mut rule = |rule: &'static str, enforced: bool, how: String| {
+        rules.push(Rule {
+            rule,
+            enforced,
+            how,
+        })
+    };
+    let landlock = |min: i32| {
+        if ll >= min {
+            format!("Landlock ABI {ll}")
+        } else if ll == 0 {
+            "the kernel has no Landlock".to_owned()
+        } else {
+            format!("needs Landlock ABI {min}, the kernel has {ll}")
+        }
+    };
+    rule("filesystem", ll >= 1, landlock(1));
+    rule("ptrace_and_proc", ll >= 1, landlock(1));
+    rule("signals", ll >= 6, landlock(6));
+    rule("abstract_sockets", ll >= 6, landlock(6));
+    rule("bind_ports", ll >= 4, landlock(4));
+    match s.network {
+        Network::None => {
+            rule("network_tcp", ll >= 4, landlock(4));
+            let netns = p.netns != probe::NetNs::Unavailable;
+            rule(
+                "network_namespace",
+                netns,
+                if netns {
+                    "a network namespace of its own".into()
+                } else {
+                    "no network namespace can be made here (UDP stays open)".into()
+                },
+            );
+        }
+        Network::All if s.connect_ports.is_some() => rule("connect_ports", ll >= 4, landlock(4)),
+        Network::All => {}
+    }
+    let cg = p.cgroups.as_ref();
+    let cgroup_how = |what: &str| match cg {
+        Some(c) => format!("cgroup {}", c.describe()),
+        None => format!("no writable cgroup hierarchy: {what}"),
+    };
+    rule(
+        "memory",
+        cg.is_some(),
+        cgroup_how("allocations past it fail (RLIMIT_DATA) instead of the instance being killed"),
+    );
+    let separate = uid_possible(config);
+    rule(
+        "processes",
+        cg.is_some(),
+        cgroup_how(if separate {
+            "counted per plugin user (RLIMIT_NPROC)"
+        } else {
+            "not bounded"
+        }),
+    );
+    rule(
+        "cpu",
+        cg.is_some_and(|c| c.has_cpu()),
+        cgroup_how("not bounded"),
+    );
+    rule(
+        "limits",
+        true,
+        "rlimits: open files, file size, no core dumps".into(),
+    );
+    rule("capabilities", true, "none held, no_new_privs set".into());
+    if let Some((first, last)) = config.host.uid_range {
+        rule(
+            "user",
+            separate,
+            if separate {
+                format!("a user id of its own from {first}-{last}")
+            } else {
+                "changing user needs root or CAP_SETUID and CAP_SETGID, which the gateway lacks"
+                    .into()
+            },
+        );
+    }
+    Isolation {
+        sandboxed: true,
+        rules,
+    }
+}
+
+fn uid_possible(config: &PluginConfig) -> bool {
+    config.uid.is_some() && probe::get().may_change_user
+}
+
+/// Why a sandbox could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum SandboxError {
+    #[error("sandbox.required is set, and this machine cannot enforce: {0}")]
+    Required(String),
+    #[error("sandbox: {0}")]
+    Setup(String),
+}
+
+/// An instance's sandbox, made and ready to be applied by its child.
+pub struct Prepared {
+    /// Variables its processes get besides PATH, LANG, TZ and the plugin's own.
+    pub env: Vec<(&'static str, PathBuf)>,
+    plan: Option<ChildPlan>,
+    cgroup: Option<InstanceCgroup>,
+    dir: Option<PathBuf>,
+    memory_mb: u64,
+    max_processes: u32,
+    plugin: String,
+}
+
+/// Makes instance `instance`'s sandbox (`None` when its plugin has none).
+pub fn prepare(config: &PluginConfig, instance: &str) -> Result<Option<Prepared>, SandboxError> {
+    let Some(s) = &config.sandbox else {
+        return Ok(None);
+    };
+    let iso = isolation(config);
+    let missing = iso.missing();
+    if s.required && !missing.is_empty() {
+        return Err(SandboxError::Required(missing.join("; ")));
+    }
+    if !missing.is_empty() {
+        static WARNED: std::sync::LazyLock<std::sync::Mutex<std::collections::HashSet<String>>> =
+            std::sync::LazyLock::new(Default::default);
+        if WARNED
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(config.name.clone())
+        {
+            tracing::warn!(plugin = %config.name, "plugin sandbox: starting with what this machine can enforce; not applied: {}", missing.join("; "));
+        }
+    }
+    let p = probe::get();
+    let setup = |what: &str, e: &dyn std::fmt::Display| SandboxError::Setup(format!("{what}: {e}"));
+    let user = uid_possible(config).then(|| {
+        let uid = config.uid.expect("uid_possible");
+        (uid, uid)
+    });
+    // Its directories: the instance's home and temp, its plugin's package cache.
+    let root = &config.host.dir;
+    owned_dir(root, 0o711).map_err(|e| setup("its directory", &e))?;
+    let instances = root.join("instances");
+    owned_dir(&instances, 0o711).map_err(|e| setup("its directory", &e))?;
+    static SWEPT: std::sync::Once = std::sync::Once::new();
+    SWEPT.call_once(|| sweep(&instances));
+    let dir = instances.join(format!("{}-{instance}", std::process::id()));
+    let (home, tmp) = (dir.join("home"), dir.join("tmp"));
+    let plugins = root.join("plugins");
+    owned_dir(&plugins, 0o711).map_err(|e| setup("its directory", &e))?;
+    let cache = plugins.join(&config.name);
+    let made = (|| {
+        std::fs::create_dir(&dir)?;
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))?;
+        std::fs::create_dir(&home)?;
+        std::fs::create_dir(&tmp)?;
+        // Another instance (or another gateway on this machine) may make it at the same time.
+        match std::fs::create_dir(&cache) {
+            Ok(()) => std::fs::set_permissions(&cache, std::fs::Permissions::from_mode(0o700))?,
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(e),
+        }
+        if let Some((uid, gid)) = user {
+            for d in [&dir, &home, &tmp] {
+                std::os::unix::fs::lchown(d, Some(uid), Some(gid))?;
+            }
+            if std::fs::symlink_metadata(&cache)?.uid() != uid {
+                chown_tree(&cache, uid, gid)?;
+            }
+        }
+        Ok::<_, std::io::Error>(())
+    })();
+    let mut prepared = Prepared {
+        env: vec![
+            ("HOME", home.clone()),
+            ("TMPDIR", tmp.clone()),
+            ("npm_config_cache", cache.join("npm")),
+            ("XDG_CACHE_HOME", cache.join("xdg")),
+            ("UV_CACHE_DIR", cache.join("uv")),
+            ("UV_TOOL_DIR", cache.join("uv-tools")),
+            ("UV_PYTHON_INSTALL_DIR", cache.join("uv-python")),
+            ("PIP_CACHE_DIR", cache.join("pip")),
+        ],
+        plan: None,
+        cgroup: None,
+        dir: Some(dir.clone()),
+        memory_mb: s.memory_mb,
+        max_processes: s.max_processes,
+        plugin: config.name.clone(),
+    };
+    made.map_err(|e| setup(&format!("making {}", dir.display()), &e))?;
+    if let Some(c) = &p.cgroups {
+        prepared.cgroup = Some(
+            c.create(&format!("{}-{instance}", std::process::id()), s)
+                .map_err(|e| setup("its cgroup", &e))?,
+        );
+    }
+    let path_env = std::env::var("PATH").unwrap_or_default();
+    let grants = paths::grants(config, &[&home, &tmp, &cache], &path_env);
+    let ruleset = (p.landlock >= 1)
+        .then(|| landlock_rules(p.landlock, &grants, s))
+        .transpose()
+        .map_err(|e| setup("its Landlock rules", &e))?;
+    let mut rlimits = vec![
+        (libc::RLIMIT_CORE, 0),
+        (libc::RLIMIT_NOFILE, s.max_open_files),
+        (libc::RLIMIT_FSIZE, s.max_file_mb * 1024 * 1024),
+    ];
+    if p.cgroups.is_none() {
+        rlimits.push((libc::RLIMIT_DATA, s.memory_mb * 1024 * 1024));
+        if user.is_some() {
+            rlimits.push((libc::RLIMIT_NPROC, u64::from(s.max_processes)));
+        }
+    }
+    let (uid, gid) = (nix::unistd::geteuid(), nix::unistd::getegid());
+    prepared.plan = Some(ChildPlan {
+        netns: (s.network == Network::None).then_some(p.netns),
+        id_maps: (format!("{uid} {uid} 1\n"), format!("{gid} {gid} 1\n")),
+        cgroup_procs: prepared
+            .cgroup
+            .as_ref()
+            .map(InstanceCgroup::procs_fds)
+            .unwrap_or_default(),
+        rlimits,
+        user,
+        drop_bounding: p.may_drop_bounding,
+        ruleset,
+    });
+    Ok(Some(prepared))
+}
+
+fn landlock_rules(
+    n: i32,
+    grants: &paths::Grants,
+    s: &SandboxConfig,
+) -> Result<RulesetCreated, landlock::RulesetError> {
+    let abi = ABI::from(n);
+    let all = AccessFs::from_all(abi);
+    let mut r = Ruleset::default().handle_access(all)?;
+    if n >= 4 {
+        r = if s.network == Network::None || s.connect_ports.is_some() {
+            r.handle_access(AccessNet::BindTcp | AccessNet::ConnectTcp)?
+        } else {
+            r.handle_access(AccessNet::BindTcp)?
+        };
+    }
+    if n >= 6 {
+        r = r.scope(Scope::from_all(abi))?;
+    }
+    let mut c = r
+        .create()?
+        .add_rules(path_beneath_rules(&grants.read, AccessFs::from_read(abi)))?
+        .add_rules(path_beneath_rules(&grants.write, all))?;
+    if n >= 4 && s.network == Network::All {
+        for port in s.connect_ports.iter().flatten() {
+            c = c.add_rule(NetPort::new(*port, AccessNet::ConnectTcp))?;
+        }
+        for port in &s.bind_ports {
+            c = c.add_rule(NetPort::new(*port, AccessNet::BindTcp))?;
+        }
+    }
+    Ok(c.no_new_privs(true))
+}
+
+impl Prepared {
+    /// Makes `cmd`'s child apply the sandbox before `exec`.
+    pub fn install(&mut self, cmd: &mut tokio::process::Command) {
+        if let Some(mut plan) = self.plan.take() {
+            // SAFETY: `apply` makes only async-signal-safe system calls on values prepared
+            // here, as a child of a multi-threaded process must (child.rs).
+            #[allow(unsafe_code)]
+            unsafe {
+                cmd.pre_exec(move || plan.apply());
+            }
+        }
+    }
+
+    /// Once its child is started: the files it joined its cgroups through are closed.
+    pub fn spawned(&mut self) {
+        if let Some(c) = &mut self.cgroup {
+            c.joined();
+        }
+    }
+
+    /// Once the instance's first process has ended: which bound the kernel held it to, if it
+    /// hit one, said for `last_error` (and counted); then its leftovers are killed and its directories and
+    /// cgroup removed (in the background).
+    pub fn finish(self) -> Option<String> {
+        let hit = self.cgroup.as_ref().map(InstanceCgroup::bounds_hit);
+        let note = match hit {
+            Some((true, _)) => Some(format!(
+                "killed by the kernel over its memory bound (sandbox.memory_mb = {})",
+                self.memory_mb
+            )),
+            Some((false, true)) => Some(format!(
+                "it reached its process bound (sandbox.max_processes = {})",
+                self.max_processes
+            )),
+            _ => None,
+        };
+        if let Some((memory, processes)) = hit {
+            let m = &crate::metrics::get().plugin_bounds_hit;
+            if memory {
+                m.with_label_values(&[self.plugin.as_str(), "memory"]).inc();
+            }
+            if processes {
+                m.with_label_values(&[self.plugin.as_str(), "processes"])
+                    .inc();
+            }
+        }
+        // Its first process is gone, so the instance is over: what it left running goes too.
+        if let Some(c) = &self.cgroup {
+            c.kill_all();
+        }
+        if let Some(d) = &self.dir {
+            let _ = std::fs::remove_dir_all(d);
+        }
+        if let Some(c) = self.cgroup
+            && !c.try_remove()
+        {
+            tokio::spawn(c.remove());
+        }
+        note
+    }
+}
+
+/// Removes the directories of instances whose gateway is gone (killed before it could).
+fn sweep(instances: &Path) {
+    let Ok(entries) = std::fs::read_dir(instances) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let gateway = name.to_str().and_then(|n| n.split('-').next());
+        if let Some(pid) = gateway.and_then(|p| p.parse::<u32>().ok())
+            && !Path::new(&format!("/proc/{pid}")).exists()
+        {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
+    }
+}
+
+/// Makes `dir` (and its parents) if missing, and checks it is this process's own, a real
+/// directory, and writable by no one else: nothing planted by another user is trusted.
+fn owned_dir(dir: &Path, mode: u32) -> std::io::Result<()> {
+    if !dir.exists() {
+        std::fs::create_dir_all(dir)?;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode))?;
+    }
+    let m = std::fs::symlink_metadata(dir)?;
+    let me = nix::unistd::geteuid().as_raw();
+    if !m.is_dir() || m.uid() != me || m.mode() & 0o022 != 0 {
+        return Err(std::io::Error::other(format!(
+            "{} must be a directory of the gateway's own user, writable by no one else",
+            dir.display()
+        )));
+    }
+    Ok(())
+}
+
+/// Gives the tree at `dir` to `uid`:`gid` (a plugin's cache after its user id changed).
+fn chown_tree(dir: &Path, uid: u32, gid: u32) -> std::io::Result<()> {
+    std::os::unix::fs::lchown(dir, Some(uid), Some(gid))?;
+    if std::fs::symlink_metadata(dir)?.is_dir() {
+        for e in std::fs::read_dir(dir)? {
+            chown_tree(&e?.path(), uid, gid)?;
+        }
+    }
+    Ok(())
+}

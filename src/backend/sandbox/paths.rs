@@ -1,0 +1,264 @@
+//! Which paths a plugin's processes may read and write: the system's directories, its
+//! command's installation (an interpreter's prefix, a venv and the Python it was made from, a
+//! `node_modules` tree, a script's interpreter), what its arguments name, its `read` and
+//! `write` lists, and its own directories; never the gateway's own files, which are carved
+//! out of any directory that holds them.
+
+use std::io::Read;
+use std::path::{Component, Path, PathBuf};
+
+use crate::config::PluginConfig;
+
+/// Read and execute: the system's programs, libraries and settings.
+const SYSTEM: &[&str] = &[
+    "/usr", "/lib", "/lib32", "/lib64", "/libx32", "/bin", "/sbin", "/etc",
+];
+/// Read only: what runtimes ask of the kernel about the machine (never another process's
+/// `/proc/PID`).
+const MACHINE: &[&str] = &[
+    "/proc/cpuinfo",
+    "/proc/meminfo",
+    "/proc/stat",
+    "/proc/uptime",
+    "/proc/loadavg",
+    "/proc/version",
+    "/proc/filesystems",
+    "/proc/sys/kernel",
+    "/proc/sys/vm/overcommit_memory",
+    "/sys/devices/system/cpu",
+    "/dev/urandom",
+    "/dev/random",
+];
+/// Read and write: the devices every program may use.
+const DEVICES: &[&str] = &["/dev/null", "/dev/zero", "/dev/full"];
+
+/// The paths granted, after carving out the hidden ones.
+#[derive(Debug, Default, PartialEq)]
+pub struct Grants {
+    pub read: Vec<PathBuf>,
+    pub write: Vec<PathBuf>,
+}
+
+/// The grants of one instance whose own directories are `own` (home, temp, package cache).
+pub fn grants(config: &PluginConfig, own: &[&Path], path_env: &str) -> Grants {
+    let hidden = &config.host.hidden;
+    let sandbox = config.sandbox.as_ref();
+    let cwd = config
+        .cwd
+        .clone()
+        .or_else(|| std::env::current_dir().ok())
+        .unwrap_or_else(|| PathBuf::from("/"));
+    let mut read = Vec::new();
+    read.extend(SYSTEM.iter().chain(MACHINE).map(PathBuf::from));
+    let mut found = Vec::new();
+    if let Some(cmd) = resolve(&config.command, &cwd, path_env) {
+        installation(&cmd, path_env, &mut found, 0);
+    }
+    for arg in &config.args {
+        let value = arg.split_once('=').map_or(arg.as_str(), |(_, v)| v);
+        // A shell script's words too (`sh -c "exec /opt/srv/run --x"`): absolute paths only.
+        let words = arg
+            .split(|c: char| {
+                c.is_whitespace() || matches!(c, ';' | '&' | '|' | '\'' | '"' | '(' | ')' | '=')
+            })
+            .filter(|w| w.starts_with('/'));
+        for candidate in [arg.as_str(), value].into_iter().chain(words) {
+            let p = cwd.join(candidate);
+            if candidate.is_empty() || !p.exists() {
+                continue;
+            }
+            if p.is_file() {
+                installation(&p, path_env, &mut found, 0);
+                if let Some(dir) = p.parent() {
+                    found.push(dir.to_owned());
+                }
+            } else {
+                found.push(p);
+            }
+        }
+    }
+    if config.cwd.is_some() {
+        found.push(cwd);
+    }
+    read.extend(found);
+    read.extend(sandbox.map(|s| s.read.clone()).unwrap_or_default());
+    let mut write: Vec<PathBuf> = DEVICES.iter().map(PathBuf::from).collect();
+    write.extend(sandbox.map(|s| s.write.clone()).unwrap_or_default());
+    let mut write = carve_all(write, hidden);
+    // Its own directories are the gateway's making, wherever they are.
+    write.extend(own.iter().map(|p| p.to_path_buf()));
+    Grants {
+        read: carve_all(read, hidden),
+        write,
+    }
+}
+
+/// `command` as `exec` finds it.
+fn resolve(command: &str, cwd: &Path, path_env: &str) -> Option<PathBuf> {
+    if command.contains('/') {
+        let p = cwd.join(command);
+        return p.exists().then_some(p);
+    }
+    std::env::split_paths(path_env)
+        .map(|d| d.join(command))
+        .find(|p| p.is_file())
+}
+
+/// What running `file` needs besides the system: the prefix it is installed in (`PREFIX/bin/x`),
+/// a venv's base Python, the `node_modules` tree it is part of, and a script's interpreter.
+fn installation(file: &Path, path_env: &str, out: &mut Vec<PathBuf>, depth: u8) {
+    let real = std::fs::canonicalize(file).unwrap_or_else(|_| file.to_owned());
+    for p in [file, real.as_path()] {
+        out.push(p.to_owned());
+        let parent = p.parent();
+        if let Some(prefix) = parent
+            .filter(|d| matches!(d.file_name().and_then(|n| n.to_str()), Some("bin" | "sbin")))
+            .and_then(Path::parent)
+            .filter(|prefix| prefix.components().count() > 1)
+        {
+            out.push(prefix.to_owned());
+            // A venv: the Python it was made from (`home = .../bin`).
+            if let Ok(cfg) = std::fs::read_to_string(prefix.join("pyvenv.cfg"))
+                && let Some(home) = cfg.lines().find_map(|l| {
+                    let (k, v) = l.split_once('=')?;
+                    (k.trim() == "home").then(|| PathBuf::from(v.trim()))
+                })
+            {
+                out.push(home.parent().map_or(home.clone(), Path::to_owned));
+            }
+        }
+        if let Some(modules) = p
+            .ancestors()
+            .filter(|a| a.file_name().is_some_and(|n| n == "node_modules"))
+            .last()
+        {
+            out.push(modules.to_owned());
+        }
+    }
+    // A script: its interpreter (`#!/usr/bin/env node` finds node on PATH).
+    if depth < 2
+        && let Some(line) = shebang(&real)
+    {
+        let mut words = line.split_whitespace();
+        if let Some(interp) = words.next() {
+            let target = if interp.ends_with("/env") {
+                words
+                    .find(|w| !w.starts_with('-'))
+                    .and_then(|w| resolve(w, Path::new("/"), path_env))
+            } else {
+                Some(PathBuf::from(interp))
+            };
+            if let Some(t) = target {
+                installation(&t, path_env, out, depth + 1);
+            }
+        }
+    }
+}
+
+fn shebang(file: &Path) -> Option<String> {
+    let mut head = [0u8; 256];
+    let n = std::fs::File::open(file).ok()?.read(&mut head).ok()?;
+    let text = head[..n].strip_prefix(b"#!")?;
+    let line = text.split(|b| *b == b'\n').next()?;
+    Some(String::from_utf8_lossy(line).trim().to_owned())
+}
+
+/// `paths` without the hidden ones: one inside a hidden path is dropped, and a directory
+/// holding one is granted as its entries, less that one (down to the hidden path).
+fn carve_all(paths: Vec<PathBuf>, hidden: &[PathBuf]) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for p in paths {
+        let p = normal(&p);
+        carve(&p, hidden, &mut out, 0);
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
+fn carve(path: &Path, hidden: &[PathBuf], out: &mut Vec<PathBuf>, depth: u8) {
+    if hidden.iter().any(|h| path.starts_with(h)) {
+        return;
+    }
+    let holds = hidden.iter().any(|h| h.starts_with(path));
+    if !holds {
+        out.push(path.to_owned());
+        return;
+    }
+    let Ok(entries) = std::fs::read_dir(path) else {
+        return;
+    };
+    if depth > 16 {
+        return;
+    }
+    for e in entries.flatten() {
+        carve(&e.path(), hidden, out, depth + 1);
+    }
+}
+
+/// `p` without `.` and `..` (and absolute), as the hidden paths are written.
+fn normal(p: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for c in p.components() {
+        match c {
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::CurDir => {}
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hidden_paths_are_carved_out_of_what_holds_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        std::fs::create_dir_all(data.join("deep")).unwrap();
+        std::fs::write(data.join("gateway.db"), "").unwrap();
+        std::fs::write(data.join("notes"), "").unwrap();
+        std::fs::write(dir.path().join("server.py"), "").unwrap();
+        let hidden = vec![data.join("gateway.db")];
+        let got = carve_all(vec![dir.path().to_owned()], &hidden);
+        assert!(got.contains(&data.join("notes")), "{got:?}");
+        assert!(got.contains(&data.join("deep")), "{got:?}");
+        assert!(got.contains(&dir.path().join("server.py")), "{got:?}");
+        assert!(!got.iter().any(|p| hidden[0].starts_with(p)), "{got:?}");
+        // Inside a hidden directory: nothing.
+        let got = carve_all(vec![data.join("deep")], std::slice::from_ref(&data));
+        assert!(got.is_empty(), "{got:?}");
+    }
+
+    #[test]
+    fn a_venv_command_brings_its_base_python_and_script_args_their_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let venv = dir.path().join("venv");
+        std::fs::create_dir_all(venv.join("bin")).unwrap();
+        let base = dir.path().join("base");
+        std::fs::create_dir_all(base.join("bin")).unwrap();
+        std::fs::write(
+            venv.join("pyvenv.cfg"),
+            format!("home = {}\n", base.join("bin").display()),
+        )
+        .unwrap();
+        std::fs::write(venv.join("bin/python"), "").unwrap();
+        let scripts = dir.path().join("srv");
+        std::fs::create_dir_all(&scripts).unwrap();
+        std::fs::write(scripts.join("server.py"), "").unwrap();
+        let mut c = PluginConfig::new(
+            "p",
+            venv.join("bin/python").display().to_string(),
+            vec![scripts.join("server.py").display().to_string()],
+        );
+        c.cwd = None;
+        let g = grants(&c, &[], "/usr/bin");
+        for p in [&venv, &base, &scripts] {
+            assert!(g.read.contains(p), "{p:?} in {:?}", g.read);
+        }
+    }
+}
