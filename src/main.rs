@@ -90,9 +90,7 @@ fn hide_gateway() {
     if let Err(e) = nix::sys::prctl::set_dumpable(false) {
         tracing::warn!("the gateway could not make itself non-dumpable: {e}");
     }
-    let names = mcp_gateway::config::seal_environment(&[
-        mcp_gateway::config::INTROSPECTION_SECRET_ENV.to_owned(),
-    ]);
+    let names = mcp_gateway::config::seal_environment();
     unsafe extern "C" {
         static mut environ: *mut *mut std::ffi::c_char;
     }

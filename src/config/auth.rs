@@ -188,7 +188,7 @@ pub(super) fn auth_config(
                     "users and clients are the built-in authorization server's; in external mode they are the authorization server's",
                 ));
             }
-            Some(external_config(&file, crate::config::env_var)?)
+            Some(external_config(&file, crate::config::secret_env_var)?)
         }
         _ => {
             if let Some(key) = super::external::given(&file) {
@@ -232,7 +232,7 @@ pub(super) fn auth_config(
                 "sign-in at an upstream provider is for auth.mode = \"builtin\"",
             ));
         }
-        Some(section) => Some(upstream_config(section, crate::config::env_var)?),
+        Some(section) => Some(upstream_config(section, crate::config::secret_env_var)?),
     };
     // An upstream person's subject must never be a local user's or a provisioned client's:
     // their tokens would speak for each other.

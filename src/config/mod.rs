@@ -50,7 +50,7 @@ pub use listener::{
 pub use plugin::{
     MAX_PREFIX_LEN, MAX_TOOL_NAME_LEN, PluginConfig, PluginEra, PluginSpec, ProcessModel,
     ResponseMode, SECRET_ENV_VARS, Scheduling, env_var, expand_env, seal_environment,
-    tool_name_char, validate_plugin,
+    secret_env_var, tool_name_char, validate_plugin,
 };
 pub use sandbox::{Network, SandboxConfig, SandboxSettings, SandboxSpec};
 pub use stream::{ReplayLimits, StreamSettings};

@@ -283,7 +283,18 @@ fn base(dir: &Path, relative: &str) -> Option<PathBuf> {
     let mine = parent.join(format!("mcp-gateway-{}", std::process::id()));
     match fs::create_dir(&mine) {
         Ok(()) => Some(mine),
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Some(mine),
+        // A gateway of the same pid was here before (a container's restart): its instances'
+        // cgroups are not this run's.
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            if let Ok(inner) = fs::read_dir(&mine) {
+                for i in inner.flatten() {
+                    if i.file_name().to_str().is_some_and(super::left_behind) {
+                        let _ = fs::remove_dir(i.path());
+                    }
+                }
+            }
+            Some(mine)
+        }
         Err(_) => None,
     }
 }

@@ -210,7 +210,8 @@ pub fn prepare(config: &PluginConfig, instance: &str) -> Result<Option<Prepared>
     owned_dir(&instances, 0o711).map_err(|e| setup("its directory", &e))?;
     static SWEPT: std::sync::Once = std::sync::Once::new();
     SWEPT.call_once(|| sweep(&instances));
-    let dir = instances.join(format!("{}-{instance}", std::process::id()));
+    let name = format!("{}{instance}", run_prefix());
+    let dir = instances.join(&name);
     let (home, tmp) = (dir.join("home"), dir.join("tmp"));
     let plugins = root.join("plugins");
     owned_dir(&plugins, 0o711).map_err(|e| setup("its directory", &e))?;
@@ -256,10 +257,7 @@ pub fn prepare(config: &PluginConfig, instance: &str) -> Result<Option<Prepared>
     };
     made.map_err(|e| setup(&format!("making {}", dir.display()), &e))?;
     if let Some(c) = &p.cgroups {
-        prepared.cgroup = Some(
-            c.create(&format!("{}-{instance}", std::process::id()), s)
-                .map_err(|e| setup("its cgroup", &e))?,
-        );
+        prepared.cgroup = Some(c.create(&name, s).map_err(|e| setup("its cgroup", &e))?);
     }
     let path_env = std::env::var("PATH").unwrap_or_default();
     let grants = paths::grants(config, &[&home, &tmp, &cache], &path_env);
@@ -390,17 +388,36 @@ impl Prepared {
     }
 }
 
-/// Removes the directories of instances whose gateway is gone (killed before it could).
+/// What begins the name of every instance directory and cgroup of this run of the gateway:
+/// its pid and a random word (a gateway restarted in a container often has the pid of the
+/// one killed before it, whose leftovers are then not its own).
+pub(crate) fn run_prefix() -> &'static str {
+    static PREFIX: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+        format!("{}-{:08x}-", std::process::id(), rand::random::<u32>())
+    });
+    &PREFIX
+}
+
+/// Whether an instance directory or cgroup named `name` was left by a gateway that is gone
+/// (killed before it could remove it): its pid is gone, or it is this pid of another run.
+pub(crate) fn left_behind(name: &str) -> bool {
+    let Some(pid) = name.split('-').next().and_then(|p| p.parse::<u32>().ok()) else {
+        return false;
+    };
+    if pid == std::process::id() {
+        !name.starts_with(run_prefix())
+    } else {
+        !Path::new(&format!("/proc/{pid}")).exists()
+    }
+}
+
+/// Removes the directories of instances whose gateway is gone.
 fn sweep(instances: &Path) {
     let Ok(entries) = std::fs::read_dir(instances) else {
         return;
     };
     for e in entries.flatten() {
-        let name = e.file_name();
-        let gateway = name.to_str().and_then(|n| n.split('-').next());
-        if let Some(pid) = gateway.and_then(|p| p.parse::<u32>().ok())
-            && !Path::new(&format!("/proc/{pid}")).exists()
-        {
+        if e.file_name().to_str().is_some_and(left_behind) {
             let _ = std::fs::remove_dir_all(e.path());
         }
     }
@@ -433,4 +450,35 @@ fn chown_tree(dir: &Path, uid: u32, gid: u32) -> std::io::Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn leftovers_are_told_by_pid_and_run() {
+        let me = std::process::id();
+        assert!(
+            !left_behind(&format!("{}7", run_prefix())),
+            "this run's own"
+        );
+        assert!(left_behind(&format!("{me}-0badf00d-7")) || run_prefix().contains("0badf00d"));
+        // A pid no process has (above the kernel's pid_max).
+        assert!(left_behind("4194305-00000000-1"));
+        assert!(!left_behind("not-an-instance"));
+    }
+
+    #[test]
+    fn a_plugin_without_a_sandbox_is_said_to_have_none() {
+        let mut c = PluginConfig::new("p", "x", vec![]);
+        c.sandbox = None;
+        assert_eq!(isolation(&c), Isolation::default());
+        c.sandbox = Some(SandboxConfig::default());
+        let iso = isolation(&c);
+        assert!(iso.sandboxed);
+        assert!(iso.rules.iter().any(|r| r.rule == "filesystem"));
+        // No uid range asked for: no `user` rule to miss.
+        assert!(!iso.rules.iter().any(|r| r.rule == "user"));
+    }
 }

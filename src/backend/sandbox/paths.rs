@@ -50,6 +50,7 @@ pub fn grants(config: &PluginConfig, own: &[&Path], path_env: &str) -> Grants {
         .unwrap_or_else(|| PathBuf::from("/"));
     let mut read = Vec::new();
     read.extend(SYSTEM.iter().chain(MACHINE).map(PathBuf::from));
+    read.extend(etc_links().iter().cloned());
     let mut found = Vec::new();
     if let Some(cmd) = resolve(&config.command, &cwd, path_env) {
         installation(&cmd, path_env, &mut found, 0);
@@ -91,6 +92,26 @@ pub fn grants(config: &PluginConfig, own: &[&Path], path_env: &str) -> Grants {
         read: carve_all(read, hidden),
         write,
     }
+}
+
+/// Where the links at the top of `/etc` lead outside the system's directories
+/// (`/etc/resolv.conf` into `/run/systemd/resolve`): Landlock checks the file a link leads
+/// to, so each target file is granted too. Read once.
+fn etc_links() -> &'static [PathBuf] {
+    static LINKS: std::sync::LazyLock<Vec<PathBuf>> = std::sync::LazyLock::new(|| {
+        let Ok(entries) = std::fs::read_dir("/etc") else {
+            return Vec::new();
+        };
+        entries
+            .flatten()
+            .filter(|e| e.file_type().is_ok_and(|t| t.is_symlink()))
+            .filter_map(|e| std::fs::canonicalize(e.path()).ok())
+            .filter(|t| {
+                t.is_file() && !t.starts_with("/proc") && !SYSTEM.iter().any(|s| t.starts_with(s))
+            })
+            .collect()
+    });
+    &LINKS
 }
 
 /// `command` as `exec` finds it.
