@@ -54,8 +54,11 @@ ENTRYPOINT ["/usr/bin/tini", "--", "mcp-gateway"]
 CMD ["--config", "/etc/mcp-gateway/gateway.toml"]
 
 # The gateway with Node.js (npx) and uv (uvx), so plugins from npm and PyPI run inside the
-# container. Packages are fetched when a plugin first starts, into the home directory (give
-# it a writable volume when the root file system is read-only).
+# container. Packages are fetched when a plugin first starts, into that plugin's cache in the
+# plugin sandbox's directory (`[sandbox] dir`; the deployment files put it in the home
+# directory, /var/lib/mcp-gateway: give that a writable volume when the root file system is
+# read-only). Plugins get a clean environment with their own cache variables, not the ones
+# below, which serve npx and uvx run by hand in the container (docker exec).
 FROM node:${NODE_VERSION}-${DEBIAN_RELEASE}-slim AS node
 FROM ghcr.io/astral-sh/uv:${UV_VERSION} AS uv
 
