@@ -230,6 +230,10 @@ async fn a_plugin_cannot_reach_the_gateway_other_sessions_or_the_network_past_it
     let _abstract =
         UnixListener::bind_addr(&SocketAddr::from_abstract_name(abstract_name.as_bytes()).unwrap())
             .unwrap();
+    let unix_dir = tempfile::tempdir().unwrap();
+    let unix_path = unix_dir.path().join("s.sock");
+    let _unix = UnixListener::bind(&unix_path).unwrap();
+    let unix_path = unix_path.to_str().unwrap().to_owned();
     let [allowed, other, udp] = [
         allowed.local_addr().unwrap(),
         other.local_addr().unwrap(),
@@ -263,7 +267,7 @@ async fn a_plugin_cannot_reach_the_gateway_other_sessions_or_the_network_past_it
         json!({
             "read": [format!("/proc/{gw_pid}/environ"), format!("/proc/{gw_pid}/cmdline"),
                      format!("/proc/{b_pid}/environ"), format!("/proc/{b_pid}/cmdline"),
-                     db, config, b_home],
+                     db, config, b_home, "/etc/shadow"],
             "write": [strays.add(files.dir.path().join(&tag)),
                       strays.add(Path::new("/tmp").join(&tag)),
                       strays.add(Path::new(&b_home).join(&tag))],
@@ -272,6 +276,12 @@ async fn a_plugin_cannot_reach_the_gateway_other_sessions_or_the_network_past_it
             "connect": [admin_addr, "127.0.0.1:6379", "127.0.0.1:5432", other],
             "bind": [bind_refused],
             "abstract_connect": [abstract_name],
+            // What Landlock does not cover (a seccomp filter does): another process's
+            // priority and limits, a named Unix socket, a set-user-id file of its own.
+            "renice": [gw_pid, b_pid],
+            "prlimit": [gw_pid, b_pid],
+            "unix_connect": [unix_path],
+            "setuid_bit": [strays.add(Path::new(&a_home).join(format!("{tag}-suid")))],
             "fork": 64,
             "write_file": {"path": strays.add(Path::new(&a_home).join(format!("{tag}-big"))), "mb": 4},
         }),

@@ -28,6 +28,7 @@ mod limits;
 mod listener;
 mod plugin;
 mod sandbox;
+mod secrets;
 mod stream;
 mod upstream;
 
@@ -49,10 +50,10 @@ pub use listener::{
 };
 pub use plugin::{
     MAX_PREFIX_LEN, MAX_TOOL_NAME_LEN, PluginConfig, PluginEra, PluginSpec, ProcessModel,
-    ResponseMode, SECRET_ENV_VARS, Scheduling, env_var, expand_env, seal_environment,
-    secret_env_var, tool_name_char, validate_plugin,
+    ResponseMode, SECRET_ENV_VARS, Scheduling, expand_env, tool_name_char, validate_plugin,
 };
 pub use sandbox::{Network, SandboxConfig, SandboxSettings, SandboxSpec};
+pub use secrets::{env_var, seal_environment, secret_env_var};
 pub use stream::{ReplayLimits, StreamSettings};
 pub use upstream::{SubjectClaim, UPSTREAM_SECRET_ENV, UpstreamConfig};
 
@@ -183,6 +184,17 @@ impl Config {
         let separator = separator(cli, file.separator)?;
         let plugins = plugin::plugins(cli, file.plugins, &separator)?;
         let admin = admin(cli, file.admin, public.listen)?;
+        // Files secrets are read from: hidden from plugins like the config file.
+        let secret_files: Vec<PathBuf> = [
+            file.auth.introspection_client_secret_file.clone(),
+            file.auth
+                .upstream
+                .as_ref()
+                .and_then(|u| u.client_secret_file.clone()),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
         let auth = auth::auth_config(cli, file.auth, public.listen)?;
         if auth.mode == AuthMode::None
             && let Some(p) = plugins.iter().find(|p| p.restricts_callers())
@@ -195,7 +207,15 @@ impl Config {
         let limits = limits::limits_config(file.limits)?;
         let audit = audit::audit_config(file.audit)?;
         let database_url = database_url(cli, file.database_url, &admin, &auth);
-        let sandbox = sandbox::settings(file.sandbox, &database_url, cli.config.as_deref())?.into();
+        let secret_files: Vec<&std::path::Path> =
+            secret_files.iter().map(PathBuf::as_path).collect();
+        let sandbox = sandbox::settings(
+            file.sandbox,
+            &database_url,
+            cli.config.as_deref(),
+            &secret_files,
+        )?
+        .into();
         let cluster = cluster::cluster(
             cli,
             file.redis_url,

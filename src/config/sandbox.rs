@@ -25,6 +25,8 @@ pub struct SandboxConfig {
     pub connect_ports: Option<Vec<u16>>,
     /// TCP ports it may listen on (none by default).
     pub bind_ports: Vec<u16>,
+    /// Whether it may make Unix sockets (to reach a named one: a Docker or D-Bus socket).
+    pub unix_sockets: bool,
     /// Most processes and threads of one instance at once.
     pub max_processes: u32,
     /// Most memory of one instance; over it the instance is killed.
@@ -46,6 +48,7 @@ impl Default for SandboxConfig {
             network: Network::All,
             connect_ports: None,
             bind_ports: Vec::new(),
+            unix_sockets: false,
             max_processes: 256,
             memory_mb: 2048,
             cpu_percent: 100,
@@ -124,11 +127,25 @@ impl Default for SandboxSettings {
     }
 }
 
-/// The settings from `[sandbox]`, the database URL and the config file's path.
+/// Secrets of the machine's own under `/etc`, hidden from every plugin (one that runs as
+/// root's uid, without capabilities, still owns them).
+const MACHINE_SECRETS: &[&str] = &[
+    "/etc/shadow",
+    "/etc/gshadow",
+    "/etc/shadow-",
+    "/etc/gshadow-",
+    "/etc/ssh",
+    "/etc/ssl/private",
+    "/etc/security/opasswd",
+];
+
+/// The settings from `[sandbox]`, the database URL, the config file's path and the files
+/// secrets are read from (`secret_files`).
 pub(super) fn settings(
     section: SandboxSection,
     database_url: &str,
     config_path: Option<&Path>,
+    secret_files: &[&Path],
 ) -> Result<SandboxSettings, ConfigError> {
     let mut s = SandboxSettings::default();
     if let Some(dir) = section.dir {
@@ -144,20 +161,66 @@ pub(super) fn settings(
                 "is [first, last], with 0 < first <= last (uid 0 is root)",
             ));
         }
+        let (uid, gid) = (
+            nix::unistd::geteuid().as_raw(),
+            nix::unistd::getegid().as_raw(),
+        );
+        if (first..=last).contains(&uid) || (first..=last).contains(&gid) {
+            return Err(invalid(
+                "sandbox.uid_range",
+                "holds the gateway's own user or group id: plugins would be the gateway",
+            ));
+        }
         s.uid_range = Some((first, last));
     }
-    let absolute = |p: &Path| std::path::absolute(p).unwrap_or_else(|_| p.to_owned());
+    let mut hidden: Vec<PathBuf> = MACHINE_SECRETS.iter().map(PathBuf::from).collect();
+    // Every instance's home and every plugin's cache: a plugin's own are granted by name.
+    hidden.push(s.dir.clone());
     if let Some(file) = sqlite_file(database_url) {
         let file = absolute(&file);
-        if let Some(dir) = file.parent() {
-            s.hidden.push(dir.to_owned());
+        for suffix in ["", "-wal", "-shm", "-journal"] {
+            let mut f = file.clone().into_os_string();
+            f.push(suffix);
+            hidden.push(f.into());
         }
-        s.hidden.push(file);
+        // Its directory is the gateway's data, unless it is where the gateway was started
+        // (a database left at its default, next to what it runs) or the root.
+        let cwd = std::env::current_dir().ok();
+        if let Some(dir) = file.parent()
+            && dir.parent().is_some()
+            && Some(dir) != cwd.as_deref()
+        {
+            hidden.push(dir.to_owned());
+        }
     }
-    if let Some(path) = config_path {
-        s.hidden.push(absolute(path));
+    hidden.extend(config_path.map(absolute));
+    hidden.extend(secret_files.iter().map(|p| absolute(p)));
+    // Compared with grants where they lead, and as written.
+    for h in hidden {
+        if let Ok(real) = std::fs::canonicalize(&h)
+            && real != h
+        {
+            s.hidden.push(real);
+        }
+        s.hidden.push(h);
     }
     Ok(s)
+}
+
+/// `p` made absolute against the working directory, `..` resolved by name.
+fn absolute(p: &Path) -> PathBuf {
+    let abs = std::path::absolute(p).unwrap_or_else(|_| p.to_owned());
+    let mut out = PathBuf::new();
+    for c in abs.components() {
+        match c {
+            std::path::Component::ParentDir => {
+                out.pop();
+            }
+            std::path::Component::CurDir => {}
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 /// The file of a SQLite database URL, if it names one.
@@ -198,6 +261,15 @@ pub(super) fn validate(name: &str, s: &SandboxConfig) -> Result<(), ConfigError>
     }
     if s.max_open_files < 16 {
         return Err(invalid(key("max_open_files"), "must be at least 16"));
+    }
+    // Sizes in MiB become bytes: kept where that cannot overflow.
+    for (k, v) in [("memory_mb", s.memory_mb), ("max_file_mb", s.max_file_mb)] {
+        if v > 1 << 30 {
+            return Err(invalid(key(k), "must be at most 1073741824 (1 PiB)"));
+        }
+    }
+    if s.max_open_files > 1 << 20 {
+        return Err(invalid(key("max_open_files"), "must be at most 1048576"));
     }
     Ok(())
 }

@@ -13,10 +13,11 @@
 // not enabled): this test-only binary allows the unsafe code the crate denies.
 #![allow(unsafe_code)]
 
-use std::fs::File;
+use std::fs::{self, File};
 use std::io::{self, BufRead, Read, Write};
 use std::net::{TcpListener, TcpStream, ToSocketAddrs, UdpSocket};
 use std::os::linux::net::SocketAddrExt;
+use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{SocketAddr, UnixStream};
 use std::time::{Duration, Instant};
 
@@ -101,6 +102,8 @@ fn tools() -> Value {
             "read": list("string"), "write": list("string"), "kill": list("integer"),
             "ptrace": list("integer"), "connect": list("string"), "udp": list("string"),
             "bind": list("integer"), "abstract_connect": list("string"),
+            "renice": list("integer"), "prlimit": list("integer"),
+            "unix_connect": list("string"), "setuid_bit": list("string"),
             "fork": {"type": "integer"}, "alloc_mb": {"type": "integer"},
             "write_file": {"type": "object", "properties": {
                 "path": {"type": "string"}, "mb": {"type": "integer"}}},
@@ -235,6 +238,10 @@ fn escape(args: &Value) -> Value {
     each("udp", udp);
     each("bind", bind);
     each("abstract_connect", abstract_connect);
+    each("renice", renice);
+    each("prlimit", prlimit);
+    each("unix_connect", unix_connect);
+    each("setuid_bit", setuid_bit);
     if let Some(n) = args["fork"].as_u64() {
         report.insert("fork".into(), json!([fork_many(n)]));
     }
@@ -369,6 +376,59 @@ fn bind(target: &str) -> io::Result<String> {
 fn abstract_connect(name: &str) -> io::Result<String> {
     UnixStream::connect_addr(&SocketAddr::from_abstract_name(name.as_bytes())?)?;
     Ok("connected".into())
+}
+
+fn check(r: libc::c_int) -> io::Result<()> {
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+/// Sets another process's nice value to 0 (what it has: harmless if it works).
+fn renice(target: &str) -> io::Result<String> {
+    let pid = pid_of(target)?;
+    // SAFETY: plain system call.
+    check(unsafe { libc::setpriority(libc::PRIO_PROCESS, pid.as_raw() as libc::id_t, 0) })?;
+    Ok("reniced".into())
+}
+
+/// Sets another process's core-size limit to what it is (harmless if it works).
+fn prlimit(target: &str) -> io::Result<String> {
+    let pid = pid_of(target)?;
+    let mut old = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: plain system calls on live structs.
+    unsafe {
+        check(libc::prlimit(
+            pid.as_raw(),
+            libc::RLIMIT_CORE,
+            std::ptr::null(),
+            &mut old,
+        ))?;
+        check(libc::prlimit(
+            pid.as_raw(),
+            libc::RLIMIT_CORE,
+            &old,
+            std::ptr::null_mut(),
+        ))?;
+    }
+    Ok("limit set".into())
+}
+
+fn unix_connect(path: &str) -> io::Result<String> {
+    UnixStream::connect(path)?;
+    Ok("connected".into())
+}
+
+/// Makes a file at `path` set-user-id.
+fn setuid_bit(path: &str) -> io::Result<String> {
+    fs::write(path, "#!/bin/sh\n")?;
+    fs::set_permissions(path, fs::Permissions::from_mode(0o4755))?;
+    Ok("set-user-id".into())
 }
 
 /// Forks `n` children that sleep 30 s, stopping at the first failure; then kills and reaps

@@ -23,6 +23,8 @@ pub struct ChildPlan {
     pub user: Option<(u32, u32)>,
     pub drop_bounding: bool,
     pub ruleset: Option<RulesetCreated>,
+    /// Applied last, after Landlock.
+    pub seccomp: Option<seccompiler::BpfProgram>,
 }
 
 fn check(r: libc::c_int) -> io::Result<()> {
@@ -55,6 +57,11 @@ impl ChildPlan {
         // SAFETY (this whole block): plain system calls on integers and buffers prepared
         // before the fork; see the module's comment.
         unsafe {
+            // Killed first when the machine runs out of memory: a plugin, not the gateway.
+            write_file(c"/proc/self/oom_score_adj", b"1000")?;
+            // Whatever a library of the gateway opened without close-on-exec stays here.
+            const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
+            libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, CLOSE_RANGE_CLOEXEC);
             match self.netns {
                 Some(NetNs::Direct) => check(libc::unshare(libc::CLONE_NEWNET))?,
                 Some(NetNs::InUserNs) => {
@@ -108,6 +115,9 @@ impl ChildPlan {
             ruleset
                 .restrict_self()
                 .map_err(|e| io::Error::other(e.to_string()))?;
+        }
+        if let Some(program) = &self.seccomp {
+            seccompiler::apply_filter(program).map_err(|e| io::Error::other(e.to_string()))?;
         }
         Ok(())
     }

@@ -14,6 +14,7 @@ mod cgroup;
 mod child;
 mod paths;
 pub mod probe;
+mod seccomp;
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -22,6 +23,7 @@ use landlock::{
     ABI, Access, AccessFs, AccessNet, NetPort, Ruleset, RulesetAttr, RulesetCreated,
     RulesetCreatedAttr, Scope, path_beneath_rules,
 };
+use nix::fcntl::{Flock, FlockArg};
 use nix::libc;
 use serde::Serialize;
 
@@ -80,7 +82,8 @@ pub fn isolation(config: &PluginConfig) -> Isolation {
             format!("needs Landlock ABI {min}, the kernel has {ll}")
         }
     };
-    rule("filesystem", ll >= 1, landlock(1));
+    // Before ABI 3 Landlock did not cover truncate(2): the gateway's files could be emptied.
+    rule("filesystem", ll >= 3, landlock(3));
     rule("ptrace_and_proc", ll >= 1, landlock(1));
     rule("signals", ll >= 6, landlock(6));
     rule("abstract_sockets", ll >= 6, landlock(6));
@@ -133,17 +136,48 @@ pub fn isolation(config: &PluginConfig) -> Isolation {
         "rlimits: open files, file size, no core dumps".into(),
     );
     rule("capabilities", true, "none held, no_new_privs set".into());
-    if let Some((first, last)) = config.host.uid_range {
+    let seccomp = p.seccomp;
+    let filter = |what: &str| {
+        if seccomp {
+            format!("seccomp: {what}")
+        } else {
+            "the kernel takes no seccomp filter".to_owned()
+        }
+    };
+    rule(
+        "process_controls",
+        seccomp,
+        filter("no prlimit, setpriority or sched_set* on another process, no set-id bits"),
+    );
+    if !s.unix_sockets {
         rule(
+            "unix_sockets",
+            seccomp,
+            filter("no Unix socket can be made"),
+        );
+    }
+    let root = nix::unistd::geteuid().is_root();
+    match config.host.uid_range {
+        Some((first, last)) => rule(
             "user",
             separate,
             if separate {
                 format!("a user id of its own from {first}-{last}")
+            } else if config.uid.is_none() {
+                format!("no id left for it in sandbox.uid_range {first}-{last}")
             } else {
                 "changing user needs root or CAP_SETUID and CAP_SETGID, which the gateway lacks"
                     .into()
             },
-        );
+        ),
+        // Root's uid without capabilities still owns root's files (chmod is not Landlock's).
+        None if root => rule(
+            "user",
+            false,
+            "runs as uid 0 without capabilities, owner of root's files: set sandbox.uid_range"
+                .into(),
+        ),
+        None => {}
     }
     Isolation {
         sandboxed: true,
@@ -209,7 +243,15 @@ pub fn prepare(config: &PluginConfig, instance: &str) -> Result<Option<Prepared>
     let instances = root.join("instances");
     owned_dir(&instances, 0o711).map_err(|e| setup("its directory", &e))?;
     static SWEPT: std::sync::Once = std::sync::Once::new();
-    SWEPT.call_once(|| sweep(&instances));
+    SWEPT.call_once(|| {
+        if let Err(e) = hold_run_lock(&instances) {
+            tracing::warn!(
+                "plugin sandbox: no lock of this run in {}: {e}",
+                instances.display()
+            );
+        }
+        sweep(&instances);
+    });
     let name = format!("{}{instance}", run_prefix());
     let dir = instances.join(&name);
     let (home, tmp) = (dir.join("home"), dir.join("tmp"));
@@ -223,7 +265,12 @@ pub fn prepare(config: &PluginConfig, instance: &str) -> Result<Option<Prepared>
         std::fs::create_dir(&tmp)?;
         // Another instance (or another gateway on this machine) may make it at the same time.
         match std::fs::create_dir(&cache) {
-            Ok(()) => std::fs::set_permissions(&cache, std::fs::Permissions::from_mode(0o700))?,
+            Ok(()) => {
+                std::fs::set_permissions(&cache, std::fs::Permissions::from_mode(0o700))?;
+                if let Some((uid, gid)) = user {
+                    std::os::unix::fs::lchown(&cache, Some(uid), Some(gid))?;
+                }
+            }
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
             Err(e) => return Err(e),
         }
@@ -232,7 +279,19 @@ pub fn prepare(config: &PluginConfig, instance: &str) -> Result<Option<Prepared>
                 std::os::unix::fs::lchown(d, Some(uid), Some(gid))?;
             }
             if std::fs::symlink_metadata(&cache)?.uid() != uid {
-                chown_tree(&cache, uid, gid)?;
+                // Made by another user id (the plugins' ids moved): not chowned in place,
+                // where its old owner could swap a directory for a link under the walk; set
+                // aside and removed, and the plugin starts with an empty cache.
+                let old = plugins.join(format!(
+                    ".old-{}-{:08x}",
+                    config.name,
+                    rand::random::<u32>()
+                ));
+                std::fs::rename(&cache, &old)?;
+                std::thread::spawn(move || std::fs::remove_dir_all(old));
+                std::fs::create_dir(&cache)?;
+                std::fs::set_permissions(&cache, std::fs::Permissions::from_mode(0o700))?;
+                std::os::unix::fs::lchown(&cache, Some(uid), Some(gid))?;
             }
         }
         Ok::<_, std::io::Error>(())
@@ -276,9 +335,34 @@ pub fn prepare(config: &PluginConfig, instance: &str) -> Result<Option<Prepared>
             rlimits.push((libc::RLIMIT_NPROC, u64::from(s.max_processes)));
         }
     }
+    // A value past this process's own hard limit is refused unless it may raise limits.
+    if !nix::unistd::geteuid().is_root() {
+        for (resource, value) in &mut rlimits {
+            let mut hard = libc::rlimit {
+                rlim_cur: 0,
+                rlim_max: 0,
+            };
+            // SAFETY: reads this process's limit into a live struct.
+            #[allow(unsafe_code)]
+            if unsafe { libc::getrlimit(*resource, &mut hard) } == 0 {
+                *value = (*value).min(hard.rlim_max);
+            }
+        }
+    }
+    let seccomp = p
+        .seccomp
+        .then(|| seccomp::program(s))
+        .transpose()
+        .map_err(|e| setup("its seccomp filter", &e))?;
+    // A user namespace's maps hold only the gateway's own ids: no other user inside it.
+    let netns = match p.netns {
+        probe::NetNs::InUserNs if user.is_some() => probe::NetNs::Unavailable,
+        n => n,
+    };
     let (uid, gid) = (nix::unistd::geteuid(), nix::unistd::getegid());
     prepared.plan = Some(ChildPlan {
-        netns: (s.network == Network::None).then_some(p.netns),
+        seccomp,
+        netns: (s.network == Network::None).then_some(netns),
         id_maps: (format!("{uid} {uid} 1\n"), format!("{gid} {gid} 1\n")),
         cgroup_procs: prepared
             .cgroup
@@ -372,19 +456,35 @@ impl Prepared {
                     .inc();
             }
         }
-        // Its first process is gone, so the instance is over: what it left running goes too.
+        // Its first process is gone, so the instance is over: dropping it removes the rest.
+        note
+    }
+}
+
+impl Drop for Prepared {
+    /// What was made for the instance goes with it, on every path (a spawn that failed
+    /// included): what it left running is killed, its directories and cgroup removed.
+    fn drop(&mut self) {
         if let Some(c) = &self.cgroup {
             c.kill_all();
         }
-        if let Some(d) = &self.dir {
-            let _ = std::fs::remove_dir_all(d);
+        let dir = self.dir.take();
+        let cgroup = self.cgroup.take().filter(|c| !c.try_remove());
+        let cleanup = move || {
+            if let Some(d) = dir {
+                let _ = std::fs::remove_dir_all(d);
+            }
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => {
+                // A big home takes a while to remove: not on a runtime thread.
+                rt.spawn_blocking(cleanup);
+                if let Some(c) = cgroup {
+                    rt.spawn(c.remove());
+                }
+            }
+            Err(_) => cleanup(),
         }
-        if let Some(c) = self.cgroup
-            && !c.try_remove()
-        {
-            tokio::spawn(c.remove());
-        }
-        note
     }
 }
 
@@ -411,14 +511,49 @@ pub(crate) fn left_behind(name: &str) -> bool {
     }
 }
 
-/// Removes the directories of instances whose gateway is gone.
+/// This run's lock in `instances/`, held while the gateway lives: another gateway sharing the
+/// directory (another pid namespace: pids tell nothing there) removes only the directories of
+/// a run whose lock it can take.
+fn hold_run_lock(instances: &Path) -> std::io::Result<()> {
+    static HELD: std::sync::OnceLock<Flock<std::fs::File>> = std::sync::OnceLock::new();
+    let file = std::fs::File::create(instances.join(format!("{}lock", run_prefix())))?;
+    let held = Flock::lock(file, FlockArg::LockExclusiveNonblock).map_err(|(_, e)| e)?;
+    let _ = HELD.set(held);
+    Ok(())
+}
+
+/// Removes the directories of instances whose gateway is gone: a run whose lock is free, or
+/// without a lock file, one [`left_behind`] says is gone.
 fn sweep(instances: &Path) {
     let Ok(entries) = std::fs::read_dir(instances) else {
         return;
     };
+    let mut free: std::collections::HashMap<String, bool> = Default::default();
     for e in entries.flatten() {
-        if e.file_name().to_str().is_some_and(left_behind) {
-            let _ = std::fs::remove_dir_all(e.path());
+        let Some(name) = e.file_name().to_str().map(str::to_owned) else {
+            continue;
+        };
+        let mut parts = name.splitn(3, '-');
+        let (Some(pid), Some(word), Some(_)) = (parts.next(), parts.next(), parts.next()) else {
+            continue;
+        };
+        let run = format!("{pid}-{word}-");
+        if run == run_prefix() {
+            continue;
+        }
+        let gone = *free.entry(run.clone()).or_insert_with(|| {
+            match std::fs::File::open(instances.join(format!("{run}lock"))) {
+                Ok(lock) => Flock::lock(lock, FlockArg::LockExclusiveNonblock).is_ok(),
+                Err(_) => left_behind(&name),
+            }
+        });
+        if gone {
+            let path = e.path();
+            let _ = if path.is_dir() {
+                std::fs::remove_dir_all(path)
+            } else {
+                std::fs::remove_file(path)
+            };
         }
     }
 }
@@ -432,22 +567,16 @@ fn owned_dir(dir: &Path, mode: u32) -> std::io::Result<()> {
     }
     let m = std::fs::symlink_metadata(dir)?;
     let me = nix::unistd::geteuid().as_raw();
+    // Its own, with a mode changed (a plugin of the same user may chmod it): put back.
+    if m.is_dir() && m.uid() == me && m.mode() & 0o7777 != mode {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode))?;
+    }
+    let m = std::fs::symlink_metadata(dir)?;
     if !m.is_dir() || m.uid() != me || m.mode() & 0o022 != 0 {
         return Err(std::io::Error::other(format!(
             "{} must be a directory of the gateway's own user, writable by no one else",
             dir.display()
         )));
-    }
-    Ok(())
-}
-
-/// Gives the tree at `dir` to `uid`:`gid` (a plugin's cache after its user id changed).
-fn chown_tree(dir: &Path, uid: u32, gid: u32) -> std::io::Result<()> {
-    std::os::unix::fs::lchown(dir, Some(uid), Some(gid))?;
-    if std::fs::symlink_metadata(dir)?.is_dir() {
-        for e in std::fs::read_dir(dir)? {
-            chown_tree(&e?.path(), uid, gid)?;
-        }
     }
     Ok(())
 }
@@ -478,7 +607,13 @@ mod tests {
         let iso = isolation(&c);
         assert!(iso.sandboxed);
         assert!(iso.rules.iter().any(|r| r.rule == "filesystem"));
-        // No uid range asked for: no `user` rule to miss.
-        assert!(!iso.rules.iter().any(|r| r.rule == "user"));
+        // No uid range asked for: as root, plugins keep root's uid, which is said; else
+        // there is no `user` rule to miss.
+        let user = iso.rules.iter().find(|r| r.rule == "user");
+        if nix::unistd::geteuid().is_root() {
+            assert!(user.is_some_and(|r| !r.enforced), "{iso:?}");
+        } else {
+            assert!(user.is_none(), "{iso:?}");
+        }
     }
 }

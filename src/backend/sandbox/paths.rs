@@ -53,7 +53,7 @@ pub fn grants(config: &PluginConfig, own: &[&Path], path_env: &str) -> Grants {
     read.extend(etc_links().iter().cloned());
     let mut found = Vec::new();
     if let Some(cmd) = resolve(&config.command, &cwd, path_env) {
-        installation(&cmd, path_env, &mut found, 0);
+        installation(&cmd, path_env, &mut found, 0, true);
     }
     for arg in &config.args {
         let value = arg.split_once('=').map_or(arg.as_str(), |(_, v)| v);
@@ -69,7 +69,9 @@ pub fn grants(config: &PluginConfig, own: &[&Path], path_env: &str) -> Grants {
                 continue;
             }
             if p.is_file() {
-                installation(&p, path_env, &mut found, 0);
+                // An argument's file is the package's own text: its `#!` line (which `node
+                // file` or `python file` ignore) must not choose what else is granted.
+                installation(&p, path_env, &mut found, 0, false);
                 if let Some(dir) = p.parent() {
                     found.push(dir.to_owned());
                 }
@@ -127,7 +129,7 @@ fn resolve(command: &str, cwd: &Path, path_env: &str) -> Option<PathBuf> {
 
 /// What running `file` needs besides the system: the prefix it is installed in (`PREFIX/bin/x`),
 /// a venv's base Python, the `node_modules` tree it is part of, and a script's interpreter.
-fn installation(file: &Path, path_env: &str, out: &mut Vec<PathBuf>, depth: u8) {
+fn installation(file: &Path, path_env: &str, out: &mut Vec<PathBuf>, depth: u8, shebang_too: bool) {
     let real = std::fs::canonicalize(file).unwrap_or_else(|_| file.to_owned());
     for p in [file, real.as_path()] {
         out.push(p.to_owned());
@@ -135,17 +137,17 @@ fn installation(file: &Path, path_env: &str, out: &mut Vec<PathBuf>, depth: u8) 
         if let Some(prefix) = parent
             .filter(|d| matches!(d.file_name().and_then(|n| n.to_str()), Some("bin" | "sbin")))
             .and_then(Path::parent)
-            .filter(|prefix| prefix.components().count() > 1)
         {
-            out.push(prefix.to_owned());
+            grant_prefix(prefix, out);
             // A venv: the Python it was made from (`home = .../bin`).
             if let Ok(cfg) = std::fs::read_to_string(prefix.join("pyvenv.cfg"))
                 && let Some(home) = cfg.lines().find_map(|l| {
                     let (k, v) = l.split_once('=')?;
                     (k.trim() == "home").then(|| PathBuf::from(v.trim()))
                 })
+                && let Some(base) = home.parent()
             {
-                out.push(home.parent().map_or(home.clone(), Path::to_owned));
+                grant_prefix(base, out);
             }
         }
         if let Some(modules) = p
@@ -156,8 +158,10 @@ fn installation(file: &Path, path_env: &str, out: &mut Vec<PathBuf>, depth: u8) 
             out.push(modules.to_owned());
         }
     }
-    // A script: its interpreter (`#!/usr/bin/env node` finds node on PATH).
-    if depth < 2
+    // A script run as the command: its interpreter (`#!/usr/bin/env node` finds node on
+    // PATH), which must exist (else the kernel would not run the script either).
+    if shebang_too
+        && depth < 2
         && let Some(line) = shebang(&real)
     {
         let mut words = line.split_whitespace();
@@ -167,12 +171,44 @@ fn installation(file: &Path, path_env: &str, out: &mut Vec<PathBuf>, depth: u8) 
                     .find(|w| !w.starts_with('-'))
                     .and_then(|w| resolve(w, Path::new("/"), path_env))
             } else {
-                Some(PathBuf::from(interp))
+                Some(PathBuf::from(interp)).filter(|p| p.is_file())
             };
             if let Some(t) = target {
-                installation(&t, path_env, out, depth + 1);
+                installation(&t, path_env, out, depth + 1, true);
             }
         }
+    }
+}
+
+/// An installation prefix's programs and libraries (`PREFIX/bin`, `PREFIX/lib`, ...; a venv's
+/// `pyvenv.cfg`), not the rest of it (a prefix may be a home directory: `~/.local`), and
+/// never a prefix that is a directory of the system's or anyone's home.
+fn grant_prefix(prefix: &Path, out: &mut Vec<PathBuf>) {
+    const NEVER: &[&str] = &[
+        "/", "/proc", "/sys", "/dev", "/run", "/var", "/tmp", "/home", "/root", "/etc", "/boot",
+        "/mnt", "/media", "/srv", "/opt",
+    ];
+    let home = std::env::var_os("HOME").map(PathBuf::from);
+    if NEVER.iter().any(|n| prefix == Path::new(n))
+        || prefix.starts_with("/proc")
+        || prefix.starts_with("/sys")
+        || prefix.starts_with("/dev")
+        || home.as_deref() == Some(prefix)
+        || prefix.parent() == Some(Path::new("/home"))
+    {
+        return;
+    }
+    for sub in [
+        "bin",
+        "sbin",
+        "lib",
+        "lib64",
+        "lib32",
+        "libexec",
+        "include",
+        "pyvenv.cfg",
+    ] {
+        out.push(prefix.join(sub));
     }
 }
 
@@ -189,7 +225,8 @@ fn shebang(file: &Path) -> Option<String> {
 fn carve_all(paths: Vec<PathBuf>, hidden: &[PathBuf]) -> Vec<PathBuf> {
     let mut out = Vec::new();
     for p in paths {
-        let p = normal(&p);
+        // Landlock holds the inode a path leads to: compared where it leads.
+        let p = std::fs::canonicalize(&p).unwrap_or_else(|_| normal(&p));
         carve(&p, hidden, &mut out, 0);
     }
     out.sort();
@@ -213,6 +250,10 @@ fn carve(path: &Path, hidden: &[PathBuf], out: &mut Vec<PathBuf>, depth: u8) {
         return;
     }
     for e in entries.flatten() {
+        // A link in a directory holding a hidden path would grant where it leads: left out.
+        if e.file_type().is_ok_and(|t| t.is_symlink()) {
+            continue;
+        }
         carve(&e.path(), hidden, out, depth + 1);
     }
 }
@@ -278,8 +319,19 @@ mod tests {
         );
         c.cwd = None;
         let g = grants(&c, &[], "/usr/bin");
-        for p in [&venv, &base, &scripts] {
-            assert!(g.read.contains(p), "{p:?} in {:?}", g.read);
+        for p in [
+            venv.join("bin"),
+            venv.join("pyvenv.cfg"),
+            base.join("bin"),
+            scripts,
+        ] {
+            assert!(g.read.contains(&p), "{p:?} in {:?}", g.read);
         }
+        // The prefixes' programs and libraries, not all of them.
+        assert!(
+            !g.read.contains(&venv) && !g.read.contains(&base),
+            "{:?}",
+            g.read
+        );
     }
 }

@@ -23,6 +23,8 @@ pub struct Probe {
     pub may_drop_bounding: bool,
     /// A network namespace can be made for a child (by privilege, or in a user namespace).
     pub netns: NetNs,
+    /// The kernel takes seccomp filters.
+    pub seccomp: bool,
 }
 
 /// How a child gets a network namespace of its own.
@@ -46,6 +48,7 @@ pub fn get() -> &'static Probe {
             cgroups = %p.cgroups.as_ref().map_or_else(|| "none writable".to_owned(), |c| c.describe()),
             may_change_user = p.may_change_user,
             network_namespace = ?p.netns,
+            seccomp = p.seccomp,
             "plugin sandbox: what this machine offers"
         );
         if p.landlock == 0 {
@@ -78,6 +81,7 @@ fn run() -> Probe {
         may_change_user: has(SETUID) && has(SETGID),
         may_drop_bounding: has(SETPCAP),
         netns,
+        seccomp: super::seccomp::available(),
     }
 }
 
