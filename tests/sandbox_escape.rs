@@ -512,3 +512,83 @@ async fn a_required_uid_range_without_privilege_keeps_the_plugin_from_starting()
     .await;
     println!("last_error without privilege: {e}");
 }
+
+/// The deployment files' case: an unprivileged gateway (no cgroup it may write, no other
+/// user id). Landlock, seccomp, rlimits and no_new_privs still hold; what cannot is said.
+#[tokio::test]
+async fn an_unprivileged_gateway_still_walls_its_plugins_in() {
+    let files = Files::new();
+    for dir in [files.dir.path(), files.sandbox.path()] {
+        std::os::unix::fs::chown(dir, Some(NOBODY), Some(NOBODY)).unwrap();
+    }
+    let plugins =
+        plugin("hostile", "", "memory_mb = 512") + &plugin("offline", "", "network = \"none\"");
+    let flags = with_admin(files.flags("", &plugins));
+    let (uid, gid) = (format!("--reuid={NOBODY}"), format!("--regid={NOBODY}"));
+    let setpriv = ["setpriv", &uid, &gid, "--clear-groups", "--"];
+    let gw = Gateway::start_wrapped(&setpriv, &strs(&flags));
+    let gw_pid = gw.pid();
+    let c = session(&gw, None).await;
+    let who = call(&c, "hostile__whoami", json!({})).await;
+    assert_eq!(who["uid"], NOBODY, "{who}");
+    assert_eq!(who["status"]["NoNewPrivs"], "1", "{who}");
+    // Without a cgroup, the memory bound is each process's data limit.
+    assert_eq!(who["rlimits"]["DATA"][0], 512u64 << 20, "{who}");
+    let (_, home) = pid_home(&who);
+    let (db, config) = (files.db(), files.config());
+    let report = call(
+        &c,
+        "hostile__escape",
+        json!({
+            "read": [format!("/proc/{gw_pid}/environ"), format!("/proc/{gw_pid}/cmdline"), db, config],
+            "kill": [gw_pid],
+            "ptrace": [gw_pid],
+            "renice": [gw_pid],
+            "prlimit": [gw_pid],
+        }),
+    )
+    .await;
+    let mut wrong = not_refused("unprivileged", &report, &[]);
+    // network = "none" without privilege: Landlock for TCP, a network namespace of a user
+    // namespace's (or seccomp) for UDP.
+    let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let offline = call(
+        &c,
+        "offline__escape",
+        json!({"connect": ["127.0.0.1:6379"], "udp": [udp.local_addr().unwrap().to_string()]}),
+    )
+    .await;
+    wrong.extend(not_refused(
+        "unprivileged, network none",
+        &offline,
+        &["ENETUNREACH"],
+    ));
+    let mine = call(
+        &c,
+        "hostile__escape",
+        json!({"write": [format!("{home}/mine")]}),
+    )
+    .await;
+    wrong.extend(not_allowed("unprivileged, its own", &mine));
+    assert_none(&wrong);
+    // What it could not apply is said per rule.
+    let (status, list) = Admin::of(&gw, ADMIN_TOKEN).get("/admin/plugins").await;
+    assert_eq!(status, 200);
+    let hostile = list["plugins"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "hostile")
+        .cloned()
+        .unwrap();
+    let rules = hostile["isolation"]["rules"].clone();
+    let memory = rules
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["rule"] == "memory")
+        .cloned()
+        .unwrap();
+    assert_eq!(memory["enforced"], false, "{rules}");
+    assert!(common::alive(gw_pid));
+}

@@ -122,8 +122,8 @@ impl StdioTransport {
         drop(cmd);
         let mut child = match spawned {
             Ok(c) => {
-                if let Some(s) = &mut sandbox {
-                    s.spawned();
+                if let (Some(s), Some(pid)) = (&mut sandbox, c.id()) {
+                    s.spawned(pid);
                 }
                 c
             }

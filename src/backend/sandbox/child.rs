@@ -57,8 +57,6 @@ impl ChildPlan {
         // SAFETY (this whole block): plain system calls on integers and buffers prepared
         // before the fork; see the module's comment.
         unsafe {
-            // Killed first when the machine runs out of memory: a plugin, not the gateway.
-            write_file(c"/proc/self/oom_score_adj", b"1000")?;
             // Whatever a library of the gateway opened without close-on-exec stays here.
             const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
             libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, CLOSE_RANGE_CLOEXEC);
@@ -66,6 +64,10 @@ impl ChildPlan {
                 Some(NetNs::Direct) => check(libc::unshare(libc::CLONE_NEWNET))?,
                 Some(NetNs::InUserNs) => {
                     check(libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNET))?;
+                    // The gateway is non-dumpable, and so this copy of it: its /proc/self is
+                    // root's, and the maps below could not be written. Dumpable again until
+                    // the exec a few calls later (which replaces this memory).
+                    check(libc::prctl(libc::PR_SET_DUMPABLE, 1, 0, 0, 0))?;
                     write_file(c"/proc/self/setgroups", b"deny")?;
                     write_file(c"/proc/self/uid_map", self.id_maps.0.as_bytes())?;
                     write_file(c"/proc/self/gid_map", self.id_maps.1.as_bytes())?;

@@ -423,10 +423,15 @@ impl Prepared {
         }
     }
 
-    /// Once its child is started: the files it joined its cgroups through are closed.
-    pub fn spawned(&mut self) {
+    /// Once its child `pid` is started: the files it joined its cgroups through are closed, and
+    /// it is the one the kernel kills first when the machine runs out of memory (written from
+    /// here: the child, a copy of the non-dumpable gateway until its exec, may not).
+    pub fn spawned(&mut self, pid: u32) {
         if let Some(c) = &mut self.cgroup {
             c.joined();
+        }
+        if let Err(e) = std::fs::write(format!("/proc/{pid}/oom_score_adj"), "1000") {
+            tracing::debug!(plugin = %self.plugin, "oom_score_adj not set: {e}");
         }
     }
 
