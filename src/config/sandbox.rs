@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use super::{ConfigError, invalid};
 
 /// What a plugin's processes may reach (`[plugins.NAME.sandbox]`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct SandboxConfig {
     /// Refuse to start the plugin when a rule asked for cannot be enforced here.
@@ -59,7 +59,7 @@ impl Default for SandboxConfig {
 }
 
 /// Whether a plugin may use the network at all.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Network {
     #[default]
@@ -173,7 +173,13 @@ pub(super) fn settings(
         }
         s.uid_range = Some((first, last));
     }
-    let mut hidden: Vec<PathBuf> = MACHINE_SECRETS.iter().map(PathBuf::from).collect();
+    // Root's own files are a plugin's too when it keeps root's uid; other users' are kept
+    // from it by their modes.
+    let mut hidden: Vec<PathBuf> = if nix::unistd::geteuid().is_root() {
+        MACHINE_SECRETS.iter().map(PathBuf::from).collect()
+    } else {
+        Vec::new()
+    };
     // Every instance's home and every plugin's cache: a plugin's own are granted by name.
     hidden.push(s.dir.clone());
     if let Some(file) = sqlite_file(database_url) {

@@ -4,6 +4,7 @@
 //! `write` lists, and its own directories; never the gateway's own files, which are carved
 //! out of any directory that holds them.
 
+use std::collections::HashMap;
 use std::io::Read;
 use std::path::{Component, Path, PathBuf};
 
@@ -40,7 +41,47 @@ pub struct Grants {
 }
 
 /// The grants of one instance whose own directories are `own` (home, temp, package cache).
+/// All but `own` is the same for every instance of a definition: found once, and again after
+/// [`REFIND_AFTER`] (the files they were found from may change).
 pub fn grants(config: &PluginConfig, own: &[&Path], path_env: &str) -> Grants {
+    use std::hash::{Hash, Hasher};
+    type Found = (std::time::Instant, std::sync::Arc<Grants>);
+    static FOUND: std::sync::LazyLock<std::sync::Mutex<HashMap<u64, Found>>> =
+        std::sync::LazyLock::new(Default::default);
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    (&config.command, &config.args, &config.cwd, &config.sandbox).hash(&mut h);
+    (&config.host.hidden, path_env).hash(&mut h);
+    let key = h.finish();
+    let cached = {
+        let found = FOUND.lock().unwrap_or_else(|e| e.into_inner());
+        found
+            .get(&key)
+            .filter(|(at, _)| at.elapsed() < REFIND_AFTER)
+            .map(|(_, g)| g.clone())
+    };
+    let shared = cached.unwrap_or_else(|| {
+        let g = std::sync::Arc::new(find(config, path_env));
+        let mut found = FOUND.lock().unwrap_or_else(|e| e.into_inner());
+        if found.len() >= 1024 {
+            found.clear();
+        }
+        found.insert(key, (std::time::Instant::now(), g.clone()));
+        g
+    });
+    let mut write = shared.write.clone();
+    // Its own directories are the gateway's making, wherever they are.
+    write.extend(own.iter().map(|p| p.to_path_buf()));
+    Grants {
+        read: shared.read.clone(),
+        write,
+    }
+}
+
+/// How long found grants are reused.
+const REFIND_AFTER: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// What a definition's instances are granted, but their own directories.
+fn find(config: &PluginConfig, path_env: &str) -> Grants {
     let hidden = &config.host.hidden;
     let sandbox = config.sandbox.as_ref();
     let cwd = config
@@ -87,12 +128,9 @@ pub fn grants(config: &PluginConfig, own: &[&Path], path_env: &str) -> Grants {
     read.extend(sandbox.map(|s| s.read.clone()).unwrap_or_default());
     let mut write: Vec<PathBuf> = DEVICES.iter().map(PathBuf::from).collect();
     write.extend(sandbox.map(|s| s.write.clone()).unwrap_or_default());
-    let mut write = carve_all(write, hidden);
-    // Its own directories are the gateway's making, wherever they are.
-    write.extend(own.iter().map(|p| p.to_path_buf()));
     Grants {
         read: carve_all(read, hidden),
-        write,
+        write: carve_all(write, hidden),
     }
 }
 

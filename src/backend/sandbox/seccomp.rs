@@ -17,8 +17,23 @@ use seccompiler::{
 
 use crate::config::{Network, SandboxConfig};
 
-/// The filter for a plugin with sandbox `s`, compiled for this machine.
+/// The filter for a plugin with sandbox `s`, compiled for this machine (once for each kind).
 pub fn program(s: &SandboxConfig) -> Result<BpfProgram, seccompiler::BackendError> {
+    type Compiled = BTreeMap<(bool, bool), BpfProgram>;
+    static COMPILED: std::sync::Mutex<Compiled> = std::sync::Mutex::new(BTreeMap::new());
+    let key = (s.unix_sockets, s.network == Network::None);
+    if let Some(p) = COMPILED.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
+        return Ok(p.clone());
+    }
+    let p = compile(s)?;
+    COMPILED
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(key, p.clone());
+    Ok(p)
+}
+
+fn compile(s: &SandboxConfig) -> Result<BpfProgram, seccompiler::BackendError> {
     let arch = std::env::consts::ARCH
         .try_into()
         .map_err(|_| seccompiler::BackendError::InvalidTargetArch(std::env::consts::ARCH.into()))?;
