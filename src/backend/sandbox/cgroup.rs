@@ -231,16 +231,9 @@ impl InstanceCgroup {
         }
     }
 
-    /// Removes it if it is empty already.
-    pub fn try_remove(&self) -> bool {
-        self.dirs
-            .iter()
-            .all(|d| fs::remove_dir(d).is_ok() || !d.exists())
-    }
-
-    /// Removes it once empty; the kernel refuses while a process is still dying, so this
-    /// tries a few times.
-    pub async fn remove(self) {
+    /// Removes it once empty (blocking): the kernel refuses while a process is still dying,
+    /// so this tries for a few seconds.
+    pub fn remove(self) {
         for _ in 0..50 {
             self.kill_all();
             if self
@@ -250,7 +243,7 @@ impl InstanceCgroup {
             {
                 return;
             }
-            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            std::thread::sleep(std::time::Duration::from_millis(100));
         }
         tracing::warn!(cgroup = %self.pids.display(), "a plugin instance's cgroup could not be removed");
     }

@@ -473,20 +473,20 @@ impl Drop for Prepared {
         if let Some(c) = &self.cgroup {
             c.kill_all();
         }
-        let dir = self.dir.take();
-        let cgroup = self.cgroup.take().filter(|c| !c.try_remove());
+        let (dir, cgroup) = (self.dir.take(), self.cgroup.take());
+        // Removing a big home, or a cgroup (the kernel waits out a grace period), takes a
+        // while: never on a runtime thread.
         let cleanup = move || {
             if let Some(d) = dir {
                 let _ = std::fs::remove_dir_all(d);
             }
+            if let Some(c) = cgroup {
+                c.remove();
+            }
         };
         match tokio::runtime::Handle::try_current() {
             Ok(rt) => {
-                // A big home takes a while to remove: not on a runtime thread.
                 rt.spawn_blocking(cleanup);
-                if let Some(c) = cgroup {
-                    rt.spawn(c.remove());
-                }
             }
             Err(_) => cleanup(),
         }
