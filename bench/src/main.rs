@@ -9,7 +9,8 @@
 //! (e) resumable streams on against off, in alternating runs; cluster mode through HAProxy
 //! against memory mode, failover and a rolling restart (bench/src/cluster/); the modern era
 //! (2026-07-28) against the legacy one, (a) and a plugin's question to its client
-//! (bench/src/modern.rs). Every reply is checked: a wrong or missing one is counted. Results go
+//! (bench/src/modern.rs); the plugin sandbox on against off, the start-up of a plugin
+//! process and (a) and (b) (bench/src/isolation.rs). Every reply is checked: a wrong or missing one is counted. Results go
 //! to `bench/results/latest.json` and `BENCHMARKS.md`.
 
 use std::path::{Path, PathBuf};
@@ -27,6 +28,7 @@ use tokio::process::{Child, Command};
 
 mod cluster;
 mod inproc;
+mod isolation;
 mod modern;
 mod soak;
 
@@ -131,6 +133,11 @@ enum Cmd {
     /// the round trip of a plugin's question to its client (bench/src/modern.rs); results in
     /// the "Modern era (2026-07-28)" section of BENCHMARKS.md.
     Modern(modern::Options),
+    /// The plugin sandbox (issue 39) on against `sandbox = false`, on the same gateway build,
+    /// in alternating pairs: the start-up of cold per-session plugin processes (p50 and p99
+    /// of `initialize` + first call), then (a) and (b) in runs lasting half of `--duration`
+    /// (bench/src/isolation.rs); results in the Isolation section of BENCHMARKS.md.
+    Isolation(isolation::Options),
 }
 
 #[derive(Debug, Default, Serialize, Clone)]
@@ -322,6 +329,11 @@ fn main() {
             Duration::from_secs(cli.duration),
             &cli.out,
         )),
+        Some(Cmd::Isolation(options)) => rt.block_on(isolation::main(
+            options,
+            Duration::from_secs(cli.duration),
+            &cli.out,
+        )),
         None => rt.block_on(run(cli)),
     }
 }
@@ -352,6 +364,8 @@ struct Target {
     name: String,
     url: String,
     child: Child,
+    /// What it printed before it said where it listens (its start-up log, for a gateway).
+    head: Vec<String>,
     _dir: tempfile::TempDir,
 }
 
@@ -412,6 +426,7 @@ impl Target {
         let mut child = cmd.spawn().expect("start the target");
         // Targets print `listening on http://ADDR/mcp` on stdout or stderr.
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let head = Arc::new(std::sync::Mutex::new(Vec::new()));
         for stream in [
             child
                 .stdout
@@ -425,10 +440,13 @@ impl Target {
         .into_iter()
         .flatten()
         {
-            let tx = tx.clone();
+            let (tx, head) = (tx.clone(), head.clone());
             tokio::spawn(async move {
                 let mut lines = BufReader::new(stream).lines();
                 while let Ok(Some(line)) = lines.next_line().await {
+                    if !tx.is_closed() {
+                        head.lock().expect("lock").push(line.clone());
+                    }
                     if let Some(rest) = line.split("listening on http://").nth(1) {
                         let addr: String = rest
                             .chars()
@@ -444,10 +462,13 @@ impl Target {
             .ok()
             .flatten()
             .unwrap_or_else(|| panic!("{name} did not start"));
+        rx.close();
+        let head = std::mem::take(&mut *head.lock().expect("lock"));
         Target {
             name: name.to_owned(),
             url: format!("http://{addr}/mcp"),
             child,
+            head,
             _dir: dir,
         }
     }
@@ -509,6 +530,7 @@ impl Target {
             name: name.to_owned(),
             url,
             child,
+            head: Vec::new(),
             _dir: dir,
         })
     }
@@ -722,6 +744,7 @@ async fn run(cli: Cli) {
     }
 
     let modern = modern::measure(&modern::Options::default(), duration).await;
+    let isolation = isolation::measure(&isolation::Options::full(), duration).await;
 
     if !cli.no_cluster {
         report.cluster = Some(cluster::measure(&cluster::Options::full(), duration).await);
@@ -743,6 +766,7 @@ async fn run(cli: Cli) {
     }
     std::fs::write("BENCHMARKS.md", text).expect("write BENCHMARKS.md");
     modern::write(&modern, &cli.out);
+    isolation::write(&isolation, &cli.out);
     println!("{json}");
 }
 
