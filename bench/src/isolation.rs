@@ -563,7 +563,11 @@ pub fn markdown(r: &Report) -> String {
     );
     for (i, row) in r.rows.iter().enumerate() {
         let digits = if row.unit == "ms" { 2 } else { 0 };
-        let cost_digits = if row.cost_unit == "ms" { 2 } else { 1 };
+        let cost_digits = match row.cost_unit.as_str() {
+            "ms" => 2,
+            "%" => 1,
+            _ => 0,
+        };
         let unit = if row.cost_unit == "%" {
             "%".to_owned()
         } else {
