@@ -1846,21 +1846,26 @@ pub fn commit_excluding(ours: &[&str]) -> String {
             .output()
             .ok()
             .filter(|o| o.status.success())
-            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+            // Only the end trimmed: a status line starts with a space for a change not staged.
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim_end().to_owned())
     };
     let hash = git(&["rev-parse", "--short", "HEAD"]).unwrap_or_else(|| "unknown".into());
     // Changes beyond the results this run writes make the commit an approximation.
-    let dirty = git(&["status", "--porcelain", "--untracked-files=no"]).is_some_and(|s| {
-        s.lines().any(|l| {
-            let path = l.get(3..).unwrap_or(l);
-            !ours.iter().any(|o| path.starts_with(o))
-        })
-    });
+    let dirty = git(&["status", "--porcelain", "--untracked-files=no"])
+        .is_some_and(|s| changed_beyond(&s, ours));
     if dirty {
         format!("{hash} (with uncommitted changes)")
     } else {
         hash
     }
+}
+
+/// Whether `git status --porcelain` output `status` names a file not under `ours`.
+fn changed_beyond(status: &str, ours: &[&str]) -> bool {
+    status.lines().any(|l| {
+        let path = l.get(3..).unwrap_or(l);
+        !ours.iter().any(|o| path.starts_with(o))
+    })
 }
 
 // ---------------------------------------------------------------------------------------
@@ -2239,6 +2244,22 @@ fn markdown(r: &Report) -> (String, bool) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_changes_beyond_what_a_run_writes_mark_its_commit() {
+        let ours = ["BENCHMARKS.md", "bench/results/"];
+        // A change not staged starts its line with a space, the first line's too.
+        assert!(!changed_beyond(" M BENCHMARKS.md", &ours));
+        assert!(!changed_beyond(
+            " M BENCHMARKS.md\nM  bench/results/soak.json",
+            &ours
+        ));
+        assert!(changed_beyond(
+            " M BENCHMARKS.md\n M bench/src/main.rs",
+            &ours
+        ));
+        assert!(!changed_beyond("", &ours));
+    }
 
     #[test]
     fn a_section_is_replaced_or_appended_and_the_rest_kept() {
