@@ -132,7 +132,9 @@ impl Cgroups {
     /// Makes an instance's cgroup with the sandbox's bounds.
     pub fn create(&self, name: &str, s: &SandboxConfig) -> std::io::Result<InstanceCgroup> {
         let mut dirs: Vec<PathBuf> = Vec::new();
-        for d in [Some(&self.memory), Some(&self.pids), self.cpu.as_ref()]
+        // The CPU controller only when a share is asked for.
+        let cpu = self.cpu.as_ref().filter(|_| s.cpu_percent.is_some());
+        for d in [Some(&self.memory), Some(&self.pids), cpu]
             .into_iter()
             .flatten()
         {
@@ -149,7 +151,7 @@ impl Cgroups {
             procs: Vec::new(),
             dirs,
         };
-        made.limit(s, self.cpu.as_ref().map(|c| c.join(name)))
+        made.limit(s, cpu.map(|c| c.join(name)))
     }
 }
 
@@ -157,7 +159,7 @@ impl InstanceCgroup {
     fn limit(mut self, s: &SandboxConfig, cpu: Option<PathBuf>) -> std::io::Result<Self> {
         let bytes = (s.memory_mb * 1024 * 1024).to_string();
         let period = 100_000u64;
-        let quota = u64::from(s.cpu_percent) * period / 100;
+        let quota = u64::from(s.cpu_percent.unwrap_or(100)) * period / 100;
         match self.version {
             Version::V1 => {
                 write(&self.memory.join("memory.limit_in_bytes"), &bytes)?;

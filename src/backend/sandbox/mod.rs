@@ -125,11 +125,13 @@ pub fn isolation(config: &PluginConfig) -> Isolation {
             "not bounded"
         }),
     );
-    rule(
-        "cpu",
-        cg.is_some_and(|c| c.has_cpu()),
-        cgroup_how("not bounded"),
-    );
+    if s.cpu_percent.is_some() {
+        rule(
+            "cpu",
+            cg.is_some_and(|c| c.has_cpu()),
+            cgroup_how("not bounded"),
+        );
+    }
     rule(
         "limits",
         true,
