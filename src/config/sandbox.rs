@@ -129,18 +129,6 @@ impl Default for SandboxSettings {
     }
 }
 
-/// Secrets of the machine's own under `/etc`, hidden from every plugin (one that runs as
-/// root's uid, without capabilities, still owns them).
-const MACHINE_SECRETS: &[&str] = &[
-    "/etc/shadow",
-    "/etc/gshadow",
-    "/etc/shadow-",
-    "/etc/gshadow-",
-    "/etc/ssh",
-    "/etc/ssl/private",
-    "/etc/security/opasswd",
-];
-
 /// The settings from `[sandbox]`, the database URL, the config file's path and the files
 /// secrets are read from (`secret_files`).
 pub(super) fn settings(
@@ -175,13 +163,7 @@ pub(super) fn settings(
         }
         s.uid_range = Some((first, last));
     }
-    // Root's own files are a plugin's too when it keeps root's uid; other users' are kept
-    // from it by their modes.
-    let mut hidden: Vec<PathBuf> = if nix::unistd::geteuid().is_root() {
-        MACHINE_SECRETS.iter().map(PathBuf::from).collect()
-    } else {
-        Vec::new()
-    };
+    let mut hidden: Vec<PathBuf> = Vec::new();
     // Every instance's home and every plugin's cache: a plugin's own are granted by name.
     hidden.push(s.dir.clone());
     if let Some(file) = sqlite_file(database_url) {

@@ -50,7 +50,7 @@ pub fn grants(config: &PluginConfig, own: &[&Path], path_env: &str) -> Grants {
         std::sync::LazyLock::new(Default::default);
     let mut h = std::collections::hash_map::DefaultHasher::new();
     (&config.command, &config.args, &config.cwd, &config.sandbox).hash(&mut h);
-    (&config.host.hidden, path_env).hash(&mut h);
+    (&config.host.hidden, path_env, config.uid).hash(&mut h);
     let key = h.finish();
     let cached = {
         let found = FOUND.lock().unwrap_or_else(|e| e.into_inner());
@@ -80,9 +80,28 @@ pub fn grants(config: &PluginConfig, own: &[&Path], path_env: &str) -> Grants {
 /// How long found grants are reused.
 const REFIND_AFTER: std::time::Duration = std::time::Duration::from_secs(30);
 
+/// Secrets of the machine's own under `/etc`, hidden from a plugin that keeps root's uid
+/// (without capabilities it still owns them); a plugin of another user id is kept from them
+/// by their modes, and is spared carving `/etc` into its entries at every start.
+const MACHINE_SECRETS: &[&str] = &[
+    "/etc/shadow",
+    "/etc/gshadow",
+    "/etc/shadow-",
+    "/etc/gshadow-",
+    "/etc/ssh",
+    "/etc/ssl/private",
+    "/etc/security/opasswd",
+];
+
 /// What a definition's instances are granted, but their own directories.
 fn find(config: &PluginConfig, path_env: &str) -> Grants {
-    let hidden = &config.host.hidden;
+    let keeps_root = nix::unistd::geteuid().is_root()
+        && !(config.uid.is_some() && super::probe::get().may_change_user);
+    let mut hidden = config.host.hidden.clone();
+    if keeps_root {
+        hidden.extend(MACHINE_SECRETS.iter().map(PathBuf::from));
+    }
+    let hidden = &hidden;
     let sandbox = config.sandbox.as_ref();
     let cwd = config
         .cwd
