@@ -172,13 +172,7 @@ pub async fn main(opts: Options, duration: Duration, out: &Path) {
 
 /// Writes `isolation.json` in `out` and the section of BENCHMARKS.md.
 pub fn write(r: &Report, out: &Path) {
-    let json = serde_json::to_string_pretty(r).expect("serializable");
-    std::fs::create_dir_all(out).expect("results directory");
-    std::fs::write(out.join("isolation.json"), &json).expect("write results");
-    let old = std::fs::read_to_string("BENCHMARKS.md").unwrap_or_default();
-    let text = crate::soak::replace_section(&old, SECTION, &markdown(r));
-    std::fs::write("BENCHMARKS.md", text).expect("write BENCHMARKS.md");
-    eprintln!("isolation: wrote the {SECTION} section of BENCHMARKS.md");
+    crate::soak::write_report(r, &out.join("isolation.json"), SECTION, &markdown(r));
 }
 
 /// The start-up pairs, then (unless `startup_only`) (a) and (b) in pairs of runs lasting
@@ -273,7 +267,7 @@ async fn startup_run(target: &Target, starts: usize) -> StartRun {
     let new = || Histogram::<u64>::new(3).expect("histogram");
     let (mut first, mut call, mut second, mut started) = (new(), new(), new(), new());
     let mut failed = 0;
-    let (cpu, children) = (crate::cpu_seconds(pid), children_cpu_seconds(pid));
+    let (cpu, children) = (crate::cpu_seconds(pid), crate::children_cpu_seconds(pid));
     for i in 0..starts {
         match alone(&http, &target.url, pid, WARM_UP + i).await {
             Ok(t) => {
@@ -301,7 +295,7 @@ async fn startup_run(target: &Target, starts: usize) -> StartRun {
         start_p50_ms: ms(&started, 0.5),
         start_p99_ms: ms(&started, 0.99),
         gateway_cpu_us_per_start: per_start(crate::cpu_seconds(pid) - cpu),
-        plugin_cpu_us_per_start: per_start(children_cpu_seconds(pid) - children),
+        plugin_cpu_us_per_start: per_start(crate::children_cpu_seconds(pid) - children),
         failed,
     }
 }
@@ -378,28 +372,6 @@ async fn echo(
     } else {
         Err(format!("call {id}: not the call's text: {messages:?}"))
     }
-}
-
-/// CPU time, user and system, of the children process `pid` has waited for, in seconds.
-fn children_cpu_seconds(pid: u32) -> f64 {
-    let ticks_per_sec = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
-        .ok()
-        .flatten()
-        .unwrap_or(100) as f64;
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // Fields after the command's closing parenthesis: state is the first, cutime the 14th,
-    // cstime the 15th.
-    let ticks: u64 = stat
-        .rsplit_once(')')
-        .map(|(_, rest)| {
-            rest.split_whitespace()
-                .skip(13)
-                .take(2)
-                .filter_map(|t| t.parse::<u64>().ok())
-                .sum()
-        })
-        .unwrap_or(0);
-    ticks as f64 / ticks_per_sec
 }
 
 /// (a) or (b) with the sandbox on and off, in [`PAIRS`] alternating pairs of runs.
@@ -513,13 +485,6 @@ fn rows(r: &Report) -> Vec<Row> {
     rows
 }
 
-fn list(v: &[f64], digits: usize) -> String {
-    v.iter()
-        .map(|c| format!("{c:.digits$}"))
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
 pub fn markdown(r: &Report) -> String {
     let binary = r
         .gateway
@@ -583,9 +548,9 @@ pub fn markdown(r: &Report) -> String {
             "| {} | {} | {} | {} | {} | **{:.cost_digits$}{unit}**{verdict} |\n",
             row.measure,
             row.runs,
-            list(&row.on, digits),
-            list(&row.off, digits),
-            list(&row.pair_cost, cost_digits),
+            crate::modern::list(&row.on, digits),
+            crate::modern::list(&row.off, digits),
+            crate::modern::list(&row.pair_cost, cost_digits),
             row.cost,
         ));
     }

@@ -950,18 +950,28 @@ fn percent(fraction: f64) -> f64 {
 
 /// CPU time, user and system, that process `pid` has used so far, in seconds.
 fn cpu_seconds(pid: u32) -> f64 {
+    stat_seconds(pid, 11)
+}
+
+/// CPU time, user and system, of the children process `pid` has waited for, in seconds.
+fn children_cpu_seconds(pid: u32) -> f64 {
+    stat_seconds(pid, 13)
+}
+
+/// The sum of the two tick counts of `/proc/PID/stat` that come `skip` fields after the
+/// state (the first field after the command's closing parenthesis: utime and stime at 11,
+/// cutime and cstime at 13), in seconds.
+fn stat_seconds(pid: u32, skip: usize) -> f64 {
     let ticks_per_sec = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
         .ok()
         .flatten()
         .unwrap_or(100) as f64;
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // Fields after the command's closing parenthesis: state is the first, utime the 12th,
-    // stime the 13th.
     let ticks: u64 = stat
         .rsplit_once(')')
         .map(|(_, rest)| {
             rest.split_whitespace()
-                .skip(11)
+                .skip(skip)
                 .take(2)
                 .filter_map(|t| t.parse::<u64>().ok())
                 .sum()

@@ -278,13 +278,7 @@ pub async fn main(opts: Options, duration: Duration, out: &Path) {
 
 /// Writes `modern.json` in `out` and the section of BENCHMARKS.md.
 pub fn write(r: &Report, out: &Path) {
-    let json = serde_json::to_string_pretty(r).expect("serializable");
-    std::fs::create_dir_all(out).expect("results directory");
-    std::fs::write(out.join("modern.json"), &json).expect("write results");
-    let old = std::fs::read_to_string("BENCHMARKS.md").unwrap_or_default();
-    let text = crate::soak::replace_section(&old, SECTION, &markdown(r));
-    std::fs::write("BENCHMARKS.md", text).expect("write BENCHMARKS.md");
-    eprintln!("modern: wrote the {SECTION} section of BENCHMARKS.md");
+    crate::soak::write_report(r, &out.join("modern.json"), SECTION, &markdown(r));
 }
 
 /// Runs the four comparisons, each run lasting half of `duration` (as the paired runs of the
@@ -826,7 +820,8 @@ impl Sse {
     }
 }
 
-fn list(v: &[f64], digits: usize) -> String {
+/// `v` as `digits`-decimal numbers, comma-separated (the report tables').
+pub fn list(v: &[f64], digits: usize) -> String {
     v.iter()
         .map(|c| format!("{c:.digits$}"))
         .collect::<Vec<_>>()

@@ -1874,6 +1874,20 @@ fn changed_beyond(status: &str, ours: &[&str]) -> bool {
 /// The heading of the section this writes in BENCHMARKS.md.
 pub const SECTION: &str = "## Soak";
 
+/// Writes report `r` as JSON to `file` (its directory made) and `section` under `heading` in
+/// BENCHMARKS.md.
+pub fn write_report(r: &impl serde::Serialize, file: &Path, heading: &str, section: &str) {
+    let json = serde_json::to_string_pretty(r).expect("serializable");
+    if let Some(dir) = file.parent() {
+        std::fs::create_dir_all(dir).expect("results directory");
+    }
+    std::fs::write(file, &json).expect("write results");
+    let old = std::fs::read_to_string("BENCHMARKS.md").unwrap_or_default();
+    let text = replace_section(&old, heading, section);
+    std::fs::write("BENCHMARKS.md", text).expect("write BENCHMARKS.md");
+    eprintln!("wrote the {heading} section of BENCHMARKS.md");
+}
+
 /// `text` with the section under `heading` (up to the next `## ` heading) replaced by
 /// `section`, or `section` appended when there is none.
 pub fn replace_section(text: &str, heading: &str, section: &str) -> String {
