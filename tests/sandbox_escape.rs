@@ -35,17 +35,63 @@ const UID_RANGE: (u32, u32) = (200_000, 265_535);
 struct Files {
     dir: tempfile::TempDir,
     sandbox: tempfile::TempDir,
+    /// Copies of the gateway and the hostile fixture where every user reaches them: a plugin
+    /// under a uid of its own, or a gateway run as nobody, must reach its program wherever
+    /// the checkout is (a home of mode 0700 would stop them).
+    bins: tempfile::TempDir,
 }
 
 impl Files {
     fn new() -> Files {
         let sandbox = tempfile::tempdir().unwrap();
+        let bins = tempfile::tempdir().unwrap();
         // A plugin given a uid of its own must reach its home below it.
-        fs::set_permissions(sandbox.path(), fs::Permissions::from_mode(0o755)).unwrap();
+        for d in [sandbox.path(), bins.path()] {
+            fs::set_permissions(d, fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        for program in [HOSTILE, common::GATEWAY] {
+            let name = Path::new(program).file_name().unwrap();
+            fs::copy(program, bins.path().join(name)).unwrap();
+        }
         Files {
             dir: tempfile::tempdir().unwrap(),
             sandbox,
+            bins,
         }
+    }
+
+    fn hostile(&self) -> String {
+        let name = Path::new(HOSTILE).file_name().unwrap();
+        self.bins.path().join(name).to_str().unwrap().to_owned()
+    }
+
+    /// The wrapper that runs the gateway's copy as uid and gid `id` (the harness appends the
+    /// gateway's own path, which the shell drops).
+    fn as_user(&self, id: u32) -> Vec<String> {
+        let name = Path::new(common::GATEWAY).file_name().unwrap();
+        let copy = self.bins.path().join(name).to_str().unwrap().to_owned();
+        vec![
+            "setpriv".into(),
+            format!("--reuid={id}"),
+            format!("--regid={id}"),
+            "--clear-groups".into(),
+            "--".into(),
+            "/bin/sh".into(),
+            "-c".into(),
+            "shift; exec \"$0\" \"$@\"".into(),
+            copy,
+        ]
+    }
+
+    /// A hostile plugin `name`: `keys` in its table, `sandbox` in `[plugins.NAME.sandbox]`
+    /// (left out when empty: the sandbox is on by default).
+    fn plugin(&self, name: &str, keys: &str, sandbox: &str) -> String {
+        let hostile = self.hostile();
+        let mut t = format!("[plugins.{name}]\ncommand = {hostile:?}\n{keys}\n");
+        if !sandbox.is_empty() {
+            t += &format!("[plugins.{name}.sandbox]\n{sandbox}\n");
+        }
+        t
     }
 
     fn db(&self) -> PathBuf {
@@ -77,16 +123,6 @@ impl Files {
             self.db_url(),
         ]
     }
-}
-
-/// A hostile plugin `name`: `keys` in its table, `sandbox` in `[plugins.NAME.sandbox]` (left
-/// out when empty: the sandbox is on by default).
-fn plugin(name: &str, keys: &str, sandbox: &str) -> String {
-    let mut t = format!("[plugins.{name}]\ncommand = {HOSTILE:?}\n{keys}\n");
-    if !sandbox.is_empty() {
-        t += &format!("[plugins.{name}.sandbox]\n{sandbox}\n");
-    }
-    t
 }
 
 fn with_admin(mut flags: Vec<String>) -> Vec<String> {
@@ -246,7 +282,8 @@ async fn a_plugin_cannot_reach_the_gateway_other_sessions_or_the_network_past_it
         "connect_ports = [{allowed_port}]\nbind_ports = [{bind_ok}]\n\
          max_processes = 16\nmax_file_mb = 1"
     );
-    let plugins = plugin("hostile", "", &hostile) + &plugin("offline", "", "network = \"none\"");
+    let plugins =
+        files.plugin("hostile", "", &hostile) + &files.plugin("offline", "", "network = \"none\"");
     let gw = Gateway::start(&strs(&with_admin(files.flags("", &plugins))));
     let gw_pid = gw.pid();
     let admin_addr = gw.admin.clone().expect("admin listener");
@@ -329,7 +366,7 @@ async fn a_plugin_cannot_reach_the_gateway_other_sessions_or_the_network_past_it
 #[tokio::test]
 async fn a_plugin_past_its_memory_bound_is_killed_and_the_gateway_says_why() {
     let files = Files::new();
-    let plugins = plugin("hog", "", "memory_mb = 64");
+    let plugins = files.plugin("hog", "", "memory_mb = 64");
     let gw = Gateway::start(&strs(&with_admin(files.flags("", &plugins))));
     let a = session(&gw, None).await;
     call(&a, "whoami", json!({})).await;
@@ -352,7 +389,7 @@ async fn a_plugin_past_its_memory_bound_is_killed_and_the_gateway_says_why() {
 #[tokio::test]
 async fn a_plugin_gets_a_clean_environment_no_capabilities_and_no_core_dumps() {
     let files = Files::new();
-    let plugins = plugin("plain", "env = { GREETING = \"hello\" }", "");
+    let plugins = files.plugin("plain", "env = { GREETING = \"hello\" }", "");
     let flags = files.flags("", &plugins);
     let db_url = files.db_url();
     let env = [
@@ -414,7 +451,7 @@ async fn two_subjects_instances_cannot_see_each_other() {
     let base = "http://127.0.0.1:9";
     let rest = format!(
         "[auth]\nmode = \"builtin\"\npublic_url = \"{base}/mcp\"\n{}",
-        plugin("hostile", "", "")
+        files.plugin("hostile", "", "")
     );
     let range = format!("uid_range = [{}, {}]", UID_RANGE.0, UID_RANGE.1);
     let gw = Gateway::start(&strs(&with_admin(files.flags(&range, &rest))));
@@ -476,16 +513,8 @@ async fn a_required_uid_range_without_privilege_keeps_the_plugin_from_starting()
         std::os::unix::fs::chown(dir, Some(NOBODY), Some(NOBODY)).unwrap();
     }
     let range = format!("uid_range = [{}, {}]", UID_RANGE.0, UID_RANGE.1);
-    let flags = with_admin(files.flags(&range, &plugin("hostile", "", "required = true")));
-    let (uid, gid) = (format!("--reuid={NOBODY}"), format!("--regid={NOBODY}"));
-    let setpriv = [
-        "setpriv",
-        uid.as_str(),
-        gid.as_str(),
-        "--clear-groups",
-        "--",
-    ];
-    let gw = Gateway::start_wrapped(&setpriv, &strs(&flags));
+    let flags = with_admin(files.flags(&range, &files.plugin("hostile", "", "required = true")));
+    let gw = Gateway::start_wrapped(&strs(&files.as_user(NOBODY)), &strs(&flags));
     let status = fs::read_to_string(format!("/proc/{}/status", gw.pid())).unwrap();
     let real_uid = status.lines().find_map(|l| l.strip_prefix("Uid:")).unwrap();
     assert_eq!(
@@ -521,12 +550,10 @@ async fn an_unprivileged_gateway_still_walls_its_plugins_in() {
     for dir in [files.dir.path(), files.sandbox.path()] {
         std::os::unix::fs::chown(dir, Some(NOBODY), Some(NOBODY)).unwrap();
     }
-    let plugins =
-        plugin("hostile", "", "memory_mb = 512") + &plugin("offline", "", "network = \"none\"");
+    let plugins = files.plugin("hostile", "", "memory_mb = 512")
+        + &files.plugin("offline", "", "network = \"none\"");
     let flags = with_admin(files.flags("", &plugins));
-    let (uid, gid) = (format!("--reuid={NOBODY}"), format!("--regid={NOBODY}"));
-    let setpriv = ["setpriv", &uid, &gid, "--clear-groups", "--"];
-    let gw = Gateway::start_wrapped(&setpriv, &strs(&flags));
+    let gw = Gateway::start_wrapped(&strs(&files.as_user(NOBODY)), &strs(&flags));
     let gw_pid = gw.pid();
     let c = session(&gw, None).await;
     let who = call(&c, "hostile__whoami", json!({})).await;
