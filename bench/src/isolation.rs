@@ -153,10 +153,7 @@ pub struct Row {
 /// the section of BENCHMARKS.md.
 pub async fn main(opts: Options, duration: Duration, out: &Path) {
     if opts.rewrite {
-        let path = out.join("isolation.json");
-        let json =
-            std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-        let r: Report = serde_json::from_str(&json).expect("a report of mcp-bench isolation");
+        let r: Report = crate::soak::read_report(&out.join("isolation.json"));
         return write(&r, out);
     }
     crate::raise_fd_limit();

@@ -263,10 +263,7 @@ impl Question {
 /// section of BENCHMARKS.md.
 pub async fn main(opts: Options, duration: Duration, out: &Path) {
     if opts.rewrite {
-        let path = out.join("modern.json");
-        let json =
-            std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-        let r: Report = serde_json::from_str(&json).expect("a report of mcp-bench modern");
+        let r: Report = crate::soak::read_report(&out.join("modern.json"));
         return write(&r, out);
     }
     crate::raise_fd_limit();

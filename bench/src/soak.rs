@@ -1874,6 +1874,12 @@ fn changed_beyond(status: &str, ours: &[&str]) -> bool {
 /// The heading of the section this writes in BENCHMARKS.md.
 pub const SECTION: &str = "## Soak";
 
+/// A report written by [`write_report`] before (to write its section again).
+pub fn read_report<T: serde::de::DeserializeOwned>(file: &Path) -> T {
+    let json = std::fs::read_to_string(file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+    serde_json::from_str(&json).unwrap_or_else(|e| panic!("{}: not a report: {e}", file.display()))
+}
+
 /// Writes report `r` as JSON to `file` (its directory made) and `section` under `heading` in
 /// BENCHMARKS.md.
 pub fn write_report(r: &impl serde::Serialize, file: &Path, heading: &str, section: &str) {
