@@ -153,7 +153,7 @@ pub struct Row {
 /// the section of BENCHMARKS.md.
 pub async fn main(opts: Options, duration: Duration, out: &Path) {
     if opts.rewrite {
-        let r: Report = crate::soak::read_report(&out.join("isolation.json"));
+        let r: Report = crate::report::read_report(&out.join("isolation.json"));
         return write(&r, out);
     }
     crate::raise_fd_limit();
@@ -169,7 +169,7 @@ pub async fn main(opts: Options, duration: Duration, out: &Path) {
 
 /// Writes `isolation.json` in `out` and the section of BENCHMARKS.md.
 pub fn write(r: &Report, out: &Path) {
-    crate::soak::write_report(r, &out.join("isolation.json"), SECTION, &markdown(r));
+    crate::report::write_report(r, &out.join("isolation.json"), SECTION, &markdown(r));
 }
 
 /// The start-up pairs, then (unless `startup_only`) (a) and (b) in pairs of runs lasting
@@ -181,8 +181,8 @@ pub async fn measure(opts: &Options, duration: Duration) -> Report {
         .unwrap_or_else(|| crate::sibling("mcp-gateway"));
     let run = crate::pair_run(duration);
     let mut r = Report {
-        date: crate::date(),
-        commit: crate::soak::commit_excluding(&["BENCHMARKS.md", "bench/results/"]),
+        date: crate::report::date(),
+        commit: crate::report::commit_excluding(&["BENCHMARKS.md", "bench/results/"]),
         gateway: opts.gateway.as_ref().map(|p| p.display().to_string()),
         cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
         load_before: crate::cluster::loadavg(),

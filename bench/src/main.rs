@@ -30,6 +30,7 @@ mod cluster;
 mod inproc;
 mod isolation;
 mod modern;
+mod report;
 mod soak;
 
 // The same allocator as the gateway, so the in-process ceiling measures the design and not
@@ -540,7 +541,7 @@ async fn run(cli: Cli) {
     raise_fd_limit();
     let duration = Duration::from_secs(cli.duration);
     let mut report = Report {
-        date: date(),
+        date: report::date(),
         cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
         duration_secs: cli.duration,
         targets: Vec::new(),
@@ -756,13 +757,13 @@ async fn run(cli: Cli) {
     // The soak's and the fuzzing's sections come from runs of their own: kept as they are;
     // so is cluster mode's when this run left it out.
     let old = std::fs::read_to_string("BENCHMARKS.md").unwrap_or_default();
-    let mut text = soak::keep_sections(
+    let mut text = report::keep_sections(
         &old,
         markdown(&report),
         &[soak::SECTION, "## Fuzzing", cluster::SECTION],
     );
     if let Some(c) = &report.cluster {
-        text = soak::replace_section(&text, cluster::SECTION, &cluster::markdown(c));
+        text = report::replace_section(&text, cluster::SECTION, &cluster::markdown(c));
     }
     std::fs::write("BENCHMARKS.md", text).expect("write BENCHMARKS.md");
     modern::write(&modern, &cli.out);
@@ -1517,15 +1518,6 @@ fn raise_fd_limit() {
     if let Ok((_, hard)) = getrlimit(Resource::RLIMIT_NOFILE) {
         let _ = setrlimit(Resource::RLIMIT_NOFILE, hard.min(200_000), hard);
     }
-}
-
-fn date() -> String {
-    std::process::Command::new("date")
-        .arg("-u")
-        .arg("+%Y-%m-%d %H:%M UTC")
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
-        .unwrap_or_default()
 }
 
 fn markdown(r: &Report) -> String {

@@ -263,7 +263,7 @@ impl Question {
 /// section of BENCHMARKS.md.
 pub async fn main(opts: Options, duration: Duration, out: &Path) {
     if opts.rewrite {
-        let r: Report = crate::soak::read_report(&out.join("modern.json"));
+        let r: Report = crate::report::read_report(&out.join("modern.json"));
         return write(&r, out);
     }
     crate::raise_fd_limit();
@@ -275,7 +275,7 @@ pub async fn main(opts: Options, duration: Duration, out: &Path) {
 
 /// Writes `modern.json` in `out` and the section of BENCHMARKS.md.
 pub fn write(r: &Report, out: &Path) {
-    crate::soak::write_report(r, &out.join("modern.json"), SECTION, &markdown(r));
+    crate::report::write_report(r, &out.join("modern.json"), SECTION, &markdown(r));
 }
 
 /// Runs the four comparisons, each run lasting half of `duration` (as the paired runs of the
@@ -287,8 +287,8 @@ pub async fn measure(opts: &Options, duration: Duration) -> Report {
         .clone()
         .unwrap_or_else(|| crate::sibling("mcp-gateway"));
     let mut r = Report {
-        date: crate::date(),
-        commit: crate::soak::commit_excluding(&["BENCHMARKS.md", "bench/results/"]),
+        date: crate::report::date(),
+        commit: crate::report::commit_excluding(&["BENCHMARKS.md", "bench/results/"]),
         gateway: opts.gateway.as_ref().map(|p| p.display().to_string()),
         cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
         seconds_per_run: run.as_secs(),

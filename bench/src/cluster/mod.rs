@@ -116,8 +116,8 @@ pub async fn measure(opts: &Options, duration: Duration) -> Report {
     // From here on, SIGINT and SIGTERM end what this started, and then the process.
     tokio::spawn(harness::clean_up_and_exit());
     let mut r = Report {
-        date: crate::date(),
-        commit: crate::soak::commit_excluding(&["BENCHMARKS.md", "bench/results/"]),
+        date: crate::report::date(),
+        commit: crate::report::commit_excluding(&["BENCHMARKS.md", "bench/results/"]),
         cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
         seconds_per_run: run.as_secs(),
         replicas: REPLICAS,
@@ -239,7 +239,7 @@ pub async fn main(opts: Options, duration: Duration, out: &Path) {
 /// Replaces (or adds) the section in BENCHMARKS.md.
 pub fn write_section(r: &Report) {
     let old = std::fs::read_to_string("BENCHMARKS.md").unwrap_or_default();
-    let text = crate::soak::replace_section(&old, SECTION, &markdown(r));
+    let text = crate::report::replace_section(&old, SECTION, &markdown(r));
     std::fs::write("BENCHMARKS.md", text).expect("write BENCHMARKS.md");
     eprintln!("cluster: wrote the {SECTION} section of BENCHMARKS.md");
 }
