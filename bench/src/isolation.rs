@@ -27,7 +27,8 @@ use std::time::{Duration, Instant};
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
-use crate::{PAIRS, Run, Target, median, percent, round1};
+use crate::numbers::{list, median, percent, round1};
+use crate::{PAIRS, Run, Target};
 
 /// The heading of the section this writes in BENCHMARKS.md.
 pub const SECTION: &str = "## Isolation";
@@ -545,9 +546,9 @@ pub fn markdown(r: &Report) -> String {
             "| {} | {} | {} | {} | {} | **{:.cost_digits$}{unit}**{verdict} |\n",
             row.measure,
             row.runs,
-            crate::modern::list(&row.on, digits),
-            crate::modern::list(&row.off, digits),
-            crate::modern::list(&row.pair_cost, cost_digits),
+            list(&row.on, digits),
+            list(&row.off, digits),
+            list(&row.pair_cost, cost_digits),
             row.cost,
         ));
     }

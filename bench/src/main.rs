@@ -26,10 +26,13 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, Command};
 
+use numbers::{list, median, percent, round1};
+
 mod cluster;
 mod inproc;
 mod isolation;
 mod modern;
+mod numbers;
 mod report;
 mod soak;
 
@@ -939,16 +942,6 @@ async fn resumable_cost(
     cost
 }
 
-/// To one decimal.
-fn round1(x: f64) -> f64 {
-    (x * 10.0).round() / 10.0
-}
-
-/// A fraction in percent, to one decimal.
-fn percent(fraction: f64) -> f64 {
-    round1(fraction * 100.0)
-}
-
 /// CPU time, user and system, that process `pid` has used so far, in seconds.
 fn cpu_seconds(pid: u32) -> f64 {
     stat_seconds(pid, 11)
@@ -979,16 +972,6 @@ fn stat_seconds(pid: u32, skip: usize) -> f64 {
         })
         .unwrap_or(0);
     ticks as f64 / ticks_per_sec
-}
-
-fn median(v: &[f64]) -> f64 {
-    let mut v = v.to_vec();
-    v.sort_by(f64::total_cmp);
-    match v.len() {
-        0 => 0.0,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-    }
 }
 
 async fn http_target(target: &Target, duration: Duration) -> TargetReport {
@@ -1568,12 +1551,6 @@ fn markdown(r: &Report) -> String {
     for t in r.targets.iter().filter(|t| !t.notes.is_empty()) {
         out.push_str(&format!("\n{}: {}\n", t.name, t.notes.join("; ")));
     }
-    let list = |v: &[f64], digits: usize| {
-        v.iter()
-            .map(|c| format!("{c:.digits$}"))
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
     if !r.ceiling_share.is_empty() {
         out.push_str(
             "\nThe gateway against the in-process ceiling in alternating pairs of runs (ceiling \

@@ -37,7 +37,8 @@ use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use crate::{PAIRS, Run, Target, Throughput, median, percent, round1};
+use crate::numbers::{list, median, percent, round1};
+use crate::{PAIRS, Run, Target, Throughput};
 
 /// The heading of the section this writes in BENCHMARKS.md.
 pub const SECTION: &str = "## Modern era (2026-07-28)";
@@ -815,14 +816,6 @@ impl Sse {
             }
         }
     }
-}
-
-/// `v` as `digits`-decimal numbers, comma-separated (the report tables').
-pub fn list(v: &[f64], digits: usize) -> String {
-    v.iter()
-        .map(|c| format!("{c:.digits$}"))
-        .collect::<Vec<_>>()
-        .join(", ")
 }
 
 pub fn markdown(r: &Report) -> String {

@@ -1657,18 +1657,18 @@ async fn run(opts: Options) -> bool {
         let dt = t.duration_since(prev.0).as_secs_f64().max(0.001);
         let s = Sample {
             t_secs: t.duration_since(start).as_secs_f64().round() as u64,
-            rss_mb: super::round1(rss_mb),
+            rss_mb: crate::numbers::round1(rss_mb),
             fds,
             threads,
             children: kids.len() as u64,
             children_rss_mb: children_rss_mb.round(),
             sessions_open: Stats::get(&stats.sessions_open),
             calls_per_sec: ((done - prev.1) as f64 / dt).round(),
-            cpu_percent: super::round1(100.0 * (cpu - prev.2) / dt),
-            mem_available_gb: super::round1(mem_available_gb),
+            cpu_percent: crate::numbers::round1(100.0 * (cpu - prev.2) / dt),
+            mem_available_gb: crate::numbers::round1(mem_available_gb),
             load1,
             replay_events: metric(metrics, "mcp_gateway_replay_buffer_events") as u64,
-            replay_mb: super::round1(
+            replay_mb: crate::numbers::round1(
                 metric(metrics, "mcp_gateway_replay_buffer_bytes") / 1048576.0,
             ),
             sse_streams: metric(metrics, "mcp_gateway_sse_streams_open") as u64,
@@ -1808,11 +1808,11 @@ async fn run(opts: Options) -> bool {
         replays_served_metric: metric(&metrics, "mcp_gateway_replays_served_total"),
         children_after_sessions: children_after,
         fds_after_sessions: fds_after,
-        rss_after_sessions_mb: super::round1(rss_after),
+        rss_after_sessions_mb: crate::numbers::round1(rss_after),
         stopped_cleanly,
         fixture_left,
         stuck_slots: stuck,
-        driver_cpu_percent: super::round1(100.0 * driver_cpu / elapsed.as_secs_f64()),
+        driver_cpu_percent: crate::numbers::round1(100.0 * driver_cpu / elapsed.as_secs_f64()),
         samples,
     };
     let (table, ok) = markdown(&report);

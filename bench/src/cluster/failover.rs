@@ -16,7 +16,8 @@ use serde::Serialize;
 use super::harness::{Setup, Spec};
 use super::load::{self, Load, Retry, Tally, Verdict};
 use super::redis;
-use crate::{Throughput, median};
+use crate::Throughput;
+use crate::numbers::median;
 
 /// The failover scenario's result.
 #[derive(Debug, Default, Clone, Serialize)]

@@ -4,6 +4,7 @@
 use super::Report;
 use super::load::Tally;
 use super::throughput::{Cpu, PerCall};
+use crate::numbers::list;
 
 /// The heading of the section.
 pub const SECTION: &str = "## Cluster mode";
@@ -12,13 +13,6 @@ pub const SECTION: &str = "## Cluster mode";
 const SHARE_TARGET: f64 = 70.0;
 /// The target: failover p50 at most this many seconds.
 const FAILOVER_TARGET: f64 = 1.0;
-
-fn list(v: &[f64], digits: usize) -> String {
-    v.iter()
-        .map(|c| format!("{c:.digits$}"))
-        .collect::<Vec<_>>()
-        .join(", ")
-}
 
 fn mark(ok: bool) -> &'static str {
     if ok { " ✓" } else { " ✗" }

@@ -15,7 +15,8 @@ use serde::Serialize;
 
 use super::harness::{Setup, Spec};
 use super::load::{self, Load, Retry, Run, Tally};
-use crate::{PAIRS, median, percent, round1};
+use crate::PAIRS;
+use crate::numbers::{median, percent, round1};
 
 /// CPU time per call answered, in µs, by part.
 #[derive(Debug, Default, Clone, Serialize)]
