@@ -157,7 +157,7 @@ pub async fn main(opts: Options, duration: Duration, out: &Path) {
         let r: Report = crate::report::read_report(&out.join("isolation.json"));
         return write(&r, out);
     }
-    crate::raise_fd_limit();
+    crate::procfs::raise_fd_limit();
     let r = measure(&opts, duration).await;
     println!(
         "{}",
@@ -186,7 +186,7 @@ pub async fn measure(opts: &Options, duration: Duration) -> Report {
         commit: crate::report::commit_excluding(&["BENCHMARKS.md", "bench/results/"]),
         gateway: opts.gateway.as_ref().map(|p| p.display().to_string()),
         cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
-        load_before: crate::cluster::loadavg(),
+        load_before: crate::procfs::loadavg(),
         starts_per_run: opts.starts,
         seconds_per_run: run.as_secs(),
         ..Default::default()
@@ -204,7 +204,7 @@ pub async fn measure(opts: &Options, duration: Duration) -> Report {
                 .push(throughput_pairs(&gateway, scenario, sessions, in_flight, run).await);
         }
     }
-    r.load_after = crate::cluster::loadavg();
+    r.load_after = crate::procfs::loadavg();
     r.rows = rows(&r);
     for row in &r.rows {
         eprintln!(
@@ -265,7 +265,10 @@ async fn startup_run(target: &Target, starts: usize) -> StartRun {
     let new = || Histogram::<u64>::new(3).expect("histogram");
     let (mut first, mut call, mut second, mut started) = (new(), new(), new(), new());
     let mut failed = 0;
-    let (cpu, children) = (crate::cpu_seconds(pid), crate::children_cpu_seconds(pid));
+    let (cpu, children) = (
+        crate::procfs::cpu_seconds(pid),
+        crate::procfs::children_cpu_seconds(pid),
+    );
     for i in 0..starts {
         match alone(&http, &target.url, pid, WARM_UP + i).await {
             Ok(t) => {
@@ -292,8 +295,8 @@ async fn startup_run(target: &Target, starts: usize) -> StartRun {
         second_call_p50_ms: ms(&second, 0.5),
         start_p50_ms: ms(&started, 0.5),
         start_p99_ms: ms(&started, 0.99),
-        gateway_cpu_us_per_start: per_start(crate::cpu_seconds(pid) - cpu),
-        plugin_cpu_us_per_start: per_start(crate::children_cpu_seconds(pid) - children),
+        gateway_cpu_us_per_start: per_start(crate::procfs::cpu_seconds(pid) - cpu),
+        plugin_cpu_us_per_start: per_start(crate::procfs::children_cpu_seconds(pid) - children),
         failed,
     }
 }
@@ -316,10 +319,10 @@ async fn alone(
     pid: u32,
     i: usize,
 ) -> Result<SessionTimes, String> {
-    let before = crate::descendants(pid).len();
+    let before = crate::procfs::descendants(pid).len();
     let times = cold_session(http, url, i).await;
     let deadline = Instant::now() + Duration::from_secs(10);
-    while crate::descendants(pid).len() > before && Instant::now() < deadline {
+    while crate::procfs::descendants(pid).len() > before && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
     times

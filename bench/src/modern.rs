@@ -267,7 +267,7 @@ pub async fn main(opts: Options, duration: Duration, out: &Path) {
         let r: Report = crate::report::read_report(&out.join("modern.json"));
         return write(&r, out);
     }
-    crate::raise_fd_limit();
+    crate::procfs::raise_fd_limit();
     let r = measure(&opts, duration).await;
     let json = serde_json::to_string_pretty(&r).expect("serializable");
     println!("{json}");
@@ -293,7 +293,7 @@ pub async fn measure(opts: &Options, duration: Duration) -> Report {
         gateway: opts.gateway.as_ref().map(|p| p.display().to_string()),
         cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
         seconds_per_run: run.as_secs(),
-        load_before: crate::cluster::loadavg(),
+        load_before: crate::procfs::loadavg(),
         ..Default::default()
     };
     for (scenario, workload, in_flight) in [
@@ -331,7 +331,7 @@ pub async fn measure(opts: &Options, duration: Duration) -> Report {
         );
         r.comparisons.push(c);
     }
-    r.load_after = crate::cluster::loadavg();
+    r.load_after = crate::procfs::loadavg();
     r
 }
 

@@ -1532,7 +1532,7 @@ pub fn main(rt: &tokio::runtime::Runtime, opts: Options) {
         }
         std::process::exit(i32::from(!ok));
     }
-    super::raise_fd_limit();
+    crate::procfs::raise_fd_limit();
     let code = rt.block_on(async {
         use tokio::signal::unix::{SignalKind, signal};
         let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
@@ -1584,7 +1584,7 @@ async fn run(opts: Options) -> bool {
         opts.minutes,
         log.display()
     );
-    let driver_cpu_before = super::cpu_seconds(std::process::id());
+    let driver_cpu_before = crate::procfs::cpu_seconds(std::process::id());
     let stats = Arc::new(Stats {
         drop_events: opts.drop_events,
         ..Stats::default()
@@ -1643,17 +1643,17 @@ async fn run(opts: Options) -> bool {
         .build()
         .expect("HTTP client");
     let mut samples = Vec::new();
-    let mut prev = (start, 0u64, super::cpu_seconds(gw.pid));
+    let mut prev = (start, 0u64, crate::procfs::cpu_seconds(gw.pid));
     let answered = |s: &Stats| {
         Stats::get(&s.echo_ok) + Stats::get(&s.bursts_ok) + Stats::get(&s.background_ok)
     };
     let sample = |t: Instant, prev: &mut (Instant, u64, f64), metrics: &str| {
         let (rss_mb, fds, threads) = read_proc(gw.pid);
-        let kids = super::descendants(gw.pid);
+        let kids = crate::procfs::descendants(gw.pid);
         let children_rss_mb: f64 = kids.iter().map(|p| read_proc(*p).0).sum();
         let (mem_available_gb, load1) = system();
         let done = answered(&stats);
-        let cpu = super::cpu_seconds(gw.pid);
+        let cpu = crate::procfs::cpu_seconds(gw.pid);
         let dt = t.duration_since(prev.0).as_secs_f64().max(0.001);
         let s = Sample {
             t_secs: t.duration_since(start).as_secs_f64().round() as u64,
@@ -1720,16 +1720,16 @@ async fn run(opts: Options) -> bool {
         );
     }
     let elapsed = start.elapsed();
-    let driver_cpu = super::cpu_seconds(std::process::id()) - driver_cpu_before;
+    let driver_cpu = crate::procfs::cpu_seconds(std::process::id()) - driver_cpu_before;
 
     // With every session ended, its plugin processes stop.
     let settle_until = Instant::now() + Duration::from_secs(20);
-    while !super::descendants(gw.pid).is_empty() && Instant::now() < settle_until {
+    while !crate::procfs::descendants(gw.pid).is_empty() && Instant::now() < settle_until {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let metrics = scrape(&scrape_http, &gw.admin).await;
     let (rss_after, fds_after, _) = read_proc(gw.pid);
-    let children_after = super::descendants(gw.pid).len() as u64;
+    let children_after = crate::procfs::descendants(gw.pid).len() as u64;
     let stopped_cleanly = gw.stop().await;
     let left_until = Instant::now() + Duration::from_secs(10);
     let mut fixture_left = fixture_processes(&fixture);

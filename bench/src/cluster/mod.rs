@@ -103,12 +103,6 @@ pub struct Report {
     pub notes: Vec<String>,
 }
 
-pub(crate) fn loadavg() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_default()
-}
-
 /// Runs the parts `opts` names, each run lasting half of `duration` (as the paired runs of
 /// the full run do).
 pub async fn measure(opts: &Options, duration: Duration) -> Report {
@@ -121,7 +115,7 @@ pub async fn measure(opts: &Options, duration: Duration) -> Report {
         cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
         seconds_per_run: run.as_secs(),
         replicas: REPLICAS,
-        load_before: loadavg(),
+        load_before: crate::procfs::loadavg(),
         ..Default::default()
     };
     if !redis::up(&opts.redis_url).await {
@@ -208,7 +202,7 @@ pub async fn measure(opts: &Options, duration: Duration) -> Report {
             Err(e) => r.notes.push(format!("rolling restart: {e}")),
         }
     }
-    r.load_after = loadavg();
+    r.load_after = crate::procfs::loadavg();
     r
 }
 
@@ -223,7 +217,7 @@ fn which(program: &str) -> Option<PathBuf> {
 /// `mcp-bench cluster`: measures, prints the JSON, and (when every part ran on this build
 /// alone) writes `cluster.json` in `out` and the section of BENCHMARKS.md.
 pub async fn main(opts: Options, duration: Duration, out: &Path) {
-    crate::raise_fd_limit();
+    crate::procfs::raise_fd_limit();
     let r = measure(&opts, duration).await;
     let json = serde_json::to_string_pretty(&r).expect("serializable");
     println!("{json}");

@@ -60,10 +60,14 @@ struct Snapshot {
 
 async fn snapshot(setup: &Setup, redis_pid: Option<u32>) -> Snapshot {
     let replicas = setup.replica_pids();
-    let cpu = |pids: &[u32]| pids.iter().map(|p| crate::cpu_seconds(*p)).sum::<f64>();
+    let cpu = |pids: &[u32]| {
+        pids.iter()
+            .map(|p| crate::procfs::cpu_seconds(*p))
+            .sum::<f64>()
+    };
     let plugins: Vec<u32> = replicas
         .iter()
-        .flat_map(|p| crate::descendants(*p))
+        .flat_map(|p| crate::procfs::descendants(*p))
         .collect();
     let mut counters = BTreeMap::new();
     for i in 0..setup.len() {
@@ -74,9 +78,9 @@ async fn snapshot(setup: &Setup, redis_pid: Option<u32>) -> Snapshot {
     Snapshot {
         gateways: cpu(&replicas),
         plugins: cpu(&plugins),
-        haproxy: setup.lb_pid().map_or(0.0, crate::cpu_seconds),
-        redis: redis_pid.map_or(0.0, crate::cpu_seconds),
-        me: crate::cpu_seconds(std::process::id()),
+        haproxy: setup.lb_pid().map_or(0.0, crate::procfs::cpu_seconds),
+        redis: redis_pid.map_or(0.0, crate::procfs::cpu_seconds),
+        me: crate::procfs::cpu_seconds(std::process::id()),
         counters,
         at: Instant::now(),
     }
