@@ -257,7 +257,7 @@ async fn startup_pairs(gateway: &Path, starts: usize) -> Vec<[StartRun; 2]> {
 /// `starts` sessions one after another on `target`, each starting a plugin process with its
 /// first call; a few untimed ones first.
 async fn startup_run(target: &Target, starts: usize) -> StartRun {
-    let http = crate::client();
+    let http = crate::mcp::client();
     let pid = target.pid();
     for i in 0..WARM_UP {
         let _ = alone(&http, &target.url, pid, i).await;
@@ -333,7 +333,7 @@ async fn alone(
 async fn cold_session(http: &reqwest::Client, url: &str, i: usize) -> Result<SessionTimes, String> {
     let micros = |t: Instant| t.elapsed().as_micros() as u64;
     let t = Instant::now();
-    let (sid, version) = crate::initialize(http, url).await?;
+    let (sid, version) = crate::mcp::initialize(http, url).await?;
     let called = Instant::now();
     let result = async {
         echo(http, url, sid.as_deref(), &version, 1, i).await?;
@@ -364,7 +364,7 @@ async fn echo(
 ) -> Result<(), String> {
     let text = crate::echo_text(i, id);
     let body = crate::echo_call_body(id, &text, None);
-    let (_, messages) = crate::post_body(http, url, sid, Some(version), body).await?;
+    let (_, messages) = crate::mcp::post_body(http, url, sid, Some(version), body).await?;
     if messages
         .iter()
         .any(|m| m["id"] == id && m["result"]["content"][0]["text"] == text.as_str())

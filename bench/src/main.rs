@@ -26,12 +26,14 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, Command};
 
+use mcp::{client, initialize, initialize_request, initialized, post, post_body};
 use numbers::{list, median, percent, round1};
 use procfs::{cpu_seconds, raise_fd_limit, tree_memory, wait_for_processes};
 
 mod cluster;
 mod inproc;
 mod isolation;
+mod mcp;
 mod modern;
 mod numbers;
 mod procfs;
@@ -953,156 +955,6 @@ async fn http_target(target: &Target, duration: Duration) -> TargetReport {
     r.b_64_sessions_64 = Some(http_load(&target.url, 64, 64, duration).await);
     r.d = Some(first_call_latency(&target.url, 100).await);
     r
-}
-
-fn client() -> reqwest::Client {
-    reqwest::Client::builder()
-        .pool_max_idle_per_host(1024)
-        .timeout(Duration::from_secs(10))
-        .build()
-        .expect("HTTP client")
-}
-
-/// Opens a session: `initialize`, then `notifications/initialized`.
-async fn initialize(http: &reqwest::Client, url: &str) -> Result<(Option<String>, String), String> {
-    let (sid, version) = initialize_request(http, url).await?;
-    initialized(http, url, sid.as_deref(), &version).await?;
-    Ok((sid, version))
-}
-
-/// The `initialize` request alone: the session id, if any, and the negotiated version.
-async fn initialize_request(
-    http: &reqwest::Client,
-    url: &str,
-) -> Result<(Option<String>, String), String> {
-    initialize_request_as(http, url, "2025-06-18", &json!({})).await
-}
-
-/// Opens a session at protocol `version`, declaring `capabilities`.
-async fn initialize_as(
-    http: &reqwest::Client,
-    url: &str,
-    version: &str,
-    capabilities: &Value,
-) -> Result<(Option<String>, String), String> {
-    let (sid, version) = initialize_request_as(http, url, version, capabilities).await?;
-    initialized(http, url, sid.as_deref(), &version).await?;
-    Ok((sid, version))
-}
-
-async fn initialize_request_as(
-    http: &reqwest::Client,
-    url: &str,
-    version: &str,
-    capabilities: &Value,
-) -> Result<(Option<String>, String), String> {
-    let r = post(http, url, None, None, &json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-        "protocolVersion": version, "capabilities": capabilities, "clientInfo": {"name": "mcp-bench", "version": "1"}}}))
-    .await?;
-    // A target without sessions (stateless) gives none.
-    let sid = r.0;
-    let version =
-        r.1.iter()
-            .find_map(|m| m["result"]["protocolVersion"].as_str().map(str::to_owned))
-            .ok_or("no initialize result")?;
-    Ok((sid, version))
-}
-
-async fn initialized(
-    http: &reqwest::Client,
-    url: &str,
-    sid: Option<&str>,
-    version: &str,
-) -> Result<(), String> {
-    post(
-        http,
-        url,
-        sid,
-        Some(version),
-        &json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
-    )
-    .await
-    .map(drop)
-}
-
-/// One POST; the session id from the response and every JSON-RPC message in it (JSON or SSE).
-async fn post(
-    http: &reqwest::Client,
-    url: &str,
-    sid: Option<&str>,
-    version: Option<&str>,
-    body: &Value,
-) -> Result<(Option<String>, Vec<Value>), String> {
-    post_body(http, url, sid, version, body.to_string()).await
-}
-
-/// [`post`] of a body already written.
-async fn post_body(
-    http: &reqwest::Client,
-    url: &str,
-    sid: Option<&str>,
-    version: Option<&str>,
-    body: String,
-) -> Result<(Option<String>, Vec<Value>), String> {
-    let mut req = http
-        .post(url)
-        .header("content-type", "application/json")
-        .header("accept", "application/json, text/event-stream")
-        .body(body);
-    if let Some(s) = sid {
-        req = req.header("mcp-session-id", s);
-    }
-    if let Some(v) = version {
-        req = req.header("mcp-protocol-version", v);
-    }
-    send(req).await
-}
-
-/// Sends a POST built by the caller: the session id from the response and every JSON-RPC
-/// message in it (JSON or SSE).
-async fn send(req: reqwest::RequestBuilder) -> Result<(Option<String>, Vec<Value>), String> {
-    let r = req.send().await.map_err(|e| describe(&e))?;
-    if !r.status().is_success() {
-        return Err(format!("HTTP {}", r.status()));
-    }
-    let sid = r
-        .headers()
-        .get("mcp-session-id")
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned);
-    let kind = r
-        .headers()
-        .get("content-type")
-        .map(|v| v.as_bytes().to_vec())
-        .unwrap_or_default();
-    let sse = kind.starts_with(b"text/event-stream");
-    let json = kind.starts_with(b"application/json");
-    let text = r.text().await.map_err(|e| describe(&e))?;
-    let messages = if sse {
-        text.lines()
-            .filter_map(|l| l.strip_prefix("data:"))
-            .filter_map(|d| serde_json::from_str(d.trim()).ok())
-            .collect()
-    } else if text.trim().is_empty() || !json {
-        // No body, or not JSON-RPC (a 202 with a plain-text word, as some servers send).
-        Vec::new()
-    } else {
-        vec![serde_json::from_str(&text).map_err(|e| e.to_string())?]
-    };
-    Ok((sid, messages))
-}
-
-/// An error with its causes (reqwest's own message alone says only "error sending request"
-/// or "error decoding response body").
-fn describe(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        out.push_str(": ");
-        out.push_str(&s.to_string());
-        source = s.source();
-    }
-    out
 }
 
 /// `in_flight` workers over `sessions` sessions call `echo` for `duration`; every answer is

@@ -481,7 +481,7 @@ async fn wait_for_tool(http: &reqwest::Client, url: &str, tool: &str) {
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     while std::time::Instant::now() < deadline {
         let req = modern_post(http, url, 0, "tools/list", None, json!({}), &json!({}));
-        if let Ok((_, messages)) = crate::send(req).await
+        if let Ok((_, messages)) = crate::mcp::send(req).await
             && messages.iter().any(|m| {
                 m["result"]["tools"]
                     .as_array()
@@ -534,7 +534,7 @@ async fn modern_echo_load(
     duration: Duration,
     tally: Arc<Tally>,
 ) -> Throughput {
-    let http = crate::client();
+    let http = crate::mcp::client();
     wait_for_tool(&http, url, "echo").await;
     // Serialized once: the body of each call is written out as text, as the legacy
     // client's is (`crate::echo_call_body`).
@@ -547,7 +547,7 @@ async fn modern_echo_load(
             let text = crate::echo_text(w, seq);
             let body = crate::echo_call_body(id, &text, Some(meta));
             let req = modern_post_body(http, url, "tools/call", Some("echo"), body);
-            let checked = match crate::send(req).await {
+            let checked = match crate::mcp::send(req).await {
                 Ok((Some(_), _)) => Err("a session was minted".to_owned()),
                 Ok((None, messages)) => answer(&messages, id)
                     .and_then(complete_text)
@@ -577,7 +577,7 @@ async fn ask_load(
     duration: Duration,
     tally: Arc<Tally>,
 ) -> Throughput {
-    let http = crate::client();
+    let http = crate::mcp::client();
     let capabilities = question.capabilities();
     let session = match client {
         Client::Modern => {
@@ -585,7 +585,7 @@ async fn ask_load(
             None
         }
         Client::Legacy => Some(
-            crate::initialize_as(&http, url, LEGACY, &capabilities)
+            crate::mcp::initialize_as(&http, url, LEGACY, &capabilities)
                 .await
                 .expect("a session opens"),
         ),
@@ -659,7 +659,7 @@ async fn modern_ask(
         let request_id = MAX_ROUNDS * id + round;
         let req = modern_request(http, url, request_id, tool, params, capabilities);
         tally.requests[0].fetch_add(1, Ordering::Relaxed);
-        let (_, messages) = crate::send(req).await?;
+        let (_, messages) = crate::mcp::send(req).await?;
         let m = answer(&messages, request_id)?;
         let r = &m["result"];
         if r["resultType"] != "input_required" {
@@ -723,7 +723,7 @@ async fn legacy_ask(
     }
     tally.requests[1].fetch_add(1, Ordering::Relaxed);
     let start = Instant::now();
-    let r = req.send().await.map_err(|e| crate::describe(&e))?;
+    let r = req.send().await.map_err(|e| crate::mcp::describe(&e))?;
     if !r.status().is_success() {
         return Err(format!("HTTP {}", r.status()));
     }
@@ -749,7 +749,7 @@ async fn legacy_ask(
             let response =
                 json!({"jsonrpc": "2.0", "id": m["id"], "result": question.answer(asked)});
             tally.requests[1].fetch_add(1, Ordering::Relaxed);
-            crate::post(http, url, sid, Some(version), &response).await?;
+            crate::mcp::post(http, url, sid, Some(version), &response).await?;
         } else if m["id"] == id {
             if complete_text_legacy(&m)? != reply_to(text) {
                 return Err("the result is not the answer to the call's question".into());
@@ -809,7 +809,7 @@ impl Sse {
                 .response
                 .chunk()
                 .await
-                .map_err(|e| crate::describe(&e))?
+                .map_err(|e| crate::mcp::describe(&e))?
             {
                 Some(chunk) => self.buffer.extend_from_slice(&chunk),
                 None => return Ok(None),

@@ -29,7 +29,7 @@ pub struct Session {
 pub async fn open(http: &reqwest::Client, url: &str, n: usize) -> Result<Vec<Session>, String> {
     let mut out = Vec::with_capacity(n);
     for _ in 0..n {
-        let (sid, version) = crate::initialize(http, url).await?;
+        let (sid, version) = crate::mcp::initialize(http, url).await?;
         let sid = sid.ok_or("no session id")?;
         out.push(Session { sid, version });
     }
