@@ -362,8 +362,8 @@ async fn echo(
     id: u64,
     i: usize,
 ) -> Result<(), String> {
-    let text = crate::echo_text(i, id);
-    let body = crate::echo_call_body(id, &text, None);
+    let text = crate::load::echo_text(i, id);
+    let body = crate::load::echo_call_body(id, &text, None);
     let (_, messages) = crate::mcp::post_body(http, url, sid, Some(version), body).await?;
     if messages
         .iter()

@@ -37,8 +37,9 @@ use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
+use crate::load::Throughput;
 use crate::numbers::{list, median, percent, round1};
-use crate::{PAIRS, Run, Target, Throughput};
+use crate::{PAIRS, Run, Target};
 
 /// The heading of the section this writes in BENCHMARKS.md.
 pub const SECTION: &str = "## Modern era (2026-07-28)";
@@ -349,7 +350,7 @@ async fn compare(
         let tally = tally.clone();
         match (workload, side) {
             (Workload::Echo, 0) => modern_echo_load(&url, in_flight, run, tally).await,
-            (Workload::Echo, _) => crate::http_load(&url, 1, in_flight, run).await,
+            (Workload::Echo, _) => crate::load::http_load(&url, 1, in_flight, run).await,
             (Workload::Ask(q), 0) => ask_load(Client::Modern, q, &url, in_flight, run, tally).await,
             (Workload::Ask(q), _) => ask_load(Client::Legacy, q, &url, in_flight, run, tally).await,
         }
@@ -537,15 +538,15 @@ async fn modern_echo_load(
     let http = crate::mcp::client();
     wait_for_tool(&http, url, "echo").await;
     // Serialized once: the body of each call is written out as text, as the legacy
-    // client's is (`crate::echo_call_body`).
+    // client's is (`crate::load::echo_call_body`).
     let ctx = Arc::new((http, url.to_owned(), meta(&json!({})).to_string()));
-    crate::drive(in_flight, duration, move |w, seq| {
+    crate::load::drive(in_flight, duration, move |w, seq| {
         let (ctx, tally) = (ctx.clone(), tally.clone());
         async move {
             let (http, url, meta) = &*ctx;
             let id = (w as u64) << 40 | seq;
-            let text = crate::echo_text(w, seq);
-            let body = crate::echo_call_body(id, &text, Some(meta));
+            let text = crate::load::echo_text(w, seq);
+            let body = crate::load::echo_call_body(id, &text, Some(meta));
             let req = modern_post_body(http, url, "tools/call", Some("echo"), body);
             let checked = match crate::mcp::send(req).await {
                 Ok((Some(_), _)) => Err("a session was minted".to_owned()),
@@ -592,12 +593,12 @@ async fn ask_load(
     };
     let ctx = Arc::new((http, url.to_owned(), capabilities, session));
     let calls = ctx.clone();
-    let t = crate::drive(in_flight, duration, move |w, seq| {
+    let t = crate::load::drive(in_flight, duration, move |w, seq| {
         let (ctx, tally) = (calls.clone(), tally.clone());
         async move {
             let (http, url, capabilities, session) = &*ctx;
             let id = (w as u64) << 40 | seq;
-            let text = crate::echo_text(w, seq);
+            let text = crate::load::echo_text(w, seq);
             tally.calls[usize::from(session.is_some())].fetch_add(1, Ordering::Relaxed);
             let (side, checked) = match session {
                 None => (

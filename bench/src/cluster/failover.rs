@@ -16,7 +16,7 @@ use serde::Serialize;
 use super::harness::{Setup, Spec};
 use super::load::{self, Load, Retry, Tally, Verdict};
 use super::redis;
-use crate::Throughput;
+use crate::load::Throughput;
 use crate::numbers::median;
 
 /// The failover scenario's result.

@@ -16,7 +16,7 @@ use hdrhistogram::Histogram;
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use crate::Throughput;
+use crate::load::Throughput;
 
 /// An open session.
 #[derive(Debug, Clone)]
@@ -409,7 +409,7 @@ impl Load {
         }
         let stopped = stop.borrow().unwrap_or_else(Instant::now);
         Run {
-            throughput: crate::throughput(&all, tally.failed(), stopped - started),
+            throughput: crate::load::throughput(&all, tally.failed(), stopped - started),
             tally,
         }
     }
