@@ -27,8 +27,9 @@ use std::time::{Duration, Instant};
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
+use crate::harness::Target;
 use crate::numbers::{list, median, percent, round1};
-use crate::{PAIRS, Run, Target};
+use crate::{PAIRS, Run};
 
 /// The heading of the section this writes in BENCHMARKS.md.
 pub const SECTION: &str = "## Isolation";
@@ -179,7 +180,7 @@ pub async fn measure(opts: &Options, duration: Duration) -> Report {
     let gateway = opts
         .gateway
         .clone()
-        .unwrap_or_else(|| crate::sibling("mcp-gateway"));
+        .unwrap_or_else(|| crate::harness::sibling("mcp-gateway"));
     let run = crate::pair_run(duration);
     let mut r = Report {
         date: crate::report::date(),

@@ -14,8 +14,8 @@ use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::Command;
 
+use crate::harness::sibling;
 use crate::mcp::{client, initialize, post_body};
-use crate::sibling;
 
 /// (a) or (b) on one target: calls answered right per second, and their latency.
 #[derive(Debug, Default, Serialize, Clone)]

@@ -13,24 +13,22 @@
 //! process and (a) and (b) (bench/src/isolation.rs). Every reply is checked: a wrong or missing one is counted. Results go
 //! to `bench/results/latest.json` and `BENCHMARKS.md`.
 
-use std::path::{Path, PathBuf};
-use std::process::Stdio;
-use std::sync::Arc;
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand};
 use hdrhistogram::Histogram;
 use serde::Serialize;
 use serde_json::json;
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, Command};
 
+use harness::{SHARED_PLUGIN, Target};
 use load::{Throughput, http_load, pipes_load};
 use mcp::{client, initialize, initialize_request, initialized, post};
 use numbers::{list, median, percent, round1};
 use procfs::{cpu_seconds, raise_fd_limit, tree_memory, wait_for_processes};
 
 mod cluster;
+mod harness;
 mod inproc;
 mod isolation;
 mod load;
@@ -336,18 +334,6 @@ fn main() {
     }
 }
 
-/// A binary beside this one (the workspace shares its target directory).
-fn sibling(name: &str) -> PathBuf {
-    let me = std::env::current_exe().expect("own path");
-    let p = me.parent().expect("a directory").join(name);
-    assert!(
-        p.exists(),
-        "{} is missing: build with `cargo build --release --workspace`",
-        p.display()
-    );
-    p
-}
-
 /// A peer gateway from a package registry: how to start it in front of the echo plugin
 /// (`{echo}` and `{port}` in `args` are filled in). Each serves MCP at `/mcp`.
 struct Peer<'a> {
@@ -355,183 +341,6 @@ struct Peer<'a> {
     program: PathBuf,
     args: Vec<&'a str>,
     env: Vec<(&'a str, String)>,
-}
-
-/// A target under test: an HTTP endpoint and the process tree behind it.
-struct Target {
-    name: String,
-    url: String,
-    child: Child,
-    /// What it printed before it said where it listens (its start-up log, for a gateway).
-    head: Vec<String>,
-    _dir: tempfile::TempDir,
-}
-
-impl Target {
-    async fn gateway(name: &str, extra: &[&str], config: Option<&str>) -> Target {
-        Target::gateway_at(&sibling("mcp-gateway"), name, extra, config).await
-    }
-
-    /// [`Target::gateway`] on the gateway binary at `binary`.
-    async fn gateway_at(binary: &Path, name: &str, extra: &[&str], config: Option<&str>) -> Target {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let mut cmd = Command::new(binary);
-        cmd.args(["--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"])
-            // Every session comes from this one load generator.
-            .args([
-                "--max-sessions",
-                "20000",
-                "--max-sessions-per-client",
-                "20000",
-            ])
-            .arg("--database-url")
-            .arg(format!("sqlite://{}/gw.db?mode=rwc", dir.path().display()))
-            .args(extra)
-            .env("RUST_LOG", "warn,mcp_gateway=info");
-        match config {
-            Some(text) => {
-                let path = dir.path().join("gw.toml");
-                std::fs::write(
-                    &path,
-                    text.replace("ECHO", &sibling("bench-echo-plugin").display().to_string()),
-                )
-                .expect("config");
-                cmd.arg("--config").arg(path);
-            }
-            None => {
-                cmd.arg("--").arg(sibling("bench-echo-plugin"));
-            }
-        }
-        Target::spawn(name, cmd, dir).await
-    }
-
-    async fn inproc() -> Target {
-        let mut cmd = Command::new(std::env::current_exe().expect("own path"));
-        cmd.args(["serve-inproc", "--listen", "127.0.0.1:0"]);
-        Target::spawn(
-            "in-process axum ceiling",
-            cmd,
-            tempfile::tempdir().expect("temp dir"),
-        )
-        .await
-    }
-
-    async fn spawn(name: &str, mut cmd: Command, dir: tempfile::TempDir) -> Target {
-        cmd.stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
-        let mut child = cmd.spawn().expect("start the target");
-        // Targets print `listening on http://ADDR/mcp` on stdout or stderr.
-        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-        let head = Arc::new(std::sync::Mutex::new(Vec::new()));
-        for stream in [
-            child
-                .stdout
-                .take()
-                .map(|s| Box::new(s) as Box<dyn tokio::io::AsyncRead + Unpin + Send>),
-            child
-                .stderr
-                .take()
-                .map(|s| Box::new(s) as Box<dyn tokio::io::AsyncRead + Unpin + Send>),
-        ]
-        .into_iter()
-        .flatten()
-        {
-            let (tx, head) = (tx.clone(), head.clone());
-            tokio::spawn(async move {
-                let mut lines = BufReader::new(stream).lines();
-                while let Ok(Some(line)) = lines.next_line().await {
-                    if !tx.is_closed() {
-                        head.lock().expect("lock").push(line.clone());
-                    }
-                    if let Some(rest) = line.split("listening on http://").nth(1) {
-                        let addr: String = rest
-                            .chars()
-                            .take_while(|c| *c != '/' && *c != '"' && !c.is_whitespace())
-                            .collect();
-                        let _ = tx.send(addr);
-                    }
-                }
-            });
-        }
-        let addr = tokio::time::timeout(Duration::from_secs(60), rx.recv())
-            .await
-            .ok()
-            .flatten()
-            .unwrap_or_else(|| panic!("{name} did not start"));
-        rx.close();
-        let head = std::mem::take(&mut *head.lock().expect("lock"));
-        Target {
-            name: name.to_owned(),
-            url: format!("http://{addr}/mcp"),
-            child,
-            head,
-            _dir: dir,
-        }
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.id().expect("running")
-    }
-
-    /// A peer gateway from a package registry, started with `args` (which contain `{port}`)
-    /// and ready once it answers `initialize` on `path`.
-    async fn peer(
-        name: &str,
-        program: &Path,
-        args: &[&str],
-        env: &[(&str, String)],
-        path: &str,
-    ) -> Result<Target, String> {
-        if !program.exists() {
-            return Err(format!(
-                "not installed ({}); run scripts/install-bench-peers",
-                program.display()
-            ));
-        }
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .map_err(|e| e.to_string())?
-            .port();
-        let echo = sibling("bench-echo-plugin").display().to_string();
-        let args: Vec<String> = args
-            .iter()
-            .map(|a| {
-                a.replace("{port}", &port.to_string())
-                    .replace("{echo}", &echo)
-            })
-            .collect();
-        let mut cmd = Command::new(program);
-        cmd.args(&args)
-            .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .kill_on_drop(true);
-        let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
-        cmd.current_dir(dir.path());
-        let child = cmd.spawn().map_err(|e| e.to_string())?;
-        let url = format!("http://127.0.0.1:{port}{path}");
-        let http = client();
-        let deadline = Instant::now() + Duration::from_secs(90);
-        loop {
-            if initialize(&http, &url).await.is_ok() {
-                break;
-            }
-            if Instant::now() > deadline {
-                return Err("did not answer initialize within 90 s".into());
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-        Ok(Target {
-            name: name.to_owned(),
-            url,
-            child,
-            head: Vec::new(),
-            _dir: dir,
-        })
-    }
 }
 
 async fn run(cli: Cli) {
@@ -767,9 +576,6 @@ async fn run(cli: Cli) {
     isolation::write(&isolation, &cli.out);
     println!("{json}");
 }
-
-/// The gateway's configuration with one plugin process for every session.
-const SHARED_PLUGIN: &str = "[plugins.echo]\ncommand = \"ECHO\"\nprocess_model = \"shared\"\n";
 
 /// One run of [`alternate`]: its throughput and the target process's own CPU time per call.
 struct Run {

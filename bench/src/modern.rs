@@ -37,9 +37,10 @@ use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
+use crate::harness::Target;
 use crate::load::Throughput;
 use crate::numbers::{list, median, percent, round1};
-use crate::{PAIRS, Run, Target};
+use crate::{PAIRS, Run};
 
 /// The heading of the section this writes in BENCHMARKS.md.
 pub const SECTION: &str = "## Modern era (2026-07-28)";
@@ -287,7 +288,7 @@ pub async fn measure(opts: &Options, duration: Duration) -> Report {
     let gateway = opts
         .gateway
         .clone()
-        .unwrap_or_else(|| crate::sibling("mcp-gateway"));
+        .unwrap_or_else(|| crate::harness::sibling("mcp-gateway"));
     let mut r = Report {
         date: crate::report::date(),
         commit: crate::report::commit_excluding(&["BENCHMARKS.md", "bench/results/"]),

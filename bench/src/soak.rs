@@ -1242,45 +1242,6 @@ struct Gateway {
     _dir: tempfile::TempDir,
 }
 
-/// A log line's gist, to group lines that say the same: its level, target and message, with
-/// the stderr tail a crash report quotes cut, session ids and pids left out, and numbers
-/// blanked.
-pub fn gist(line: &str) -> Option<String> {
-    let rest = line.split_once(' ')?.1.trim_start();
-    if !(rest.starts_with("WARN") || rest.starts_with("ERROR")) {
-        return None;
-    }
-    let rest = match rest.split_once("; its stderr ended with:") {
-        Some((head, _)) => format!("{head}; its stderr ended with: …"),
-        None => rest.to_owned(),
-    };
-    let mut out = String::new();
-    for word in rest.split_whitespace() {
-        if ["session=", "pid=", "id="]
-            .iter()
-            .any(|k| word.starts_with(k))
-        {
-            continue;
-        }
-        if !out.is_empty() {
-            out.push(' ');
-        }
-        let mut digits = false;
-        for c in word.chars() {
-            if c.is_ascii_digit() {
-                if !digits {
-                    out.push('#');
-                }
-                digits = true;
-            } else {
-                digits = false;
-                out.push(c);
-            }
-        }
-    }
-    Some(out.chars().take(200).collect())
-}
-
 async fn start_gateway(opts: &Options, fixture: &Path, log: &Path) -> Gateway {
     let dir = tempfile::tempdir().expect("temp dir");
     let config = dir.path().join("soak.toml");
@@ -1293,7 +1254,7 @@ async fn start_gateway(opts: &Options, fixture: &Path, log: &Path) -> Gateway {
         ),
     )
     .expect("config");
-    let mut cmd = Command::new(super::sibling("mcp-gateway"));
+    let mut cmd = Command::new(crate::harness::sibling("mcp-gateway"));
     cmd.args(["--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"])
         .args(["--shutdown-grace-secs", "5"])
         // Every session comes from this one load generator.
@@ -1345,7 +1306,7 @@ async fn start_gateway(opts: &Options, fixture: &Path, log: &Path) -> Gateway {
                         let _ = tx.send((admin, addr));
                     }
                 }
-                if let Some(g) = gist(&line) {
+                if let Some(g) = crate::harness::gist(&line) {
                     tally(&warnings, &g, 1, line.clone());
                 }
             }
@@ -1568,7 +1529,7 @@ fn parse_lifetimes(s: &str) -> (Duration, Duration) {
 
 /// The whole soak. True when every target was met.
 async fn run(opts: Options) -> bool {
-    let fixture = super::sibling("mcp-fixture-server");
+    let fixture = crate::harness::sibling("mcp-fixture-server");
     let duration = Duration::from_secs_f64(opts.minutes * 60.0);
     let lifetimes = parse_lifetimes(&opts.session_secs);
     let results = PathBuf::from("bench/results");

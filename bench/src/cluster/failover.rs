@@ -265,7 +265,7 @@ async fn rolling_on(
     let mut grouped = std::collections::BTreeMap::<String, u64>::new();
     for line in setup.warnings() {
         let line = line.split_once(": ").map_or(line.as_str(), |(_, l)| l);
-        if let Some(g) = crate::soak::gist(line) {
+        if let Some(g) = crate::harness::gist(line) {
             *grouped.entry(g).or_default() += 1;
         }
     }

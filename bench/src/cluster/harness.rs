@@ -138,7 +138,7 @@ impl Setup {
         let config = match spec.config {
             Some(text) => {
                 let path = dir.path().join("gw.toml");
-                let echo = crate::sibling("bench-echo-plugin");
+                let echo = crate::harness::sibling("bench-echo-plugin");
                 std::fs::write(&path, text.replace("ECHO", &echo.display().to_string()))
                     .map_err(|e| e.to_string())?;
                 Some(path)
@@ -190,7 +190,9 @@ impl Setup {
                 Some(path) => args.extend(["--config".into(), path.display().to_string()]),
                 None => args.extend([
                     "--".into(),
-                    crate::sibling("bench-echo-plugin").display().to_string(),
+                    crate::harness::sibling("bench-echo-plugin")
+                        .display()
+                        .to_string(),
                 ]),
             }
             setup.replicas.push(Replica {

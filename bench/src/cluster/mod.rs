@@ -132,7 +132,7 @@ pub async fn measure(opts: &Options, duration: Duration) -> Report {
     let gateway = opts
         .gateway
         .clone()
-        .unwrap_or_else(|| crate::sibling("mcp-gateway"));
+        .unwrap_or_else(|| crate::harness::sibling("mcp-gateway"));
     let spec = |replicas: usize, cluster: bool, binary: &Path, config| Spec {
         replicas,
         redis_url: cluster.then(|| opts.redis_url.clone()),
@@ -143,7 +143,10 @@ pub async fn measure(opts: &Options, duration: Duration) -> Report {
     if has(Part::Throughput) {
         for (model, config) in [
             ("a plugin process per session", None),
-            ("one shared plugin process", Some(crate::SHARED_PLUGIN)),
+            (
+                "one shared plugin process",
+                Some(crate::harness::SHARED_PLUGIN),
+            ),
         ] {
             for (scenario, shape) in [("(a) 1 session ×16", (1, 16)), ("(b) 64 sessions ×64", B)]
             {
