@@ -29,7 +29,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::harness::Target;
 use crate::numbers::{list, median, percent, round1};
-use crate::{PAIRS, Run};
+use crate::paired::{PAIRS, Run};
 
 /// The heading of the section this writes in BENCHMARKS.md.
 pub const SECTION: &str = "## Isolation";
@@ -181,7 +181,7 @@ pub async fn measure(opts: &Options, duration: Duration) -> Report {
         .gateway
         .clone()
         .unwrap_or_else(|| crate::harness::sibling("mcp-gateway"));
-    let run = crate::pair_run(duration);
+    let run = crate::paired::pair_run(duration);
     let mut r = Report {
         date: crate::report::date(),
         commit: crate::report::commit_excluding(&["BENCHMARKS.md", "bench/results/"]),
@@ -384,7 +384,7 @@ async fn throughput_pairs(
     in_flight: usize,
     run: Duration,
 ) -> ThroughputPairs {
-    let pairs: Vec<[Run; 2]> = crate::alternate(
+    let pairs: Vec<[Run; 2]> = crate::paired::alternate(
         sessions,
         in_flight,
         run,

@@ -25,7 +25,8 @@ use harness::{SHARED_PLUGIN, Target};
 use load::{Throughput, http_load, pipes_load};
 use mcp::{client, initialize, initialize_request, initialized, post};
 use numbers::{list, median, percent, round1};
-use procfs::{cpu_seconds, raise_fd_limit, tree_memory, wait_for_processes};
+use paired::{alternate, pair_run};
+use procfs::{raise_fd_limit, tree_memory, wait_for_processes};
 
 mod cluster;
 mod harness;
@@ -35,6 +36,7 @@ mod load;
 mod mcp;
 mod modern;
 mod numbers;
+mod paired;
 mod procfs;
 mod report;
 mod soak;
@@ -575,85 +577,6 @@ async fn run(cli: Cli) {
     modern::write(&modern, &cli.out);
     isolation::write(&isolation, &cli.out);
     println!("{json}");
-}
-
-/// One run of [`alternate`]: its throughput and the target process's own CPU time per call.
-struct Run {
-    throughput: Throughput,
-    cpu_us_per_call: f64,
-    /// This process's (the load generator's) CPU time per call, in µs.
-    client_cpu_us_per_call: f64,
-}
-
-/// Two targets driven in turn for [`PAIRS`] pairs of runs of `run` each, every run on a fresh
-/// process, the order alternating (A-B, B-A, ...) so that the machine's drift during the runs
-/// falls on both alike. Each run is `sessions` sessions with `in_flight` calls of `echo`.
-/// Returns each pair's runs as `[A, B]`.
-async fn alternate<A, B>(
-    sessions: usize,
-    in_flight: usize,
-    run: Duration,
-    start_a: impl Fn() -> A,
-    start_b: impl Fn() -> B,
-) -> Vec<[Run; 2]>
-where
-    A: Future<Output = Target>,
-    B: Future<Output = Target>,
-{
-    alternate_with(start_a, start_b, async |_, url| {
-        http_load(&url, sessions, in_flight, run).await
-    })
-    .await
-}
-
-/// [`alternate`] with the load of each run given: `load(side, url)`, side 0 for A, 1 for B.
-async fn alternate_with<A, B>(
-    start_a: impl Fn() -> A,
-    start_b: impl Fn() -> B,
-    load: impl AsyncFn(usize, String) -> Throughput,
-) -> Vec<[Run; 2]>
-where
-    A: Future<Output = Target>,
-    B: Future<Output = Target>,
-{
-    let mut out = Vec::with_capacity(PAIRS);
-    for pair in 0..PAIRS {
-        let mut runs: [Option<Run>; 2] = [None, None];
-        let order = if pair % 2 == 0 { [0, 1] } else { [1, 0] };
-        for side in order {
-            let target = if side == 0 {
-                start_a().await
-            } else {
-                start_b().await
-            };
-            let me = std::process::id();
-            let (cpu_before, me_before) = (cpu_seconds(target.pid()), cpu_seconds(me));
-            let throughput = load(side, target.url.clone()).await;
-            let cpu = cpu_seconds(target.pid()) - cpu_before;
-            let me_cpu = cpu_seconds(me) - me_before;
-            drop(target);
-            let per_call = |cpu: f64| (1e7 * cpu / throughput.ok.max(1) as f64).round() / 10.0;
-            runs[side] = Some(Run {
-                cpu_us_per_call: per_call(cpu),
-                client_cpu_us_per_call: per_call(me_cpu),
-                throughput,
-            });
-        }
-        let [Some(a), Some(b)] = runs else {
-            unreachable!("both sides ran")
-        };
-        out.push([a, b]);
-    }
-    out
-}
-
-/// Pairs of runs in a paired comparison: with fewer, one outlier pair moves the median.
-const PAIRS: usize = 6;
-
-/// How long each run of a pair lasts: half a scenario's duration, so that a comparison takes
-/// about as long per pair as a scenario does, and at least 2 s.
-fn pair_run(duration: Duration) -> Duration {
-    (duration / 2).max(Duration::from_secs(2))
 }
 
 /// The gateway against the in-process ceiling, in alternating pairs.

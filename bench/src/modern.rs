@@ -40,7 +40,7 @@ use serde_json::{Value, json};
 use crate::harness::Target;
 use crate::load::Throughput;
 use crate::numbers::{list, median, percent, round1};
-use crate::{PAIRS, Run};
+use crate::paired::{PAIRS, Run};
 
 /// The heading of the section this writes in BENCHMARKS.md.
 pub const SECTION: &str = "## Modern era (2026-07-28)";
@@ -284,7 +284,7 @@ pub fn write(r: &Report, out: &Path) {
 /// Runs the four comparisons, each run lasting half of `duration` (as the paired runs of the
 /// full run do).
 pub async fn measure(opts: &Options, duration: Duration) -> Report {
-    let run = crate::pair_run(duration);
+    let run = crate::paired::pair_run(duration);
     let gateway = opts
         .gateway
         .clone()
@@ -347,7 +347,7 @@ async fn compare(
 ) -> Comparison {
     let tally = Arc::new(Tally::default());
     let start = || Target::gateway_at(gateway, "mcp-gateway", &[], None);
-    let pairs: Vec<[Run; 2]> = crate::alternate_with(start, start, async |side, url| {
+    let pairs: Vec<[Run; 2]> = crate::paired::alternate_with(start, start, async |side, url| {
         let tally = tally.clone();
         match (workload, side) {
             (Workload::Echo, 0) => modern_echo_load(&url, in_flight, run, tally).await,

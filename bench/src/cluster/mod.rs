@@ -106,7 +106,7 @@ pub struct Report {
 /// Runs the parts `opts` names, each run lasting half of `duration` (as the paired runs of
 /// the full run do).
 pub async fn measure(opts: &Options, duration: Duration) -> Report {
-    let run = crate::pair_run(duration);
+    let run = crate::paired::pair_run(duration);
     // From here on, SIGINT and SIGTERM end what this started, and then the process.
     tokio::spawn(harness::clean_up_and_exit());
     let mut r = Report {

@@ -15,8 +15,8 @@ use serde::Serialize;
 
 use super::harness::{Setup, Spec};
 use super::load::{self, Load, Retry, Run, Tally};
-use crate::PAIRS;
 use crate::numbers::{median, percent, round1};
+use crate::paired::PAIRS;
 
 /// CPU time per call answered, in µs, by part.
 #[derive(Debug, Default, Clone, Serialize)]
