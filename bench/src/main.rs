@@ -14,19 +14,19 @@
 //! to `bench/results/latest.json` and `BENCHMARKS.md`.
 
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use hdrhistogram::Histogram;
 use serde::Serialize;
-use serde_json::json;
 
 use harness::{SHARED_PLUGIN, Target};
 use load::{Throughput, http_load, pipes_load};
-use mcp::{client, initialize, initialize_request, initialized, post};
-use numbers::{list, median, percent, round1};
-use paired::{alternate, pair_run};
-use procfs::{raise_fd_limit, tree_memory, wait_for_processes};
+use numbers::list;
+use procfs::{raise_fd_limit, wait_for_processes};
+use scenarios::{
+    CeilingShare, IdleReport, Latency, ResumableCost, ceiling_share, first_call_latency,
+    idle_sessions, resumable_cost,
+};
 
 mod cluster;
 mod harness;
@@ -39,6 +39,7 @@ mod numbers;
 mod paired;
 mod procfs;
 mod report;
+mod scenarios;
 mod soak;
 
 // The same allocator as the gateway, so the in-process ceiling measures the design and not
@@ -160,55 +161,6 @@ struct Report {
     cluster: Option<cluster::Report>,
 }
 
-/// (a) or (b): the gateway against the in-process ceiling in alternating pairs of runs, each
-/// on a fresh process. The targets' "≥ 60% of the ceiling" and "p99 ≤ 2× the ceiling's" are
-/// judged from these, since the main table's runs of the two are minutes apart.
-#[derive(Debug, Default, Serialize)]
-struct CeilingShare {
-    scenario: String,
-    seconds_per_run: u64,
-    gateway_calls_per_sec: Vec<f64>,
-    ceiling_calls_per_sec: Vec<f64>,
-    /// The gateway process's own CPU time per call, in µs (its plugin processes not counted).
-    gateway_cpu_us_per_call: Vec<f64>,
-    ceiling_cpu_us_per_call: Vec<f64>,
-    /// Per pair: the gateway's calls/s in percent of the ceiling's.
-    pair_share_percent: Vec<f64>,
-    /// The median of `pair_share_percent`.
-    share_percent: f64,
-    /// Per pair: the gateway's p99 latency over the ceiling's.
-    pair_p99_ratio: Vec<f64>,
-    /// The median of `pair_p99_ratio`.
-    p99_ratio: f64,
-    wrong: u64,
-}
-
-/// (e) for one scenario: calls/s of each run with resumable streams on and off, and the
-/// gateway's own CPU time per call in each.
-#[derive(Debug, Default, Serialize)]
-struct ResumableCost {
-    scenario: String,
-    seconds_per_run: u64,
-    on_calls_per_sec: Vec<f64>,
-    off_calls_per_sec: Vec<f64>,
-    median_on: f64,
-    median_off: f64,
-    /// Per pair of adjacent runs: how much lower calls/s was with resumable streams on, in
-    /// percent of the run off.
-    pair_cost_percent: Vec<f64>,
-    /// The median of `pair_cost_percent`. Drift slower than a pair cancels out of each pair's
-    /// figure, which it does not out of the ratio of the two sides' medians.
-    cost_percent: f64,
-    /// The gateway process's CPU time (user and system, from `/proc/PID/stat`) per call
-    /// answered, in µs. It swings with the machine as well, though not always with calls/s.
-    on_cpu_us_per_call: Vec<f64>,
-    off_cpu_us_per_call: Vec<f64>,
-    /// The median, over pairs, of how much more CPU time per call the run on took, in
-    /// percent of the run off.
-    cpu_cost_percent: f64,
-    wrong: u64,
-}
-
 #[derive(Debug, Default, Serialize)]
 struct TargetReport {
     name: String,
@@ -217,26 +169,6 @@ struct TargetReport {
     c_idle_sessions: Vec<IdleReport>,
     d: Option<Latency>,
     notes: Vec<String>,
-}
-
-/// (d): p50 latencies of a new session, each timed from the `initialize` request's start.
-#[derive(Debug, Default, Serialize)]
-struct Latency {
-    /// Until the `initialize` result is in: one round trip, what the targets call initialize.
-    initialize_p50_ms: f64,
-    /// Until `notifications/initialized` is acknowledged as well: the client's whole handshake.
-    handshake_p50_ms: f64,
-    /// Until the answer to the first `tools/call` is in.
-    first_call_p50_ms: f64,
-    rounds: usize,
-}
-
-#[derive(Debug, Default, Serialize)]
-struct IdleReport {
-    sessions: usize,
-    setup_per_sec: f64,
-    memory_mb: f64,
-    processes: usize,
 }
 
 fn main() {
@@ -579,92 +511,6 @@ async fn run(cli: Cli) {
     println!("{json}");
 }
 
-/// The gateway against the in-process ceiling, in alternating pairs.
-async fn ceiling_share(
-    scenario: &str,
-    sessions: usize,
-    in_flight: usize,
-    duration: Duration,
-    config: Option<&str>,
-) -> CeilingShare {
-    let run = pair_run(duration);
-    let pairs = alternate(
-        sessions,
-        in_flight,
-        run,
-        || Target::gateway("mcp-gateway", &[], config),
-        Target::inproc,
-    )
-    .await;
-    let mut share = CeilingShare {
-        scenario: scenario.into(),
-        seconds_per_run: run.as_secs(),
-        ..Default::default()
-    };
-    for [gateway, ceiling] in &pairs {
-        let (g, c) = (&gateway.throughput, &ceiling.throughput);
-        share.gateway_calls_per_sec.push(g.calls_per_sec.round());
-        share.ceiling_calls_per_sec.push(c.calls_per_sec.round());
-        share.gateway_cpu_us_per_call.push(gateway.cpu_us_per_call);
-        share.ceiling_cpu_us_per_call.push(ceiling.cpu_us_per_call);
-        share
-            .pair_share_percent
-            .push(percent(g.calls_per_sec / c.calls_per_sec));
-        share
-            .pair_p99_ratio
-            .push((100.0 * g.p99_ms / c.p99_ms).round() / 100.0);
-        share.wrong += g.wrong + c.wrong;
-    }
-    share.share_percent = round1(median(&share.pair_share_percent));
-    share.p99_ratio = (100.0 * median(&share.pair_p99_ratio)).round() / 100.0;
-    eprintln!("ceiling share {scenario}: {share:?}");
-    share
-}
-
-/// (e): the gateway with resumable streams on and off, in alternating pairs. The cost is the
-/// median of the pairs' costs.
-async fn resumable_cost(
-    scenario: &str,
-    sessions: usize,
-    in_flight: usize,
-    duration: Duration,
-) -> ResumableCost {
-    let run = pair_run(duration);
-    let pairs = alternate(
-        sessions,
-        in_flight,
-        run,
-        || Target::gateway("mcp-gateway", &["--sse-resumable", "true"], None),
-        || Target::gateway("mcp-gateway", &["--sse-resumable", "false"], None),
-    )
-    .await;
-    let mut cost = ResumableCost {
-        scenario: scenario.into(),
-        seconds_per_run: run.as_secs(),
-        ..Default::default()
-    };
-    let mut pair_cpu = Vec::new();
-    for [on, off] in &pairs {
-        cost.on_calls_per_sec
-            .push(on.throughput.calls_per_sec.round());
-        cost.off_calls_per_sec
-            .push(off.throughput.calls_per_sec.round());
-        cost.on_cpu_us_per_call.push(on.cpu_us_per_call);
-        cost.off_cpu_us_per_call.push(off.cpu_us_per_call);
-        cost.pair_cost_percent.push(percent(
-            1.0 - on.throughput.calls_per_sec / off.throughput.calls_per_sec,
-        ));
-        pair_cpu.push(percent(on.cpu_us_per_call / off.cpu_us_per_call - 1.0));
-        cost.wrong += on.throughput.wrong + off.throughput.wrong;
-    }
-    cost.median_on = median(&cost.on_calls_per_sec);
-    cost.median_off = median(&cost.off_calls_per_sec);
-    cost.cost_percent = round1(median(&cost.pair_cost_percent));
-    cost.cpu_cost_percent = round1(median(&pair_cpu));
-    eprintln!("(e) {scenario}: {cost:?}");
-    cost
-}
-
 async fn http_target(target: &Target, duration: Duration) -> TargetReport {
     let mut r = TargetReport {
         name: target.name.clone(),
@@ -674,106 +520,6 @@ async fn http_target(target: &Target, duration: Duration) -> TargetReport {
     r.b_64_sessions_64 = Some(http_load(&target.url, 64, 64, duration).await);
     r.d = Some(first_call_latency(&target.url, 100).await);
     r
-}
-
-/// (d): new sessions one after another, each timed from its `initialize` request. First
-/// `rounds` sessions that only open and close, then `rounds` that also make a first call: a
-/// first call starts a plugin (or takes one from the warm pool, which then starts another),
-/// and the next session's `initialize` would otherwise be timed against that start and the
-/// previous session's plugin stopping.
-async fn first_call_latency(url: &str, rounds: usize) -> Latency {
-    let http = client();
-    let new = || Histogram::<u64>::new(3).expect("histogram");
-    let (mut init, mut handshake, mut first) = (new(), new(), new());
-    let micros = |t: Instant| t.elapsed().as_micros() as u64;
-    let close = |sid: Option<String>| {
-        let http = http.clone();
-        async move {
-            if let Some(sid) = sid {
-                let _ = http.delete(url).header("mcp-session-id", sid).send().await;
-            }
-        }
-    };
-    for _ in 0..rounds {
-        let t = Instant::now();
-        let Ok((sid, version)) = initialize_request(&http, url).await else {
-            continue;
-        };
-        init.record(micros(t)).expect("in range");
-        if initialized(&http, url, sid.as_deref(), &version)
-            .await
-            .is_ok()
-        {
-            handshake.record(micros(t)).expect("in range");
-        }
-        close(sid).await;
-    }
-    for i in 0..rounds {
-        let t = Instant::now();
-        let Ok((sid, version)) = initialize(&http, url).await else {
-            continue;
-        };
-        let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "echo", "arguments": {"text": format!("first-{i}")}}});
-        if post(&http, url, sid.as_deref(), Some(&version), &body)
-            .await
-            .is_ok()
-        {
-            first.record(micros(t)).expect("in range");
-        }
-        close(sid).await;
-    }
-    let p50 = |h: &Histogram<u64>| h.value_at_quantile(0.5) as f64 / 1000.0;
-    Latency {
-        initialize_p50_ms: p50(&init),
-        handshake_p50_ms: p50(&handshake),
-        first_call_p50_ms: p50(&first),
-        rounds,
-    }
-}
-
-/// Opens `n` sessions, each holding a GET stream; setup rate and the memory of the target's
-/// process tree while they are open.
-async fn idle_sessions(
-    url: &str,
-    pid: u32,
-    n: usize,
-    hold: Duration,
-) -> Result<IdleReport, String> {
-    let http = client();
-    let started = Instant::now();
-    let mut streams = Vec::with_capacity(n);
-    for _ in 0..n {
-        let (sid, version) = initialize(&http, url).await?;
-        let sid = sid.ok_or("the target keeps no sessions")?;
-        let r = http
-            .get(url)
-            .header("accept", "text/event-stream")
-            .header("mcp-session-id", &sid)
-            .header("mcp-protocol-version", &version)
-            .send()
-            .await
-            .map_err(|e| e.to_string())?;
-        if !r.status().is_success() {
-            return Err(format!("GET stream: HTTP {}", r.status()));
-        }
-        streams.push(r);
-    }
-    let setup = started.elapsed();
-    let (memory_mb, processes) = tree_memory(pid);
-    if !hold.is_zero() {
-        eprintln!(
-            "{n} streams open: {memory_mb:.1} MB; holding them {} s",
-            hold.as_secs()
-        );
-        tokio::time::sleep(hold).await;
-    }
-    drop(streams);
-    Ok(IdleReport {
-        sessions: n,
-        setup_per_sec: n as f64 / setup.as_secs_f64(),
-        memory_mb,
-        processes,
-    })
 }
 
 fn markdown(r: &Report) -> String {
