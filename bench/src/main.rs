@@ -12,6 +12,24 @@
 //! (bench/src/modern.rs); the plugin sandbox on against off, the start-up of a plugin
 //! process and (a) and (b) (bench/src/isolation.rs). Every reply is checked: a wrong or missing one is counted. Results go
 //! to `bench/results/latest.json` and `BENCHMARKS.md`.
+//!
+//! # Layout
+//!
+//! The modules are layers: each imports only those listed below it, so there is no loop. From
+//! the top:
+//!
+//! - this file: the command line and which module each command goes to.
+//! - [`full`]: the full run (no subcommand): every target of the main table, then the
+//!   commands below, into `latest.json` and BENCHMARKS.md.
+//! - The commands with results of their own: [`soak`], [`cluster`], [`modern`], [`isolation`];
+//!   beside them [`scenarios`]: (c), (d), the share of the in-process ceiling and (e).
+//! - [`paired`]: two targets in alternating pairs of runs, every run on a fresh process.
+//! - [`load`]: the load generator, checking every answer, into a [`load::Throughput`].
+//! - [`harness`]: the processes measured: a gateway, the in-process ceiling, a peer.
+//! - Leaves, which import no other module: [`mcp`] (an MCP client over Streamable HTTP),
+//!   [`procfs`] (readings from `/proc`), [`numbers`] (medians, percents, lists), [`report`]
+//!   (the date and commit of a run, its JSON, a section of BENCHMARKS.md) and [`inproc`] (the
+//!   in-process ceiling's server).
 
 use std::path::PathBuf;
 use std::time::Duration;
