@@ -187,6 +187,11 @@ impl PluginConnection {
         self.transport.pid()
     }
 
+    /// See [`PluginTransport::settled`].
+    pub fn settled(&self) -> Option<bool> {
+        self.transport.settled()
+    }
+
     /// How long nothing has happened, or `None` while requests are in flight.
     pub fn idle_for(&self) -> Option<Duration> {
         if !self.pending.lock().expect("pending lock").is_empty() {

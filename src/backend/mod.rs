@@ -2,7 +2,8 @@
 //!
 //! - [`transport`]: the seam a plugin's bytes cross ([`PluginTransport`]); [`stdio`] is the
 //!   implementation that runs a child process; [`orphans`] finds what its processes left
-//!   outside their group; [`stderr`] logs what a plugin writes to its stderr.
+//!   outside their group; [`stderr`] logs what a plugin writes to its stderr; `settle` tells
+//!   when a plugin has written all it will for now.
 //! - [`connection`]: JSON-RPC over a transport: the handshake in the plugin's era (`initialize`,
 //!   or `server/discover` for a 2026-07-28 plugin, or the probe that finds which), many
 //!   requests in flight matched back by gateway-assigned ids, and the plugin's own requests
@@ -20,6 +21,7 @@ pub mod modern;
 pub(crate) mod orphans;
 mod pipe_writer;
 pub mod sandbox;
+mod settle;
 pub mod stderr;
 pub mod stdio;
 pub mod transport;

@@ -45,6 +45,8 @@ pub struct StdioTransport {
     stopped: tokio::sync::OnceCell<()>,
     /// Its processes, wherever they went.
     instance: Instance,
+    /// Whether it has written all it will for now (see [`super::settle`]).
+    settle: Option<Arc<super::settle::Settle>>,
 }
 
 impl StdioTransport {
@@ -163,7 +165,14 @@ impl StdioTransport {
         // Stdout: read by the connection's own task, line by line; it ends at EOF.
         let label = (config.name.clone(), session.to_owned());
         let failed = label.clone();
-        let lines = FramedRead::new(stdout, LineCodec::default())
+        let settle = super::settle::Settle::new(pid.as_raw() as u32, &stdout).map(Arc::new);
+        let framed = FramedRead::new(stdout, LineCodec::default());
+        let framed: Pin<Box<dyn futures_util::Stream<Item = std::io::Result<Line>> + Send>> =
+            match &settle {
+                Some(settle) => Box::pin(super::settle::Watched::new(framed, settle.clone())),
+                None => Box::pin(framed),
+            };
+        let lines = framed
             .take_while(move |frame| {
                 if let Err(e) = frame {
                     tracing::debug!(plugin = %failed.0, session = %failed.1, "plugin stdout: {e}");
@@ -216,6 +225,7 @@ impl StdioTransport {
                 grace: config.shutdown_grace,
                 stopped: tokio::sync::OnceCell::new(),
                 instance,
+                settle,
             },
             Box::pin(lines),
         ))
@@ -327,6 +337,10 @@ impl PluginTransport for StdioTransport {
             .iter()
             .cloned()
             .collect()
+    }
+
+    fn settled(&self) -> Option<bool> {
+        self.settle.as_ref()?.settled()
     }
 
     fn pid(&self) -> Option<u32> {

@@ -45,6 +45,13 @@ pub trait PluginTransport: Send + Sync + 'static {
     /// The last lines the plugin wrote to its error output, for diagnosing a failed start.
     fn stderr_tail(&self) -> Vec<String>;
 
+    /// True once the plugin has written all it will without being asked again: everything
+    /// it wrote has been read and handed on, and it is waiting. `None` where that cannot be
+    /// told (then whoever asks waits a while instead).
+    fn settled(&self) -> Option<bool> {
+        None
+    }
+
     /// The operating-system process id, where there is one.
     fn pid(&self) -> Option<u32>;
 }

@@ -124,7 +124,7 @@ impl Session {
     /// plugin's request in flight moved to it under a new id, the client's request the
     /// call's first exchange. The new stream's sink; `None` when `client` is no seeded
     /// call's, or the call is no longer in flight on `conn`.
-    fn promote(&self, conn: &PluginConnection, client: &Sink) -> Option<Sink> {
+    fn promote(&self, conn: &Arc<PluginConnection>, client: &Sink) -> Option<Sink> {
         let number = client.stream_number();
         let seed = self.seeds.lock().expect("seeds lock").remove(&number)?;
         let me = self.me.upgrade()?;
@@ -157,6 +157,7 @@ impl Session {
             &me,
             seed.parked,
             seed.binding,
+            Arc::downgrade(conn),
             call,
             id,
             sink.stream_number(),

@@ -3,27 +3,34 @@
 //! requests to the client into `InputRequiredResult`s and parks the call between rounds.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::value::RawValue;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
+use futures_util::FutureExt;
+
 use super::Session;
 use super::bridge::{Binding, Exchange, Resume};
 use super::parked::ParkedCalls;
+use crate::backend::PluginConnection;
 use crate::jsonrpc::{self, Id, Message, Outcome, code};
 use crate::protocol::modern::code::MISSING_REQUIRED_CLIENT_CAPABILITY;
 use crate::protocol::mrtr::{self, InputRequest, StateClaims};
 use crate::stream::{Attached, Frame, StreamGuard};
 
-/// How long the bridge waits after a plugin's request for more to come before it answers
-/// the client with them. Requests a plugin sends together usually arrive within
-/// microseconds of each other, but each is a write of its own, and on a loaded machine the
-/// plugin can be descheduled between them: 2 ms split such a pair in the tests under load.
-/// This wait is most of a question's extra latency.
+/// A round of the plugin's requests to the client is answered as soon as the plugin has
+/// settled (it has written all it will and waits: see `backend::settle`). Requests a plugin
+/// sends together usually arrive within microseconds of each other, but each is a write of
+/// its own, and on a loaded machine the plugin can be descheduled between them (2 ms split
+/// such a pair in the tests under load): a plugin still running is looked at again every
+/// [`SETTLE_POLL`], until this long after its last request came. A plugin whose state
+/// cannot be told is waited for this long.
 const QUIET: Duration = Duration::from_millis(10);
+/// How often a plugin still running is looked at again while a round is gathered.
+const SETTLE_POLL: Duration = Duration::from_millis(1);
 /// The longest one round is gathered.
 const GATHER: Duration = Duration::from_millis(100);
 /// Requests one call may have waiting on its client.
@@ -40,6 +47,7 @@ pub(super) fn start(
     session: &Arc<Session>,
     parked: Arc<ParkedCalls>,
     binding: Binding,
+    plugin: Weak<PluginConnection>,
     call: u64,
     id: Id,
     stream: u64,
@@ -50,6 +58,7 @@ pub(super) fn start(
         session: session.clone(),
         parked,
         binding,
+        plugin,
         call,
         id,
         stream,
@@ -103,6 +112,8 @@ struct Pump {
     session: Arc<Session>,
     parked: Arc<ParkedCalls>,
     binding: Binding,
+    /// The plugin connection it runs on, asked whether the plugin has settled.
+    plugin: Weak<PluginConnection>,
     /// Its number in the parked table.
     call: u64,
     /// Its id toward the plugin.
@@ -173,9 +184,30 @@ impl Pump {
                 ));
                 return Next::Done;
             }
-            let due = self
-                .gathering
-                .map(|(first, last)| (last + QUIET).min(first + GATHER));
+            let mut due = None;
+            if let Some((first, last)) = self.gathering {
+                let cap = (last + QUIET).min(first + GATHER);
+                let settled = self.plugin.upgrade().and_then(|p| p.settled());
+                if settled == Some(true) {
+                    // What the plugin wrote before it settled is in the call's stream: it
+                    // belongs to this round.
+                    if let Some(frame) = attached.next_frame().now_or_never() {
+                        self.take(frame, Some(&exchange));
+                        continue;
+                    }
+                }
+                if settled == Some(true) || Instant::now() >= cap {
+                    self.gathering = None;
+                    if let Some(next) = self.ask(&exchange) {
+                        return next;
+                    }
+                    continue;
+                }
+                due = Some(match settled {
+                    Some(_) => cap.min(Instant::now() + SETTLE_POLL),
+                    None => cap,
+                });
+            }
             let event = tokio::select! {
                 frame = attached.next_frame() => Event::Frame(frame),
                 () = sleep_until(due) => Event::Due,
@@ -191,12 +223,8 @@ impl Pump {
                         return Next::Done;
                     }
                 }
-                Event::Due => {
-                    self.gathering = None;
-                    if let Some(next) = self.ask(&exchange) {
-                        return next;
-                    }
-                }
+                // The round's state is looked at again at the loop's top.
+                Event::Due => {}
                 Event::Closed | Event::Woken(_) => {
                     exchange.sink.respond(jsonrpc::error_bytes(
                         Some(&exchange.id),
