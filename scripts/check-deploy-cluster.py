@@ -4,9 +4,11 @@ Python of .tools/deploy, which has PyYAML):
 - deploy/compose.yaml runs three replicas sharing one Redis and one cluster secret (taken
   from the environment, never written in the file), each advertising its own service name
   and port, behind HAProxy; the single replica stays available (profile "single");
-- deploy/config/haproxy.cfg balances those same replicas round-robin with no stickiness,
-  health-checks their /readyz on the admin port, and keeps the replicas' internal endpoint
-  from clients;
+- deploy/config/haproxy.cfg balances those same replicas round-robin, keeps each session on
+  the replica that answered for it (learned from `Mcp-Session-Id` in answers, shared by the
+  two balancers of the compose file as peers at their fixed addresses; no cookies, no
+  hashing), health-checks their /readyz on the admin port, and keeps the replicas' internal
+  endpoint from clients;
 - the Kubernetes manifests and the chart's renders (with cluster mode on and off) give the
   pods the Redis URL and secret from the Secret and their pod IP as advertise URL, and the
   Service no session affinity when cluster mode is on (ClientIP when off, for the chart);
@@ -110,12 +112,18 @@ if single.get("profiles") != ["single"] or "MCP_GATEWAY_REDIS_URL" in single.get
     "environment", {}
 ):
     fail("compose: the single replica (service gateway, profile single, no Redis) is missing")
-lb = services.get("lb", {})
 lb_config = "./config/haproxy.cfg:/usr/local/etc/haproxy/haproxy.cfg"
-if not str(lb.get("image", "")).startswith("haproxy:") or not any(
-    str(v).startswith(lb_config) for v in lb.get("volumes", [])
-):
-    fail("compose: the lb service is not HAProxy with deploy/config/haproxy.cfg")
+balancers = {}
+for name in ("lb", "lb-2"):
+    lb = services.get(name, {})
+    if not str(lb.get("image", "")).startswith("haproxy:") or not any(
+        str(v).startswith(lb_config) for v in lb.get("volumes", [])
+    ):
+        fail(f"compose: the {name} service is not HAProxy with deploy/config/haproxy.cfg")
+    address = ((lb.get("networks") or {}).get("default") or {}).get("ipv4_address")
+    if lb.get("hostname") != name or not address:
+        fail(f"compose: {name} needs hostname {name} and a fixed address (its peer name and address)")
+    balancers[name] = address
 for name in replicas + ["gateway"]:
     env = {k: interpolate(v) for k, v in services[name]["environment"].items()}
     expect = None
@@ -139,25 +147,44 @@ for raw in (ROOT / "deploy/config/haproxy.cfg").read_text().splitlines():
         sections[current] = []
     elif current:
         sections[current].append(" ".join(line.split()))
+def default_of(word):
+    """The default of a quoted `"${NAME-default}"` (what HAProxy uses without NAME set)."""
+    m = re.fullmatch(r'"\$\{[A-Z0-9_]+-([^}]*)\}"', word)
+    return m.group(1) if m else word
+
+
 backends = [k for k in sections if k.startswith("backend ")]
 if len(backends) != 1:
     fail(f"haproxy.cfg: expected one backend, found {backends}")
 else:
     lines = sections[backends[0]]
-    servers = {l.split()[2] for l in lines if l.startswith("server ")}
+    servers = {default_of(l.split()[2]) for l in lines if l.startswith("server ")}
     if servers != {f"{n}:8080" for n in replicas}:
         fail(f"haproxy.cfg: its servers {sorted(servers)} are not the compose replicas")
     if "balance roundrobin" not in lines:
         fail("haproxy.cfg: the backend does not balance round-robin")
-    sticky = [
-        l
-        for l in lines
-        if l.split()[0] in ("cookie", "hash-type", "hash-balance-factor")
-        or l.startswith("stick")
-    ]
-    if sticky:
-        fail(f"haproxy.cfg: stickiness: {sticky}")
-    if "option httpchk GET /readyz" not in lines or not any(
+    blind = [l for l in lines if l.split()[0] in ("cookie", "hash-type", "hash-balance-factor")]
+    if blind:
+        fail(f"haproxy.cfg: affinity by cookie or hash: {blind}")
+    for rule in (
+        "stick match req.hdr(mcp-session-id)",
+        "stick store-response res.hdr(mcp-session-id)",
+    ):
+        if rule not in lines:
+            fail(f"haproxy.cfg: the backend lacks `{rule}`")
+    table = [l for l in lines if l.startswith("stick-table ")]
+    peers_name = table[0].split(" peers ", 1)[1].split()[0] if table and " peers " in table[0] else None
+    if not peers_name:
+        fail("haproxy.cfg: the stick table is not shared with peers")
+    else:
+        peers = {
+            l.split()[1]: default_of(l.split()[2]).rsplit(":", 1)[0]
+            for l in sections.get(f"peers {peers_name}", [])
+            if l.startswith("peer ")
+        }
+        if peers != balancers:
+            fail(f"haproxy.cfg: its peers {peers} are not compose's balancers {balancers}")
+    if "http-check send meth GET uri /readyz ver HTTP/1.1 hdr Host localhost" not in lines or not any(
         l.startswith("default-server check port 9090") for l in lines
     ):
         fail("haproxy.cfg: the replicas are not health-checked on /readyz at the admin port")

@@ -4,7 +4,9 @@
 //! load balancer each time, as a client does (`Last-Event-ID`, retrying while the balancer
 //! or a replica says to), and must end with every message the plugin produced exactly once
 //! and in order; what the killed instance could no longer produce ends in an error that says
-//! so; the session goes on; no process is left behind (/proc).
+//! so; the session goes on; no process is left behind (/proc). Behind the test harness's
+//! balancer (round-robin, no affinity) and behind the shipped one (deploy/config/haproxy.cfg:
+//! affinity learned from the answers).
 
 mod common;
 
@@ -105,9 +107,22 @@ fn burst(id: u64, tag: &str, pause_us: u64) -> Value {
         "arguments": {"count": COUNT, "tag": tag, "pause_us": pause_us}}})
 }
 
+const ARGS: &[&str] = &["--shutdown-grace-secs", "20", "--", FIXTURE];
+
 #[tokio::test]
 async fn a_stream_survives_a_killed_owner_and_a_rolling_restart() {
-    let mut cluster = Cluster::start(3, &["--shutdown-grace-secs", "20", "--", FIXTURE]);
+    survives(Cluster::start(3, ARGS)).await;
+}
+
+/// The same behind the shipped HAProxy configuration (two balancers, each session kept on
+/// its owner, learned from the answers): the balancer still sends the client to whichever
+/// replica serves its session after the owner is killed and while each replica restarts.
+#[tokio::test]
+async fn a_stream_survives_a_killed_owner_and_a_rolling_restart_with_affinity() {
+    survives(Cluster::start_shipped(ARGS)).await;
+}
+
+async fn survives(mut cluster: Cluster) {
     let mut client = Client::new(&cluster.lb_url());
     client.initialize().await;
     client.notify("notifications/initialized", json!({})).await;

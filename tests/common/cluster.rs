@@ -1,7 +1,8 @@
 //! A cluster under test: several `mcp-gateway` processes (each a [`Gateway`] of `process`, on
 //! a port the harness chose so that it can advertise it and come back on it) behind a real
-//! load balancer, HAProxy from Debian, round-robin with no stickiness, its config written
-//! here. In cluster mode the replicas share the Redis at 127.0.0.1:6379 (or a Redis of the
+//! load balancer, HAProxy from Debian: round-robin with no stickiness, its config written
+//! here, or the shipped configuration (deploy/config/haproxy.cfg, affinity learned from the
+//! answers) run as it is as two peered balancers ([`Cluster::start_shipped`]). In cluster mode the replicas share the Redis at 127.0.0.1:6379 (or a Redis of the
 //! test's own, `redis_server`) under a key prefix of the test's own and a cluster secret of
 //! the test's own; plain replicas (no cluster flags)
 //! share nothing. The harness kills, stops and restarts replicas on the same flags and port,
@@ -30,6 +31,8 @@ pub struct Cluster {
     replicas: Vec<Replica>,
     /// The load balancer in front of them.
     lb: Haproxy,
+    /// A second balancer, the first's peer (the shipped configuration only).
+    peer: Option<Haproxy>,
     /// The secret the replicas share in cluster mode.
     cluster_secret: Option<String>,
     /// The Redis key prefix of this test (`test-<random>:`), when the replicas run in cluster
@@ -106,6 +109,9 @@ struct Replica {
     gw: Option<Gateway>,
     /// Its public port, fixed for its life: HAProxy's config and its advertise URL name it.
     port: u16,
+    /// Its admin port when fixed for its life too (the shipped configuration health-checks
+    /// `/readyz` there); `None`: a new one at each start.
+    admin_port: Option<u16>,
     /// Its whole command line, replayed by a restart.
     args: Vec<String>,
 }
@@ -157,6 +163,50 @@ impl Cluster {
         Cluster::launch(n, &[], false, args, None, None)
     }
 
+    /// Three replicas in cluster mode, as [`Cluster::start`], behind the shipped HAProxy
+    /// configuration (`deploy/config/haproxy.cfg`, as it is, its addresses given by the
+    /// environment variables it reads) run as its two balancers, `lb` ([`Cluster::lb_url`])
+    /// and `lb-2` ([`Cluster::peer_url`]), peers of each other. Each replica keeps its admin
+    /// port across restarts: the balancers health-check `/readyz` there.
+    pub fn start_shipped(args: &[&str]) -> Cluster {
+        assert_redis_up();
+        let prefix = format!("test-{:016x}:", rand::random::<u64>());
+        let secret = format!("{:032x}", rand::random::<u128>());
+        let redis = RedisPrefix {
+            url: REDIS_URL.to_owned(),
+            prefix: prefix.clone(),
+        };
+        let flags = [
+            "--redis-url",
+            REDIS_URL,
+            "--redis-key-prefix",
+            &prefix,
+            "--cluster-secret",
+            &secret,
+        ];
+        let replicas: Vec<Replica> = (0..3)
+            .map(|_| Replica::start_on_a_free_port(&flags, true, true, args))
+            .collect();
+        let servers: Vec<(u16, u16)> = replicas
+            .iter()
+            .map(|r| (r.port, r.admin_port.expect("a fixed admin port")))
+            .collect();
+        let peers = (free_port(), free_port());
+        let lb = Haproxy::start_shipped("lb", &servers, peers);
+        let peer = Haproxy::start_shipped("lb-2", &servers, peers);
+        let cluster = Cluster {
+            replicas,
+            lb,
+            peer: Some(peer),
+            cluster_secret: Some(secret),
+            redis: Some(redis),
+        };
+        for i in 0..3 {
+            cluster.wait_up(i);
+        }
+        cluster
+    }
+
     fn launch(
         n: usize,
         cluster_flags: &[&str],
@@ -171,6 +221,7 @@ impl Cluster {
             replicas.push(Replica::start_on_a_free_port(
                 cluster_flags,
                 advertise,
+                false,
                 args,
             ));
         }
@@ -179,6 +230,7 @@ impl Cluster {
         let cluster = Cluster {
             replicas,
             lb,
+            peer: None,
             cluster_secret,
             redis,
         };
@@ -201,6 +253,21 @@ impl Cluster {
     /// The load balancer's address, `127.0.0.1:<port>`.
     pub fn lb_addr(&self) -> &str {
         &self.lb.addr
+    }
+
+    /// The MCP endpoint through the second balancer ([`Cluster::start_shipped`]).
+    pub fn peer_url(&self) -> String {
+        let peer = self.peer.as_ref().expect("a cluster behind two balancers");
+        format!("http://{}/mcp", peer.addr)
+    }
+
+    /// The replica each balancer has learned serves session `id` (`show table`), by index;
+    /// `None` where it has not learned it.
+    pub fn learned(&self, id: &str) -> Vec<Option<usize>> {
+        std::iter::once(&self.lb)
+            .chain(self.peer.as_ref())
+            .map(|lb| lb.learned(id))
+            .collect()
     }
 
     /// A hand-rolled transport client on the load balancer.
@@ -313,7 +380,8 @@ impl Cluster {
         );
     }
 
-    /// Replica `i`'s state as HAProxy's stats report it (`UP`, `DOWN`, `UP 1/2`, ...).
+    /// Replica `i`'s state as HAProxy's stats report it (`UP`, `DOWN`, `UP 1/2`, ...), as
+    /// the first balancer sees it.
     pub fn lb_status(&self, i: usize) -> String {
         self.lb.server_status(i)
     }
@@ -330,17 +398,19 @@ impl Cluster {
 
     fn wait_lb_status(&self, i: usize, want: &str) {
         let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            let status = self.lb.server_status(i);
-            if status == want {
-                return;
+        for lb in std::iter::once(&self.lb).chain(self.peer.as_ref()) {
+            loop {
+                let status = lb.server_status(i);
+                if status == want {
+                    break;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "HAProxy still says {status:?} of replica {i}, not {want:?}; its log:\n{}",
+                    lb.log()
+                );
+                std::thread::sleep(Duration::from_millis(20));
             }
-            assert!(
-                Instant::now() < deadline,
-                "HAProxy still says {status:?} of replica {i}, not {want:?}; its log:\n{}",
-                self.lb.log()
-            );
-            std::thread::sleep(Duration::from_millis(20));
         }
     }
 
@@ -359,6 +429,9 @@ impl Drop for Cluster {
         // replicas, all told at once (SIGTERM) and given a few seconds together, the rest
         // killed, so none writes to Redis after the clean-up (`redis`, dropped after this).
         self.lb.stop();
+        if let Some(peer) = &mut self.peer {
+            peer.stop();
+        }
         let mut running: Vec<Gateway> = self
             .replicas
             .iter_mut()
@@ -388,15 +461,21 @@ impl Drop for Cluster {
 impl Replica {
     /// Starts a replica on a port free a moment ago; if another process took it meanwhile,
     /// tries once more on another.
-    fn start_on_a_free_port(cluster_flags: &[&str], advertise: bool, args: &[&str]) -> Replica {
+    fn start_on_a_free_port(
+        cluster_flags: &[&str],
+        advertise: bool,
+        fixed_admin: bool,
+        args: &[&str],
+    ) -> Replica {
         let mut last = String::new();
         for _ in 0..2 {
             let port = free_port();
+            let admin_port = fixed_admin.then(free_port);
             let mut all: Vec<String> = vec![
                 "--listen".into(),
                 format!("127.0.0.1:{port}"),
                 "--admin-listen".into(),
-                "127.0.0.1:0".into(),
+                format!("127.0.0.1:{}", admin_port.unwrap_or(0)),
             ];
             if advertise {
                 all.push("--advertise-url".into());
@@ -407,6 +486,7 @@ impl Replica {
             let mut replica = Replica {
                 gw: None,
                 port,
+                admin_port,
                 args: all,
             };
             match Gateway::try_start(&replica.argv()) {
@@ -425,11 +505,13 @@ impl Replica {
     }
 }
 
-/// HAProxy in the foreground (`-db`), with the config this harness wrote.
+/// HAProxy in the foreground (`-db`), with the config this harness wrote or the shipped one.
 struct Haproxy {
     child: Option<Child>,
     /// `127.0.0.1:<port>` of its one frontend.
     addr: String,
+    /// Its servers' names, replica `i` the `i`th.
+    servers: Vec<String>,
     /// Its stats socket (admin level), for the servers' states.
     stats: PathBuf,
     /// What it wrote to stdout and stderr, for failure messages.
@@ -498,7 +580,15 @@ impl Haproxy {
     fn start(ports: &[u16]) -> Haproxy {
         let mut last = String::new();
         for _ in 0..2 {
-            match Haproxy::try_start(ports) {
+            let dir = tempfile::tempdir().unwrap();
+            let stats = dir.path().join("stats.sock");
+            let lb_port = free_port();
+            let cfg = dir.path().join("haproxy.cfg");
+            std::fs::write(&cfg, haproxy_config(lb_port, ports, &stats)).unwrap();
+            let servers = (0..ports.len()).map(|i| format!("r{i}")).collect();
+            let mut cmd = Command::new(haproxy_binary());
+            cmd.arg("-f").arg(&cfg);
+            match Haproxy::spawn(cmd, dir, stats, lb_port, servers) {
                 Ok(lb) => return lb,
                 Err(e) => last = e,
             }
@@ -506,15 +596,60 @@ impl Haproxy {
         panic!("HAProxy did not start, twice: {last}");
     }
 
-    fn try_start(ports: &[u16]) -> Result<Haproxy, String> {
-        let dir = tempfile::tempdir().unwrap();
-        let stats = dir.path().join("stats.sock");
-        let lb_port = free_port();
-        let cfg = dir.path().join("haproxy.cfg");
-        std::fs::write(&cfg, haproxy_config(lb_port, ports, &stats)).unwrap();
-        let mut child = Command::new(haproxy_binary())
-            .arg("-f")
-            .arg(&cfg)
+    /// Starts the shipped configuration as balancer `name` (`lb` or `lb-2`) in front of
+    /// `servers` (each replica's public and admin port), its peers listening on `peers`; a
+    /// second file adds only a stats socket. Returns once its stats socket answers.
+    fn start_shipped(name: &str, servers: &[(u16, u16)], peers: (u16, u16)) -> Haproxy {
+        let shipped = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/config/haproxy.cfg");
+        let mut last = String::new();
+        for _ in 0..2 {
+            let dir = tempfile::tempdir().unwrap();
+            let stats = dir.path().join("stats.sock");
+            let extra = dir.path().join("stats.cfg");
+            std::fs::write(
+                &extra,
+                format!(
+                    "global\n    stats socket {} mode 600 level admin\n",
+                    stats.display()
+                ),
+            )
+            .unwrap();
+            let lb_port = free_port();
+            let mut cmd = Command::new(haproxy_binary());
+            cmd.arg("-f")
+                .arg(&shipped)
+                .arg("-f")
+                .arg(&extra)
+                .args(["-L", name])
+                .env("MCP_LB_BIND", format!("127.0.0.1:{lb_port}"))
+                .env("MCP_LB_PEER_1", format!("127.0.0.1:{}", peers.0))
+                .env("MCP_LB_PEER_2", format!("127.0.0.1:{}", peers.1));
+            for (i, (port, admin)) in servers.iter().enumerate() {
+                cmd.env(
+                    format!("MCP_GATEWAY_{}", i + 1),
+                    format!("127.0.0.1:{port}"),
+                )
+                .env(format!("MCP_GATEWAY_{}_CHECK", i + 1), admin.to_string());
+            }
+            let names = (1..=servers.len())
+                .map(|i| format!("gateway-{i}"))
+                .collect();
+            match Haproxy::spawn(cmd, dir, stats, lb_port, names) {
+                Ok(lb) => return lb,
+                Err(e) => last = e,
+            }
+        }
+        panic!("the shipped HAProxy configuration did not start as {name}, twice: {last}");
+    }
+
+    fn spawn(
+        mut cmd: Command,
+        dir: tempfile::TempDir,
+        stats: PathBuf,
+        lb_port: u16,
+        servers: Vec<String>,
+    ) -> Result<Haproxy, String> {
+        let mut child = cmd
             .arg("-db")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -544,6 +679,7 @@ impl Haproxy {
         let mut lb = Haproxy {
             child: None,
             addr: format!("127.0.0.1:{lb_port}"),
+            servers,
             stats,
             log,
             _dir: dir,
@@ -574,12 +710,29 @@ impl Haproxy {
 
     /// `show stat` on the stats socket: its CSV, or `None` when the socket does not answer.
     fn show_stat(&self) -> Option<String> {
+        self.command("show stat")
+    }
+
+    /// A command's answer on the stats socket, or `None` when the socket does not answer.
+    fn command(&self, command: &str) -> Option<String> {
         let mut s = UnixStream::connect(&self.stats).ok()?;
         s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-        s.write_all(b"show stat\n").ok()?;
+        s.write_all(format!("{command}\n").as_bytes()).ok()?;
         let mut text = String::new();
         s.read_to_string(&mut text).ok()?;
         Some(text)
+    }
+
+    /// The replica the stick table names for session `id` (`server_id` counts from 1).
+    fn learned(&self, id: &str) -> Option<usize> {
+        let table = self.command(&format!("show table {BACKEND} key {id}"))?;
+        let at = table.find("server_id=")? + "server_id=".len();
+        let n: usize = table[at..]
+            .split(|c: char| !c.is_ascii_digit())
+            .next()?
+            .parse()
+            .ok()?;
+        n.checked_sub(1)
     }
 
     /// The `status` column of server `r<i>` in `show stat`.
@@ -599,7 +752,7 @@ impl Haproxy {
                 .unwrap_or_else(|| panic!("no {name} column in show stat"))
         };
         let (px, sv, status) = (col("pxname"), col("svname"), col("status"));
-        let server = format!("r{i}");
+        let server = &self.servers[i];
         lines
             .map(|l| l.split(',').collect::<Vec<_>>())
             .find(|row| row.get(px) == Some(&BACKEND) && row.get(sv) == Some(&server.as_str()))

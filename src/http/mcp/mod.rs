@@ -96,7 +96,8 @@ pub async fn post(State(gw): State<Arc<Edge>>, request: Request) -> Response {
     let conn = Conn::take(&gw, &mut parts);
     // Boxed: the handler's future is moved several times on its way through axum and hyper,
     // and this one, holding every state of a POST, is kilobytes.
-    Box::pin(handle_post(
+    let forwarded = conn.forwarded;
+    let mut response = Box::pin(handle_post(
         &gw,
         &parts.uri,
         &parts.headers,
@@ -105,23 +106,54 @@ pub async fn post(State(gw): State<Arc<Edge>>, request: Request) -> Response {
         conn,
     ))
     .await
-    .unwrap_or_else(IntoResponse::into_response)
+    .unwrap_or_else(IntoResponse::into_response);
+    name_session(&gw, forwarded, &parts.headers, &mut response);
+    response
 }
 
 pub async fn get(State(gw): State<Arc<Edge>>, request: Request) -> Response {
     let (mut parts, _) = request.into_parts();
     let conn = Conn::take(&gw, &mut parts);
-    handle_get(&gw, &parts.uri, &parts.headers, conn)
+    let forwarded = conn.forwarded;
+    let mut response = handle_get(&gw, &parts.uri, &parts.headers, conn)
         .await
-        .unwrap_or_else(IntoResponse::into_response)
+        .unwrap_or_else(IntoResponse::into_response);
+    name_session(&gw, forwarded, &parts.headers, &mut response);
+    response
 }
 
 pub async fn delete(State(gw): State<Arc<Edge>>, request: Request) -> Response {
     let (mut parts, _) = request.into_parts();
     let conn = Conn::take(&gw, &mut parts);
-    handle_delete(&gw, &parts.uri, &parts.headers, &conn)
+    let mut response = handle_delete(&gw, &parts.uri, &parts.headers, &conn)
         .await
-        .unwrap_or_else(IntoResponse::into_response)
+        .unwrap_or_else(IntoResponse::into_response);
+    name_session(&gw, conn.forwarded, &parts.headers, &mut response);
+    response
+}
+
+/// Marks an answer another replica gave (the session's owner, to a forwarded request).
+#[derive(Clone, Copy)]
+struct Relayed;
+
+/// In cluster mode, a successful answer that this replica gave itself to a client's request
+/// for a session names the session (`Mcp-Session-Id`, as the answer to `initialize` does):
+/// this replica serves it, so a load balancer can learn where each session lives from its
+/// answers (HAProxy's `stick store-response`) and send its next requests straight here. An
+/// answer to a forwarded request, and one relayed from the owner, name nothing: they would
+/// teach the balancer a replica that does not hold the session.
+fn name_session(gw: &Edge, forwarded: bool, request: &HeaderMap, response: &mut Response) {
+    if gw.cluster.is_none()
+        || forwarded
+        || !response.status().is_success()
+        || response.extensions().get::<Relayed>().is_some()
+        || response.headers().contains_key(&SESSION_HEADER)
+    {
+        return;
+    }
+    if let Some(id) = request.get(&SESSION_HEADER) {
+        response.headers_mut().insert(SESSION_HEADER, id.clone());
+    }
 }
 
 /// The request's token, checked (with authorization on): who it speaks for.
@@ -252,13 +284,17 @@ async fn reach(
             // streams do: it would otherwise hold the drain for the whole grace period. The
             // client reconnects elsewhere and resumes.
             Ok(answer) if get => {
-                let (parts, body) = answer.into_parts();
+                let (mut parts, body) = answer.into_parts();
+                parts.extensions.insert(Relayed);
                 let draining = gw.draining.clone().cancelled_owned();
                 let body =
                     axum::body::Body::from_stream(body.into_data_stream().take_until(draining));
                 Ok(Reached::Answered(Response::from_parts(parts, body)))
             }
-            Ok(answer) => Ok(Reached::Answered(answer)),
+            Ok(mut answer) => {
+                answer.extensions_mut().insert(Relayed);
+                Ok(Reached::Answered(answer))
+            }
             // Neither reached a replica that serves the session: Redis says who does now.
             Err(e) if remembered && (e.gone || e.not_here) => {
                 cluster.forget_owner(id);
