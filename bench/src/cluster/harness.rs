@@ -29,6 +29,9 @@ pub struct Spec {
     /// A config file's text (`ECHO` is replaced by the echo plugin's path); `None`: the echo
     /// plugin on the command line, a process per session.
     pub config: Option<&'static str>,
+    /// HAProxy keeps each session on the replica that answers for it, with the shipped
+    /// configuration's rules ([`shipped_affinity`]); otherwise plain round-robin.
+    pub affinity: bool,
 }
 
 /// One gateway process and what it takes to start it again on the same port.
@@ -408,8 +411,16 @@ impl Setup {
             self.lb_port = free_port()?;
             let cfg = self.dir.path().join("haproxy.cfg");
             let ports: Vec<u16> = self.replicas.iter().map(|r| r.port).collect();
-            std::fs::write(&cfg, haproxy_config(self.lb_port, &ports, &self.stats))
-                .map_err(|e| e.to_string())?;
+            let affinity = if self.spec.affinity {
+                shipped_affinity()?
+            } else {
+                Vec::new()
+            };
+            std::fs::write(
+                &cfg,
+                haproxy_config(self.lb_port, &ports, &self.stats, &affinity),
+            )
+            .map_err(|e| e.to_string())?;
             // For a diagnosis: HAPROXY_LOG=FILE appends its log of failed requests there.
             let log = match std::env::var_os("HAPROXY_LOG") {
                 Some(path) => std::fs::OpenOptions::new()
@@ -496,7 +507,7 @@ pub fn haproxy_binary() -> &'static str {
 /// failed connect sent to another replica (never a request a replica saw). For a diagnosis or
 /// an experiment: a log of every request when HAPROXY_LOG names a file, and more backend lines
 /// from MCP_BENCH_HAPROXY_BACKEND.
-fn haproxy_config(lb_port: u16, ports: &[u16], stats: &Path) -> String {
+fn haproxy_config(lb_port: u16, ports: &[u16], stats: &Path, affinity: &[String]) -> String {
     let log = if std::env::var_os("HAPROXY_LOG").is_some() {
         "    log stdout format raw local0\n"
     } else {
@@ -535,6 +546,9 @@ backend gateways
 ",
         stats = stats.display()
     );
+    for line in affinity {
+        cfg.push_str(&format!("    {line}\n"));
+    }
     // For an experiment: more lines for the backend (e.g. `retry-on ...`).
     if let Ok(extra) = std::env::var("MCP_BENCH_HAPROXY_BACKEND") {
         for line in extra.lines() {
@@ -545,6 +559,26 @@ backend gateways
         cfg.push_str(&format!("    server r{i} 127.0.0.1:{port}\n"));
     }
     cfg
+}
+
+/// The shipped configuration's affinity (`deploy/config/haproxy.cfg`, read from the working
+/// directory, the repository's root): its backend's `stick` lines, the stick table without
+/// its peers (one balancer here).
+pub fn shipped_affinity() -> Result<Vec<String>, String> {
+    const SHIPPED: &str = "deploy/config/haproxy.cfg";
+    let text = std::fs::read_to_string(SHIPPED).map_err(|e| format!("{SHIPPED}: {e}"))?;
+    let lines: Vec<String> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| l.starts_with("stick"))
+        .map(|l| l.split(" peers ").next().unwrap_or(l).to_owned())
+        .collect();
+    if !lines.iter().any(|l| l.starts_with("stick-table"))
+        || !lines.iter().any(|l| l.starts_with("stick store-response"))
+    {
+        return Err(format!("{SHIPPED} has no affinity: {lines:?}"));
+    }
+    Ok(lines)
 }
 
 /// `show stat` on HAProxy's stats socket.

@@ -34,7 +34,7 @@ pub struct Options {
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "throughput,hop,failover,rolling"
+        default_value = "throughput,affinity,hop,failover,rolling"
     )]
     pub parts: Vec<Part>,
     /// The Redis the replicas share (keys under a prefix of the run's own, deleted after).
@@ -59,7 +59,13 @@ impl Options {
     /// Everything, as the full run does it.
     pub fn full() -> Options {
         Options {
-            parts: vec![Part::Throughput, Part::Hop, Part::Failover, Part::Rolling],
+            parts: vec![
+                Part::Throughput,
+                Part::Affinity,
+                Part::Hop,
+                Part::Failover,
+                Part::Rolling,
+            ],
             redis_url: "redis://127.0.0.1:6379".into(),
             kills: 20,
             rounds: 3,
@@ -72,6 +78,8 @@ impl Options {
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Part {
     Throughput,
+    /// Throughput again, HAProxy keeping each session on its owner (the shipped affinity).
+    Affinity,
     Hop,
     Failover,
     Rolling,
@@ -133,14 +141,20 @@ pub async fn measure(opts: &Options, duration: Duration) -> Report {
         .gateway
         .clone()
         .unwrap_or_else(|| crate::harness::sibling("mcp-gateway"));
-    let spec = |replicas: usize, cluster: bool, binary: &Path, config| Spec {
+    let spec = |replicas: usize, cluster: bool, binary: &Path, config, affinity| Spec {
         replicas,
         redis_url: cluster.then(|| opts.redis_url.clone()),
         binary: binary.to_owned(),
         config,
+        affinity,
     };
     let has = |p: Part| opts.parts.contains(&p);
-    if has(Part::Throughput) {
+    let balancing = [
+        (false, Part::Throughput, ""),
+        (true, Part::Affinity, ", affinity"),
+    ];
+    for (affinity, part, label) in balancing.into_iter().filter(|(_, p, _)| has(*p)) {
+        eprintln!("cluster: {part:?}");
         for (model, config) in [
             ("a plugin process per session", None),
             (
@@ -152,19 +166,19 @@ pub async fn measure(opts: &Options, duration: Duration) -> Report {
             {
                 let a = Side {
                     name: "cluster".into(),
-                    spec: spec(REPLICAS, true, &gateway, config),
+                    spec: spec(REPLICAS, true, &gateway, config, affinity),
                 };
                 let b = match &opts.against {
                     Some(other) => Side {
                         name: format!("cluster on {}", other.display()),
-                        spec: spec(REPLICAS, true, other, config),
+                        spec: spec(REPLICAS, true, other, config, affinity),
                     },
                     None => Side {
                         name: "memory".into(),
-                        spec: spec(1, false, &gateway, config),
+                        spec: spec(1, false, &gateway, config, affinity),
                     },
                 };
-                let name = format!("{scenario}, {model}");
+                let name = format!("{scenario}, {model}{label}");
                 eprintln!("cluster: {name}");
                 match throughput::compare(&name, &a, &b, shape, run, redis_pid).await {
                     Ok(c) => {
@@ -176,7 +190,7 @@ pub async fn measure(opts: &Options, duration: Duration) -> Report {
             }
         }
     }
-    let per_session = spec(REPLICAS, true, &gateway, None);
+    let per_session = spec(REPLICAS, true, &gateway, None, false);
     if has(Part::Hop) {
         eprintln!("cluster: the hop");
         match throughput::hop(&per_session, run, redis_pid).await {
@@ -185,7 +199,7 @@ pub async fn measure(opts: &Options, duration: Duration) -> Report {
         }
         if let Some(other) = &opts.against {
             eprintln!("cluster: the hop on {}", other.display());
-            match throughput::hop(&spec(REPLICAS, true, other, None), run, redis_pid).await {
+            match throughput::hop(&spec(REPLICAS, true, other, None, false), run, redis_pid).await {
                 Ok(h) => r.against_hop = Some(h),
                 Err(e) => r.notes.push(format!("the hop on {}: {e}", other.display())),
             }
@@ -224,7 +238,12 @@ pub async fn main(opts: Options, duration: Duration, out: &Path) {
     let r = measure(&opts, duration).await;
     let json = serde_json::to_string_pretty(&r).expect("serializable");
     println!("{json}");
-    if opts.against.is_some() || opts.parts.len() < 4 {
+    if opts.against.is_some()
+        || Options::full()
+            .parts
+            .iter()
+            .any(|p| !opts.parts.contains(p))
+    {
         eprintln!("cluster: a partial or A/B run; nothing written");
         return;
     }

@@ -3,7 +3,7 @@
 
 use super::Report;
 use super::load::Tally;
-use super::throughput::{Cpu, PerCall};
+use super::throughput::{Comparison, Cpu, PerCall};
 use crate::numbers::list;
 
 /// The heading of the section.
@@ -11,6 +11,27 @@ pub const SECTION: &str = "## Cluster mode";
 
 /// The target: cluster mode keeps this share of memory mode's calls/s in (a) and (b).
 const SHARE_TARGET: f64 = 70.0;
+/// The share cluster mode must reach behind HAProxy keeping sessions on their owners.
+const AFFINITY_SHARE_TARGET: f64 = 90.0;
+/// Forwards per call, at most, with affinity.
+const AFFINITY_FORWARDS: f64 = 0.01;
+/// Cluster mode's CPU per call (replicas and Redis) against one replica's, at most, under
+/// round-robin.
+const CPU_RATIO_TARGET: f64 = 1.5;
+
+/// Whether a comparison ran with HAProxy keeping sessions on their owners.
+fn with_affinity(c: &Comparison) -> bool {
+    c.scenario.ends_with(", affinity")
+}
+
+/// The share target of a comparison.
+fn share_target(c: &Comparison) -> f64 {
+    if with_affinity(c) {
+        AFFINITY_SHARE_TARGET
+    } else {
+        SHARE_TARGET
+    }
+}
 /// The target: failover p50 at most this many seconds.
 const FAILOVER_TARGET: f64 = 1.0;
 
@@ -68,7 +89,8 @@ pub fn markdown(r: &Report) -> String {
          {} cores, {} s per run; the load average was {} before and {} after. \
          {} replicas in cluster mode (Redis at 127.0.0.1:6379 under a key prefix of the run's \
          own) against one replica in memory mode, each behind the same HAProxy (round-robin, no \
-         stickiness, connections to the replicas kept alive, the tests' config), in alternating \
+         stickiness unless a row says affinity, connections to the replicas kept alive, the \
+         tests' config), in alternating \
          pairs of runs, every run on fresh processes (the replicas, HAProxy, sessions opened \
          through it); echo plugin, 64-byte payloads, every reply checked (one answer to the \
          call's id, with the call's text). Raw numbers: `bench/results/cluster.json`. \
@@ -81,7 +103,11 @@ pub fn markdown(r: &Report) -> String {
     if !r.throughput.is_empty() {
         out.push_str(&format!(
             "\nThroughput: cluster mode's calls/s in percent of memory mode's, the median of each \
-             pair's own share (target ≥ {SHARE_TARGET:.0}%). Latency: the medians over runs.\n\n\
+             pair's own share (target ≥ {SHARE_TARGET:.0}% under round-robin, \
+             ≥ {AFFINITY_SHARE_TARGET:.0}% with the shipped affinity: rows ending in \
+             \"affinity\", where HAProxy keeps each session on the replica that answers for it, \
+             `deploy/config/haproxy.cfg`'s `stick` rules, memory mode behind the same). \
+             Latency: the medians over runs.\n\n\
              | scenario | runs | cluster, calls/s | memory, calls/s | share per pair | share | \
              cluster p50 / p99 | memory p50 / p99 | wrong, cluster / memory |\n\
              |---|---|---|---|---|---|---|---|---|\n"
@@ -96,7 +122,7 @@ pub fn markdown(r: &Report) -> String {
                 list(&c.b_calls_per_sec, 0),
                 list(&c.pair_share_percent, 1),
                 c.share_percent,
-                mark(c.share_percent >= SHARE_TARGET),
+                mark(c.share_percent >= share_target(c)),
                 c.a_p50_ms,
                 c.a_p99_ms,
                 c.b_p50_ms,
@@ -146,6 +172,33 @@ pub fn markdown(r: &Report) -> String {
                 ));
             }
         }
+    }
+    if !r.throughput.is_empty() {
+        out.push_str(&format!(
+            "\nCluster mode's CPU per call, the replicas' and Redis's together, against memory \
+             mode's replica (target ≤ {CPU_RATIO_TARGET}× under round-robin), and its forwards \
+             per call (target below {AFFINITY_FORWARDS} with affinity): {}.\n",
+            r.throughput
+                .iter()
+                .map(|c| {
+                    let cluster = c.a_cpu.gateways + c.a_cpu.redis;
+                    let ratio = cluster / c.b_cpu.gateways.max(f64::EPSILON);
+                    let forwards = c.a_per_call.forwards;
+                    let met = if with_affinity(c) {
+                        forwards < AFFINITY_FORWARDS
+                    } else {
+                        ratio <= CPU_RATIO_TARGET
+                    };
+                    format!(
+                        "{}: **{ratio:.2}×** ({cluster:.1} against {:.1} µs), {forwards:.3} forwards{}",
+                        c.scenario,
+                        c.b_cpu.gateways,
+                        mark(met)
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join("; ")
+        ));
     }
     if let Some(h) = &r.hop {
         out.push_str(&format!(
