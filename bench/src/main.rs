@@ -116,6 +116,11 @@ enum Cmd {
         /// Keep the streams open this long after measuring (to inspect the target meanwhile).
         #[arg(long, default_value_t = 0)]
         hold_secs: u64,
+        /// The target's admin listener (`http://127.0.0.1:PORT`): once the streams are open,
+        /// read a sample of them until each says something (a keep-alive), and ask its
+        /// `/healthz` meanwhile.
+        #[arg(long)]
+        admin: Option<String>,
     },
     /// Scenario (d) against a target started by hand: new sessions one after another.
     Latency {
@@ -195,10 +200,11 @@ fn main() {
             pid,
             sessions,
             hold_secs,
+            admin,
         }) => {
             raise_fd_limit();
             let hold = Duration::from_secs(hold_secs);
-            match rt.block_on(idle_sessions(&url, pid, sessions, hold)) {
+            match rt.block_on(idle_sessions(&url, pid, sessions, hold, admin.as_deref())) {
                 Ok(r) => println!(
                     "{}",
                     serde_json::to_string_pretty(&r).expect("serializable")
