@@ -118,9 +118,21 @@ impl Target {
         .flatten()
         {
             let (tx, head) = (tx.clone(), head.clone());
+            // For a diagnosis: MCP_BENCH_TARGET_LOG=FILE appends every line a target writes.
+            let mut log = std::env::var_os("MCP_BENCH_TARGET_LOG").and_then(|path| {
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(path)
+                    .ok()
+            });
             tokio::spawn(async move {
                 let mut lines = BufReader::new(stream).lines();
                 while let Ok(Some(line)) = lines.next_line().await {
+                    if let Some(f) = &mut log {
+                        use std::io::Write;
+                        let _ = writeln!(f, "{line}");
+                    }
                     if !tx.is_closed() {
                         head.lock().expect("lock").push(line.clone());
                     }

@@ -163,6 +163,10 @@ pub async fn main(opts: Options, duration: Duration, out: &Path) {
     let r = measure(&opts, duration).await;
     let json = serde_json::to_string_pretty(&r).expect("serializable");
     println!("{json}");
+    if std::env::var_os("MCP_BENCH_ONLY").is_some() {
+        eprintln!("modern: some scenarios only (MCP_BENCH_ONLY); nothing written");
+        return;
+    }
     write(&r, out);
 }
 
@@ -206,6 +210,12 @@ pub async fn measure(opts: &Options, duration: Duration) -> Report {
             1,
         ),
     ] {
+        // For a diagnosis: MCP_BENCH_ONLY=TEXT runs the scenarios whose name holds TEXT.
+        if let Ok(only) = std::env::var("MCP_BENCH_ONLY")
+            && !scenario.contains(&only)
+        {
+            continue;
+        }
         eprintln!("modern: {scenario}");
         let c = compare(scenario, workload, in_flight, run, &gateway).await;
         eprintln!(
