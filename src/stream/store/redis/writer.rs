@@ -110,6 +110,11 @@ impl Writer {
         };
         plan.pipe.ignore_errors();
         let mut flushes = Vec::new();
+        // The streams released in this batch, by session: deleted after everything else of
+        // the batch, one DEL, SREM and HDEL per session rather than three commands a stream
+        // (finished streams are released in sweeps, many at a time). Later is as right: a
+        // released stream gets nothing more, and deleting a session's keys twice is harmless.
+        let mut released: std::collections::BTreeMap<Arc<str>, Vec<u64>> = Default::default();
         for (op, superseded) in batch.into_iter().zip(superseded) {
             match op {
                 Op::Append {
@@ -145,18 +150,9 @@ impl Writer {
                         .arg(entry_id(through.saturating_add(1)));
                     plan.push(Kind::Other);
                 }
+                // Written at the batch's end, a session's together (see `released`).
                 Op::Release { session, stream } => {
-                    plan.touch();
-                    plan.pipe.cmd("DEL").arg(self.keys.stream(&session, stream));
-                    plan.pipe
-                        .cmd("SREM")
-                        .arg(self.keys.index(&session))
-                        .arg(stream);
-                    plan.pipe
-                        .cmd("HDEL")
-                        .arg(self.keys.in_flight(&session))
-                        .arg(stream);
-                    plan.kinds.extend([Kind::Other, Kind::Other, Kind::Other]);
+                    released.entry(session).or_default().push(stream);
                 }
                 Op::ReleaseSession { session, streams } => {
                     plan.touch();
@@ -192,6 +188,21 @@ impl Writer {
             }
         }
         plan.touch();
+        for (session, streams) in released {
+            let del = plan.pipe.cmd("DEL");
+            for n in &streams {
+                del.arg(self.keys.stream(&session, *n));
+            }
+            plan.pipe
+                .cmd("SREM")
+                .arg(self.keys.index(&session))
+                .arg(&streams);
+            plan.pipe
+                .cmd("HDEL")
+                .arg(self.keys.in_flight(&session))
+                .arg(&streams);
+            plan.kinds.extend([Kind::Other, Kind::Other, Kind::Other]);
+        }
         let Plan {
             pipe,
             kinds,

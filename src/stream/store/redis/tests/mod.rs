@@ -349,6 +349,58 @@ async fn release_deletes_the_keys() {
     );
 }
 
+/// Streams released in one batch are deleted together (one DEL, SREM and HDEL a session),
+/// also those appended to in that same batch; the streams not released stay whole.
+#[tokio::test]
+async fn streams_released_together_leave_together() {
+    let prefix = Prefix::new();
+    let limits = ReplayLimits::default();
+    let a = RedisEventStore::new(redis().await, prefix.0.clone(), names(), limits.clone());
+    let (x, y) = (sid("x"), sid("y"));
+    let (ex, ey) = (a.session(&x), a.session(&y));
+    for stream in 1..=4 {
+        ex.append(stream, 1, data(stream, 1));
+        ey.append(stream, 1, data(stream, 1));
+    }
+    ex.owes(2, Bytes::from_static(b"[7]"));
+    assert!(a.flush(FLUSH).await);
+    // One batch: a new stream of x appended and released at once, three more of x released
+    // (one of them still owing), two of y.
+    ex.append(5, 1, data(5, 1));
+    for stream in [1, 2, 3, 5] {
+        ex.release(stream);
+    }
+    ey.release(1);
+    ey.release(4);
+    assert!(a.flush(FLUSH).await);
+    let stream_key = |s: &str, n: u64| prefix.key(&format!("events:{}:{n}", named(s)));
+    let index = |s: &str| prefix.key(&format!("event-streams:{}", named(s)));
+    let mut want = vec![
+        index("x"),
+        index("y"),
+        stream_key("x", 4),
+        stream_key("y", 2),
+        stream_key("y", 3),
+    ];
+    want.sort();
+    let mut got = prefix.keys();
+    got.sort();
+    assert_eq!(got, want, "what is left of the sessions");
+    let mut con = sync_conn();
+    for (s, left) in [("x", vec![4]), ("y", vec![2, 3])] {
+        let members: BTreeSet<u64> = ::redis::cmd("SMEMBERS")
+            .arg(index(s))
+            .query(&mut con)
+            .unwrap();
+        assert_eq!(members, left.into_iter().collect(), "{s}'s streams");
+    }
+    let b = RedisEventStore::new(redis().await, prefix.0.clone(), names(), limits.clone());
+    assert_eq!(
+        b.session(&y).replay(2, 0, 2, false).await,
+        Ok(events(2, 1..=1))
+    );
+}
+
 #[tokio::test]
 async fn an_adopted_session_releases_what_it_adopted() {
     let prefix = Prefix::new();
