@@ -227,16 +227,6 @@ impl Setup {
         self.replicas.len()
     }
 
-    /// The run's Redis key prefix (cluster mode).
-    pub fn prefix(&self) -> Option<&str> {
-        self.prefix.as_deref()
-    }
-
-    /// Which replica listens on `port`.
-    pub fn replica_on(&self, port: u16) -> Option<usize> {
-        self.replicas.iter().position(|r| r.port == port)
-    }
-
     /// The running replicas' pids.
     pub fn replica_pids(&self) -> Vec<u32> {
         self.replicas

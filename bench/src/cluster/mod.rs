@@ -207,7 +207,7 @@ pub async fn measure(opts: &Options, duration: Duration) -> Report {
     }
     if has(Part::Failover) {
         eprintln!("cluster: failover, {} kills", opts.kills);
-        match failover::failover(&per_session, &opts.redis_url, opts.kills).await {
+        match failover::failover(&per_session, opts.kills).await {
             Ok(f) => r.failover = Some(f),
             Err(e) => r.notes.push(format!("failover: {e}")),
         }

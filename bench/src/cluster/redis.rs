@@ -37,18 +37,6 @@ pub async fn pid(url: &str) -> Option<u32> {
     comm.starts_with("redis").then_some(pid)
 }
 
-/// `GET key` (raw bytes as text); `HGET` when `field` is given.
-pub async fn get(url: &str, key: &str, field: Option<&str>) -> Option<String> {
-    let mut cmd = cli(url);
-    match field {
-        Some(f) => cmd.args(["--raw", "HGET", key, f]),
-        None => cmd.args(["--raw", "GET", key]),
-    };
-    let out = cmd.output().await.ok()?;
-    let v = String::from_utf8_lossy(&out.stdout).trim().to_owned();
-    (!v.is_empty()).then_some(v)
-}
-
 /// Deletes every key under `prefix` (SCAN, never KEYS; nothing outside the prefix).
 pub async fn delete_keys(url: &str, prefix: &str) {
     let Ok(out) = cli(url)
