@@ -5,12 +5,14 @@
 //!
 //! Nothing here writes to a socket: `sse` turns an attached connection into a response.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::task::{Poll, Waker};
 use std::time::Instant;
 
 use bytes::Bytes;
-use tokio::sync::mpsc;
+pub(super) use tokio::sync::mpsc::error::TryRecvError;
 use tokio_util::sync::CancellationToken;
 
 use super::{Buffering, EventId, Frame, ReadProof, ReplayError, Stream};
@@ -47,47 +49,173 @@ impl Cut {
 pub(super) struct Conn {
     /// Which attach this is: a late detach by a replaced connection leaves this one alone.
     pub(super) id: u64,
-    pub(super) tx: mpsc::Sender<Frame>,
-    /// Bytes of the events in `tx`'s queue.
-    pub(super) queued: Arc<AtomicUsize>,
+    pub(super) tx: Tx,
     /// Closes the HTTP connection when its client falls behind; `None` where the events are
     /// not written to a socket.
     pub(super) cut: Option<Cut>,
 }
 
-/// A connection's end of its live queue: the frames, and the bytes they hold.
+/// A connection's live queue: at most [`LIVE_QUEUE`] frames, sent under the stream's lock and
+/// read by the one connection. It allocates nothing until a frame is queued, and gives back
+/// what a burst grew once it is read, so an idle stream's connection costs one small
+/// allocation (a tokio channel of this bound cost over 2 KiB up front: a block of 32 slots
+/// and a cache-padded channel).
+struct Queue {
+    state: std::sync::Mutex<QueueState>,
+}
+
+#[derive(Default)]
+struct QueueState {
+    frames: VecDeque<Frame>,
+    /// Bytes of the events in `frames`.
+    bytes: usize,
+    /// The sending end is gone (the connection was replaced, dropped, or the stream
+    /// released): the receiver gets what is queued, then the end.
+    sender_gone: bool,
+    /// The receiving end is gone: nothing more is taken.
+    receiver_gone: bool,
+    /// The receiver waiting for a frame.
+    waker: Option<Waker>,
+}
+
+/// Capacity a drained queue keeps; past it the queue gives its memory back.
+const KEPT_CAPACITY: usize = 16;
+
+impl Queue {
+    fn lock(&self) -> std::sync::MutexGuard<'_, QueueState> {
+        self.state.lock().expect("live queue lock")
+    }
+}
+
+/// A new live queue: its sending end for the stream, its receiving end for the connection.
+fn queue() -> (Tx, Live) {
+    let q = Arc::new(Queue {
+        state: std::sync::Mutex::default(),
+    });
+    (
+        Tx(q.clone()),
+        Live {
+            queue: q,
+            peeked: None,
+        },
+    )
+}
+
+/// Why a frame was not queued.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum NotSent {
+    /// The connection is gone.
+    Closed,
+    /// The connection fell too far behind: [`LIVE_QUEUE`] frames, or more bytes than allowed.
+    TooSlow,
+}
+
+/// The sending end of a live queue.
+pub(super) struct Tx(Arc<Queue>);
+
+impl Tx {
+    /// Queues `frame`, unless the connection is gone or already holds [`LIVE_QUEUE`] frames,
+    /// or (with `byte_limit`) holds some and would hold more than that many bytes with it.
+    pub(super) fn try_send(&self, frame: Frame, byte_limit: Option<usize>) -> Result<(), NotSent> {
+        let waker = {
+            let mut q = self.0.lock();
+            if q.receiver_gone {
+                return Err(NotSent::Closed);
+            }
+            let bytes = frame.bytes();
+            if q.frames.len() >= LIVE_QUEUE
+                || byte_limit.is_some_and(|limit| q.bytes > 0 && q.bytes + bytes > limit)
+            {
+                return Err(NotSent::TooSlow);
+            }
+            q.bytes += bytes;
+            q.frames.push_back(frame);
+            q.waker.take()
+        };
+        if let Some(w) = waker {
+            w.wake();
+        }
+        Ok(())
+    }
+
+    /// Whether the connection is gone.
+    pub(super) fn is_closed(&self) -> bool {
+        self.0.lock().receiver_gone
+    }
+}
+
+impl Drop for Tx {
+    fn drop(&mut self) {
+        let waker = {
+            let mut q = self.0.lock();
+            q.sender_gone = true;
+            q.waker.take()
+        };
+        if let Some(w) = waker {
+            w.wake();
+        }
+    }
+}
+
+/// A connection's end of its live queue.
 pub(super) struct Live {
-    pub(super) rx: mpsc::Receiver<Frame>,
-    pub(super) queued: Arc<AtomicUsize>,
+    queue: Arc<Queue>,
     /// A frame taken from the queue to be looked at ([`Attached::peek`]), handed out first.
     pub(super) peeked: Option<Frame>,
 }
 
 impl Live {
+    /// The next frame; `None` once the sending end is gone and everything queued was read.
     pub(super) async fn recv(&mut self) -> Option<Frame> {
         if let Some(f) = self.peeked.take() {
             return Some(f);
         }
-        let frame = self.rx.recv().await;
-        if let Some(f) = &frame {
-            self.took(f);
-        }
-        frame
+        std::future::poll_fn(|cx| {
+            let mut q = self.queue.lock();
+            match Self::take(&mut q) {
+                Some(f) => Poll::Ready(Some(f)),
+                None if q.sender_gone => Poll::Ready(None),
+                None => {
+                    if !q.waker.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+                        q.waker = Some(cx.waker().clone());
+                    }
+                    Poll::Pending
+                }
+            }
+        })
+        .await
     }
 
-    pub(super) fn try_recv(&mut self) -> Result<Frame, mpsc::error::TryRecvError> {
+    pub(super) fn try_recv(&mut self) -> Result<Frame, TryRecvError> {
         if let Some(f) = self.peeked.take() {
             return Ok(f);
         }
-        let frame = self.rx.try_recv();
-        if let Ok(f) = &frame {
-            self.took(f);
+        let mut q = self.queue.lock();
+        match Self::take(&mut q) {
+            Some(f) => Ok(f),
+            None if q.sender_gone => Err(TryRecvError::Disconnected),
+            None => Err(TryRecvError::Empty),
         }
-        frame
     }
 
-    fn took(&self, frame: &Frame) {
-        self.queued.fetch_sub(frame.bytes(), Ordering::AcqRel);
+    fn take(q: &mut QueueState) -> Option<Frame> {
+        let f = q.frames.pop_front()?;
+        q.bytes -= f.bytes();
+        if q.frames.is_empty() && q.frames.capacity() > KEPT_CAPACITY {
+            q.frames = VecDeque::new();
+        }
+        Some(f)
+    }
+}
+
+impl Drop for Live {
+    fn drop(&mut self) {
+        let mut q = self.queue.lock();
+        q.receiver_gone = true;
+        q.waker = None;
+        q.bytes = 0;
+        // What was queued goes now, not when the stream lets go of the sending end.
+        q.frames = VecDeque::new();
     }
 }
 
@@ -199,13 +327,7 @@ impl Stream {
         from: Cursor,
         cut: Option<Cut>,
     ) -> Result<Attached, AttachError> {
-        let (tx, rx) = mpsc::channel(LIVE_QUEUE);
-        let queued = Arc::new(AtomicUsize::new(0));
-        let rx = Live {
-            rx,
-            queued: queued.clone(),
-            peeked: None,
-        };
+        let (tx, rx) = queue();
         let (conn, after, upto, skip_evicted) = {
             let mut g = self.lock();
             if g.released {
@@ -236,15 +358,10 @@ impl Stream {
             g.attaches += 1;
             let id = g.attaches;
             if g.owed == Some(0) {
-                let _ = tx.try_send(Frame::End);
+                let _ = tx.try_send(Frame::End, None);
             }
-            // The previous connection's channel closes: its response ends.
-            g.conn = Some(Conn {
-                id,
-                tx,
-                queued,
-                cut,
-            });
+            // The previous connection's queue closes: its response ends.
+            g.conn = Some(Conn { id, tx, cut });
             g.detached_at = None;
             (id, after, upto, skip_evicted)
         };

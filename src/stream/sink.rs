@@ -7,13 +7,11 @@
 //! keep up is dropped (and cut), not waited for.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use bytes::Bytes;
-use tokio::sync::mpsc;
 
-use super::connection::LIVE_QUEUE;
+use super::connection::{LIVE_QUEUE, NotSent};
 use super::{Frame, Inner, Stream};
 
 impl Stream {
@@ -58,19 +56,11 @@ impl Stream {
     /// dropped, and a slow one closed (a buffered stream's client resumes from the store).
     fn send(g: &mut Inner, frame: Frame) {
         let Some(c) = &g.conn else { return };
-        let bytes = frame.bytes();
-        let queued = c.queued.fetch_add(bytes, Ordering::AcqRel);
         // A queue that is not written to a socket (a JSON answer being collected) is drained
         // as it fills: only a socket's reader can fall behind in bytes.
-        let sent = if c.cut.is_some() && queued > 0 && queued + bytes > g.queue_limit {
-            Err(true)
-        } else {
-            c.tx.try_send(frame)
-                .map_err(|e| matches!(e, mpsc::error::TrySendError::Full(_)))
-        };
-        if let Err(too_slow) = sent {
-            c.queued.fetch_sub(bytes, Ordering::AcqRel);
-            if too_slow {
+        let byte_limit = c.cut.is_some().then_some(g.queue_limit);
+        if let Err(not_sent) = c.tx.try_send(frame, byte_limit) {
+            if not_sent == NotSent::TooSlow {
                 tracing::debug!(
                     "a client fell {LIVE_QUEUE} events or {} bytes behind: its connection is closed",
                     g.queue_limit

@@ -12,10 +12,9 @@ use std::time::Duration;
 use axum::http::{HeaderName, HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
-use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::connection::{AttachedParts, Live};
+use super::connection::{AttachedParts, Live, TryRecvError};
 use super::{Attached, EventId, Frame, ReadProof, Stream, StreamGuard};
 
 /// How a connection's SSE body begins and behaves.
@@ -91,8 +90,8 @@ pub async fn sse_response(
             }
             match rx.try_recv() {
                 Ok(f) => frame = Some(f),
-                Err(mpsc::error::TryRecvError::Empty) => break,
-                Err(mpsc::error::TryRecvError::Disconnected) => frame = None,
+                Err(TryRecvError::Empty) => break,
+                Err(TryRecvError::Disconnected) => frame = None,
             }
         }
     }
