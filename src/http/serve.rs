@@ -48,15 +48,16 @@ use axum::http::{Request, Version};
 use axum::response::Response;
 use bytes::Bytes;
 use hyper::body::{Frame, Incoming, SizeHint};
+use hyper::server::conn::{http1, http2};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use pin_project_lite::pin_project;
-use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::{Instant, Sleep};
-use tokio_util::sync::CancellationToken;
+use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
+use tokio_util::task::TaskTracker;
 use tower::Service;
 
 use crate::config::{ConnectionLimits, PerAddress};
@@ -68,14 +69,14 @@ pub async fn serve(
     limits: ConnectionLimits,
     stop: CancellationToken,
 ) -> std::io::Result<()> {
-    let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder
-        .http1()
-        .max_buf_size(limits.max_header_bytes)
+    let mut h1 = http1::Builder::new();
+    h1.max_buf_size(limits.max_header_bytes)
         .timer(TokioTimer::new())
         .header_read_timeout(limits.header_timeout);
-    builder.http2().timer(TokioTimer::new());
-    let graceful = GracefulShutdown::new();
+    let mut h2 = http2::Builder::new(TokioExecutor::new());
+    h2.timer(TokioTimer::new());
+    let protocols = Arc::new(Protocols { h1, h2 });
+    let connections = TaskTracker::new();
     let slots = Arc::new(Semaphore::new(limits.max_connections));
     let addresses = limits.per_address.map(Addresses::new);
     // Said at most once a minute: a flood must not flood the log as well.
@@ -133,27 +134,190 @@ pub async fn serve(
             app: app.clone(),
             context: context.clone(),
         });
-        let connection = builder
-            .serve_connection_with_upgrades(TokioIo::new(tcp), service)
-            .into_owned();
-        let connection = graceful.watch(connection);
-        let idle_timeout = limits.idle_timeout;
-        tokio::spawn(async move {
-            let _slot = (slot, held);
-            tokio::select! {
-                served = connection => if let Err(e) = served {
-                    tracing::debug!("connection: {e}");
-                },
-                () = context.activity.idle_for(idle_timeout) => {
-                    tracing::debug!("closing a connection with no request for {} s", idle_timeout.as_secs());
-                }
-                () = context.cut.fired() => tracing::debug!("closing a connection whose client does not read"),
-            }
-        });
+        connections.spawn(sniff_then_serve(
+            tcp,
+            service,
+            context,
+            limits.idle_timeout,
+            (slot, held),
+            Spawn {
+                protocols: protocols.clone(),
+                connections: connections.clone(),
+                stop: stop.clone(),
+            },
+        ));
     }
     drop(listener);
-    graceful.shutdown().await;
+    connections.close();
+    connections.wait().await;
     Ok(())
+}
+
+/// How a connection is served, once its first bytes show its protocol: HTTP/2 with prior
+/// knowledge (its preface), else HTTP/1, told apart as hyper-util's `auto` builder does. Each
+/// protocol's connections run in tasks of their own type: `auto`'s one future keeps room for
+/// an HTTP/2 connection (1.5 KB) in every HTTP/1 one (0.65 KB).
+struct Protocols {
+    h1: http1::Builder,
+    h2: http2::Builder<TokioExecutor>,
+}
+
+/// What a connection's first task needs to start the one that serves it.
+struct Spawn {
+    protocols: Arc<Protocols>,
+    /// Every connection's task, waited for when the listener stops.
+    connections: TaskTracker,
+    stop: CancellationToken,
+}
+
+/// HTTP/2's connection preface: what a client with prior knowledge sends first.
+const H2_PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// A connection's first task: reads its first bytes (as long as its idle timeout, unless the
+/// listener stops), then starts the task that serves it by its protocol.
+async fn sniff_then_serve(
+    tcp: TcpStream,
+    service: TowerToHyperService<Connection>,
+    context: Arc<ConnectionContext>,
+    idle_timeout: Duration,
+    slot: (OwnedSemaphorePermit, Option<Held>),
+    spawn: Spawn,
+) {
+    let sniffed = tokio::select! {
+        sniffed = sniff(tcp) => sniffed,
+        () = tokio::time::sleep(idle_timeout) => {
+            tracing::debug!("closing a connection with no request for {} s", idle_timeout.as_secs());
+            return;
+        }
+        () = spawn.stop.cancelled() => return,
+    };
+    let (h2, io) = match sniffed {
+        Ok(sniffed) => sniffed,
+        Err(e) => {
+            tracing::debug!("connection: {e}");
+            return;
+        }
+    };
+    let io = TokioIo::new(io);
+    let stop = spawn.stop.cancelled_owned();
+    if h2 {
+        let connection = spawn.protocols.h2.serve_connection(io, service);
+        let served = Served::new(connection, context, idle_timeout, slot, stop);
+        spawn.connections.spawn(served);
+    } else {
+        let connection = spawn
+            .protocols
+            .h1
+            .serve_connection(io, service)
+            .with_upgrades();
+        let served = Served::new(connection, context, idle_timeout, slot, stop);
+        spawn.connections.spawn(served);
+    }
+}
+
+/// Reads a connection's first bytes until they are HTTP/2's preface or cannot be: whether
+/// the client speaks HTTP/2, and the connection with what was read put back.
+async fn sniff(mut tcp: TcpStream) -> std::io::Result<(bool, Rewind)> {
+    let mut pre = [0; H2_PREFACE.len()];
+    let mut len = 0;
+    let h2 = loop {
+        let n = tcp.read(&mut pre[len..]).await?;
+        let was = len;
+        len += n;
+        if n == 0 || pre[was..len] != H2_PREFACE[was..len] {
+            break false;
+        }
+        if len == H2_PREFACE.len() {
+            break true;
+        }
+    };
+    Ok((
+        h2,
+        Rewind {
+            pre,
+            at: 0,
+            len: len as u8,
+            tcp,
+        },
+    ))
+}
+
+/// A connection with the bytes [`sniff`] read put back in front of it, kept in place (no
+/// allocation).
+struct Rewind {
+    pre: [u8; H2_PREFACE.len()],
+    /// How much of `pre` was handed out, and how much there is.
+    at: u8,
+    len: u8,
+    tcp: TcpStream,
+}
+
+impl AsyncRead for Rewind {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let (at, len) = (usize::from(self.at), usize::from(self.len));
+        if at < len {
+            let n = (len - at).min(buf.remaining());
+            buf.put_slice(&self.pre[at..at + n]);
+            self.at += n as u8;
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut self.tcp).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Rewind {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.tcp).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.tcp).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.tcp.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.tcp).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.tcp).poll_shutdown(cx)
+    }
+}
+
+/// A connection the listener can ask to finish when it stops: an HTTP/1 one after the
+/// response it is writing, an HTTP/2 one after a GOAWAY.
+trait Finish: Future<Output = Result<(), hyper::Error>> {
+    fn finish(self: Pin<&mut Self>);
+}
+
+type Io = TokioIo<Rewind>;
+type HyperService = TowerToHyperService<Connection>;
+
+impl Finish for http1::UpgradeableConnection<Io, HyperService> {
+    fn finish(self: Pin<&mut Self>) {
+        self.graceful_shutdown();
+    }
+}
+
+impl Finish for http2::Connection<Io, HyperService, TokioExecutor> {
+    fn finish(self: Pin<&mut Self>) {
+        self.graceful_shutdown();
+    }
 }
 
 /// Fits the public listener's connection cap to the file descriptors the process may open,
@@ -239,6 +403,9 @@ struct Connection {
     context: Arc<ConnectionContext>,
 }
 
+/// The router's future for one request.
+type RouterFuture = Pin<Box<dyn Future<Output = Result<Response, Infallible>> + Send>>;
+
 /// What a request learns of its connection, and the connection's own state.
 pub struct ConnectionContext {
     /// The peer's address (a proxy's, when one is in front).
@@ -260,7 +427,10 @@ impl ConnectionContext {
 impl Service<Request<Incoming>> for Connection {
     type Response = Response<InFlightBody>;
     type Error = Infallible;
-    type Future = InFlight<<Router as Service<Request<Deadline<Incoming>>>>::Future>;
+    // Boxed: hyper keeps room for a request's future in each connection for the connection's
+    // life (a GET stream's connection, the stream's), 330 bytes for the router's own future;
+    // boxed, the room is 24 bytes, and the box goes with the request.
+    type Future = InFlight<RouterFuture>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
         Service::<Request<Deadline<Incoming>>>::poll_ready(&mut self.app, cx)
@@ -274,7 +444,7 @@ impl Service<Request<Incoming>> for Connection {
         }
         request.extensions_mut().insert(context.clone());
         InFlight {
-            inner: self.app.call(request),
+            inner: Box::pin(self.app.call(request)),
             open: Some(Open::new(context.clone())),
         }
     }
@@ -293,19 +463,87 @@ const START: u64 = (1 << 32) + 1;
 /// one from it and carries one into the high half).
 const END: u64 = (1 << 32) - 1;
 
-impl Activity {
-    /// Returns once the connection has had nothing in flight and nothing start or end for
-    /// `period` (at most twice `period` after that began).
-    async fn idle_for(&self, period: Duration) {
-        let mut seen = self.0.load(Ordering::Acquire);
-        loop {
-            tokio::time::sleep(period).await;
-            let now = self.0.load(Ordering::Acquire);
-            if now == seen && now as u32 == 0 {
-                return;
-            }
-            seen = now;
+pin_project! {
+    /// One connection's task: the connection served until it ends, has had no request in
+    /// flight and none start or end for its idle timeout (closed at most twice that after it
+    /// went quiet), or is cut; asked to finish when the listener stops. A future of its own,
+    /// not an `async` block around `select!`: such a block keeps the connection twice in its
+    /// state (the moved-in value and the `select!`'s copy).
+    struct Served<C> {
+        #[pin]
+        connection: C,
+        context: Arc<ConnectionContext>,
+        #[pin]
+        idle: Sleep,
+        idle_timeout: Duration,
+        // The activity word when the idle timer was last set.
+        seen: u64,
+        #[pin]
+        cut: WaitForCancellationFutureOwned,
+        #[pin]
+        stop: WaitForCancellationFutureOwned,
+        // The listener stops: the connection was asked to finish.
+        stopping: bool,
+        // The connection's slot under `max_connections`, and its address's share.
+        _slot: (OwnedSemaphorePermit, Option<Held>),
+    }
+}
+
+impl<C> Served<C> {
+    fn new(
+        connection: C,
+        context: Arc<ConnectionContext>,
+        idle_timeout: Duration,
+        slot: (OwnedSemaphorePermit, Option<Held>),
+        stop: WaitForCancellationFutureOwned,
+    ) -> Served<C> {
+        Served {
+            connection,
+            stop,
+            stopping: false,
+            idle: tokio::time::sleep(idle_timeout),
+            idle_timeout,
+            seen: context.activity.0.load(Ordering::Acquire),
+            cut: context.cut.fired_owned(),
+            context,
+            _slot: slot,
         }
+    }
+}
+
+impl<C: Finish> Future for Served<C> {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let mut this = self.project();
+        if !*this.stopping && this.stop.poll(cx).is_ready() {
+            *this.stopping = true;
+            this.connection.as_mut().finish();
+        }
+        if let Poll::Ready(served) = this.connection.poll(cx) {
+            if let Err(e) = served {
+                tracing::debug!("connection: {e}");
+            }
+            return Poll::Ready(());
+        }
+        while this.idle.as_mut().poll(cx).is_ready() {
+            let now = this.context.activity.0.load(Ordering::Acquire);
+            if now == *this.seen && now as u32 == 0 {
+                tracing::debug!(
+                    "closing a connection with no request for {} s",
+                    this.idle_timeout.as_secs()
+                );
+                return Poll::Ready(());
+            }
+            *this.seen = now;
+            let next = Instant::now() + *this.idle_timeout;
+            this.idle.as_mut().reset(next);
+        }
+        if this.cut.poll(cx).is_ready() {
+            tracing::debug!("closing a connection whose client does not read");
+            return Poll::Ready(());
+        }
+        Poll::Pending
     }
 }
 

@@ -35,9 +35,10 @@ pub const LIVE_QUEUE_BYTES: usize = 4 * 1024 * 1024;
 pub struct Cut(pub(super) CancellationToken);
 
 impl Cut {
-    /// Resolves once the connection is to be closed.
-    pub async fn fired(&self) {
-        self.0.cancelled().await;
+    /// Resolves once the connection is to be closed; owns what it waits on, so the
+    /// connection's task can hold it beside the connection.
+    pub fn fired_owned(&self) -> tokio_util::sync::WaitForCancellationFutureOwned {
+        self.0.clone().cancelled_owned()
     }
 
     pub(super) fn fire(&self) {

@@ -140,6 +140,12 @@ const ACCEL_BUFFERING: HeaderName = HeaderName::from_static("x-accel-buffering")
 
 fn sse_headers(mut response: Response) -> Response {
     let headers = response.headers_mut();
+    if headers.is_empty() {
+        // Room for the three below and no more: hyper keeps a response's header map for the
+        // connection's next request, which for a GET stream is the stream's whole life (a
+        // map grown one insert at a time is twice the size).
+        *headers = axum::http::HeaderMap::with_capacity(3);
+    }
     headers.insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("text/event-stream"),
