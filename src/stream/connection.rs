@@ -8,7 +8,7 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::task::{Poll, Waker};
+use std::task::{Context, Poll, Waker};
 use std::time::Instant;
 
 use bytes::Bytes;
@@ -168,23 +168,26 @@ pub(super) struct Live {
 impl Live {
     /// The next frame; `None` once the sending end is gone and everything queued was read.
     pub(super) async fn recv(&mut self) -> Option<Frame> {
+        std::future::poll_fn(|cx| self.poll_recv(cx)).await
+    }
+
+    /// [`Live::recv`] for a hand-written future: ready with the next frame, or pending with
+    /// `cx`'s task to be woken when one comes.
+    pub(super) fn poll_recv(&mut self, cx: &mut Context<'_>) -> Poll<Option<Frame>> {
         if let Some(f) = self.peeked.take() {
-            return Some(f);
+            return Poll::Ready(Some(f));
         }
-        std::future::poll_fn(|cx| {
-            let mut q = self.queue.lock();
-            match Self::take(&mut q) {
-                Some(f) => Poll::Ready(Some(f)),
-                None if q.sender_gone => Poll::Ready(None),
-                None => {
-                    if !q.waker.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
-                        q.waker = Some(cx.waker().clone());
-                    }
-                    Poll::Pending
+        let mut q = self.queue.lock();
+        match Self::take(&mut q) {
+            Some(f) => Poll::Ready(Some(f)),
+            None if q.sender_gone => Poll::Ready(None),
+            None => {
+                if !q.waker.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+                    q.waker = Some(cx.waker().clone());
                 }
+                Poll::Pending
             }
-        })
-        .await
+        }
     }
 
     pub(super) fn try_recv(&mut self) -> Result<Frame, TryRecvError> {

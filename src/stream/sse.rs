@@ -6,13 +6,17 @@
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::http::{HeaderName, HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
-use tokio_util::sync::CancellationToken;
+use pin_project_lite::pin_project;
+use tokio::time::Sleep;
+use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
 use super::connection::{AttachedParts, Live, TryRecvError};
 use super::{Attached, EventId, Frame, ReadProof, Stream, StreamGuard};
@@ -108,30 +112,25 @@ pub async fn sse_response(
         drop(guard);
         return sse_headers(axum::body::Body::from(body).into_response());
     }
-    let now = tokio::time::Instant::now();
-    let state = Body {
+    let body = Body {
         stream,
         conn,
         rx,
         first,
         ids: opening.ids,
         retry: opening.retry,
-        poll_at: opening.poll_after.map(|d| now + d),
-        drain: opening.drain,
+        poll: opening.poll_after.map(|d| Box::pin(tokio::time::sleep(d))),
+        drain: opening.drain.map(CancellationToken::cancelled_owned),
         keep_alive: opening.keep_alive,
-        quiet_since: now,
+        quiet: tokio::time::sleep(opening.keep_alive),
         closing: false,
         finished: false,
         proof: opening.proof,
-        closed,
+        closed: closed.cancelled_owned(),
         _guard: guard,
         _open: crate::metrics::SseOpen::new(),
     };
-    let body = futures_util::stream::unfold(state, |mut st| async move {
-        let chunk = st.next().await?;
-        Some((Ok::<_, Infallible>(chunk), st))
-    });
-    sse_headers(axum::body::Body::from_stream(body).into_response())
+    sse_headers(axum::body::Body::new(body).into_response())
 }
 
 /// Tells a proxy in front (nginx) not to buffer the stream. A constant, so the name is
@@ -185,92 +184,114 @@ fn encode(id: Option<EventId>, retry: Option<Duration>, data: Option<&[u8]>) -> 
     Bytes::from(out)
 }
 
-/// One connection's body.
-struct Body {
-    stream: Arc<Stream>,
-    conn: u64,
-    rx: Live,
-    /// Priming and replayed events, sent before the live ones.
-    first: VecDeque<(Option<u64>, Bytes)>,
-    ids: bool,
-    retry: Option<Duration>,
-    poll_at: Option<tokio::time::Instant>,
-    drain: Option<CancellationToken>,
-    keep_alive: Duration,
-    /// When the connection last carried anything: a keep-alive comment follows a quiet spell.
-    quiet_since: tokio::time::Instant,
-    /// A polling close was announced: end at the next poll.
-    closing: bool,
-    finished: bool,
-    proof: Option<Arc<ReadProof>>,
-    closed: CancellationToken,
-    _guard: StreamGuard,
-    /// Counted in the open-streams gauge while the response streams.
-    _open: crate::metrics::SseOpen,
-}
+pin_project! {
+    /// One connection's body: a hand-written body, not a stream of an `async` block's
+    /// `select!`, so that what an idle connection keeps is its timers and little else.
+    struct Body {
+        stream: Arc<Stream>,
+        conn: u64,
+        rx: Live,
+        // Priming and replayed events, sent before the live ones.
+        first: VecDeque<(Option<u64>, Bytes)>,
+        ids: bool,
+        retry: Option<Duration>,
+        // Polling mode: when the connection closes, the stream going on.
+        poll: Option<Pin<Box<Sleep>>>,
+        #[pin]
+        drain: Option<WaitForCancellationFutureOwned>,
+        keep_alive: Duration,
+        // A keep-alive comment goes out when the connection has carried nothing this long.
+        #[pin]
+        quiet: Sleep,
+        // A polling or draining close was announced: the body ends.
+        closing: bool,
+        finished: bool,
+        proof: Option<Arc<ReadProof>>,
+        #[pin]
+        closed: WaitForCancellationFutureOwned,
+        _guard: StreamGuard,
+        // Counted in the open-streams gauge while the response streams.
+        _open: crate::metrics::SseOpen,
+    }
 
-impl Body {
-    async fn next(&mut self) -> Option<Bytes> {
-        if self.closing {
-            return None;
+    impl PinnedDrop for Body {
+        fn drop(this: Pin<&mut Self>) {
+            let this = this.project();
+            this.stream
+                .detach_with_proof(*this.conn, *this.finished, this.proof.as_deref());
         }
-        if let Some((seq, chunk)) = self.first.pop_front() {
-            if let Some(seq) = seq {
-                self.stream.delivered(seq);
-            }
-            return Some(chunk);
-        }
-        let poll = async {
-            match self.poll_at {
-                Some(at) => tokio::time::sleep_until(at).await,
-                None => std::future::pending().await,
-            }
-        };
-        let drain = async {
-            match &self.drain {
-                Some(token) => token.cancelled().await,
-                None => std::future::pending().await,
-            }
-        };
-        let chunk = tokio::select! {
-            biased;
-            frame = self.rx.recv() => match frame {
-                Some(Frame::Event { seq, data }) => {
-                    self.stream.delivered(seq);
-                    let id = self.ids.then(|| self.stream.event_id(seq));
-                    encode(id, None, Some(&data))
-                }
-                Some(Frame::End) => {
-                    self.finished = true;
-                    return None;
-                }
-                // Another connection took over, or the stream was released.
-                None => return None,
-            },
-            () = self.closed.cancelled() => return None,
-            () = drain => {
-                // The gateway is stopping: the client is to come back (elsewhere) with
-                // Last-Event-ID after `retry`.
-                self.closing = true;
-                encode(None, Some(self.retry.unwrap_or(Duration::from_secs(1))), None)
-            }
-            () = poll => {
-                // Polling: the connection ends, the stream goes on; the client reconnects
-                // with Last-Event-ID after `retry`.
-                self.closing = true;
-                encode(None, Some(self.retry.unwrap_or(Duration::from_secs(1))), None)
-            }
-            () = tokio::time::sleep_until(self.quiet_since + self.keep_alive) => Bytes::from_static(b":\n\n"),
-        };
-        self.quiet_since = tokio::time::Instant::now();
-        Some(chunk)
     }
 }
 
-impl Drop for Body {
-    fn drop(&mut self) {
-        self.stream
-            .detach_with_proof(self.conn, self.finished, self.proof.as_deref());
+impl hyper::body::Body for Body {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<hyper::body::Frame<Bytes>, Infallible>>> {
+        let mut this = self.project();
+        if *this.closing {
+            return Poll::Ready(None);
+        }
+        if let Some((seq, chunk)) = this.first.pop_front() {
+            if let Some(seq) = seq {
+                this.stream.delivered(seq);
+            }
+            if this.first.is_empty() {
+                // Its room goes too: the connection may live long.
+                *this.first = VecDeque::new();
+            }
+            return Poll::Ready(Some(Ok(hyper::body::Frame::data(chunk))));
+        }
+        let chunk = match this.rx.poll_recv(cx) {
+            Poll::Ready(Some(Frame::Event { seq, data })) => {
+                this.stream.delivered(seq);
+                let id = this.ids.then(|| this.stream.event_id(seq));
+                encode(id, None, Some(&data))
+            }
+            Poll::Ready(Some(Frame::End)) => {
+                *this.finished = true;
+                return Poll::Ready(None);
+            }
+            // Another connection took over, or the stream was released.
+            Poll::Ready(None) => return Poll::Ready(None),
+            Poll::Pending => {
+                if this.closed.poll(cx).is_ready() {
+                    return Poll::Ready(None);
+                }
+                // The gateway is stopping (drain), or polling closes the connection: the
+                // stream goes on, and the client comes back (elsewhere) with Last-Event-ID
+                // after `retry`.
+                let drained = this
+                    .drain
+                    .as_mut()
+                    .as_pin_mut()
+                    .is_some_and(|d| d.poll(cx).is_ready());
+                if drained
+                    || this
+                        .poll
+                        .as_mut()
+                        .is_some_and(|p| p.as_mut().poll(cx).is_ready())
+                {
+                    *this.closing = true;
+                    encode(
+                        None,
+                        Some(this.retry.unwrap_or(Duration::from_secs(1))),
+                        None,
+                    )
+                } else if this.quiet.as_mut().poll(cx).is_ready() {
+                    Bytes::from_static(b":\n\n")
+                } else {
+                    return Poll::Pending;
+                }
+            }
+        };
+        this.quiet
+            .as_mut()
+            .reset(tokio::time::Instant::now() + *this.keep_alive);
+        Poll::Ready(Some(Ok(hyper::body::Frame::data(chunk))))
     }
 }
 
