@@ -73,7 +73,7 @@ impl SessionManager {
         key: &Arc<str>,
         gateway_shutdown: &CancellationToken,
     ) -> Arc<Session> {
-        let mut settings = self.stream_settings.clone();
+        let mut settings = (*self.stream_settings).clone();
         settings.resumable = false;
         let init = ClientInit {
             version: crate::protocol::LATEST,
@@ -92,7 +92,7 @@ impl SessionManager {
             gateway_shutdown.child_token(),
             self.store.clone(),
             None,
-            settings,
+            Arc::new(settings),
         )
     }
 

@@ -204,12 +204,10 @@ impl Session {
 
     /// Lets go of everything this session holds on shared plugins (it ends here).
     pub(super) fn release_shared_subscriptions(&self) {
-        let held: Vec<(String, String)> = self
-            .shared_holds
-            .lock()
-            .expect("holds lock")
-            .drain()
-            .collect();
+        let Some(holds) = self.shared_holds.if_made() else {
+            return;
+        };
+        let held: Vec<(String, String)> = holds.lock().expect("holds lock").drain().collect();
         if held.is_empty() {
             return;
         }

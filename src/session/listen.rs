@@ -189,8 +189,10 @@ impl Session {
 
     /// Every listener goes (the session ends).
     pub(super) fn remove_listeners(&self) {
-        let all: Vec<_> = self
-            .listeners
+        let Some(hub) = self.listeners.if_made() else {
+            return;
+        };
+        let all: Vec<_> = hub
             .listeners
             .lock()
             .expect("listeners lock")
@@ -205,8 +207,11 @@ impl Session {
     /// [`LIST_CHANGES`], `message` the plugin's own (for the URI of a resource update), and
     /// `from` the plugin that sent it (`None`: the gateway's own, the registry changed).
     pub(super) fn publish(&self, from: Option<&str>, method: &str, message: Option<&[u8]>) {
+        let Some(hub) = self.listeners.if_made() else {
+            return;
+        };
         let listeners: Vec<Arc<Listener>> = {
-            let table = self.listeners.listeners.lock().expect("listeners lock");
+            let table = hub.listeners.lock().expect("listeners lock");
             if table.is_empty() {
                 return;
             }
@@ -246,7 +251,10 @@ impl Session {
 impl Session {
     /// Whether a listener asked for task `public`'s notifications.
     pub(super) fn wants_task(&self, public: &str) -> bool {
-        let table = self.listeners.listeners.lock().expect("listeners lock");
+        let Some(hub) = self.listeners.if_made() else {
+            return false;
+        };
+        let table = hub.listeners.lock().expect("listeners lock");
         table
             .values()
             .any(|(l, _)| l.filter.task_ids.contains(public))
@@ -259,8 +267,11 @@ impl Session {
         public: &str,
         task: serde_json::Map<String, serde_json::Value>,
     ) {
+        let Some(hub) = self.listeners.if_made() else {
+            return;
+        };
         let listeners: Vec<Arc<Listener>> = {
-            let table = self.listeners.listeners.lock().expect("listeners lock");
+            let table = hub.listeners.lock().expect("listeners lock");
             table
                 .values()
                 .filter(|(l, _)| l.filter.task_ids.contains(public))

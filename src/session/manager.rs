@@ -53,7 +53,7 @@ pub struct SessionManager {
     /// Where sessions' records are kept for other replicas, if anywhere: written at
     /// creation, removed at the end.
     pub records: Option<Arc<dyn SessionStore>>,
-    pub(super) stream_settings: StreamSettings,
+    pub(super) stream_settings: Arc<StreamSettings>,
     /// How long a stream nobody resumes is kept (the replay age limit).
     pub(super) abandon_after: Duration,
     /// Starts and restarts plugin instances; keeps the shared and warm processes.
@@ -96,7 +96,7 @@ impl SessionManager {
             config,
             store,
             records,
-            stream_settings,
+            stream_settings: Arc::new(stream_settings),
             abandon_after,
             supervisor,
             tasks: TaskTracker::new(),
