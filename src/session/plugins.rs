@@ -43,6 +43,7 @@ impl Session {
     /// The running instance of a plugin in this session, if any.
     pub fn current(&self, plugin: &str) -> Option<Arc<PluginConnection>> {
         self.slots
+            .if_made()?
             .lock()
             .expect("slots lock")
             .get(plugin)
@@ -112,7 +113,10 @@ impl Session {
 
     /// Instances running now.
     pub fn running(&self) -> Vec<Arc<PluginConnection>> {
-        self.slots
+        let Some(slots) = self.slots.if_made() else {
+            return Vec::new();
+        };
+        slots
             .lock()
             .expect("slots lock")
             .values()
@@ -123,22 +127,27 @@ impl Session {
     /// The registry changed: instances of plugins that left the view, or whose definition
     /// changed, stop; the client is told its lists changed.
     pub fn registry_changed(&self, view: &View) {
-        let stale: Vec<Arc<Slot>> = {
-            let mut slots = self.slots.lock().expect("slots lock");
-            let names: Vec<String> = slots
-                .iter()
-                .filter(|(name, s)| {
-                    view.find(name)
-                        .is_none_or(|p| p.entry.generation != s.entry.generation)
-                })
-                .map(|(name, _)| name.clone())
-                .collect();
-            names.iter().filter_map(|n| slots.remove(n)).collect()
+        let stale: Vec<Arc<Slot>> = match self.slots.if_made() {
+            None => Vec::new(),
+            Some(slots) => {
+                let mut slots = slots.lock().expect("slots lock");
+                let names: Vec<String> = slots
+                    .iter()
+                    .filter(|(name, s)| {
+                        view.find(name)
+                            .is_none_or(|p| p.entry.generation != s.entry.generation)
+                    })
+                    .map(|(name, _)| name.clone())
+                    .collect();
+                names.iter().filter_map(|n| slots.remove(n)).collect()
+            }
         };
         for s in &stale {
             s.stop();
         }
-        self.routes.lock().expect("routes lock").clear();
+        if let Some(routes) = self.routes.if_made() {
+            routes.lock().expect("routes lock").clear();
+        }
         if self.for_caller {
             for method in &LIST_CHANGES[..3] {
                 self.publish(None, method, None);
@@ -157,8 +166,12 @@ impl Session {
     /// Stops instances unused for longer than their plugin's idle timeout (they start again
     /// on next use; this is not a crash).
     pub fn reap_idle_plugins(&self) {
-        let idle: Vec<Arc<Slot>> = self
-            .slots
+        // The reaper looks at every session: one that never started a plugin has nothing to
+        // reap, and its slots are not made for the look.
+        let Some(slots) = self.slots.if_made() else {
+            return;
+        };
+        let idle: Vec<Arc<Slot>> = slots
             .lock()
             .expect("slots lock")
             .values()
