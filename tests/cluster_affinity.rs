@@ -25,21 +25,6 @@ async fn forwards(cluster: &Cluster, replicas: &[usize]) -> f64 {
     n
 }
 
-/// Which replica holds a session open (of `replicas`, all running).
-async fn owner(cluster: &Cluster, replicas: &[usize]) -> usize {
-    for &i in replicas {
-        if cluster
-            .replica(i)
-            .metric("mcp_gateway_sessions_active")
-            .await
-            == Some(1.0)
-        {
-            return i;
-        }
-    }
-    panic!("no replica holds the session");
-}
-
 /// Waits until both balancers name `replica` for session `id`.
 fn wait_learned(cluster: &Cluster, id: &str, replica: usize) {
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -68,7 +53,7 @@ async fn a_session_stays_on_its_owner_through_either_balancer() {
     client.initialize().await;
     client.notify("notifications/initialized", json!({})).await;
     let id = client.session.clone().expect("a session id");
-    let owner = owner(&cluster, &[0, 1, 2]).await;
+    let owner = cluster.holder(&[0, 1, 2]).await;
     // Learned from the answer to `initialize`, and passed to the other balancer.
     wait_learned(&cluster, &id, owner);
 
@@ -122,7 +107,7 @@ async fn the_replica_that_takes_a_session_over_is_learned() {
     client.notify("notifications/initialized", json!({})).await;
     echo(&client, 1, "before").await;
     let id = client.session.clone().expect("a session id");
-    let first = owner(&cluster, &[0, 1, 2]).await;
+    let first = cluster.holder(&[0, 1, 2]).await;
     wait_learned(&cluster, &id, first);
 
     // The owner is killed: the next request, sent to it, fails to connect and goes to
@@ -130,7 +115,7 @@ async fn the_replica_that_takes_a_session_over_is_learned() {
     cluster.kill(first);
     echo(&client, 2, "after").await;
     let rest: Vec<usize> = (0..3).filter(|i| *i != first).collect();
-    let second = owner(&cluster, &rest).await;
+    let second = cluster.holder(&rest).await;
     wait_learned(&cluster, &id, second);
     let before = forwards(&cluster, &rest).await;
     let other = client.at(&cluster.peer_url());

@@ -87,21 +87,6 @@ async fn follow(
     }
 }
 
-/// Which replica owns the session: the one with a session open (all running).
-async fn owner(cluster: &Cluster) -> usize {
-    for i in 0..cluster.len() {
-        if cluster
-            .replica(i)
-            .metric("mcp_gateway_sessions_active")
-            .await
-            == Some(1.0)
-        {
-            return i;
-        }
-    }
-    panic!("no replica owns the session");
-}
-
 fn burst(id: u64, tag: &str, pause_us: u64) -> Value {
     json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": "burst",
         "arguments": {"count": COUNT, "tag": tag, "pause_us": pause_us}}})
@@ -134,7 +119,7 @@ async fn survives(mut cluster: Cluster) {
             json!({"name": "echo", "arguments": {"text": "up"}}),
         )
         .await;
-    let first_owner = owner(&cluster).await;
+    let first_owner = cluster.holder(&[0, 1, 2]).await;
     let plugins = descendants(cluster.pid(first_owner));
     assert!(!plugins.is_empty(), "the owner runs the session's plugin");
 

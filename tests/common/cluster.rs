@@ -301,6 +301,17 @@ impl Cluster {
         format!("http://{}", addr.expect("admin listener announced"))
     }
 
+    /// Which of `replicas` (all running) holds the test's one session: the one whose metrics
+    /// count a session open.
+    pub async fn holder(&self, replicas: &[usize]) -> usize {
+        for &i in replicas {
+            if self.replica(i).metric("mcp_gateway_sessions_active").await == Some(1.0) {
+                return i;
+            }
+        }
+        panic!("none of replicas {replicas:?} holds the session");
+    }
+
     /// Replica `i`'s process id.
     pub fn pid(&self, i: usize) -> u32 {
         self.replica(i).pid()
