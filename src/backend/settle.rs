@@ -154,16 +154,31 @@ mod tests {
         assert_eq!(state(b"12 (x"), None);
     }
 
+    /// A child killed when the test ends, passed or not.
+    struct Killed(std::process::Child);
+
+    impl Drop for Killed {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+
     #[test]
     fn a_sleeping_child_has_settled_and_a_spinning_one_has_not() {
-        let mut sleeper = std::process::Command::new("sleep")
-            .arg("30")
-            .spawn()
-            .unwrap();
-        let mut spinner = std::process::Command::new("sh")
-            .args(["-c", "while :; do :; done"])
-            .spawn()
-            .unwrap();
+        let sleeper = Killed(
+            std::process::Command::new("sleep")
+                .arg("30")
+                .spawn()
+                .unwrap(),
+        );
+        let spinner = Killed(
+            std::process::Command::new("sh")
+                .args(["-c", "while :; do :; done"])
+                .spawn()
+                .unwrap(),
+        );
+        let (sleeper, spinner) = (&sleeper.0, &spinner.0);
         // The sleeper reaches its sleep soon after it starts; the spinner never sleeps.
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
         while asleep(sleeper.id()) != Some(true) {
@@ -179,9 +194,5 @@ mod tests {
             std::thread::yield_now();
         }
         assert!(ran, "a busy loop was never seen running");
-        let _ = sleeper.kill();
-        let _ = spinner.kill();
-        let _ = sleeper.wait();
-        let _ = spinner.wait();
     }
 }
