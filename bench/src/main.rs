@@ -121,6 +121,10 @@ enum Cmd {
         /// `/healthz` meanwhile.
         #[arg(long)]
         admin: Option<String>,
+        /// Over HTTP/2 without TLS (prior knowledge), 190 streams per connection: many
+        /// streams on few sockets.
+        #[arg(long)]
+        http2: bool,
     },
     /// Scenario (d) against a target started by hand: new sessions one after another.
     Latency {
@@ -201,10 +205,12 @@ fn main() {
             sessions,
             hold_secs,
             admin,
+            http2,
         }) => {
             raise_fd_limit();
             let hold = Duration::from_secs(hold_secs);
-            match rt.block_on(idle_sessions(&url, pid, sessions, hold, admin.as_deref())) {
+            let idle = idle_sessions(&url, pid, sessions, hold, admin.as_deref(), http2);
+            match rt.block_on(idle) {
                 Ok(r) => println!(
                     "{}",
                     serde_json::to_string_pretty(&r).expect("serializable")

@@ -57,7 +57,7 @@ pub(crate) async fn run(duration_secs: u64, idle: &[usize], out: &Path, no_clust
         // Memory is measured on a fresh process: freed memory from the runs above would count.
         for n in idle {
             let fresh = start().await;
-            match idle_sessions(&fresh.url, fresh.pid(), *n, Duration::ZERO, None).await {
+            match idle_sessions(&fresh.url, fresh.pid(), *n, Duration::ZERO, None, false).await {
                 Ok(report) => r.c_idle_sessions.push(report),
                 Err(e) => r.notes.push(format!("{n} idle sessions: {e}")),
             }

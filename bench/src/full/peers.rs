@@ -107,7 +107,9 @@ pub(super) async fn measure(duration: Duration) -> Vec<TargetReport> {
                 r = http_target(&target, duration).await;
                 drop(target);
                 if let Ok(fresh) = Target::peer(name, &program, &args, &env, path).await {
-                    match idle_sessions(&fresh.url, fresh.pid(), 1000, Duration::ZERO, None).await {
+                    match idle_sessions(&fresh.url, fresh.pid(), 1000, Duration::ZERO, None, false)
+                        .await
+                    {
                         Ok(report) => r.c_idle_sessions.push(report),
                         Err(e) => r.notes.push(format!("1000 idle sessions: {e}")),
                     }
