@@ -10,7 +10,8 @@
 //! against memory mode, failover and a rolling restart (bench/src/cluster/); the modern era
 //! (2026-07-28) against the legacy one, (a) and a plugin's question to its client
 //! (bench/src/modern.rs); the plugin sandbox on against off, the start-up of a plugin
-//! process and (a) and (b) (bench/src/isolation.rs). Every reply is checked: a wrong or missing one is counted. Results go
+//! process and (a) and (b) (bench/src/isolation.rs); the audit log on against off, (a) and (b)
+//! (bench/src/audit.rs). Every reply is checked: a wrong or missing one is counted. Results go
 //! to `bench/results/latest.json` and `BENCHMARKS.md`.
 //!
 //! # Layout
@@ -21,7 +22,8 @@
 //! - this file: the command line and which module each command goes to.
 //! - [`full`]: the full run (no subcommand): every target of the main table, then the
 //!   commands below, into `latest.json` and BENCHMARKS.md.
-//! - The commands with results of their own: [`soak`], [`cluster`], [`modern`], [`isolation`];
+//! - The commands with results of their own: [`soak`], [`cluster`], [`modern`], [`isolation`],
+//!   [`audit`];
 //!   beside them [`scenarios`]: (c), (d), the share of the in-process ceiling and (e).
 //! - [`paired`]: two targets in alternating pairs of runs, every run on a fresh process.
 //! - [`load`]: the load generator, checking every answer, into a [`load::Throughput`].
@@ -41,6 +43,7 @@ use load::http_load;
 use procfs::raise_fd_limit;
 use scenarios::{ceiling_share, first_call_latency, idle_sessions, resumable_cost};
 
+mod audit;
 mod cluster;
 mod full;
 mod harness;
@@ -171,6 +174,10 @@ enum Cmd {
     /// of `initialize` + first call), then (a) and (b) in runs lasting half of `--duration`
     /// (bench/src/isolation.rs); results in the Isolation section of BENCHMARKS.md.
     Isolation(isolation::Options),
+    /// The audit log on (as by default) against `[audit] enabled = false`, on the same gateway
+    /// build, in alternating pairs of runs lasting half of `--duration`: (a) and (b), calls/s
+    /// and the gateway's CPU per call (bench/src/audit.rs); results in `audit.json`.
+    Audit(audit::Options),
 }
 
 fn main() {
@@ -265,6 +272,11 @@ fn main() {
             &cli.out,
         )),
         Some(Cmd::Isolation(options)) => rt.block_on(isolation::main(
+            options,
+            Duration::from_secs(cli.duration),
+            &cli.out,
+        )),
+        Some(Cmd::Audit(options)) => rt.block_on(audit::main(
             options,
             Duration::from_secs(cli.duration),
             &cli.out,

@@ -11,8 +11,8 @@
 //! caller half), so a call that runs is always recorded; a call that finds no room is
 //! refused instead ([`Full`]). Submitting never waits: records go through the bounded queue
 //! to one writer task, which writes each as a JSON line under the target
-//! `mcp_gateway::audit` and stores them in batches in the database ([`AuditStore`]) in one
-//! transaction per moment (`writer.rs`), where records past the retention are deleted
+//! `mcp_gateway::audit` (`line.rs`) and stores a moment's lines together in the database
+//! ([`AuditStore`], [`Segment`]; `writer.rs`), where records past the retention are deleted
 //! hourly. A record of what never ran that finds no room is dropped and counted
 //! (`mcp_gateway_audit_dropped_total`); requests refused together (a batch) are one record
 //! with their count.
@@ -21,6 +21,7 @@
 //! that one without room for its record does not.
 
 mod arguments;
+mod line;
 mod room;
 mod store;
 mod time;
@@ -42,7 +43,7 @@ use crate::config::AuditConfig;
 
 use arguments::{canonical, hmac_hex};
 use room::{Class, Held, Room};
-pub use store::{AuditStore, Filter, MAX_LIMIT, StoreError, StoreFuture};
+pub use store::{AuditStore, Filter, Gather, MAX_LIMIT, Segment, StoreError, StoreFuture};
 pub use time::{now_ms, rfc3339};
 use writer::{STORE_TIMEOUT, Writer};
 
@@ -231,6 +232,41 @@ struct CallParams<'a> {
     arguments: Option<&'a RawValue>,
 }
 
+/// What [`CallParams`] reads, found by a scan of the params' text (which serde_json has
+/// validated): the `name` (else `uri`) and the `arguments` as sent. `None` where the scan
+/// cannot say what serde would (a name or value with an escape, a member twice, a `name` that
+/// is no string), and serde reads them.
+fn scan_params(text: &str) -> Option<(Option<&str>, Option<&str>)> {
+    let (mut name, mut uri, mut arguments) = (None, None, None);
+    let mut twice = false;
+    crate::jsonrpc::scan::object_members(text.as_bytes(), |n, v| {
+        let slot = match &text[n] {
+            "name" => &mut name,
+            "uri" => &mut uri,
+            "arguments" => &mut arguments,
+            _ => return,
+        };
+        twice |= slot.replace(v).is_some();
+    })?;
+    if twice {
+        return None;
+    }
+    let plain = |v: Option<std::ops::Range<usize>>| -> Option<Option<&str>> {
+        match v {
+            None => Some(None),
+            Some(v) => {
+                let end = crate::jsonrpc::scan::plain_string_end(text.as_bytes(), v.start + 1);
+                (text.as_bytes()[v.start] == b'"' && end == Some(v.end))
+                    .then(|| Some(&text[v.start + 1..v.end - 1]))
+            }
+        }
+    };
+    let (name, uri) = (plain(name)?, plain(uri)?);
+    // `arguments: null` is none, as serde reads it.
+    let arguments = arguments.map(|v| &text[v]).filter(|a| *a != "null");
+    Some((name.or(uri), arguments))
+}
+
 /// The methods whose requests are audited.
 pub fn audited(method: &str) -> bool {
     matches!(method, "tools/call" | "prompts/get" | "resources/read")
@@ -287,6 +323,9 @@ impl Auditor {
     ) -> Result<Option<Ticket>, Full> {
         if !self.config.enabled || !audited(method) {
             return Ok(None);
+        }
+        if let Some((target, arguments)) = params.and_then(|p| scan_params(p.get())) {
+            return self.call_read(who, method, plugin, target, arguments);
         }
         let read: Option<CallParams<'_>> = params.and_then(|p| serde_json::from_str(p.get()).ok());
         match read {
@@ -456,8 +495,8 @@ impl Auditor {
     fn record(&self, kind: &str, who: Who<'_>) -> Record {
         let now = time::now_ms();
         Record {
-            // Time first: rows go in at the end of the table's index, not all over it.
-            id: format!("{now:012x}{:016x}", rand::random::<u64>()),
+            // Time first: ids sort by time.
+            id: record_id(now, rand::random()),
             at_ms: now,
             kind: kind.to_owned(),
             subject: who.subject.map(|s| bounded(s, 256)),
@@ -513,6 +552,18 @@ impl Auditor {
             }
         }
     }
+}
+
+/// `now` as 12 hexadecimal digits, then `random` as 16.
+fn record_id(now: i64, random: u64) -> String {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut id = String::with_capacity(28);
+    for (n, digits) in [(now as u64, 12), (random, 16)] {
+        for shift in (0..digits).rev() {
+            id.push(HEX[((n >> (shift * 4)) & 15) as usize] as char);
+        }
+    }
+    id
 }
 
 /// At most `max` bytes of `s` (on a character boundary), so a hostile name cannot swell the
@@ -630,6 +681,50 @@ mod tests {
     fn long_values_are_cut_on_a_character_boundary() {
         assert_eq!(bounded("abc", 5), "abc");
         assert_eq!(bounded("ééé", 3), "é…");
+    }
+
+    #[test]
+    fn ids_are_the_time_then_random_bits_in_hexadecimal() {
+        let now = 1_795_925_710_123;
+        let random = 0x0123_4567_89ab_cdef;
+        assert_eq!(record_id(now, random), format!("{now:012x}{random:016x}"));
+        assert_eq!(record_id(5, u64::MAX).len(), 28);
+    }
+
+    /// Guards the scan of a call's params against serde's reading, which it stands in for.
+    #[test]
+    fn params_scanned_say_what_serde_reads() {
+        fn serde(text: &str) -> (Option<String>, Option<String>) {
+            match serde_json::from_str::<CallParams<'_>>(text) {
+                Ok(p) => (
+                    p.name.or(p.uri).map(|t| t.into_owned()),
+                    p.arguments.map(|a| a.get().to_owned()),
+                ),
+                Err(_) => (None, None),
+            }
+        }
+        for text in [
+            r#"{"name":"echo","arguments":{"text":"x"}}"#,
+            r#"{ "name" : "echo" , "arguments" : { "text" : "x" } , "_meta" : {"a":1} }"#,
+            r#"{"uri":"file:///a b"}"#,
+            r#"{"name":"n","uri":"u"}"#,
+            r#"{"name":"e\u0063ho"}"#,
+            r#"{"name":"a","name":"b"}"#,
+            r#"{"name":5}"#,
+            r#"{"arguments":null,"name":"x"}"#,
+            r#"{"arguments":[1,2]}"#,
+            r#"{}"#,
+        ] {
+            let want = serde(text);
+            if let Some((target, arguments)) = scan_params(text) {
+                assert_eq!(
+                    (target.map(str::to_owned), arguments.map(str::to_owned)),
+                    want,
+                    "{text}"
+                );
+            }
+        }
+        assert!(scan_params(r#"{"name":"echo","arguments":{"text":"x"}}"#).is_some());
     }
 
     #[test]

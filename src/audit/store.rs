@@ -1,10 +1,25 @@
 //! Where records are kept: the [`AuditStore`] seam (the database implements it, in
-//! `database/audit.rs`), and the [`Filter`] records are read back with.
+//! `database/audit.rs`), the [`Segment`] a batch is stored as, and the [`Filter`] records are
+//! read back with ([`Gather`] finds them in segments).
+//!
+//! A batch's records are stored as one segment: their JSON lines (`line.rs`, the text the log
+//! shows) in one row with the times they span, not a row each. A row per record cost the
+//! database more than the call it recorded (the binding of fourteen values, two B-tree
+//! inserts); a segment costs a copy of its text. Reading back scans the segments of the time
+//! asked for, newest first, looking for a filter's values in each segment's text before
+//! reading any record of it, and stops once no older segment can hold a record among the
+//! newest `limit`.
 
 use std::future::Future;
 use std::pin::Pin;
 
-use super::{Outcome, Record};
+use memchr::memmem::Finder;
+
+use super::{Outcome, Record, line};
+
+/// Bytes of lines in one segment, about (a line more at most): what a query holds of one
+/// at a time, and what goes to stderr in one write.
+const SEGMENT_BYTES: usize = 1 << 20;
 
 /// Most records one query returns.
 pub const MAX_LIMIT: usize = 1000;
@@ -18,13 +33,60 @@ pub enum StoreError {
 
 pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;
 
+/// Records stored together: their lines, and the earliest and latest time among them.
+#[derive(Debug, Clone)]
+pub struct Segment {
+    /// The earliest `at_ms` among its records.
+    pub first_ms: i64,
+    /// The latest `at_ms` among its records: a query newest first reads segments in this
+    /// order.
+    pub last_ms: i64,
+    /// How many records.
+    pub records: i64,
+    /// Their JSON lines, each ending in a newline.
+    pub lines: String,
+}
+
+impl Segment {
+    /// `batch`'s lines, written at `now_ms`, in segments of about [`SEGMENT_BYTES`] at most.
+    pub fn of(batch: &[Record], now_ms: i64) -> Vec<Segment> {
+        let mut segments = Vec::new();
+        let mut lines = Vec::new();
+        let mut open: Option<Segment> = None;
+        for r in batch {
+            line::write(&mut lines, r, now_ms);
+            let s = open.get_or_insert(Segment {
+                first_ms: r.at_ms,
+                last_ms: r.at_ms,
+                records: 0,
+                lines: String::new(),
+            });
+            s.first_ms = s.first_ms.min(r.at_ms);
+            s.last_ms = s.last_ms.max(r.at_ms);
+            s.records += 1;
+            if lines.len() >= SEGMENT_BYTES {
+                segments.extend(Segment::close(open.take(), &mut lines));
+            }
+        }
+        segments.extend(Segment::close(open, &mut lines));
+        segments
+    }
+
+    /// The segment with its lines, taken from `lines`.
+    fn close(open: Option<Segment>, lines: &mut Vec<u8>) -> Option<Segment> {
+        let mut s = open?;
+        s.lines = String::from_utf8(std::mem::take(lines)).expect("lines are made of strings");
+        Some(s)
+    }
+}
+
 /// The audit log's storage.
 pub trait AuditStore: Send + Sync {
-    /// Stores a batch in one transaction.
-    fn insert<'a>(&'a self, records: &'a [Record]) -> StoreFuture<'a, ()>;
+    /// Stores a batch's segments in one transaction.
+    fn insert<'a>(&'a self, segments: &'a [Segment]) -> StoreFuture<'a, ()>;
     /// Records matching `filter`, newest first.
     fn query<'a>(&'a self, filter: &'a Filter) -> StoreFuture<'a, Vec<Record>>;
-    /// Deletes records from before `before_ms`; how many.
+    /// Deletes records from before `before_ms` (a segment once all of its are); how many.
     fn prune(&self, before_ms: i64) -> StoreFuture<'_, u64>;
 }
 
@@ -45,6 +107,20 @@ pub struct Filter {
 }
 
 impl Filter {
+    /// Whether `r` is one of the records it asks for (the limit aside).
+    pub fn matches(&self, r: &Record) -> bool {
+        let text = |want: &Option<String>, have: &Option<String>| {
+            want.as_ref().is_none_or(|w| have.as_ref() == Some(w))
+        };
+        text(&self.subject, &r.subject)
+            && text(&self.plugin, &r.plugin)
+            && text(&self.target, &r.target)
+            && self.kind.as_ref().is_none_or(|k| *k == r.kind)
+            && self.outcome.is_none_or(|o| o == r.outcome)
+            && self.since_ms.is_none_or(|t| r.at_ms >= t)
+            && self.until_ms.is_none_or(|t| r.at_ms < t)
+    }
+
     /// The filter a query string asks for: `subject`, `plugin`, `tool` (or `target`), `kind`,
     /// `outcome`, `since` and `until` (milliseconds since the epoch), `limit`. Empty values
     /// are ignored; anything else wrong is said.
@@ -85,6 +161,89 @@ impl Filter {
     }
 }
 
+/// The records a [`Filter`] asks for, gathered from segments read in the order of their
+/// `last_ms`, newest first (and from any single records, in any order): the newest `limit`,
+/// newest first.
+pub struct Gather<'f> {
+    filter: &'f Filter,
+    /// A filter's values as a matching line holds them: a segment or line without one of them
+    /// holds no record asked for, and is not read.
+    needles: Vec<Finder<'static>>,
+    found: Vec<Record>,
+    limit: usize,
+}
+
+impl<'f> Gather<'f> {
+    pub fn new(filter: &'f Filter) -> Gather<'f> {
+        let outcome = filter.outcome.map(|o| o.as_str().to_owned());
+        let needles = [
+            ("subject", &filter.subject),
+            ("plugin", &filter.plugin),
+            ("target", &filter.target),
+            ("kind", &filter.kind),
+            ("outcome", &outcome),
+        ]
+        .into_iter()
+        .filter_map(|(name, value)| {
+            value
+                .as_ref()
+                .map(|v| Finder::new(&line::needle(name, v)).into_owned())
+        })
+        .collect();
+        Gather {
+            filter,
+            needles,
+            found: Vec::new(),
+            limit: filter.limit.clamp(1, MAX_LIMIT),
+        }
+    }
+
+    /// Whether a segment whose records are all from `last_ms` or before can hold one of the
+    /// newest `limit`: once `limit` are found, all newer than that, no older segment can.
+    pub fn wants(&mut self, last_ms: i64) -> bool {
+        self.trim();
+        self.found.len() < self.limit || self.found[self.limit - 1].at_ms <= last_ms
+    }
+
+    /// Reads a segment's lines.
+    pub fn segment(&mut self, lines: &str) {
+        let text = lines.as_bytes();
+        if !self.needles.iter().all(|n| n.find(text).is_some()) {
+            return;
+        }
+        for line in text.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+            if !self.needles.iter().all(|n| n.find(line).is_some()) {
+                continue;
+            }
+            if let Some(r) = line::read(line) {
+                self.record(r);
+            }
+        }
+    }
+
+    /// A record read otherwise (a row of its own).
+    pub fn record(&mut self, r: Record) {
+        if self.filter.matches(&r) {
+            self.found.push(r);
+            if self.found.len() >= 2 * self.limit {
+                self.trim();
+            }
+        }
+    }
+
+    /// Newest first, at most `limit`.
+    fn trim(&mut self) {
+        self.found
+            .sort_unstable_by(|a, b| (b.at_ms, &b.id).cmp(&(a.at_ms, &a.id)));
+        self.found.truncate(self.limit);
+    }
+
+    pub fn finish(mut self) -> Vec<Record> {
+        self.trim();
+        self.found
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -106,5 +265,45 @@ mod tests {
         ] {
             assert!(Filter::from_query(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn a_batch_is_cut_into_segments_that_say_their_times() {
+        let batch: Vec<Record> = (0..20_000i64)
+            .map(|n| Record {
+                id: format!("{n:028}"),
+                // Requests arrive in one order and end in another.
+                at_ms: 1_000_000 + (n * 7919) % 20_000,
+                kind: "tools/call".into(),
+                subject: Some("alice".into()),
+                session: None,
+                client: None,
+                plugin: Some("p".into()),
+                target: Some("echo".into()),
+                outcome: Outcome::Ok,
+                error_code: None,
+                duration_us: 5,
+                arguments: None,
+                replica: None,
+                count: None,
+            })
+            .collect();
+        let segments = Segment::of(&batch, 2_000_000);
+        assert!(segments.len() > 1);
+        assert_eq!(segments.iter().map(|s| s.records).sum::<i64>(), 20_000);
+        let mut seen = 0;
+        for s in &segments {
+            assert!(s.lines.len() < SEGMENT_BYTES + 1024);
+            let lines: Vec<&str> = s.lines.lines().collect();
+            assert_eq!(lines.len() as i64, s.records);
+            let times: Vec<i64> = batch[seen..seen + lines.len()]
+                .iter()
+                .map(|r| r.at_ms)
+                .collect();
+            assert_eq!(s.first_ms, *times.iter().min().unwrap());
+            assert_eq!(s.last_ms, *times.iter().max().unwrap());
+            seen += lines.len();
+        }
+        assert!(Segment::of(&[], 0).is_empty());
     }
 }

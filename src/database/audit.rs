@@ -1,23 +1,75 @@
 //! The audit log in the gateway's database: [`SqlAuditStore`], the SQL implementation of
-//! [`AuditStore`] (the `audit_records` table of `migrations/0007_audit.sql`). Rows in, rows
-//! out: what a record says is the audit module's to decide.
+//! [`AuditStore`]: segments in the `audit_segments` table (`migrations/0009_audit_segments.sql`),
+//! and the rows of `audit_records` (`0007_audit.sql`) that records were before, read and
+//! pruned beside them until the retention has deleted the last. Rows in, rows out: what a
+//! record says, and which a query finds in a segment, is the audit module's to decide.
 
+use futures_util::TryStreamExt;
 use sqlx::{AnyPool, Row};
 
-use crate::audit::{AuditStore, Filter, Outcome, Record, StoreError, StoreFuture};
+use crate::audit::{AuditStore, Filter, Gather, Outcome, Record, Segment, StoreError, StoreFuture};
 
 /// The SQL store (SQLite or PostgreSQL), on the gateway's database pool.
 pub struct SqlAuditStore {
     pool: AnyPool,
-    /// SQLite: an insert's placeholders are `?`. SQLite finds a numbered placeholder's name
-    /// by a scan of all of them, so binding a statement of `$N`s costs the square of its
-    /// values; PostgreSQL knows only `$N`.
-    sqlite: bool,
 }
 
 impl SqlAuditStore {
-    pub fn new(pool: AnyPool, sqlite: bool) -> SqlAuditStore {
-        SqlAuditStore { pool, sqlite }
+    pub fn new(pool: AnyPool) -> SqlAuditStore {
+        SqlAuditStore { pool }
+    }
+
+    /// Records of `audit_records` (from before segments) matching `filter`, newest first.
+    async fn rows(&self, filter: &Filter) -> Result<Vec<Record>, StoreError> {
+        let mut sql = format!("SELECT {COLUMNS} FROM audit_records WHERE 1 = 1");
+        let mut texts: Vec<String> = Vec::new();
+        let mut n = 0;
+        let mut text = |sql: &mut String, column: &str, value: &str| {
+            n += 1;
+            sql.push_str(&format!(" AND {column} = ${n}"));
+            texts.push(value.to_owned());
+        };
+        for (column, value) in [
+            ("subject", filter.subject.as_deref()),
+            ("plugin", filter.plugin.as_deref()),
+            ("target", filter.target.as_deref()),
+            ("kind", filter.kind.as_deref()),
+            ("outcome", filter.outcome.map(Outcome::as_str)),
+        ] {
+            if let Some(v) = value {
+                text(&mut sql, column, v);
+            }
+        }
+        let mut times = Vec::new();
+        for (op, value) in [(">=", filter.since_ms), ("<", filter.until_ms)] {
+            if let Some(v) = value {
+                times.push(v);
+                sql.push_str(&format!(" AND at_ms {op} ${}", texts.len() + times.len()));
+            }
+        }
+        let limit = filter.limit.clamp(1, crate::audit::MAX_LIMIT) as i64;
+        sql.push_str(&format!(
+            " ORDER BY at_ms DESC, id DESC LIMIT ${}",
+            texts.len() + times.len() + 1
+        ));
+        // Made of the constant fragments above and numbered placeholders only: every value
+        // is bound.
+        let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
+        for t in texts {
+            query = query.bind(t);
+        }
+        for t in times {
+            query = query.bind(t);
+        }
+        let rows = query
+            .bind(limit)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(failed)?;
+        rows.iter()
+            .map(record)
+            .collect::<Result<_, _>>()
+            .map_err(failed)
     }
 }
 
@@ -27,62 +79,22 @@ fn failed(e: sqlx::Error) -> StoreError {
 
 const COLUMNS: &str = "id, at_ms, kind, subject, session, client, plugin, target, outcome, \
                        error_code, duration_us, arguments, replica, count";
-/// Values of one row.
-const VALUES: usize = 14;
-
-/// Rows one `INSERT` carries, at most (14 values each: far below SQLite's and PostgreSQL's
-/// limits on bound values).
-const ROWS_PER_INSERT: usize = 64;
-
-/// `INSERT` of `rows` rows, with placeholders only (`?`, or numbered).
-fn insert_sql(rows: usize, anonymous: bool) -> String {
-    let mut sql = format!("INSERT INTO audit_records ({COLUMNS}) VALUES ");
-    for row in 0..rows {
-        if row > 0 {
-            sql.push_str(", ");
-        }
-        sql.push('(');
-        for column in 0..VALUES {
-            if column > 0 {
-                sql.push_str(", ");
-            }
-            if anonymous {
-                sql.push('?');
-            } else {
-                sql.push_str(&format!("${}", row * VALUES + column + 1));
-            }
-        }
-        sql.push(')');
-    }
-    sql
-}
-
 impl AuditStore for SqlAuditStore {
-    fn insert<'a>(&'a self, records: &'a [Record]) -> StoreFuture<'a, ()> {
+    fn insert<'a>(&'a self, segments: &'a [Segment]) -> StoreFuture<'a, ()> {
         Box::pin(async move {
             let mut tx = self.pool.begin().await.map_err(failed)?;
-            // Many rows per statement: one statement per row costs more than the rows.
-            for chunk in records.chunks(ROWS_PER_INSERT) {
-                let sql = insert_sql(chunk.len(), self.sqlite);
-                let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
-                for r in chunk {
-                    query = query
-                        .bind(r.id.clone())
-                        .bind(r.at_ms)
-                        .bind(r.kind.clone())
-                        .bind(r.subject.clone())
-                        .bind(r.session.clone())
-                        .bind(r.client.clone())
-                        .bind(r.plugin.clone())
-                        .bind(r.target.clone())
-                        .bind(r.outcome.as_str())
-                        .bind(r.error_code)
-                        .bind(r.duration_us)
-                        .bind(r.arguments.clone())
-                        .bind(r.replica.clone())
-                        .bind(r.count);
-                }
-                query.execute(&mut *tx).await.map_err(failed)?;
+            for s in segments {
+                sqlx::query(
+                    "INSERT INTO audit_segments (first_ms, last_ms, records, lines) \
+                     VALUES ($1, $2, $3, $4)",
+                )
+                .bind(s.first_ms)
+                .bind(s.last_ms)
+                .bind(s.records)
+                .bind(s.lines.as_str())
+                .execute(&mut *tx)
+                .await
+                .map_err(failed)?;
             }
             tx.commit().await.map_err(failed)
         })
@@ -90,66 +102,48 @@ impl AuditStore for SqlAuditStore {
 
     fn query<'a>(&'a self, filter: &'a Filter) -> StoreFuture<'a, Vec<Record>> {
         Box::pin(async move {
-            let mut sql = format!("SELECT {COLUMNS} FROM audit_records WHERE 1 = 1");
-            let mut texts: Vec<String> = Vec::new();
-            let mut n = 0;
-            let mut text = |sql: &mut String, column: &str, value: &str| {
-                n += 1;
-                sql.push_str(&format!(" AND {column} = ${n}"));
-                texts.push(value.to_owned());
-            };
-            for (column, value) in [
-                ("subject", filter.subject.as_deref()),
-                ("plugin", filter.plugin.as_deref()),
-                ("target", filter.target.as_deref()),
-                ("kind", filter.kind.as_deref()),
-                ("outcome", filter.outcome.map(Outcome::as_str)),
-            ] {
-                if let Some(v) = value {
-                    text(&mut sql, column, v);
+            let mut gather = Gather::new(filter);
+            for r in self.rows(filter).await? {
+                gather.record(r);
+            }
+            let mut segments = sqlx::query(
+                "SELECT last_ms, lines FROM audit_segments WHERE last_ms >= $1 AND first_ms < $2 \
+                 ORDER BY last_ms DESC",
+            )
+            .bind(filter.since_ms.unwrap_or(i64::MIN))
+            .bind(filter.until_ms.unwrap_or(i64::MAX))
+            .fetch(&self.pool);
+            while let Some(row) = segments.try_next().await.map_err(failed)? {
+                let last_ms: i64 = row.try_get(0).map_err(failed)?;
+                if !gather.wants(last_ms) {
+                    break;
                 }
+                let lines: String = row.try_get(1).map_err(failed)?;
+                gather.segment(&lines);
             }
-            let mut times = Vec::new();
-            for (op, value) in [(">=", filter.since_ms), ("<", filter.until_ms)] {
-                if let Some(v) = value {
-                    times.push(v);
-                    sql.push_str(&format!(" AND at_ms {op} ${}", texts.len() + times.len()));
-                }
-            }
-            let limit = filter.limit.clamp(1, crate::audit::MAX_LIMIT) as i64;
-            sql.push_str(&format!(
-                " ORDER BY at_ms DESC, id DESC LIMIT ${}",
-                texts.len() + times.len() + 1
-            ));
-            // Made of the constant fragments above and numbered placeholders only: every value
-            // is bound.
-            let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
-            for t in texts {
-                query = query.bind(t);
-            }
-            for t in times {
-                query = query.bind(t);
-            }
-            let rows = query
-                .bind(limit)
-                .fetch_all(&self.pool)
-                .await
-                .map_err(failed)?;
-            rows.iter()
-                .map(record)
-                .collect::<Result<_, _>>()
-                .map_err(failed)
+            Ok(gather.finish())
         })
     }
 
     fn prune(&self, before_ms: i64) -> StoreFuture<'_, u64> {
         Box::pin(async move {
-            let done = sqlx::query("DELETE FROM audit_records WHERE at_ms < $1")
+            let rows = sqlx::query("DELETE FROM audit_records WHERE at_ms < $1")
                 .bind(before_ms)
                 .execute(&self.pool)
                 .await
                 .map_err(failed)?;
-            Ok(done.rows_affected())
+            let segments =
+                sqlx::query("DELETE FROM audit_segments WHERE last_ms < $1 RETURNING records")
+                    .bind(before_ms)
+                    .fetch_all(&self.pool)
+                    .await
+                    .map_err(failed)?;
+            let mut records = rows.rows_affected();
+            for s in segments {
+                let n: i64 = s.try_get(0).map_err(failed)?;
+                records += n.max(0) as u64;
+            }
+            Ok(records)
         })
     }
 }
@@ -209,7 +203,7 @@ mod tests {
                 record(n, who, o)
             })
             .collect();
-        store.insert(&batch).await.unwrap();
+        store.insert(&Segment::of(&batch, 0)).await.unwrap();
         let ids = |rs: Vec<Record>| rs.into_iter().map(|r| r.id).collect::<Vec<_>>();
         let q = |f: Filter| {
             let store = store.clone();
@@ -246,25 +240,109 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(two.len(), 2);
-        assert_eq!(store.prune(1_005).await.unwrap(), 5);
-        assert_eq!(q(Filter::default()).await.len(), 5);
+        // The batch is one segment: it goes once all of its records are past the retention.
+        assert_eq!(store.prune(1_005).await.unwrap(), 0);
+        assert_eq!(q(Filter::default()).await.len(), 10);
+        assert_eq!(store.prune(1_010).await.unwrap(), 10);
+        assert_eq!(q(Filter::default()).await.len(), 0);
     }
 
+    /// Segments whose times overlap (records arrive in one order and end in another), and
+    /// rows from before segments: every query gives what a sort of all of them would.
     #[tokio::test]
-    async fn batches_larger_than_one_statement_are_stored_whole() {
+    async fn queries_over_segments_and_old_rows_find_the_newest_that_match() {
         let db = Database::connect("sqlite::memory:").await.unwrap();
         let store = db.audit_store();
-        let batch: Vec<Record> = (0..150).map(|n| record(n, "a", Outcome::Ok)).collect();
-        store.insert(&batch).await.unwrap();
-        let all = store
+        let subjects = ["alice", "bob", "c\"a\\r\nol"];
+        let outcomes = [Outcome::Ok, Outcome::Error, Outcome::Refused];
+        let make = |n: i64| {
+            let mut r = record(
+                n,
+                subjects[(n % 3) as usize],
+                outcomes[(n / 3 % 3) as usize],
+            );
+            // Out of order, with ties, each batch's times overlapping the next's.
+            r.at_ms = 10_000 + n + (n * 37) % 30;
+            r
+        };
+        let all: Vec<Record> = (0..600).map(make).collect();
+        for batch in all[..540].chunks(90) {
+            store.insert(&Segment::of(batch, 0)).await.unwrap();
+        }
+        // The last 60 as rows of the table records were kept in before.
+        for r in &all[540..] {
+            sqlx::query(
+                "INSERT INTO audit_records (id, at_ms, kind, subject, client, plugin, target, \
+                 outcome, duration_us) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+            )
+            .bind(r.id.clone())
+            .bind(r.at_ms)
+            .bind(r.kind.clone())
+            .bind(r.subject.clone())
+            .bind(r.client.clone())
+            .bind(r.plugin.clone())
+            .bind(r.target.clone())
+            .bind(r.outcome.as_str())
+            .bind(r.duration_us)
+            .execute(&db.pool)
+            .await
+            .unwrap();
+        }
+        let filters = [
+            Filter::default(),
+            Filter {
+                subject: Some(subjects[2].into()),
+                ..Filter::default()
+            },
+            Filter {
+                subject: Some("bob".into()),
+                outcome: Some(Outcome::Refused),
+                target: Some("tool1".into()),
+                ..Filter::default()
+            },
+            Filter {
+                since_ms: Some(10_100),
+                until_ms: Some(10_150),
+                kind: Some("tools/call".into()),
+                ..Filter::default()
+            },
+            Filter {
+                plugin: Some("nobody".into()),
+                ..Filter::default()
+            },
+        ];
+        for filter in filters {
+            for limit in [1, 7, 100, 1000] {
+                let filter = Filter {
+                    limit,
+                    ..filter.clone()
+                };
+                let mut want: Vec<&Record> = all.iter().filter(|r| filter.matches(r)).collect();
+                want.sort_by(|a, b| (b.at_ms, &b.id).cmp(&(a.at_ms, &a.id)));
+                want.truncate(limit);
+                let got = store.query(&filter).await.unwrap();
+                let ids = |rs: &[&Record]| rs.iter().map(|r| r.id.clone()).collect::<Vec<_>>();
+                assert_eq!(
+                    ids(&got.iter().collect::<Vec<_>>()),
+                    ids(&want),
+                    "{filter:?}"
+                );
+            }
+        }
+        // A segment goes once all its records are past the retention; the old rows by their own.
+        let pruned = store.prune(10_200).await.unwrap();
+        let left = store
             .query(&Filter {
                 limit: 1000,
                 ..Filter::default()
             })
             .await
             .unwrap();
-        assert_eq!(all.len(), 150);
-        assert_eq!(all[0].id, "r149");
-        assert_eq!(all[149].client.as_deref(), Some("c 1"));
+        assert_eq!(pruned as usize + left.len(), 600);
+        let old = |r: &Record| r.id[1..].parse::<i64>().unwrap() >= 540;
+        assert!(left.iter().all(|r| r.at_ms >= 10_200 || !old(r)));
+        let recent = |rs: &[Record]| rs.iter().filter(|r| r.at_ms >= 10_200).count();
+        assert_eq!(recent(&left), recent(&all));
+        assert!(pruned >= 90, "{pruned}");
     }
 }

@@ -52,8 +52,6 @@ pub struct Database {
     /// Shared by every store: one pool per process (a single connection for SQLite, which
     /// allows one writer at a time anyway).
     pool: AnyPool,
-    /// It is SQLite (else PostgreSQL).
-    sqlite: bool,
 }
 
 impl Database {
@@ -103,10 +101,7 @@ impl Database {
             .run(&pool)
             .await
             .map_err(|e| DatabaseError::Migration(e.to_string()))?;
-        Ok(Database {
-            pool,
-            sqlite: url.starts_with("sqlite"),
-        })
+        Ok(Database { pool })
     }
 
     /// The registry's overlay of admin API changes (its `ping` is the readiness check).
@@ -116,7 +111,7 @@ impl Database {
 
     /// The audit log's records.
     pub fn audit_store(&self) -> Arc<dyn AuditStore> {
-        Arc::new(SqlAuditStore::new(self.pool.clone(), self.sqlite))
+        Arc::new(SqlAuditStore::new(self.pool.clone()))
     }
 
     /// The authorization server's state.
