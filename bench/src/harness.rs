@@ -8,7 +8,7 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 use tokio::process::{Child, Command};
 
 use crate::mcp::{client, initialize};
@@ -127,21 +127,39 @@ impl Target {
                     .ok()
             });
             tokio::spawn(async move {
-                let mut lines = BufReader::new(stream).lines();
-                while let Ok(Some(line)) = lines.next_line().await {
+                use std::io::Write;
+                let mut reader = BufReader::new(stream);
+                let mut line = String::new();
+                // Lines until the target is up: its head kept, its address found...
+                while !tx.is_closed() {
+                    line.clear();
+                    if !matches!(reader.read_line(&mut line).await, Ok(1..)) {
+                        return;
+                    }
+                    let line = line.trim_end_matches(['\n', '\r']);
                     if let Some(f) = &mut log {
-                        use std::io::Write;
                         let _ = writeln!(f, "{line}");
                     }
-                    if !tx.is_closed() {
-                        head.lock().expect("lock").push(line.clone());
-                    }
+                    head.lock().expect("lock").push(line.to_owned());
                     if let Some(rest) = line.split("listening on http://").nth(1) {
                         let addr: String = rest
                             .chars()
                             .take_while(|c| *c != '/' && *c != '"' && !c.is_whitespace())
                             .collect();
                         let _ = tx.send(addr);
+                    }
+                }
+                // ...then bytes, taken off the pipe as a log collector takes them, unsplit:
+                // a split and a search of every line cost this process CPU per audit record.
+                let mut chunk = vec![0; 64 << 10];
+                loop {
+                    match reader.read(&mut chunk).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => {
+                            if let Some(f) = &mut log {
+                                let _ = f.write_all(&chunk[..n]);
+                            }
+                        }
                     }
                 }
             });

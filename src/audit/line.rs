@@ -13,14 +13,53 @@ use serde::Deserialize;
 
 use super::{Outcome, Record, TARGET};
 
-/// Appends one record's line (with its newline) to `out`; `timestamp` is when it is written.
-pub(super) fn write(out: &mut Vec<u8>, r: &Record, timestamp_ms: i64) {
-    out.extend_from_slice(b"{\"timestamp\":\"");
-    rfc3339_into(out, timestamp_ms);
-    out.extend_from_slice(b"\",\"level\":\"INFO\",\"fields\":{\"message\":\"audit\",\"id\":");
-    string(out, &r.id);
-    out.extend_from_slice(b",\"time\":\"");
-    rfc3339_into(out, r.at_ms);
+/// Lines written together: the time they are written, as text once, and the date of the
+/// last record's time (records of a moment share their day).
+pub(super) struct Lines {
+    timestamp: Vec<u8>,
+    day: i64,
+    date: Vec<u8>,
+}
+
+impl Lines {
+    /// Lines written at `now_ms`.
+    pub(super) fn at(now_ms: i64) -> Lines {
+        let mut timestamp = Vec::with_capacity(24);
+        rfc3339_into(&mut timestamp, now_ms);
+        Lines {
+            timestamp,
+            day: i64::MIN,
+            date: Vec::new(),
+        }
+    }
+
+    /// Appends one record's line (with its newline) to `out`.
+    pub(super) fn write(&mut self, out: &mut Vec<u8>, r: &Record) {
+        out.extend_from_slice(b"{\"timestamp\":\"");
+        out.extend_from_slice(&self.timestamp);
+        out.extend_from_slice(b"\",\"level\":\"INFO\",\"fields\":{\"message\":\"audit\",\"id\":");
+        string(out, &r.id);
+        out.extend_from_slice(b",\"time\":\"");
+        let day = r.at_ms.div_euclid(86_400_000);
+        if day != self.day {
+            self.date.clear();
+            rfc3339_into(&mut self.date, day * 86_400_000);
+            self.date.truncate(11);
+            self.day = day;
+        }
+        // `YYYY-MM-DDT`: else a year past 9999, written the long way.
+        if self.date.len() == 11 && self.date[10] == b'T' {
+            out.extend_from_slice(&self.date);
+            clock_into(out, r.at_ms.rem_euclid(86_400_000));
+        } else {
+            rfc3339_into(out, r.at_ms);
+        }
+        fields(out, r);
+    }
+}
+
+/// The rest of a record's line after its time.
+fn fields(out: &mut Vec<u8>, r: &Record) {
     out.extend_from_slice(b"\",\"kind\":");
     string(out, &r.kind);
     for (name, value) in [
@@ -142,21 +181,21 @@ fn millis(out: &mut Vec<u8>, us: i64) {
     out.extend_from_slice(text.as_bytes());
 }
 
+/// Two digits.
+fn two(out: &mut Vec<u8>, n: u32) {
+    out.push(b'0' + (n / 10) as u8);
+    out.push(b'0' + (n % 10) as u8);
+}
+
 /// `ms` since the epoch as `2026-11-29T04:15:10.123Z`, appended.
 fn rfc3339_into(out: &mut Vec<u8>, ms: i64) {
-    let secs = ms.div_euclid(1000);
-    let millis = ms.rem_euclid(1000) as u32;
-    let (days, rest) = (secs.div_euclid(86_400), secs.rem_euclid(86_400) as u32);
+    let days = ms.div_euclid(86_400_000);
     let (y, m, d) = super::time::civil(days);
     if !(0..=9999).contains(&y) {
         // Not a time this log will see; written the long way.
         out.extend_from_slice(super::time::rfc3339(ms).as_bytes());
         return;
     }
-    let two = |out: &mut Vec<u8>, n: u32| {
-        out.push(b'0' + (n / 10) as u8);
-        out.push(b'0' + (n % 10) as u8);
-    };
     let y = y as u32;
     two(out, y / 100);
     two(out, y % 100);
@@ -165,11 +204,17 @@ fn rfc3339_into(out: &mut Vec<u8>, ms: i64) {
     out.push(b'-');
     two(out, d);
     out.push(b'T');
-    two(out, rest / 3600);
+    clock_into(out, ms.rem_euclid(86_400_000));
+}
+
+/// `04:15:10.123Z`: `ms` into its day.
+fn clock_into(out: &mut Vec<u8>, ms: i64) {
+    let (secs, millis) = ((ms / 1000) as u32, (ms % 1000) as u32);
+    two(out, secs / 3600);
     out.push(b':');
-    two(out, rest % 3600 / 60);
+    two(out, secs % 3600 / 60);
     out.push(b':');
-    two(out, rest % 60);
+    two(out, secs % 60);
     out.push(b'.');
     out.push(b'0' + (millis / 100) as u8);
     two(out, millis % 100);
@@ -247,7 +292,7 @@ mod tests {
     #[test]
     fn a_line_has_the_json_log_shape_without_absent_values() {
         let mut out = Vec::new();
-        write(&mut out, &record(), 1_795_925_710_200);
+        Lines::at(1_795_925_710_200).write(&mut out, &record());
         assert_eq!(
             String::from_utf8(out).unwrap(),
             concat!(
@@ -272,7 +317,7 @@ mod tests {
             r.arguments = Some("{\"text\":\"x\"}".into());
             r.count = Some(3);
             let mut out = Vec::new();
-            write(&mut out, &r, 0);
+            Lines::at(0).write(&mut out, &r);
             let line: serde_json::Value = serde_json::from_slice(&out).unwrap();
             let f = &line["fields"];
             assert_eq!(f["subject"], strange);
@@ -292,6 +337,28 @@ mod tests {
             assert_eq!(back.outcome, Outcome::Error);
             let found = memchr::memmem::find(&out, &needle("subject", strange));
             assert!(found.is_some());
+        }
+        // Records of several days in one batch, and times this log will not see.
+        let mut lines = Lines::at(0);
+        for at_ms in [
+            0,
+            86_399_999,
+            86_400_000,
+            1_795_925_710_123,
+            1_795_925_710_124,
+            -1,
+            253_402_300_800_000,
+        ] {
+            let mut r = record();
+            r.at_ms = at_ms;
+            let mut out = Vec::new();
+            lines.write(&mut out, &r);
+            let line: serde_json::Value = serde_json::from_slice(&out).unwrap();
+            assert_eq!(
+                line["fields"]["time"],
+                super::super::time::rfc3339(at_ms),
+                "{at_ms}"
+            );
         }
         assert!(read(b"{\"fields\":{}}").is_none());
         assert!(read(b"not json").is_none());

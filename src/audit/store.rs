@@ -53,8 +53,9 @@ impl Segment {
         let mut segments = Vec::new();
         let mut lines = Vec::new();
         let mut open: Option<Segment> = None;
+        let mut writer = line::Lines::at(now_ms);
         for r in batch {
-            line::write(&mut lines, r, now_ms);
+            writer.write(&mut lines, r);
             let s = open.get_or_insert(Segment {
                 first_ms: r.at_ms,
                 last_ms: r.at_ms,
