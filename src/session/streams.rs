@@ -140,6 +140,9 @@ impl Session {
             hooks,
         );
         if buffered {
+            // Its client has seen nothing of it yet: a shared store's copy may wait until its
+            // response begins (`sse_response`).
+            self.events.hold(number);
             let mut streams = self.streams.lock().expect("streams lock");
             // Checked under the lock `end` takes the map with: a stream is either in the map
             // `end` releases, or made after the end and released here.

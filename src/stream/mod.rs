@@ -203,6 +203,13 @@ impl Stream {
         g.queue_limit = g.queue_limit.min(bytes);
     }
 
+    /// Its response has begun, as one body holding the whole stream (`whole`) or live: a
+    /// shared store's copy held back since the stream was made is dropped or sent
+    /// ([`SessionEvents::held`]).
+    pub fn response_began(&self, whole: bool) {
+        self.events.held(self.key.stream, !whole);
+    }
+
     /// Whether this stream has carried one event and it was the answer that ended it (a
     /// POST whose first message was its answer). Read once that event has come.
     pub fn answered_alone(&self) -> bool {

@@ -108,10 +108,12 @@ pub async fn sse_response(
             }
             body.extend_from_slice(chunk);
         }
+        stream.response_began(finished);
         stream.detach_with_proof(conn, finished, opening.proof.as_deref());
         drop(guard);
         return sse_headers(axum::body::Body::from(body).into_response());
     }
+    stream.response_began(false);
     let body = Body {
         stream,
         conn,

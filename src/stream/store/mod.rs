@@ -158,4 +158,21 @@ pub trait SessionEvents: Send + Sync + 'static {
     fn answered(&self, stream: u64) {
         let _ = stream;
     }
+
+    /// A POST's stream is new, and its client has seen nothing of it yet: a shared store may
+    /// hold back its copy of the stream (its events, what it owes) until
+    /// [`SessionEvents::held`] says whether anyone can ask for it. Nothing in memory.
+    fn hold(&self, stream: u64) {
+        let _ = stream;
+    }
+
+    /// The stream's response has begun. `wanted`: it goes out as a live stream, which a client
+    /// may resume, so the copy held back is sent now and the rest straight through. Not
+    /// wanted: the stream ended before its response began and went out whole in one body;
+    /// the owner keeps it in memory for a resumption as ever, and a shared store drops its
+    /// copy (the spec lets a server not resume a stream; only a resumption on another replica
+    /// after its owner died is lost). A stream not held back is not affected.
+    fn held(&self, stream: u64, wanted: bool) {
+        let _ = (stream, wanted);
+    }
 }

@@ -17,6 +17,14 @@
 //!   to the JSON array of the ids owed), set when a stream opens and cleared when it owes no
 //!   more: what an adopting replica ends with an error when their replica died first.
 //!
+//! A POST's stream is copied only once its response has begun live ([`SessionEvents::hold`],
+//! [`SessionEvents::held`]): most calls are answered within the hold, and their stream goes
+//! out whole in one body made before any of it is sent; for those nothing is written to
+//! Redis at all (a key made and deleted per call was most of Redis's work, and of
+//! the replica's in cluster mode). The owner keeps them in memory for a resumption as ever;
+//! only a resumption at another replica after the owner died finds nothing, which the spec
+//! allows (a server MAY make a stream resumable).
+//!
 //! Every key expires `max_age` after the last event written to it (`PEXPIRE`, refreshed by
 //! each batch). Releasing a stream or a session deletes its keys through the same writer, so a
 //! deletion never overtakes the events queued before it.
@@ -353,6 +361,8 @@ impl RedisEventStore {
                     released: AtomicBool::new(false),
                     adopted: AtomicBool::new(false),
                     remote: Mutex::default(),
+                    held: Mutex::default(),
+                    holding: AtomicUsize::new(0),
                 })
             })
             .clone()
@@ -425,8 +435,10 @@ impl EventStore for RedisEventStore {
     }
 
     fn leave_session(&self, session: &str) {
-        // Its keys stay for the replica that serves it next; late appends stay here.
+        // Its keys stay for the replica that serves it next; late appends stay here. A copy
+        // held back goes first: the next replica may be asked for it.
         if let Some((_, s)) = self.sessions.remove(session) {
+            s.send_all_held();
             s.released.store(true, Ordering::Release);
         }
         self.memory.release_session(session);

@@ -19,7 +19,23 @@ pub(super) struct RedisSession {
     /// The streams another replica wrote to Redis, as loaded when this one adopted the
     /// session: what `oldest_kept` and `next_seq` answer without waiting on Redis.
     pub(super) remote: Mutex<HashMap<u64, Remote>>,
+    /// POST streams whose copy is held back ([`SessionEvents::hold`]), and those whose copy
+    /// was dropped: looked at only while `holding` counts any.
+    pub(super) held: Mutex<HashMap<u64, Held>>,
+    pub(super) holding: AtomicUsize,
 }
+
+/// A stream's copy held back, or dropped.
+pub(super) enum Held {
+    /// What the stream sent Redis's way since it was made, in order.
+    Waiting { ops: Vec<Op>, bytes: usize },
+    /// Not wanted: nothing of it goes to Redis, not even its release.
+    Dropped,
+}
+
+/// A copy held back past this many operations or bytes is sent: what is held stays small.
+pub(super) const HELD_OPS: usize = 64;
+const HELD_BYTES: usize = 64 << 10;
 
 /// Where an adopted stream stood in Redis.
 #[derive(Debug, Clone, Copy)]
@@ -96,16 +112,72 @@ impl RedisSession {
             self.shared.enqueue(op);
         }
     }
+
+    /// Queues `op` of `stream` for Redis, unless the stream's copy is held back (then it
+    /// waits with the rest) or was dropped. `release`: the op is the stream's release, which
+    /// ends what is held (nothing of a stream held or dropped ever reached Redis, so its
+    /// release has nothing to delete there).
+    fn route(&self, stream: u64, op: Op, release: bool) {
+        if self.holding.load(Ordering::Acquire) == 0 {
+            return self.enqueue(op);
+        }
+        let mut held = self.held.lock().expect("held streams lock");
+        let Some(h) = held.get_mut(&stream) else {
+            drop(held);
+            return self.enqueue(op);
+        };
+        if release {
+            held.remove(&stream);
+            self.holding.fetch_sub(1, Ordering::AcqRel);
+            return;
+        }
+        let Held::Waiting { ops, bytes } = h else {
+            return;
+        };
+        *bytes += op.bytes();
+        ops.push(op);
+        let over = ops.len() > HELD_OPS || *bytes > HELD_BYTES;
+        if over {
+            self.send_held(&mut held, stream);
+        }
+    }
+
+    /// Sends what `stream` held back, in order, and lets its next ops through.
+    fn send_held(&self, held: &mut HashMap<u64, Held>, stream: u64) {
+        if !matches!(held.get(&stream), Some(Held::Waiting { .. })) {
+            return;
+        }
+        if let Some(Held::Waiting { ops, .. }) = held.remove(&stream) {
+            for op in ops {
+                self.enqueue(op);
+            }
+        }
+        self.holding.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    /// Sends every copy held back: the session is left to another replica.
+    pub(super) fn send_all_held(&self) {
+        let mut held = self.held.lock().expect("held streams lock");
+        let waiting: Vec<u64> = held
+            .iter()
+            .filter(|(_, h)| matches!(h, Held::Waiting { .. }))
+            .map(|(s, _)| *s)
+            .collect();
+        for stream in waiting {
+            self.send_held(&mut held, stream);
+        }
+    }
 }
 
 impl SessionEvents for RedisSession {
     fn append(&self, stream: u64, seq: u64, data: Bytes) {
-        self.enqueue(Op::Append {
+        let op = Op::Append {
             session: self.name.clone(),
             stream,
             seq,
             data: data.clone(),
-        });
+        };
+        self.route(stream, op, false);
         self.memory.append(stream, seq, data);
     }
 
@@ -154,26 +226,55 @@ impl SessionEvents for RedisSession {
         {
             r.oldest_kept = r.oldest_kept.max(through.saturating_add(1));
         }
-        self.enqueue(Op::Trim {
+        let op = Op::Trim {
             session: self.name.clone(),
             stream,
             through,
-        });
+        };
+        self.route(stream, op, false);
     }
 
     fn owes(&self, stream: u64, ids: Bytes) {
-        self.enqueue(Op::Owe {
+        let op = Op::Owe {
             session: self.name.clone(),
             stream,
             ids,
-        });
+        };
+        self.route(stream, op, false);
     }
 
     fn answered(&self, stream: u64) {
-        self.enqueue(Op::Answered {
+        let op = Op::Answered {
             session: self.name.clone(),
             stream,
-        });
+        };
+        self.route(stream, op, false);
+    }
+
+    fn hold(&self, stream: u64) {
+        if self.released.load(Ordering::Acquire) {
+            return;
+        }
+        let mut held = self.held.lock().expect("held streams lock");
+        let waiting = Held::Waiting {
+            ops: Vec::new(),
+            bytes: 0,
+        };
+        if held.insert(stream, waiting).is_none() {
+            self.holding.fetch_add(1, Ordering::AcqRel);
+        }
+    }
+
+    fn held(&self, stream: u64, wanted: bool) {
+        if self.holding.load(Ordering::Acquire) == 0 {
+            return;
+        }
+        let mut held = self.held.lock().expect("held streams lock");
+        match held.get_mut(&stream) {
+            Some(h @ Held::Waiting { .. }) if !wanted => *h = Held::Dropped,
+            Some(Held::Waiting { .. }) => self.send_held(&mut held, stream),
+            _ => {}
+        }
     }
 
     fn release(&self, stream: u64) {
@@ -184,9 +285,10 @@ impl SessionEvents for RedisSession {
                 .expect("remote streams lock")
                 .remove(&stream);
         }
-        self.enqueue(Op::Release {
+        let op = Op::Release {
             session: self.name.clone(),
             stream,
-        });
+        };
+        self.route(stream, op, true);
     }
 }

@@ -441,5 +441,66 @@ async fn an_adopted_session_releases_what_it_adopted() {
     assert_eq!(prefix.keys(), Vec::<String>::new());
 }
 
+/// A POST stream's copy is held back until its response begins: dropped, with its release,
+/// when the stream went out whole within the hold; sent in order, then everything after it,
+/// when it goes out live; sent at once when it grows past what is held.
+#[tokio::test]
+async fn a_streams_copy_waits_for_its_response_to_begin() {
+    let prefix = Prefix::new();
+    let a = RedisEventStore::new(
+        redis().await,
+        prefix.0.clone(),
+        names(),
+        ReplayLimits::default(),
+    );
+    let id = sid("held");
+    let e = a.session(&id);
+    // Answered within the hold: nothing reaches Redis, not even the release.
+    e.hold(1);
+    e.owes(1, Bytes::from_static(b"[1]"));
+    e.append(1, 1, data(1, 1));
+    e.answered(1);
+    e.held(1, false);
+    assert_eq!(e.replay(1, 0, 2, false).await, Ok(events(1, 1..=1)));
+    e.release(1);
+    // Live: what was held goes first, in order, then the rest straight through.
+    e.hold(2);
+    e.owes(2, Bytes::from_static(b"[2]"));
+    e.append(2, 1, data(2, 1));
+    e.held(2, true);
+    e.append(2, 2, data(2, 2));
+    // Past what is held: sent without waiting for the response.
+    e.hold(3);
+    for seq in 1..=(HELD_OPS as u64 + 1) {
+        e.append(3, seq, data(3, seq));
+    }
+    // Streams never held are not affected, and a late word on one is nothing.
+    e.append(4, 1, data(4, 1));
+    e.held(4, false);
+    assert!(a.flush(FLUSH).await);
+    assert_eq!((a.written(), a.dropped()), (2 + HELD_OPS as u64 + 1 + 1, 0));
+    let keys = prefix.keys();
+    let stream_key = |n: u64| prefix.key(&format!("events:{}:{n}", named("held")));
+    assert!(!keys.contains(&stream_key(1)), "{keys:?}");
+    for n in [2, 3, 4] {
+        assert!(keys.contains(&stream_key(n)), "{n}: {keys:?}");
+    }
+    let b = RedisEventStore::new(
+        redis().await,
+        prefix.0.clone(),
+        names(),
+        ReplayLimits::default(),
+    );
+    let eb = b.session(&id);
+    assert_eq!(eb.replay(2, 0, 3, false).await, Ok(events(2, 1..=2)));
+    let mut con = sync_conn();
+    let owed: std::collections::HashMap<String, String> = ::redis::cmd("HGETALL")
+        .arg(prefix.key(&format!("in-flight:{}", named("held"))))
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(owed.get("2").map(String::as_str), Some("[2]"), "{owed:?}");
+    assert!(!owed.contains_key("1"));
+}
+
 mod faults;
 mod handover;
