@@ -22,6 +22,7 @@
 
 mod arguments;
 mod line;
+mod params;
 mod room;
 mod store;
 mod time;
@@ -221,52 +222,6 @@ pub struct Auditor {
     queued: AtomicU64,
 }
 
-/// The fields of a call's params a record reads.
-#[derive(Deserialize)]
-struct CallParams<'a> {
-    #[serde(borrow)]
-    name: Option<std::borrow::Cow<'a, str>>,
-    #[serde(borrow)]
-    uri: Option<std::borrow::Cow<'a, str>>,
-    #[serde(borrow)]
-    arguments: Option<&'a RawValue>,
-}
-
-/// What [`CallParams`] reads, found by a scan of the params' text (which serde_json has
-/// validated): the `name` (else `uri`) and the `arguments` as sent. `None` where the scan
-/// cannot say what serde would (a name or value with an escape, a member twice, a `name` that
-/// is no string), and serde reads them.
-fn scan_params(text: &str) -> Option<(Option<&str>, Option<&str>)> {
-    let (mut name, mut uri, mut arguments) = (None, None, None);
-    let mut twice = false;
-    crate::jsonrpc::scan::object_members(text.as_bytes(), |n, v| {
-        let slot = match &text[n] {
-            "name" => &mut name,
-            "uri" => &mut uri,
-            "arguments" => &mut arguments,
-            _ => return,
-        };
-        twice |= slot.replace(v).is_some();
-    })?;
-    if twice {
-        return None;
-    }
-    let plain = |v: Option<std::ops::Range<usize>>| -> Option<Option<&str>> {
-        match v {
-            None => Some(None),
-            Some(v) => {
-                let end = crate::jsonrpc::scan::plain_string_end(text.as_bytes(), v.start + 1);
-                (text.as_bytes()[v.start] == b'"' && end == Some(v.end))
-                    .then(|| Some(&text[v.start + 1..v.end - 1]))
-            }
-        }
-    };
-    let (name, uri) = (plain(name)?, plain(uri)?);
-    // `arguments: null` is none, as serde reads it.
-    let arguments = arguments.map(|v| &text[v]).filter(|a| *a != "null");
-    Some((name.or(uri), arguments))
-}
-
 /// The methods whose requests are audited.
 pub fn audited(method: &str) -> bool {
     matches!(method, "tools/call" | "prompts/get" | "resources/read")
@@ -324,23 +279,8 @@ impl Auditor {
         if !self.config.enabled || !audited(method) {
             return Ok(None);
         }
-        if let Some((target, arguments)) = params.and_then(|p| scan_params(p.get())) {
-            return self.call_read(who, method, plugin, target, arguments);
-        }
-        let read: Option<CallParams<'_>> = params.and_then(|p| serde_json::from_str(p.get()).ok());
-        match read {
-            Some(p) => {
-                let target = p.name.or(p.uri);
-                self.call_read(
-                    who,
-                    method,
-                    plugin,
-                    target.as_deref(),
-                    p.arguments.map(RawValue::get),
-                )
-            }
-            None => self.call_read(who, method, plugin, None, None),
-        }
+        let (target, arguments) = params::read(params);
+        self.call_read(who, method, plugin, target.as_deref(), arguments)
     }
 
     /// [`Auditor::call`] of a request whose params were read already: the `name` or `uri`
@@ -405,15 +345,8 @@ impl Auditor {
             return;
         };
         let others = audited.count();
-        let read: Option<CallParams<'_>> = params.and_then(|p| serde_json::from_str(p.get()).ok());
-        let (target, arguments) = match &read {
-            Some(p) => (
-                p.name.as_deref().or(p.uri.as_deref()),
-                p.arguments.map(RawValue::get),
-            ),
-            None => (None, None),
-        };
-        let mut record = self.call_record(who, method, plugin, target, arguments);
+        let (target, arguments) = params::read(params);
+        let mut record = self.call_record(who, method, plugin, target.as_deref(), arguments);
         record.outcome = Outcome::Refused;
         record.error_code = Some(status.into());
         if others > 0 {
@@ -689,42 +622,6 @@ mod tests {
         let random = 0x0123_4567_89ab_cdef;
         assert_eq!(record_id(now, random), format!("{now:012x}{random:016x}"));
         assert_eq!(record_id(5, u64::MAX).len(), 28);
-    }
-
-    /// Guards the scan of a call's params against serde's reading, which it stands in for.
-    #[test]
-    fn params_scanned_say_what_serde_reads() {
-        fn serde(text: &str) -> (Option<String>, Option<String>) {
-            match serde_json::from_str::<CallParams<'_>>(text) {
-                Ok(p) => (
-                    p.name.or(p.uri).map(|t| t.into_owned()),
-                    p.arguments.map(|a| a.get().to_owned()),
-                ),
-                Err(_) => (None, None),
-            }
-        }
-        for text in [
-            r#"{"name":"echo","arguments":{"text":"x"}}"#,
-            r#"{ "name" : "echo" , "arguments" : { "text" : "x" } , "_meta" : {"a":1} }"#,
-            r#"{"uri":"file:///a b"}"#,
-            r#"{"name":"n","uri":"u"}"#,
-            r#"{"name":"e\u0063ho"}"#,
-            r#"{"name":"a","name":"b"}"#,
-            r#"{"name":5}"#,
-            r#"{"arguments":null,"name":"x"}"#,
-            r#"{"arguments":[1,2]}"#,
-            r#"{}"#,
-        ] {
-            let want = serde(text);
-            if let Some((target, arguments)) = scan_params(text) {
-                assert_eq!(
-                    (target.map(str::to_owned), arguments.map(str::to_owned)),
-                    want,
-                    "{text}"
-                );
-            }
-        }
-        assert!(scan_params(r#"{"name":"echo","arguments":{"text":"x"}}"#).is_some());
     }
 
     #[test]
