@@ -91,3 +91,32 @@ async fn a_retry_reaches_the_replica_holding_its_call_until_that_one_is_gone() {
     drop(b);
     common::cluster::delete_redis_keys(&prefix);
 }
+
+/// A 2026-07-28 request needs no owner: one caller's calls through either replica, as a
+/// round-robin balancer would send them, are each served where they land, never forwarded.
+#[tokio::test]
+async fn modern_calls_are_served_where_they_land() {
+    common::cluster::assert_redis_up();
+    let db = Postgres::create("mrtr_land");
+    let prefix = format!("test-mrtr-land-{:016x}:", rand::random::<u64>());
+    let a = replica(&prefix, &db.url);
+    let b = replica(&prefix, &db.url);
+    let on = [
+        Modern::new(Client::new(&a.url), all_capabilities()),
+        Modern::new(Client::new(&b.url), all_capabilities()),
+    ];
+    for id in 1..=10 {
+        let text = format!("call {id}");
+        let r = on[id as usize % 2]
+            .call(id, "echo", json!({ "text": text }))
+            .await;
+        assert_eq!(r.text(), text);
+    }
+    for (name, replica) in [("A", &a), ("B", &b)] {
+        let forwarded = replica
+            .metric("mcp_gateway_cluster_forwards_total{outcome=\"ok\"}")
+            .await
+            .unwrap_or(0.0);
+        assert_eq!(forwarded, 0.0, "{name} forwarded a modern call");
+    }
+}
