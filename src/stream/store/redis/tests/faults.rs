@@ -112,12 +112,7 @@ async fn a_full_queue_drops_only_the_redis_copy() {
     // Another replica finds a gap: the events after it are all it can resume.
     ea.append(0, 101, data(0, 101));
     assert!(a.flush(FLUSH).await);
-    let b = RedisEventStore::new(
-        redis().await,
-        prefix.0.clone(),
-        names(),
-        ReplayLimits::default(),
-    );
+    let b = store(&prefix).await;
     let eb = b.session(&id);
     assert_eq!(
         eb.replay(0, 0, 102, false).await,
@@ -185,12 +180,7 @@ async fn what_redis_holds_is_checked_before_it_is_used() {
     raw(&["XADD", &k2, "1-0", "other", "no event field"]);
     raw(&["SET", &k3, "not a stream"]);
     raw(&["SADD", &index, "1"]);
-    let store = RedisEventStore::new(
-        redis().await,
-        prefix.0.clone(),
-        names(),
-        ReplayLimits::default(),
-    );
+    let store = store(&prefix).await;
     let id = sid("h");
     let ev = store.session(&id);
     for stream in 1..=3 {

@@ -77,12 +77,7 @@ fn a_debt_settled_within_a_batch_is_not_sent() {
 #[tokio::test]
 async fn an_adopting_replica_learns_which_streams_still_owe_responses() {
     let prefix = Prefix::new();
-    let a = RedisEventStore::new(
-        redis().await,
-        prefix.0.clone(),
-        names(),
-        ReplayLimits::default(),
-    );
+    let a = store(&prefix).await;
     let id = sid("owing");
     let ea = a.session(&id);
     ea.owes(1, Bytes::from_static(b"[1]"));
@@ -93,12 +88,7 @@ async fn an_adopting_replica_learns_which_streams_still_owe_responses() {
     ea.release(3);
     assert!(a.flush(FLUSH).await);
 
-    let b = RedisEventStore::new(
-        redis().await,
-        prefix.0.clone(),
-        names(),
-        ReplayLimits::default(),
-    );
+    let b = store(&prefix).await;
     let adopted = b.adopt(&id).await.expect("adopted");
     assert_eq!(
         adopted.in_flight,
@@ -126,12 +116,7 @@ async fn an_adopting_replica_learns_which_streams_still_owe_responses() {
 #[tokio::test]
 async fn leaving_a_session_keeps_its_keys_for_the_next_replica() {
     let prefix = Prefix::new();
-    let a = RedisEventStore::new(
-        redis().await,
-        prefix.0.clone(),
-        names(),
-        ReplayLimits::default(),
-    );
+    let a = store(&prefix).await;
     let id = sid("left");
     let ea = a.session(&id);
     ea.append(0, 1, data(0, 1));
@@ -139,12 +124,7 @@ async fn leaving_a_session_keeps_its_keys_for_the_next_replica() {
     ea.append(0, 2, data(0, 2));
     assert!(a.flush(FLUSH).await);
     assert_eq!(a.usage(), (0, 0), "nothing kept here");
-    let b = RedisEventStore::new(
-        redis().await,
-        prefix.0.clone(),
-        names(),
-        ReplayLimits::default(),
-    );
+    let b = store(&prefix).await;
     let eb = b.session(&id);
     assert_eq!(
         eb.replay(0, 0, 10, false).await,

@@ -113,15 +113,20 @@ fn sid(id: &str) -> Arc<str> {
 
 const FLUSH: Duration = Duration::from_secs(5);
 
-#[tokio::test]
-async fn another_replica_replays_the_same_bytes_in_order() {
-    let prefix = Prefix::new();
-    let a = RedisEventStore::new(
+/// A replica's store under the test's prefix, with the default limits.
+async fn store(prefix: &Prefix) -> Arc<RedisEventStore> {
+    RedisEventStore::new(
         redis().await,
         prefix.0.clone(),
         names(),
         ReplayLimits::default(),
-    );
+    )
+}
+
+#[tokio::test]
+async fn another_replica_replays_the_same_bytes_in_order() {
+    let prefix = Prefix::new();
+    let a = store(&prefix).await;
     let id = sid("s1");
     let ea = a.session(&id);
     for seq in 1..=5 {
@@ -133,12 +138,7 @@ async fn another_replica_replays_the_same_bytes_in_order() {
     // This replica's own replays are memory's.
     assert_eq!(ea.replay(3, 1, 6, false).await, Ok(events(3, 2..=5)));
 
-    let b = RedisEventStore::new(
-        redis().await,
-        prefix.0.clone(),
-        names(),
-        ReplayLimits::default(),
-    );
+    let b = store(&prefix).await;
     let eb = b.session(&id);
     // A stream this replica never held is read from Redis.
     assert_eq!(eb.replay(3, 2, 6, false).await, Ok(events(3, 3..=5)));
@@ -183,12 +183,7 @@ async fn another_replica_replays_the_same_bytes_in_order() {
         "Redis took the new owner's events after the old owner's"
     );
     // A third replica reads both from Redis.
-    let c = RedisEventStore::new(
-        redis().await,
-        prefix.0.clone(),
-        names(),
-        ReplayLimits::default(),
-    );
+    let c = store(&prefix).await;
     let ec = c.session(&id);
     assert_eq!(ec.replay(0, 0, r + 2, true).await, Ok(all));
 }
@@ -215,12 +210,7 @@ async fn the_stream_bound_evicts_an_old_cursor() {
     assert!((10..500).contains(&len), "MAXLEN ~ 10 trimmed to {len}");
 
     // Read with bounds as wide as Redis's: the oldest kept is Redis's first entry.
-    let wide = RedisEventStore::new(
-        redis().await,
-        prefix.0.clone(),
-        names(),
-        ReplayLimits::default(),
-    );
+    let wide = store(&prefix).await;
     let first = 501 - len as u64;
     assert_eq!(
         wide.session(&id).replay(1, 0, 501, false).await,
@@ -251,12 +241,7 @@ async fn the_stream_bound_evicts_an_old_cursor() {
 #[tokio::test]
 async fn the_byte_bound_applies_on_the_way_back() {
     let prefix = Prefix::new();
-    let a = RedisEventStore::new(
-        redis().await,
-        prefix.0.clone(),
-        names(),
-        ReplayLimits::default(),
-    );
+    let a = store(&prefix).await;
     let id = sid("s");
     let ea = a.session(&id);
     for seq in 1..=10 {
@@ -404,24 +389,14 @@ async fn streams_released_together_leave_together() {
 #[tokio::test]
 async fn an_adopted_session_releases_what_it_adopted() {
     let prefix = Prefix::new();
-    let a = RedisEventStore::new(
-        redis().await,
-        prefix.0.clone(),
-        names(),
-        ReplayLimits::default(),
-    );
+    let a = store(&prefix).await;
     let id = sid("s");
     let ea = a.session(&id);
     for stream in 0..3 {
         ea.append(stream, 1, data(stream, 1));
     }
     assert!(a.flush(FLUSH).await);
-    let b = RedisEventStore::new(
-        redis().await,
-        prefix.0.clone(),
-        names(),
-        ReplayLimits::default(),
-    );
+    let b = store(&prefix).await;
     assert_eq!(b.adopt(&id).await.map(|p| p.streams.len()), Ok(3));
     b.session(&id).append(5, 1, data(5, 1));
     b.session(&id).release(1);
@@ -447,12 +422,7 @@ async fn an_adopted_session_releases_what_it_adopted() {
 #[tokio::test]
 async fn a_streams_copy_waits_for_its_response_to_begin() {
     let prefix = Prefix::new();
-    let a = RedisEventStore::new(
-        redis().await,
-        prefix.0.clone(),
-        names(),
-        ReplayLimits::default(),
-    );
+    let a = store(&prefix).await;
     let id = sid("held");
     let e = a.session(&id);
     // Answered within the hold: nothing reaches Redis, not even the release.
@@ -485,12 +455,7 @@ async fn a_streams_copy_waits_for_its_response_to_begin() {
     for n in [2, 3, 4] {
         assert!(keys.contains(&stream_key(n)), "{n}: {keys:?}");
     }
-    let b = RedisEventStore::new(
-        redis().await,
-        prefix.0.clone(),
-        names(),
-        ReplayLimits::default(),
-    );
+    let b = store(&prefix).await;
     let eb = b.session(&id);
     assert_eq!(eb.replay(2, 0, 3, false).await, Ok(events(2, 1..=2)));
     let mut con = sync_conn();
