@@ -304,7 +304,7 @@ async fn a_plugin_cannot_reach_the_gateway_other_sessions_or_the_network_past_it
         json!({
             "read": [format!("/proc/{gw_pid}/environ"), format!("/proc/{gw_pid}/cmdline"),
                      format!("/proc/{b_pid}/environ"), format!("/proc/{b_pid}/cmdline"),
-                     db, config, b_home, "/etc/shadow"],
+                     &db, format!("{}-wal", db.display()), config, b_home, "/etc/shadow"],
             "write": [strays.add(files.dir.path().join(&tag)),
                       strays.add(Path::new("/tmp").join(&tag)),
                       strays.add(Path::new(&b_home).join(&tag))],
@@ -567,7 +567,8 @@ async fn an_unprivileged_gateway_still_walls_its_plugins_in() {
         &c,
         "hostile__escape",
         json!({
-            "read": [format!("/proc/{gw_pid}/environ"), format!("/proc/{gw_pid}/cmdline"), db, config],
+            "read": [format!("/proc/{gw_pid}/environ"), format!("/proc/{gw_pid}/cmdline"),
+                     &db, format!("{}-wal", db.display()), config],
             "kill": [gw_pid],
             "ptrace": [gw_pid],
             "renice": [gw_pid],

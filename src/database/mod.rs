@@ -54,6 +54,11 @@ pub struct Database {
     pool: AnyPool,
 }
 
+/// Every connection to a SQLite file: write-ahead logging, so a commit appends to one file
+/// (the log, synced) instead of writing a rollback journal and the database, and readers do
+/// not wait on the writer. The mode is kept in the file.
+const FILE_PRAGMAS: &[&str] = &["PRAGMA journal_mode = WAL"];
+
 impl Database {
     /// Connects and runs the migrations.
     pub async fn connect(url: &str) -> Result<Database, DatabaseError> {
@@ -80,20 +85,7 @@ impl Database {
                 let _ = sqlx::Connection::close(conn).await;
             }
         }
-        let pool = AnyPoolOptions::new()
-            .max_connections(if url.starts_with("sqlite") { 1 } else { 5 })
-            // A database that does not answer fails the start (or a request) in seconds, not
-            // after sqlx's default half minute.
-            .acquire_timeout(CONNECT_TIMEOUT);
-        // An in-memory SQLite database lives as long as its one connection: keep it forever.
-        let pool = if url.starts_with("sqlite::memory:") {
-            pool.min_connections(1)
-                .idle_timeout(None)
-                .max_lifetime(None)
-        } else {
-            pool
-        };
-        let pool = pool
+        let pool = options(url)
             .connect(url)
             .await
             .map_err(|e| cannot_open(e.to_string()))?;
@@ -124,6 +116,35 @@ impl Database {
     #[doc(hidden)]
     pub fn pool(&self) -> &AnyPool {
         &self.pool
+    }
+}
+
+/// A pool's options for `url` (for a SQLite file, [`FILE_PRAGMAS`] run on each connection as
+/// it opens).
+fn options(url: &str) -> AnyPoolOptions {
+    let file = url.starts_with("sqlite") && !url.starts_with("sqlite::memory:");
+    let pragmas = if file { FILE_PRAGMAS } else { &[] };
+    let options = AnyPoolOptions::new()
+        .max_connections(if url.starts_with("sqlite") { 1 } else { 5 })
+        // A database that does not answer fails the start (or a request) in seconds, not
+        // after sqlx's default half minute.
+        .acquire_timeout(CONNECT_TIMEOUT)
+        .after_connect(move |conn, _| {
+            Box::pin(async move {
+                for pragma in pragmas {
+                    sqlx::query(*pragma).execute(&mut *conn).await?;
+                }
+                Ok(())
+            })
+        });
+    // An in-memory SQLite database lives as long as its one connection: keep it forever.
+    if url.starts_with("sqlite::memory:") {
+        options
+            .min_connections(1)
+            .idle_timeout(None)
+            .max_lifetime(None)
+    } else {
+        options
     }
 }
 
@@ -166,6 +187,21 @@ mod tests {
             "{shown}"
         );
         assert!(!shown.contains("secret"), "{shown}");
+    }
+
+    /// A SQLite file is in write-ahead logging, every commit synced.
+    #[tokio::test]
+    async fn a_sqlite_file_logs_ahead() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}/gw.db?mode=rwc", dir.path().display());
+        let db = Database::connect(&url).await.unwrap();
+        let row = sqlx::query("PRAGMA journal_mode").fetch_one(&db.pool).await;
+        let mode: String = sqlx::Row::try_get(&row.unwrap(), 0).unwrap();
+        assert_eq!(mode, "wal");
+        // 2 is FULL.
+        let row = sqlx::query("PRAGMA synchronous").fetch_one(&db.pool).await;
+        let sync: i64 = sqlx::Row::try_get(&row.unwrap(), 0).unwrap();
+        assert_eq!(sync, 2);
     }
 
     #[tokio::test]
