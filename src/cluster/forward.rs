@@ -9,13 +9,18 @@
 //! secret never reaches a client.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::body::Body;
-use axum::http::{HeaderMap, HeaderName, Method, StatusCode};
+use axum::http::{HeaderMap, HeaderName, Method, Request, StatusCode, Uri};
 use axum::response::Response;
 use bytes::Bytes;
 use dashmap::DashMap;
 use futures_util::{StreamExt, TryStreamExt};
+use http_body_util::BodyExt;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
 
 use super::Cluster;
 
@@ -34,17 +39,47 @@ pub const NOT_HERE_HEADER: HeaderName = HeaderName::from_static("x-mcp-gateway-n
 /// on another port is a new URL; past this the parsed ones are dropped and parsed again.
 const MAX_TARGETS: usize = 256;
 
-/// Each owner's [`FORWARDED_PATH`] URL, parsed once: parsing it for every forward (IDNA
-/// processing included) took a twentieth of a forwarding replica's CPU.
+/// How long connecting to an owner may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The HTTP client requests are forwarded with: hyper's own, over plain TCP or rustls (an
+/// owner's advertised URL may be https). Not reqwest: its redirect layer, there even with
+/// redirects off, copied every request's headers and parsed the URL again from the answer,
+/// a tenth of a forwarding replica's CPU.
+pub(super) type Http = Client<hyper_rustls::HttpsConnector<HttpConnector>, Body>;
+
+/// The forwarding client: straight to the owner (no proxy from the environment: the secret
+/// and clients' tokens ride along; redirects are answers like any other, never followed),
+/// connections kept (idle ones dropped before the owner's header timeout closes them), dead
+/// peers found by TCP keep-alive.
+pub(super) fn client() -> Http {
+    let mut tcp = HttpConnector::new();
+    tcp.set_connect_timeout(Some(CONNECT_TIMEOUT));
+    tcp.set_keepalive(Some(Duration::from_secs(15)));
+    tcp.set_nodelay(true);
+    tcp.enforce_http(false);
+    let connector = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_webpki_roots()
+        .https_or_http()
+        .enable_http1()
+        .wrap_connector(tcp);
+    Client::builder(TokioExecutor::new())
+        .pool_idle_timeout(Duration::from_secs(20))
+        .pool_timer(TokioTimer::new())
+        .build(connector)
+}
+
+/// Each owner's [`FORWARDED_PATH`] URL, parsed once.
 #[derive(Default)]
-pub(super) struct Targets(DashMap<Box<str>, reqwest::Url>);
+pub(super) struct Targets(DashMap<Box<str>, Uri>);
 
 impl Targets {
-    fn get(&self, url: &str) -> Result<reqwest::Url, String> {
+    fn get(&self, url: &str) -> Result<Uri, String> {
         if let Some(t) = self.0.get(url) {
             return Ok(t.clone());
         }
-        let target = reqwest::Url::parse(&format!("{url}{FORWARDED_PATH}"))
+        let target: Uri = format!("{url}{FORWARDED_PATH}")
+            .parse()
             .map_err(|e| format!("its URL {url:?} does not parse: {e}"))?;
         if self.0.len() >= MAX_TARGETS {
             self.0.clear();
@@ -128,7 +163,10 @@ impl Cluster {
         headers: &HeaderMap,
         body: Bytes,
     ) -> Result<Response, ForwardError> {
-        let mut out = reqwest::header::HeaderMap::with_capacity(headers.len() + 1);
+        let mut request = Request::new(Body::from(body));
+        *request.method_mut() = method;
+        let out = request.headers_mut();
+        out.reserve(headers.len() + 2);
         for (name, value) in headers {
             if !hop_by_hop(name) {
                 out.append(name.clone(), value.clone());
@@ -153,35 +191,29 @@ impl Cluster {
                 not_here: false,
             }
         };
-        let target = self.targets.get(url).map_err(failed)?;
+        *request.uri_mut() = self.targets.get(url).map_err(failed)?;
         // While it waits on the owner, and while the owner's answer streams back, the owner's
         // heartbeat is watched: a replica that stops beating (frozen, or its host gone
         // without a reset) would otherwise hold the request until TCP gives up.
         let watch = self.watch(replica);
-        let send = self
-            .http
-            .request(method, target)
-            .headers(out)
-            .body(body)
-            .send();
         let answer = tokio::select! {
-            sent = send => sent.map_err(|e| ForwardError {
+            sent = self.http.request(request) => sent.map_err(|e| ForwardError {
                 // Only a request that never reached the owner may be served elsewhere.
                 gone: e.is_connect(),
-                ..failed(e.to_string())
+                ..failed(cause_of(&e))
             })?,
             () = self.owner_gone(replica) => {
                 // It may have run the request: not to be sent elsewhere.
                 return Err(failed("it stopped answering (its heartbeat lapsed)".into()));
             }
         };
-        if answer.status() == reqwest::StatusCode::MISDIRECTED_REQUEST {
+        if answer.status() == StatusCode::MISDIRECTED_REQUEST {
             return Err(ForwardError {
                 gone: true,
                 ..failed("another replica is at its address now".into())
             });
         }
-        if answer.status() == reqwest::StatusCode::NOT_FOUND
+        if answer.status() == StatusCode::NOT_FOUND
             && answer.headers().contains_key(NOT_HERE_HEADER)
         {
             crate::metrics::get()
@@ -199,11 +231,10 @@ impl Cluster {
             .cluster_forwards
             .with_label_values(&["ok"])
             .inc();
-        let status =
-            StatusCode::from_u16(answer.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
-        let mut response = Response::builder().status(status);
+        let (parts, body) = answer.into_parts();
+        let mut response = Response::builder().status(parts.status);
         if let Some(h) = response.headers_mut() {
-            for (name, value) in answer.headers() {
+            for (name, value) in &parts.headers {
                 if !hop_by_hop(name) {
                     h.append(name.clone(), value.clone());
                 }
@@ -211,8 +242,8 @@ impl Cluster {
         }
         // The answer ends where the owner stopped: a client of an SSE stream resumes, and
         // its session is taken over.
-        let stream = answer
-            .bytes_stream()
+        let stream = body
+            .into_data_stream()
             .map_err(std::io::Error::other)
             .take_until(self.owner_gone(replica))
             .inspect(move |_| {
@@ -224,6 +255,18 @@ impl Cluster {
     }
 }
 
+/// A client error with its causes: hyper's own says little more than its kind.
+fn cause_of(e: &hyper_util::client::legacy::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -232,7 +275,7 @@ mod tests {
     fn targets_are_parsed_once_and_stay_bounded() {
         let targets = Targets::default();
         let t = targets.get("http://127.0.0.1:8080").expect("parses");
-        assert_eq!(t.as_str(), "http://127.0.0.1:8080/_cluster/mcp");
+        assert_eq!(t.to_string(), "http://127.0.0.1:8080/_cluster/mcp");
         assert_eq!(targets.0.len(), 1);
         targets.get("http://127.0.0.1:8080").expect("kept");
         assert_eq!(targets.0.len(), 1);

@@ -99,7 +99,7 @@ pub struct Cluster {
     /// What a session is called in key names (never its id).
     names: SessionNames,
     /// The connections to other replicas (kept alive, pooled per replica).
-    http: reqwest::Client,
+    http: forward::Http,
     /// Set when the drain starts: the heartbeat says so from then on.
     draining: std::sync::atomic::AtomicBool,
     /// Since when every heartbeat reached Redis (`None` after one failed).
@@ -187,18 +187,7 @@ impl Cluster {
         let mut id = [0u8; 8];
         rand::rng().fill_bytes(&mut id);
         let replica: String = id.iter().map(|b| format!("{b:02x}")).collect();
-        // Straight to the owner: no proxy from the environment (the secret and clients'
-        // tokens ride along), no redirects, idle connections dropped before the owner's
-        // header timeout closes them, and dead peers found by TCP keep-alive.
-        let http = reqwest::Client::builder()
-            .connect_timeout(REDIS_TIMEOUT)
-            .pool_idle_timeout(Duration::from_secs(20))
-            .tcp_keepalive(Duration::from_secs(15))
-            .no_proxy()
-            .redirect(reqwest::redirect::Policy::none())
-            .tcp_nodelay(true)
-            .build()
-            .map_err(|e| ClusterError::Url(shown.clone(), e.to_string()))?;
+        let http = forward::client();
         let cluster = Arc::new(Cluster {
             client,
             subscribed: AtomicBool::new(false),
