@@ -172,7 +172,7 @@ fn millis(out: &mut Vec<u8>, us: i64) {
         return;
     }
     let mut width = 3;
-    while frac % 10 == 0 {
+    while frac.is_multiple_of(10) {
         frac /= 10;
         width -= 1;
     }
