@@ -33,6 +33,7 @@ pub(crate) struct Throughput {
 /// checked.
 pub(crate) async fn http_load(
     url: &str,
+    call_url: Option<&str>,
     sessions: usize,
     in_flight: usize,
     duration: Duration,
@@ -42,7 +43,9 @@ pub(crate) async fn http_load(
     for _ in 0..sessions {
         opened.push(initialize(&http, url).await.expect("a session opens"));
     }
-    let ctx = Arc::new((http, url.to_owned(), opened));
+    // Calls may go elsewhere than where the sessions opened (another replica, to measure or
+    // profile the forward to the owner).
+    let ctx = Arc::new((http, call_url.unwrap_or(url).to_owned(), opened));
     let calls = ctx.clone();
     let t = drive(in_flight, duration, move |w, seq| {
         let ctx = calls.clone();

@@ -96,6 +96,10 @@ enum Cmd {
         /// The MCP endpoint, e.g. http://127.0.0.1:8080/mcp.
         #[arg(long)]
         url: String,
+        /// Where the calls go, if not to `--url` where the sessions open: another replica of a
+        /// cluster, so that each call is forwarded to its session's owner.
+        #[arg(long)]
+        call_url: Option<String>,
         #[arg(long, default_value_t = 1)]
         sessions: usize,
         #[arg(long, default_value_t = 16)]
@@ -190,6 +194,7 @@ fn main() {
         Some(Cmd::ServeInproc { listen }) => rt.block_on(inproc::serve(&listen)),
         Some(Cmd::Load {
             url,
+            call_url,
             sessions,
             in_flight,
             seconds,
@@ -199,7 +204,13 @@ fn main() {
             let t = if modern {
                 rt.block_on(modern::echo_load(&url, in_flight, seconds))
             } else {
-                rt.block_on(http_load(&url, sessions, in_flight, seconds))
+                rt.block_on(http_load(
+                    &url,
+                    call_url.as_deref(),
+                    sessions,
+                    in_flight,
+                    seconds,
+                ))
             };
             println!(
                 "{}",

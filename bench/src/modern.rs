@@ -251,7 +251,7 @@ async fn compare(
         let tally = tally.clone();
         match (workload, side) {
             (Workload::Echo, 0) => modern_echo_load(&url, in_flight, run, tally).await,
-            (Workload::Echo, _) => crate::load::http_load(&url, 1, in_flight, run).await,
+            (Workload::Echo, _) => crate::load::http_load(&url, None, 1, in_flight, run).await,
             (Workload::Ask(q), 0) => ask_load(Client::Modern, q, &url, in_flight, run, tally).await,
             (Workload::Ask(q), _) => ask_load(Client::Legacy, q, &url, in_flight, run, tally).await,
         }

@@ -34,7 +34,7 @@ where
     B: Future<Output = Target>,
 {
     alternate_with(start_a, start_b, async |_, url| {
-        http_load(&url, sessions, in_flight, run).await
+        http_load(&url, None, sessions, in_flight, run).await
     })
     .await
 }

@@ -99,8 +99,8 @@ pub(crate) async fn run(duration_secs: u64, idle: &[usize], out: &Path, no_clust
         name: shared.name.clone(),
         ..Default::default()
     };
-    r.a_one_session_16 = Some(http_load(&shared.url, 1, 16, duration).await);
-    r.b_64_sessions_64 = Some(http_load(&shared.url, 64, 64, duration).await);
+    r.a_one_session_16 = Some(http_load(&shared.url, None, 1, 16, duration).await);
+    r.b_64_sessions_64 = Some(http_load(&shared.url, None, 64, 64, duration).await);
     report.targets.push(r);
     drop(shared);
 
@@ -162,8 +162,8 @@ async fn http_target(target: &Target, duration: Duration) -> TargetReport {
         name: target.name.clone(),
         ..Default::default()
     };
-    r.a_one_session_16 = Some(http_load(&target.url, 1, 16, duration).await);
-    r.b_64_sessions_64 = Some(http_load(&target.url, 64, 64, duration).await);
+    r.a_one_session_16 = Some(http_load(&target.url, None, 1, 16, duration).await);
+    r.b_64_sessions_64 = Some(http_load(&target.url, None, 64, 64, duration).await);
     r.d = Some(first_call_latency(&target.url, 100).await);
     r
 }
