@@ -35,6 +35,7 @@ pub struct FileConfig {
     pub auth: AuthSection,
     pub limits: super::limits::LimitsSection,
     pub audit: super::audit::AuditSection,
+    pub credentials: super::credentials::CredentialsSection,
     pub max_children: Option<usize>,
     pub shutdown_grace_secs: Option<u64>,
     pub sandbox: super::sandbox::SandboxSection,
@@ -100,6 +101,8 @@ struct TomlFile {
     limits: super::limits::LimitsSection,
     #[serde(default)]
     audit: super::audit::AuditSection,
+    #[serde(default)]
+    credentials: super::credentials::CredentialsSection,
     #[serde(default)]
     sandbox: super::sandbox::SandboxSection,
     #[serde(default)]
@@ -234,6 +237,7 @@ fn parse_toml(text: &str) -> Result<FileConfig, String> {
         auth: file.auth,
         limits: file.limits,
         audit: file.audit,
+        credentials: file.credentials,
         max_children: file.max_children,
         shutdown_grace_secs: file.shutdown_grace_secs,
         sandbox: file.sandbox,

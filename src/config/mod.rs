@@ -10,7 +10,7 @@
 //! `listener` (the public listener and its connections), `stream` (SSE streams and replay),
 //! `plugin` (plugins, their wire form and the checks each passes), `auth` (`[auth]`), `upstream`
 //! (`[auth.upstream]`, sign-in at an OpenID provider), `limits` (`[limits]`), `audit`
-//! (`[audit]`). This file holds the [`Config`] model, the small session and admin sections, and
+//! (`[audit]`), `credentials` (`[credentials]`, each person's own credentials). This file holds the [`Config`] model, the small session and admin sections, and
 //! [`Config::merge`], which reads the sections one by one. This module imports no other
 //! module of the crate: everything else reads it.
 //!
@@ -22,6 +22,7 @@ mod audit;
 mod auth;
 mod cli;
 mod cluster;
+mod credentials;
 mod external;
 mod file;
 mod limits;
@@ -41,6 +42,11 @@ pub use audit::AuditConfig;
 pub use auth::{AuthConfig, AuthMode, ClientConfig, UserConfig};
 pub use cli::{Cli, Command, LogFormat};
 pub use cluster::{ClusterConfig, DEFAULT_KEY_PREFIX, MIN_SECRET_LEN, redact_url};
+pub use credentials::{
+    CREDENTIALS_KEY_ENV, CredentialConfig, CredentialKeys, CredentialKind, CredentialKindName,
+    CredentialSpec, CredentialsConfig, OAuthServer, Reference, credential_config, expand,
+    references,
+};
 pub use external::{ExternalConfig, INTROSPECTION_SECRET_ENV, IntrospectionConfig};
 pub use file::FileConfig;
 pub use limits::{LimitRule, LimitsConfig, Matcher, Per};
@@ -50,7 +56,8 @@ pub use listener::{
 };
 pub use plugin::{
     MAX_PREFIX_LEN, MAX_TOOL_NAME_LEN, PluginConfig, PluginEra, PluginSpec, ProcessModel,
-    ResponseMode, SECRET_ENV_VARS, Scheduling, expand_env, tool_name_char, validate_plugin,
+    ResponseMode, SECRET_ENV_VARS, Scheduling, credentials_used, expand_env, tool_name_char,
+    validate_plugin,
 };
 pub use sandbox::{Network, SandboxConfig, SandboxSettings, SandboxSpec};
 pub use secrets::{env_var, seal_environment, secret_env_var};
@@ -89,6 +96,8 @@ pub struct Config {
     pub limits: LimitsConfig,
     /// `[audit]`: the audit log.
     pub audit: AuditConfig,
+    /// `[credentials]`: each person's own credentials for the services behind the plugins.
+    pub credentials: CredentialsConfig,
     /// `[sandbox]`, with the gateway's own files that plugins may never read.
     pub sandbox: std::sync::Arc<SandboxSettings>,
 }
@@ -182,7 +191,9 @@ impl Config {
         let trusted_proxies = listener::trusted_proxies(cli, &file)?;
         let (stream, replay) = stream::stream_and_replay(cli, &file.stream)?;
         let separator = separator(cli, file.separator)?;
-        let plugins = plugin::plugins(cli, file.plugins, &separator)?;
+        let credentials =
+            credentials::credentials_config(file.credentials, secrets::secret_env_var)?;
+        let plugins = plugin::plugins(cli, file.plugins, &separator, &credentials.names())?;
         let admin = admin(cli, file.admin, public.listen)?;
         // Files secrets are read from: hidden from plugins like the config file.
         let secret_files: Vec<PathBuf> = [
@@ -194,6 +205,7 @@ impl Config {
         ]
         .into_iter()
         .flatten()
+        .chain(credentials.secret_files.iter().cloned())
         .collect();
         let auth = auth::auth_config(cli, file.auth, public.listen)?;
         if auth.mode == AuthMode::None
@@ -230,6 +242,7 @@ impl Config {
             auth,
             limits,
             audit,
+            credentials,
             max_children: cli.max_children.or(file.max_children),
             shutdown_grace: Duration::from_secs(
                 cli.shutdown_grace_secs
@@ -294,6 +307,7 @@ impl Config {
             config_path: None,
             limits: LimitsConfig::default(),
             audit: AuditConfig::default(),
+            credentials: CredentialsConfig::default(),
             sandbox: Default::default(),
         }
     }

@@ -11,6 +11,7 @@ use clap::ValueEnum;
 use serde::{Deserialize, Serialize};
 
 use super::access::{Access, ToolAccess, validate_access};
+use super::credentials::{Reference, expand, references};
 use super::sandbox::{SandboxConfig, SandboxSettings, SandboxSpec};
 use super::{Cli, ConfigError, invalid};
 
@@ -339,31 +340,32 @@ pub const SECRET_ENV_VARS: &[&str] = &[
     "MCP_GATEWAY_CLUSTER_SECRET",
     super::upstream::UPSTREAM_SECRET_ENV,
     super::external::INTROSPECTION_SECRET_ENV,
+    super::credentials::CREDENTIALS_KEY_ENV,
 ];
 
 /// Replaces each `${NAME}` in `value` with the gateway's environment variable NAME. Secrets
-/// stay out of config files and the database this way.
+/// stay out of config files and the database this way. A credential's reference
+/// (`${credential:NAME}`) is refused: only a caller's own instance has one.
 pub fn expand_env(value: &str, lookup: impl Fn(&str) -> Option<String>) -> Result<String, String> {
-    let mut out = String::with_capacity(value.len());
-    let mut rest = value;
-    while let Some(start) = rest.find("${") {
-        out.push_str(&rest[..start]);
-        let after = &rest[start + 2..];
-        let end = after
-            .find('}')
-            .ok_or_else(|| format!("`{value}` has an unclosed `${{`"))?;
-        let name = &after[..end];
-        if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
-            return Err(format!("`${{{name}}}` is not a variable name"));
-        }
-        out.push_str(
-            &lookup(name)
-                .ok_or_else(|| format!("`${{{name}}}` is not set in the gateway's environment"))?,
-        );
-        rest = &after[end + 1..];
-    }
-    out.push_str(rest);
-    Ok(out)
+    expand(value, |r| match r {
+        Reference::Env(name) => lookup(name)
+            .ok_or_else(|| format!("`${{{name}}}` is not set in the gateway's environment")),
+        Reference::Credential(n) | Reference::CredentialFile(n) => Err(format!(
+            "`{n}` is a person's credential, and this process serves no one person"
+        )),
+    })
+}
+
+/// The credentials `p` is started with (`${credential:NAME}` or `${credential_file:NAME}` in
+/// its `env` or `args`): a process of it serves one person.
+pub fn credentials_used(p: &PluginConfig) -> BTreeSet<&str> {
+    p.env
+        .values()
+        .chain(&p.args)
+        .filter_map(|v| references(v).ok())
+        .flatten()
+        .filter_map(|r| r.credential())
+        .collect()
 }
 
 /// The longest tool name the spec allows (2025-11-25, "Tool names"); the gateway holds prompt
@@ -379,8 +381,13 @@ pub fn tool_name_char(c: char) -> bool {
     c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.')
 }
 
-/// Checks one plugin's definition (name, command, prefix, env).
-pub fn validate_plugin(p: &PluginConfig, separator: &str) -> Result<(), ConfigError> {
+/// Checks one plugin's definition (name, command, prefix, env, the credentials it uses among
+/// those defined, `credentials`).
+pub fn validate_plugin(
+    p: &PluginConfig,
+    separator: &str,
+    credentials: &[String],
+) -> Result<(), ConfigError> {
     let key = |k: &str| format!("plugins.{}.{k}", p.name);
     if p.name.is_empty()
         || !p
@@ -428,6 +435,42 @@ pub fn validate_plugin(p: &PluginConfig, separator: &str) -> Result<(), ConfigEr
             ));
         }
     }
+    for (k, value) in p.env.iter().map(|(k, v)| (format!("env.{k}"), v)).chain(
+        p.args
+            .iter()
+            .enumerate()
+            .map(|(i, a)| (format!("args[{i}]"), a)),
+    ) {
+        for r in references(value).map_err(|m| invalid(key(&k), m))? {
+            if let Some(n) = r.credential()
+                && !credentials.iter().any(|c| c == n)
+            {
+                return Err(invalid(
+                    key(&k),
+                    format!("refers to credential `{n}`, which [credentials.{n}] does not define"),
+                ));
+            }
+        }
+    }
+    let used = credentials_used(p);
+    if let Some(first) = used.first() {
+        if p.process_model != ProcessModel::PerSession {
+            return Err(invalid(
+                key("process_model"),
+                format!(
+                    "uses `{first}`, a person's own credential, so a process of it must serve one person: process_model = \"per_session\""
+                ),
+            ));
+        }
+        if p.warm > 0 {
+            return Err(invalid(
+                key("warm"),
+                format!(
+                    "uses `{first}`, a person's own credential: a process started ahead of demand would not know whose"
+                ),
+            ));
+        }
+    }
     validate_access(p)?;
     if let Some(s) = &p.sandbox {
         super::sandbox::validate(&p.name, s)?;
@@ -469,6 +512,7 @@ pub(super) fn plugins(
     cli: &Cli,
     mut plugins: Vec<PluginConfig>,
     separator: &str,
+    credentials: &[String],
 ) -> Result<Vec<PluginConfig>, ConfigError> {
     if let Some((command, args)) = cli.command_line.split_first() {
         let name = cli.plugin_name.clone().unwrap_or_else(|| "stdio".into());
@@ -490,7 +534,7 @@ pub(super) fn plugins(
         return Err(ConfigError::NoPlugins);
     }
     for p in &plugins {
-        validate_plugin(p, separator)?;
+        validate_plugin(p, separator, credentials)?;
     }
     let mut prefixes = std::collections::HashMap::new();
     for p in &plugins {
@@ -566,7 +610,7 @@ mod tests {
             p.tools_denied_to("root", &set(&["eng", "admins"]))
                 .is_empty()
         );
-        let check = |p: &PluginConfig| validate_plugin(p, "__");
+        let check = |p: &PluginConfig| validate_plugin(p, "__", &[]);
         assert!(check(&p).is_ok());
         let mut q = p.clone();
         q.tool_access[0].allow_groups.clear();
@@ -635,5 +679,51 @@ mod tests {
         );
         assert!(expand_env("${TOKEN", lookup).is_err());
         assert!(expand_env("${A-B}", lookup).is_err());
+        // A person's credential is never expanded where there is no person.
+        assert!(
+            expand_env("${credential:gh}", lookup)
+                .unwrap_err()
+                .contains("serves no one person")
+        );
+    }
+
+    #[test]
+    fn credentials_are_defined_and_used_by_one_person_s_process() {
+        let defined = ["gh".to_owned()];
+        let mut p = PluginConfig::new("a", "x", vec!["--token=${credential:gh}".into()]);
+        p.env.insert("FILE".into(), "${credential_file:gh}".into());
+        assert!(validate_plugin(&p, "__", &defined).is_ok());
+        assert_eq!(credentials_used(&p).into_iter().collect::<Vec<_>>(), ["gh"]);
+
+        let e = validate_plugin(&p, "__", &[]).unwrap_err().to_string();
+        assert!(
+            e.contains("plugins.a.env.FILE") && e.contains("[credentials.gh]"),
+            "{e}"
+        );
+        p.env.clear();
+        let e = validate_plugin(&p, "__", &[]).unwrap_err().to_string();
+        assert!(e.contains("plugins.a.args[0]"), "{e}");
+        p.env.insert("FILE".into(), "${credential_file:gh}".into());
+
+        let mut shared = p.clone();
+        shared.process_model = ProcessModel::Shared;
+        let e = validate_plugin(&shared, "__", &defined)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("plugins.a.process_model"), "{e}");
+
+        let mut warm = p.clone();
+        warm.warm = 2;
+        let e = validate_plugin(&warm, "__", &defined)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("plugins.a.warm"), "{e}");
+
+        let mut bad = PluginConfig::new("a", "x", vec![]);
+        bad.env.insert("T".into(), "${credential:}".into());
+        let e = validate_plugin(&bad, "__", &defined)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("plugins.a.env.T"), "{e}");
     }
 }

@@ -68,6 +68,8 @@ pub struct Registry {
     file_plugins: Mutex<Vec<PluginConfig>>,
     store: Arc<dyn PluginStore>,
     separator: Arc<str>,
+    /// The credentials defined (`[credentials.NAME]`): a plugin may use only these.
+    credentials: Arc<[String]>,
     generation: AtomicU64,
     listener: Mutex<Option<Listener>>,
     /// Serializes publishing views.
@@ -88,7 +90,12 @@ impl Registry {
         store: Arc<dyn PluginStore>,
     ) -> Result<Arc<Registry>, RegistryError> {
         let overlay = store.load().await?;
-        validate_set(&merge(&config.plugins, &overlay), &config.separator).map_err(|e| {
+        validate_set(
+            &merge(&config.plugins, &overlay),
+            &config.separator,
+            &config.credentials.names(),
+        )
+        .map_err(|e| {
             RegistryError::Invalid(format!(
                 "the config file and the changes made through the admin API conflict: {e}"
             ))
@@ -112,6 +119,7 @@ impl Registry {
             file_plugins: Mutex::new(config.plugins.clone()),
             store,
             separator: Arc::from(config.separator.as_str()),
+            credentials: config.credentials.names().into(),
             generation: AtomicU64::new(1),
             listener: Mutex::new(None),
             publishing: Mutex::new(()),
@@ -326,7 +334,7 @@ impl Registry {
         let _change = self.change.lock().await;
         let overlay = self.store.load().await?;
         let merged = merge(&file_plugins, &overlay);
-        validate_set(&merged, &self.separator)?;
+        validate_set(&merged, &self.separator, &self.credentials)?;
         *self.file_plugins.lock().expect("file plugins lock") = file_plugins;
         self.install(merged, None);
         Ok(())
@@ -342,7 +350,7 @@ impl Registry {
         let overlay = self.store.load().await?;
         let file_plugins = self.file_plugins.lock().expect("file plugins lock").clone();
         let merged = merge(&file_plugins, &overlay);
-        validate_set(&merged, &self.separator)?;
+        validate_set(&merged, &self.separator, &self.credentials)?;
         if same_set(&merged, &self.current_configs()) {
             return Ok(false);
         }
@@ -351,7 +359,7 @@ impl Registry {
     }
 
     fn check(&self, config: &PluginConfig) -> Result<(), RegistryError> {
-        crate::config::validate_plugin(config, &self.separator)
+        crate::config::validate_plugin(config, &self.separator, &self.credentials)
             .map_err(|e| RegistryError::Invalid(e.to_string()))?;
         let prefix = config.prefix.as_deref().unwrap_or(&config.name);
         if let Some(other) = self.entries().iter().find(|e| {
@@ -486,10 +494,11 @@ impl Registry {
 fn validate_set(
     set: &[(PluginConfig, Source, bool)],
     separator: &str,
+    credentials: &[String],
 ) -> Result<(), RegistryError> {
     let mut prefixes = std::collections::HashMap::new();
     for (c, ..) in set {
-        crate::config::validate_plugin(c, separator)
+        crate::config::validate_plugin(c, separator, credentials)
             .map_err(|e| RegistryError::Invalid(e.to_string()))?;
         let prefix = c.prefix.as_deref().unwrap_or(&c.name);
         if let Some(other) = prefixes.insert(prefix.to_owned(), c.name.clone()) {
