@@ -26,6 +26,8 @@
 //!   said of itself when probed.
 //! - [`limits`]: rate limits on calls, a token bucket per caller and limit, kept here or
 //!   (cluster mode) behind [`limits::SharedBuckets`].
+//! - [`credentials`]: each person's own credentials for the services behind the plugins,
+//!   sealed under a key outside the database, kept behind [`credentials::CredentialStore`].
 //! - [`auth`]: OAuth 2.1: the bearer token of every request (resource server) and, built in,
 //!   the authorization server that issues them.
 //! - [`backend`]: a plugin instance: the stdio child process and JSON-RPC multiplexing,
@@ -46,6 +48,7 @@ pub mod auth;
 pub mod backend;
 pub mod cluster;
 pub mod config;
+pub mod credentials;
 pub mod database;
 pub mod gateway;
 pub mod http;

@@ -4,7 +4,9 @@
 //! the stores that keep their state in it, each behind the trait its user defines:
 //! [`Database::plugin_store`] to the registry ([`PluginStore`], implemented in [`plugins`])
 //! and [`Database::auth_store`] to the authorization server ([`AuthStore`], implemented in
-//! [`auth`]), and [`Database::audit_store`] to the audit log ([`AuditStore`], in [`audit`]).
+//! [`auth`]), [`Database::audit_store`] to the audit log ([`AuditStore`], in [`audit`]) and
+//! [`Database::credential_store`] to the credential broker ([`CredentialStore`], in
+//! [`credentials`]).
 //! It also keeps the secrets the replicas share ([`secrets`]).
 //!
 //! This is the only module that speaks SQL. It sits above the stores' traits and below the
@@ -13,6 +15,7 @@
 
 pub mod audit;
 pub mod auth;
+pub mod credentials;
 pub mod plugins;
 pub mod secrets;
 
@@ -24,10 +27,12 @@ use sqlx::any::AnyPoolOptions;
 
 use crate::audit::AuditStore;
 use crate::auth::store::AuthStore;
+use crate::credentials::CredentialStore;
 use crate::registry::store::PluginStore;
 
 pub use audit::SqlAuditStore;
 pub use auth::SqlAuthStore;
+pub use credentials::SqlCredentialStore;
 pub use plugins::SqlPluginStore;
 
 /// How long opening the database may take.
@@ -104,6 +109,11 @@ impl Database {
     /// The audit log's records.
     pub fn audit_store(&self) -> Arc<dyn AuditStore> {
         Arc::new(SqlAuditStore::new(self.pool.clone()))
+    }
+
+    /// People's credentials, sealed.
+    pub fn credential_store(&self) -> Arc<dyn CredentialStore> {
+        Arc::new(SqlCredentialStore::new(self.pool.clone()))
     }
 
     /// The authorization server's state.

@@ -1,0 +1,227 @@
+//! Each person's own credentials for the services behind the plugins (`[credentials.NAME]`):
+//! the [`Broker`] keeps them, sealed (`seal.rs`) in a [`CredentialStore`] (`store.rs`, the
+//! database implements it), and gives a person's value to whoever starts that person's
+//! plugin instance. Only the values' metadata ([`Connection`]: the credential's name, the
+//! subject, when it was connected and expires, its scopes) ever leaves this module towards
+//! a log, an answer or a page; a value goes only into the process it was connected for.
+//!
+//! This module decides what a credential is worth (is it there, does it match its pattern,
+//! is it sealed under the current key); it does not ask anyone for one.
+
+mod seal;
+pub mod store;
+
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::{CredentialConfig, CredentialKind, CredentialsConfig};
+pub use seal::{SealError, Sealer};
+pub use store::{CredentialStore, StoreError, StoreFuture, Stored};
+
+/// Why a credential could not be read or kept.
+#[derive(Debug, thiserror::Error)]
+pub enum CredentialError {
+    #[error("no credential `{0}` is defined")]
+    Undefined(String),
+    #[error("the value does not have the form credential `{0}` asks for")]
+    Pattern(String),
+    #[error("the value is empty, too long or holds control characters")]
+    Malformed,
+    #[error("credential `{name}` could not be read: {why}")]
+    Sealed { name: String, why: SealError },
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// The most bytes a value may hold.
+pub const MAX_VALUE_BYTES: usize = 16 * 1024;
+
+/// A credential's value, kept out of `Debug` and logs.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Value {
+    /// What a plugin is given: the token or the secret.
+    pub value: String,
+    /// `oauth2`: the refresh token, if the server gave one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refresh_token: Option<String>,
+}
+
+impl std::fmt::Debug for Value {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Value(***)")
+    }
+}
+
+/// What may be shown of a person's credential: never its value.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Connection {
+    pub credential: String,
+    pub label: String,
+    pub subject: String,
+    pub connected_at_ms: i64,
+    pub expires_at_ms: Option<i64>,
+    pub scopes: Option<String>,
+}
+
+/// Keeps people's credentials and hands them out.
+pub struct Broker {
+    config: CredentialsConfig,
+    sealer: Sealer,
+    store: Arc<dyn CredentialStore>,
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+impl Broker {
+    pub fn new(config: CredentialsConfig, store: Arc<dyn CredentialStore>) -> Arc<Broker> {
+        Arc::new(Broker {
+            sealer: Sealer::new(&config.keys),
+            config,
+            store,
+        })
+    }
+
+    /// The credential defined as `name`.
+    pub fn defined(&self, name: &str) -> Result<&CredentialConfig, CredentialError> {
+        self.config
+            .get(name)
+            .ok_or_else(|| CredentialError::Undefined(name.to_owned()))
+    }
+
+    /// `subject`'s value of credential `name`, if they connected it (and it has not expired).
+    /// A value sealed under a previous key is sealed again under the current one.
+    pub async fn value(&self, subject: &str, name: &str) -> Result<Option<Value>, CredentialError> {
+        self.defined(name)?;
+        let Some(row) = self.store.get(subject, name).await? else {
+            return Ok(None);
+        };
+        if row.expires_at_ms.is_some_and(|t| t <= now_ms()) {
+            return Ok(None);
+        }
+        let sealed = |why| CredentialError::Sealed {
+            name: name.to_owned(),
+            why,
+        };
+        let opened = self
+            .sealer
+            .open(subject, name, &row.sealed)
+            .map_err(sealed)?;
+        let value: Value =
+            serde_json::from_slice(&opened.plain).map_err(|_| sealed(SealError::Invalid))?;
+        if opened.stale {
+            let again = Stored {
+                sealed: self
+                    .sealer
+                    .seal(subject, name, &opened.plain)
+                    .map_err(sealed)?,
+                ..row.clone()
+            };
+            // Lost to a connection made meanwhile: that one is sealed under the current key.
+            self.store.reseal(&again, &row.sealed).await?;
+        }
+        Ok(Some(value))
+    }
+
+    /// Keeps `value` as `subject`'s credential `name`, of kind `secret`: checked against its
+    /// pattern first.
+    pub async fn connect_secret(
+        &self,
+        subject: &str,
+        name: &str,
+        value: &str,
+    ) -> Result<Connection, CredentialError> {
+        let c = self.defined(name)?;
+        if value.is_empty() || value.len() > MAX_VALUE_BYTES || value.chars().any(char::is_control)
+        {
+            return Err(CredentialError::Malformed);
+        }
+        if let CredentialKind::Secret {
+            pattern: Some(pattern),
+        } = &c.kind
+            && !pattern.is_match(value)
+        {
+            return Err(CredentialError::Pattern(name.to_owned()));
+        }
+        self.keep(
+            subject,
+            name,
+            &Value {
+                value: value.to_owned(),
+                refresh_token: None,
+            },
+            None,
+            None,
+        )
+        .await
+    }
+
+    /// Keeps `value` as `subject`'s credential `name`.
+    pub async fn keep(
+        &self,
+        subject: &str,
+        name: &str,
+        value: &Value,
+        expires_at_ms: Option<i64>,
+        scopes: Option<String>,
+    ) -> Result<Connection, CredentialError> {
+        let c = self.defined(name)?;
+        let plain = serde_json::to_vec(value).expect("serializable");
+        let row = Stored {
+            subject: subject.to_owned(),
+            name: name.to_owned(),
+            sealed: self.sealer.seal(subject, name, &plain).map_err(|why| {
+                CredentialError::Sealed {
+                    name: name.to_owned(),
+                    why,
+                }
+            })?,
+            connected_at_ms: now_ms(),
+            expires_at_ms,
+            scopes,
+        };
+        self.store.put(&row).await?;
+        Ok(connection(c, &row))
+    }
+
+    /// Forgets `subject`'s credential `name`, or everyone's (`None`); how many there were.
+    pub async fn disconnect(
+        &self,
+        subject: Option<&str>,
+        name: &str,
+    ) -> Result<u64, CredentialError> {
+        self.defined(name)?;
+        Ok(self.store.delete(subject, name).await?)
+    }
+
+    /// What `subject` has connected, among the credentials defined now.
+    pub async fn connections(&self, subject: &str) -> Result<Vec<Connection>, CredentialError> {
+        let rows = self.store.of_subject(subject).await?;
+        Ok(rows
+            .iter()
+            .filter_map(|r| Some(connection(self.config.get(&r.name)?, r)))
+            .collect())
+    }
+
+    /// Who has connected credential `name`.
+    pub async fn connected(&self, name: &str) -> Result<Vec<Connection>, CredentialError> {
+        let c = self.defined(name)?;
+        let rows = self.store.of_credential(name).await?;
+        Ok(rows.iter().map(|r| connection(c, r)).collect())
+    }
+}
+
+fn connection(c: &CredentialConfig, r: &Stored) -> Connection {
+    Connection {
+        credential: r.name.clone(),
+        label: c.label.clone(),
+        subject: r.subject.clone(),
+        connected_at_ms: r.connected_at_ms,
+        expires_at_ms: r.expires_at_ms,
+        scopes: r.scopes.clone(),
+    }
+}

@@ -1,0 +1,45 @@
+//! The [`CredentialStore`] seam: a row per person and credential, its value sealed
+//! (`seal.rs`) before it gets here, beside what may be shown (when it was connected, when it
+//! expires, its scopes). The database implements it (`database/credentials.rs`); every
+//! replica reads the same rows, so a connection made on one serves calls on all.
+
+use std::future::Future;
+use std::pin::Pin;
+
+/// A store's failure.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("database error: {0}")]
+    Database(String),
+}
+
+pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;
+
+/// One person's credential as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stored {
+    pub subject: String,
+    pub name: String,
+    /// The value, sealed: no one without the storage key can read it.
+    pub sealed: String,
+    pub connected_at_ms: i64,
+    pub expires_at_ms: Option<i64>,
+    /// The scopes granted, space-separated, when the provider said.
+    pub scopes: Option<String>,
+}
+
+/// Where people's credentials are kept.
+pub trait CredentialStore: Send + Sync {
+    fn get<'a>(&'a self, subject: &'a str, name: &'a str) -> StoreFuture<'a, Option<Stored>>;
+    /// Stores `row`, replacing the person's earlier value of that credential.
+    fn put<'a>(&'a self, row: &'a Stored) -> StoreFuture<'a, ()>;
+    /// Replaces the sealed value only if it is still `was` (a value sealed again under a new
+    /// key must not undo a connection made meanwhile); whether it did.
+    fn reseal<'a>(&'a self, row: &'a Stored, was: &'a str) -> StoreFuture<'a, bool>;
+    /// Deletes `subject`'s credential `name`, or everyone's (`None`); how many rows.
+    fn delete<'a>(&'a self, subject: Option<&'a str>, name: &'a str) -> StoreFuture<'a, u64>;
+    /// A person's credentials, by name.
+    fn of_subject<'a>(&'a self, subject: &'a str) -> StoreFuture<'a, Vec<Stored>>;
+    /// Who has connected credential `name`, by subject.
+    fn of_credential<'a>(&'a self, name: &'a str) -> StoreFuture<'a, Vec<Stored>>;
+}

@@ -1,0 +1,150 @@
+//! People's credentials in the gateway's database: [`SqlCredentialStore`], the SQL
+//! implementation of [`CredentialStore`] (the `credentials` table of
+//! `migrations/0010_credentials.sql`). Only sealed values pass through here.
+
+use sqlx::any::AnyRow;
+use sqlx::{AnyPool, Row};
+
+use crate::credentials::{CredentialStore, StoreError, StoreFuture, Stored};
+
+/// The SQL store (SQLite or PostgreSQL), on the gateway's database pool.
+pub struct SqlCredentialStore {
+    pool: AnyPool,
+}
+
+impl SqlCredentialStore {
+    pub fn new(pool: AnyPool) -> SqlCredentialStore {
+        SqlCredentialStore { pool }
+    }
+}
+
+fn failed(e: sqlx::Error) -> StoreError {
+    StoreError::Database(e.to_string())
+}
+
+/// The table's columns, in the order [`row`] reads them.
+macro_rules! columns {
+    () => {
+        "subject, name, sealed, connected_at_ms, expires_at_ms, scopes"
+    };
+}
+
+fn row(r: &AnyRow) -> Result<Stored, StoreError> {
+    Ok(Stored {
+        subject: r.try_get("subject").map_err(failed)?,
+        name: r.try_get("name").map_err(failed)?,
+        sealed: r.try_get("sealed").map_err(failed)?,
+        connected_at_ms: r.try_get("connected_at_ms").map_err(failed)?,
+        expires_at_ms: r.try_get("expires_at_ms").map_err(failed)?,
+        scopes: r.try_get("scopes").map_err(failed)?,
+    })
+}
+
+impl CredentialStore for SqlCredentialStore {
+    fn get<'a>(&'a self, subject: &'a str, name: &'a str) -> StoreFuture<'a, Option<Stored>> {
+        Box::pin(async move {
+            let found = sqlx::query(concat!(
+                "SELECT ",
+                columns!(),
+                " FROM credentials WHERE subject = $1 AND name = $2"
+            ))
+            .bind(subject.to_owned())
+            .bind(name.to_owned())
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(failed)?;
+            found.as_ref().map(row).transpose()
+        })
+    }
+
+    fn put<'a>(&'a self, r: &'a Stored) -> StoreFuture<'a, ()> {
+        Box::pin(async move {
+            sqlx::query(concat!(
+                "INSERT INTO credentials (",
+                columns!(),
+                ") VALUES ($1, $2, $3, $4, $5, $6) \
+                 ON CONFLICT (subject, name) DO UPDATE SET sealed = excluded.sealed, \
+                 connected_at_ms = excluded.connected_at_ms, expires_at_ms = excluded.expires_at_ms, \
+                 scopes = excluded.scopes"
+            ))
+            .bind(r.subject.clone())
+            .bind(r.name.clone())
+            .bind(r.sealed.clone())
+            .bind(r.connected_at_ms)
+            .bind(r.expires_at_ms)
+            .bind(r.scopes.clone())
+            .execute(&self.pool)
+            .await
+            .map_err(failed)?;
+            Ok(())
+        })
+    }
+
+    fn reseal<'a>(&'a self, r: &'a Stored, was: &'a str) -> StoreFuture<'a, bool> {
+        Box::pin(async move {
+            let done = sqlx::query(
+                "UPDATE credentials SET sealed = $1 WHERE subject = $2 AND name = $3 AND sealed = $4",
+            )
+            .bind(r.sealed.clone())
+            .bind(r.subject.clone())
+            .bind(r.name.clone())
+            .bind(was.to_owned())
+            .execute(&self.pool)
+            .await
+            .map_err(failed)?;
+            Ok(done.rows_affected() == 1)
+        })
+    }
+
+    fn delete<'a>(&'a self, subject: Option<&'a str>, name: &'a str) -> StoreFuture<'a, u64> {
+        Box::pin(async move {
+            let done = match subject {
+                Some(s) => {
+                    sqlx::query("DELETE FROM credentials WHERE subject = $1 AND name = $2")
+                        .bind(s.to_owned())
+                        .bind(name.to_owned())
+                        .execute(&self.pool)
+                        .await
+                }
+                None => {
+                    sqlx::query("DELETE FROM credentials WHERE name = $1")
+                        .bind(name.to_owned())
+                        .execute(&self.pool)
+                        .await
+                }
+            }
+            .map_err(failed)?;
+            Ok(done.rows_affected())
+        })
+    }
+
+    fn of_subject<'a>(&'a self, subject: &'a str) -> StoreFuture<'a, Vec<Stored>> {
+        Box::pin(async move {
+            let rows = sqlx::query(concat!(
+                "SELECT ",
+                columns!(),
+                " FROM credentials WHERE subject = $1 ORDER BY name"
+            ))
+            .bind(subject.to_owned())
+            .fetch_all(&self.pool)
+            .await
+            .map_err(failed)?;
+            rows.iter().map(row).collect()
+        })
+    }
+
+    fn of_credential<'a>(&'a self, name: &'a str) -> StoreFuture<'a, Vec<Stored>> {
+        Box::pin(async move {
+            let rows = sqlx::query(concat!(
+                "SELECT ",
+                columns!(),
+                " FROM credentials WHERE name = $1 ORDER BY subject"
+            ))
+            .bind(name.to_owned())
+            .fetch_all(&self.pool)
+            .await
+            .map_err(failed)?;
+            rows.iter().map(row).collect()
+        })
+    }
+}
