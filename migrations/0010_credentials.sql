@@ -12,3 +12,14 @@ CREATE TABLE IF NOT EXISTS credentials (
     PRIMARY KEY (subject, name)
 );
 CREATE INDEX IF NOT EXISTS credentials_by_name ON credentials (name);
+
+-- A person asked to connect a credential: the link's id (random, single-use), whom it was
+-- made for and which credential, until when it may be used, and when it was.
+CREATE TABLE IF NOT EXISTS credential_requests (
+    id TEXT PRIMARY KEY,
+    subject TEXT NOT NULL,
+    name TEXT NOT NULL,
+    created_at_ms BIGINT NOT NULL,
+    expires_at_ms BIGINT NOT NULL,
+    used_at_ms BIGINT
+);

@@ -152,6 +152,16 @@ impl Gateway {
             None => Arc::new(MemoryEventStore::new(config.replay.clone())),
         };
         let supervisor = Supervisor::new(registry.clone(), config.max_children);
+        if !config.credentials.credentials.is_empty()
+            && let Some(public) = &config.auth.public_url
+        {
+            // The connect page is on the public listener, at its origin.
+            supervisor.use_credentials(crate::credentials::Broker::new(
+                config.credentials.clone(),
+                database.credential_store(),
+                &public.origin().ascii_serialization(),
+            ));
+        }
         let sessions = SessionManager::new(
             config.session.clone(),
             store,

@@ -10,6 +10,7 @@ use mcp_gateway::config::{CredentialKeys, CredentialSpec, CredentialsConfig, cre
 use mcp_gateway::credentials::{Broker, CredentialError, CredentialStore};
 use mcp_gateway::database::Database;
 
+const BASE: &str = "https://gateway.example";
 const TOKEN: &str = "ghp_k33pTh1sS3cretAbCdEfGhIjKlMnOpQrSt";
 
 fn config(current: u8, previous: &[u8]) -> CredentialsConfig {
@@ -34,7 +35,7 @@ fn config(current: u8, previous: &[u8]) -> CredentialsConfig {
 }
 
 async fn exercise(store: Arc<dyn CredentialStore>) {
-    let broker = Broker::new(config(1, &[]), store.clone());
+    let broker = Broker::new(config(1, &[]), store.clone(), BASE);
     assert!(broker.value("alice", "github").await.unwrap().is_none());
     // A value not of the credential's form is refused, and nothing is kept.
     assert!(matches!(
@@ -100,7 +101,7 @@ async fn exercise(store: Arc<dyn CredentialStore>) {
 
     // The key rotated: the old one still opens, and the value is sealed again under the new.
     let old = store.get("alice", "github").await.unwrap().unwrap().sealed;
-    let rotated = Broker::new(config(2, &[1]), store.clone());
+    let rotated = Broker::new(config(2, &[1]), store.clone(), BASE);
     assert_eq!(
         rotated
             .value("alice", "github")
@@ -113,7 +114,7 @@ async fn exercise(store: Arc<dyn CredentialStore>) {
     let new = store.get("alice", "github").await.unwrap().unwrap().sealed;
     assert_ne!(old, new);
     // Now the old key is not needed for it; bob's, never used since, still needs it.
-    let only_new = Broker::new(config(2, &[]), store.clone());
+    let only_new = Broker::new(config(2, &[]), store.clone(), BASE);
     assert_eq!(
         only_new
             .value("alice", "github")
@@ -142,7 +143,7 @@ async fn credentials_are_sealed_in_a_sqlite_file_and_the_file_holds_no_value() {
     exercise(db.credential_store()).await;
     // Alice's token was stored, read, sealed again and deleted; bob's is still there. No
     // file of the database holds either in the clear.
-    let broker = Broker::new(config(1, &[]), db.credential_store());
+    let broker = Broker::new(config(1, &[]), db.credential_store(), BASE);
     broker
         .connect_secret("carol", "github", TOKEN)
         .await
@@ -164,4 +165,148 @@ async fn credentials_are_sealed_in_postgres() {
     let pg = common::Postgres::create("credentials");
     let db = Database::connect(&pg.url).await.unwrap();
     exercise(db.credential_store()).await;
+}
+
+#[tokio::test]
+async fn a_request_to_connect_is_used_once_and_not_after_it_expires() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}/gw.db?mode=rwc", dir.path().display());
+    let db = Database::connect(&url).await.unwrap();
+    let store = db.credential_store();
+    let broker = Broker::new(config(1, &[]), store.clone(), BASE);
+    let asked = broker.request("alice", "github").await.unwrap();
+    assert_eq!(asked.url, format!("{BASE}/connect/{}", asked.id));
+    assert_eq!(asked.label, "GitHub token");
+    // The link names no one: only a random id.
+    assert!(!asked.url.contains("alice") && asked.id.len() >= 32);
+    let now = mcp_gateway::audit::now_ms();
+    let peeked = store.peek_request(&asked.id, now).await.unwrap().unwrap();
+    assert_eq!(
+        (peeked.subject.as_str(), peeked.name.as_str()),
+        ("alice", "github")
+    );
+    let taken = store.take_request(&asked.id, now).await.unwrap().unwrap();
+    assert_eq!(taken, peeked);
+    assert!(store.take_request(&asked.id, now).await.unwrap().is_none());
+    assert!(store.peek_request(&asked.id, now).await.unwrap().is_none());
+    // Expired: neither seen nor taken.
+    let late = broker.request("alice", "github").await.unwrap();
+    let after = now + mcp_gateway::credentials::REQUEST_TTL_MS + 1_000;
+    assert!(store.peek_request(&late.id, after).await.unwrap().is_none());
+    assert!(store.take_request(&late.id, after).await.unwrap().is_none());
+    assert!(
+        store
+            .take_request("no-such-id", now)
+            .await
+            .unwrap()
+            .is_none()
+    );
+}
+
+/// The real gateway, built-in sign-in for alice and bob, and a per-session plugin started
+/// with the caller's own `tok`: a call before `tok` is connected gets the spec's
+/// URLElicitationRequiredError (-32042) with a link to the connect page; once connected, each
+/// person's process has their own value and no one else's.
+#[tokio::test]
+async fn each_person_s_process_gets_their_own_credential_and_a_missing_one_is_asked_for() {
+    use common::oauth::*;
+    use common::{FIXTURE, Gateway, free_port, write_config};
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let base = format!("http://127.0.0.1:{port}");
+    let [alice, bob, _] = hashes();
+    let key = dir.path().join("credentials.key");
+    std::fs::write(&key, "ab".repeat(32)).unwrap();
+    let config = format!(
+        "[auth]\nmode = \"builtin\"\npublic_url = \"{base}/mcp\"\n\
+         [[auth.users]]\nname = \"alice\"\npassword_hash = \"{alice}\"\n\
+         [[auth.users]]\nname = \"bob\"\npassword_hash = \"{bob}\"\n\
+         [credentials]\nkey_file = \"{}\"\n\
+         [credentials.tok]\nkind = \"secret\"\nlabel = \"Service token\"\n\
+         [plugins.fix]\ncommand = \"{FIXTURE}\"\nenv = {{ TOKEN = \"${{credential:tok}}\" }}\n",
+        key.display()
+    );
+    let path = write_config(&dir, &config);
+    let db = format!("sqlite://{}/gw.db?mode=rwc", dir.path().display());
+    let listen = format!("127.0.0.1:{port}");
+    let gw = Gateway::start(&[
+        "--listen",
+        &listen,
+        "--config",
+        &path,
+        "--database-url",
+        &db,
+    ]);
+    let a = AuthGateway {
+        gw,
+        base: base.clone(),
+        db: db.clone(),
+        dir,
+    };
+    let token_of = |user: &'static str| {
+        let a = &a;
+        async move {
+            let client = public_client(a).await;
+            let (verifier, challenge) = pkce();
+            let code = authorize(a, &client, &challenge, user, "mcp").await;
+            let (status, t) = exchange(a, &client, &code, &verifier).await;
+            assert_eq!(status, 200, "{t}");
+            t["access_token"].as_str().unwrap().to_owned()
+        }
+    };
+    let mut alice = a.gw.client().with_token(&token_of("alice").await);
+    alice.initialize().await;
+    let getenv = json_call("TOKEN");
+    let reply = alice.call(2, "tools/call", getenv.clone()).await;
+    let error = &reply.last()["error"];
+    assert_eq!(error["code"], -32042, "{reply:?}");
+    let asked = &error["data"]["elicitations"][0];
+    assert_eq!(asked["mode"], "url");
+    let id = asked["elicitationId"].as_str().unwrap();
+    assert_eq!(asked["url"], format!("{base}/connect/{id}"));
+    assert!(
+        error["message"].as_str().unwrap().contains("Service token"),
+        "{error}"
+    );
+
+    // Connected (as the connect page will): straight into the database the gateway uses.
+    let keys = CredentialKeys {
+        current: Some([0xab; 32]),
+        previous: Vec::new(),
+    };
+    let spec = toml::from_str::<CredentialSpec>("kind = \"secret\"").unwrap();
+    let defs = CredentialsConfig {
+        keys,
+        credentials: vec![credential_config("tok", spec, |_| None).unwrap()],
+        secret_files: Vec::new(),
+    };
+    let database = Database::connect(&db).await.unwrap();
+    let broker = Broker::new(defs, database.credential_store(), &base);
+    broker
+        .connect_secret("alice", "tok", "alice-secret-1")
+        .await
+        .unwrap();
+    let got = alice.result(3, "tools/call", getenv.clone()).await;
+    assert_eq!(got["content"][0]["text"], "alice-secret-1");
+
+    let mut bob = a.gw.client().with_token(&token_of("bob").await);
+    bob.initialize().await;
+    let reply = bob.call(2, "tools/call", getenv.clone()).await;
+    assert_eq!(reply.last()["error"]["code"], -32042, "{reply:?}");
+    broker
+        .connect_secret("bob", "tok", "bob-secret-2")
+        .await
+        .unwrap();
+    let got = bob.result(3, "tools/call", getenv.clone()).await;
+    assert_eq!(got["content"][0]["text"], "bob-secret-2");
+    // Alice's process still has hers.
+    let got = alice.result(4, "tools/call", getenv).await;
+    assert_eq!(got["content"][0]["text"], "alice-secret-1");
+    // No value in the gateway's log.
+    let log = a.gw.log();
+    assert!(!log.contains("alice-secret-1") && !log.contains("bob-secret-2"));
+}
+
+fn json_call(var: &str) -> serde_json::Value {
+    serde_json::json!({"name": "getenv", "arguments": {"name": var}})
 }

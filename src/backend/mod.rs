@@ -67,6 +67,16 @@ pub enum BackendError {
     /// reason is the gateway's own words.
     #[error("plugin '{plugin}' is unavailable: {reason}")]
     Unavailable { plugin: String, reason: String },
+    /// The caller has not connected a credential the plugin is started with: they are
+    /// asked to, at `url` (a URL mode elicitation, `elicitation_id`).
+    #[error("plugin '{plugin}' needs the caller's credential `{credential}`")]
+    CredentialNeeded {
+        plugin: String,
+        credential: String,
+        label: String,
+        elicitation_id: String,
+        url: String,
+    },
 }
 
 /// `; its stderr ended with: …`, or nothing when it wrote nothing.
@@ -88,7 +98,8 @@ impl BackendError {
             | BackendError::Exited { plugin, .. }
             | BackendError::Timeout { plugin, .. }
             | BackendError::NotReading { plugin, .. }
-            | BackendError::Unavailable { plugin, .. } => plugin,
+            | BackendError::Unavailable { plugin, .. }
+            | BackendError::CredentialNeeded { plugin, .. } => plugin,
         }
     }
 
@@ -96,6 +107,7 @@ impl BackendError {
     pub fn code(&self) -> i64 {
         match self {
             BackendError::Timeout { .. } => crate::jsonrpc::code::REQUEST_TIMEOUT,
+            BackendError::CredentialNeeded { .. } => crate::jsonrpc::code::URL_ELICITATION_REQUIRED,
             BackendError::Spawn { .. }
             | BackendError::Initialize { .. }
             | BackendError::StartFailed { .. }
@@ -122,7 +134,52 @@ impl BackendError {
             BackendError::NotReading { .. } => format!(
                 "plugin '{plugin}' is not reading its input; the request was refused, try again later"
             ),
+            BackendError::CredentialNeeded { label, .. } => format!(
+                "plugin '{plugin}' acts with your own {label}, which you have not connected: connect it at the link given, then try again"
+            ),
         }
+    }
+
+    /// The error a client gets for it, as JSON-RPC error bytes answering `id`: with the URL
+    /// elicitation the spec's `URLElicitationRequiredError` carries, where there is one.
+    pub fn error_bytes(&self, id: Option<&crate::jsonrpc::Id>) -> bytes::Bytes {
+        match self {
+            BackendError::CredentialNeeded {
+                elicitation_id,
+                url,
+                ..
+            } => {
+                let message = self.client_message();
+                let error = serde_json::json!({
+                    "code": self.code(),
+                    "message": message,
+                    "data": {"elicitations": [{
+                        "mode": "url",
+                        "elicitationId": elicitation_id,
+                        "url": url,
+                        "message": message,
+                    }]},
+                });
+                let error =
+                    RawValue::from_string(error.to_string()).expect("serialized JSON is JSON");
+                let null = RawValue::from_string("null".into()).expect("valid JSON");
+                crate::jsonrpc::error_object_bytes(
+                    id.map_or(&*null, crate::jsonrpc::Id::raw),
+                    &error,
+                )
+            }
+            _ => crate::jsonrpc::error_bytes(id, self.code(), &self.client_message()),
+        }
+    }
+}
+
+/// A person's own credentials, by name, for the one process started for them: never shown.
+#[derive(Clone, Default)]
+pub struct Personal(pub std::collections::BTreeMap<String, String>);
+
+impl std::fmt::Debug for Personal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.0.keys()).finish()
     }
 }
 
@@ -136,15 +193,17 @@ use crate::config::PluginConfig;
 /// `server/discover`; with `None`, the probe that finds its era). On failure the child is
 /// stopped and the error carries the last lines of its stderr (for the logs, never for a
 /// client). `label` says whom it serves in the logs; `init_params` are its client's
-/// `initialize` params (a modern plugin gets the same client in each request's `_meta`).
+/// `initialize` params (a modern plugin gets the same client in each request's `_meta`);
+/// `personal`, the credentials of the one person it serves, if it uses any.
 pub async fn start_plugin(
     config: &PluginConfig,
     label: Arc<str>,
     init_params: &RawValue,
     era: Option<Era>,
     events: Option<Weak<dyn PluginEvents>>,
+    personal: Option<&Personal>,
 ) -> Result<Arc<PluginConnection>, BackendError> {
-    let (transport, inbound) = stdio::StdioTransport::spawn(config, &label)?;
+    let (transport, inbound) = stdio::StdioTransport::spawn(config, &label, personal)?;
     let conn = PluginConnection::new(
         Arc::from(config.name.as_str()),
         label,

@@ -26,7 +26,7 @@ use super::BackendError;
 use super::orphans::{self, Instance};
 use super::pipe_writer::PipeWriter;
 use super::transport::{Inbound, PluginTransport, SendError};
-use crate::config::{PluginConfig, Scheduling};
+use crate::config::{PluginConfig, Reference, Scheduling};
 
 /// Largest line accepted from a plugin; a longer one is dropped whole (and logged).
 pub const MAX_LINE: usize = 64 * 1024 * 1024;
@@ -50,22 +50,45 @@ pub struct StdioTransport {
 }
 
 impl StdioTransport {
-    /// Starts the child. `session` only labels log lines.
+    /// Starts the child, with `personal` standing for `${credential:NAME}` in its `env` and
+    /// `args`. `session` only labels log lines.
     pub fn spawn(
         config: &PluginConfig,
         session: &str,
+        personal: Option<&super::Personal>,
     ) -> Result<(StdioTransport, Inbound), BackendError> {
+        let unexpanded = |what: String, reason: String| BackendError::Spawn {
+            plugin: config.name.clone(),
+            command: config.command_line(),
+            reason: format!("{what}: {reason}"),
+        };
+        let lookup = |r: Reference<'_>| match r {
+            Reference::Env(name) => crate::config::env_var(name)
+                .ok_or_else(|| format!("`${{{name}}}` is not set in the gateway's environment")),
+            Reference::Credential(name) => personal
+                .and_then(|p| p.0.get(name).cloned())
+                .ok_or_else(|| format!("the caller's credential `{name}` was not given")),
+            Reference::CredentialFile(name) => Err(format!(
+                "`${{credential_file:{name}}}` is not supported yet"
+            )),
+        };
         let mut env = Vec::with_capacity(config.env.len());
         for (key, value) in &config.env {
-            let value =
-                crate::config::expand_env(value, crate::config::env_var).map_err(|reason| {
-                    BackendError::Spawn {
-                        plugin: config.name.clone(),
-                        command: config.command_line(),
-                        reason: format!("env {key}: {reason}"),
-                    }
-                })?;
+            let value = crate::config::expand(value, lookup)
+                .map_err(|reason| unexpanded(format!("env {key}"), reason))?;
             env.push((key, value));
+        }
+        // Arguments are taken as written but for a credential's reference.
+        let mut args = Vec::with_capacity(config.args.len());
+        for (i, arg) in config.args.iter().enumerate() {
+            let personal = crate::config::references(arg)
+                .is_ok_and(|refs| refs.iter().any(|r| r.credential().is_some()));
+            args.push(if personal {
+                crate::config::expand(arg, lookup)
+                    .map_err(|reason| unexpanded(format!("args[{i}]"), reason))?
+            } else {
+                arg.clone()
+            });
         }
         if let Some(cwd) = config.cwd.as_deref().filter(|d| !d.is_dir()) {
             return Err(BackendError::Spawn {
@@ -106,7 +129,7 @@ impl StdioTransport {
                 }
             }
         }
-        cmd.args(&config.args)
+        cmd.args(&args)
             .envs(env)
             .env(mark, id)
             .stdin(Stdio::piped())

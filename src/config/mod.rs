@@ -216,6 +216,18 @@ impl Config {
                 "who may use a plugin or its tools is known only from tokens: set auth.mode",
             ));
         }
+        if auth.mode == AuthMode::None
+            && let Some((p, c)) = plugins
+                .iter()
+                .find_map(|p| Some((p, *credentials_used(p).first()?)))
+        {
+            return Err(invalid(
+                format!("plugins.{}", p.name),
+                format!(
+                    "uses `{c}`, a person's own credential: whose is known only from tokens, so set auth.mode"
+                ),
+            ));
+        }
         let limits = limits::limits_config(file.limits)?;
         let audit = audit::audit_config(file.audit)?;
         let database_url = database_url(cli, file.database_url, &admin, &auth);

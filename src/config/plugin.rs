@@ -570,6 +570,20 @@ mod tests {
     }
 
     #[test]
+    fn a_person_s_credential_needs_to_know_the_person() {
+        let key = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(key.path(), "01".repeat(32)).unwrap();
+        let text = format!(
+            "[credentials]\nkey_file = \"{}\"\n[credentials.gh]\nkind = \"secret\"\n\
+             [plugins.a]\ncommand = \"x\"\nenv = {{ T = \"${{credential:gh}}\" }}\n",
+            key.path().display()
+        );
+        let file = FileConfig::parse(&text).unwrap();
+        let e = Config::merge(&cli(&[]), file).unwrap_err().to_string();
+        assert!(e.contains("plugins.a") && e.contains("auth.mode"), "{e}");
+    }
+
+    #[test]
     fn tool_filters() {
         let mut p = PluginConfig::new("a", "x", vec![]);
         assert!(p.allows_tool("any") && !p.filters_tools());

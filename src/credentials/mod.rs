@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::{CredentialConfig, CredentialKind, CredentialsConfig};
 pub use seal::{SealError, Sealer};
-pub use store::{CredentialStore, StoreError, StoreFuture, Stored};
+pub use store::{CredentialStore, Request, StoreError, StoreFuture, Stored};
 
 /// Why a credential could not be read or kept.
 #[derive(Debug, thiserror::Error)]
@@ -53,6 +53,14 @@ impl std::fmt::Debug for Value {
     }
 }
 
+/// A request to connect: the link, its id, and how the credential is named to people.
+#[derive(Debug, Clone)]
+pub struct Asked {
+    pub id: String,
+    pub url: String,
+    pub label: String,
+}
+
 /// What may be shown of a person's credential: never its value.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Connection {
@@ -64,11 +72,16 @@ pub struct Connection {
     pub scopes: Option<String>,
 }
 
+/// How long a link to connect a credential may be used.
+pub const REQUEST_TTL_MS: i64 = 10 * 60 * 1000;
+
 /// Keeps people's credentials and hands them out.
 pub struct Broker {
     config: CredentialsConfig,
     sealer: Sealer,
     store: Arc<dyn CredentialStore>,
+    /// Where the connect page is: `{base}/connect/{id}` (the gateway's public origin).
+    base: String,
 }
 
 fn now_ms() -> i64 {
@@ -78,11 +91,40 @@ fn now_ms() -> i64 {
 }
 
 impl Broker {
-    pub fn new(config: CredentialsConfig, store: Arc<dyn CredentialStore>) -> Arc<Broker> {
+    /// The broker, its connect page under `base` (the gateway's public origin).
+    pub fn new(
+        config: CredentialsConfig,
+        store: Arc<dyn CredentialStore>,
+        base: &str,
+    ) -> Arc<Broker> {
         Arc::new(Broker {
             sealer: Sealer::new(&config.keys),
             config,
             store,
+            base: base.trim_end_matches('/').to_owned(),
+        })
+    }
+
+    /// Asks `subject` to connect credential `name`: a single-use link to the connect page,
+    /// bound to them and that credential, usable for [`REQUEST_TTL_MS`]. Its id (random,
+    /// naming no one) is also the URL elicitation's.
+    pub async fn request(&self, subject: &str, name: &str) -> Result<Asked, CredentialError> {
+        let c = self.defined(name)?;
+        let id = format!("{:032x}", rand::random::<u128>());
+        let now = now_ms();
+        self.store
+            .open_request(&Request {
+                id: id.clone(),
+                subject: subject.to_owned(),
+                name: name.to_owned(),
+                created_at_ms: now,
+                expires_at_ms: now + REQUEST_TTL_MS,
+            })
+            .await?;
+        Ok(Asked {
+            url: format!("{}/connect/{id}", self.base),
+            id,
+            label: c.label.clone(),
         })
     }
 

@@ -28,6 +28,17 @@ pub struct Stored {
     pub scopes: Option<String>,
 }
 
+/// A person asked to connect a credential: what the link they were given stands for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Request {
+    /// Random, in the link (the URL elicitation's id): names nothing by itself.
+    pub id: String,
+    pub subject: String,
+    pub name: String,
+    pub created_at_ms: i64,
+    pub expires_at_ms: i64,
+}
+
 /// Where people's credentials are kept.
 pub trait CredentialStore: Send + Sync {
     fn get<'a>(&'a self, subject: &'a str, name: &'a str) -> StoreFuture<'a, Option<Stored>>;
@@ -42,4 +53,11 @@ pub trait CredentialStore: Send + Sync {
     fn of_subject<'a>(&'a self, subject: &'a str) -> StoreFuture<'a, Vec<Stored>>;
     /// Who has connected credential `name`, by subject.
     fn of_credential<'a>(&'a self, name: &'a str) -> StoreFuture<'a, Vec<Stored>>;
+    /// Keeps a request to connect (and forgets those expired long ago).
+    fn open_request<'a>(&'a self, request: &'a Request) -> StoreFuture<'a, ()>;
+    /// The request `id`, unused and unexpired at `now_ms`, which is used from now on: a
+    /// second take of the same id finds nothing, on any replica.
+    fn take_request<'a>(&'a self, id: &'a str, now_ms: i64) -> StoreFuture<'a, Option<Request>>;
+    /// The request `id` if it is unused and unexpired at `now_ms`, leaving it so.
+    fn peek_request<'a>(&'a self, id: &'a str, now_ms: i64) -> StoreFuture<'a, Option<Request>>;
 }

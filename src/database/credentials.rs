@@ -5,6 +5,7 @@
 use sqlx::any::AnyRow;
 use sqlx::{AnyPool, Row};
 
+use crate::credentials::store::Request;
 use crate::credentials::{CredentialStore, StoreError, StoreFuture, Stored};
 
 /// The SQL store (SQLite or PostgreSQL), on the gateway's database pool.
@@ -147,4 +148,84 @@ impl CredentialStore for SqlCredentialStore {
             rows.iter().map(row).collect()
         })
     }
+
+    fn open_request<'a>(&'a self, r: &'a Request) -> StoreFuture<'a, ()> {
+        Box::pin(async move {
+            // Requests a day past their expiry are of no use to anyone.
+            sqlx::query("DELETE FROM credential_requests WHERE expires_at_ms < $1")
+                .bind(r.created_at_ms - 86_400_000)
+                .execute(&self.pool)
+                .await
+                .map_err(failed)?;
+            sqlx::query(
+                "INSERT INTO credential_requests (id, subject, name, created_at_ms, expires_at_ms) \
+                 VALUES ($1, $2, $3, $4, $5)",
+            )
+            .bind(r.id.clone())
+            .bind(r.subject.clone())
+            .bind(r.name.clone())
+            .bind(r.created_at_ms)
+            .bind(r.expires_at_ms)
+            .execute(&self.pool)
+            .await
+            .map_err(failed)?;
+            Ok(())
+        })
+    }
+
+    fn take_request<'a>(&'a self, id: &'a str, now_ms: i64) -> StoreFuture<'a, Option<Request>> {
+        Box::pin(async move {
+            // One statement marks it used: of two takes at once, one finds it.
+            let done = sqlx::query(
+                "UPDATE credential_requests SET used_at_ms = $1 \
+                 WHERE id = $2 AND used_at_ms IS NULL AND expires_at_ms > $1",
+            )
+            .bind(now_ms)
+            .bind(id.to_owned())
+            .execute(&self.pool)
+            .await
+            .map_err(failed)?;
+            if done.rows_affected() != 1 {
+                return Ok(None);
+            }
+            request(&self.pool, id, true, now_ms).await
+        })
+    }
+
+    fn peek_request<'a>(&'a self, id: &'a str, now_ms: i64) -> StoreFuture<'a, Option<Request>> {
+        Box::pin(async move { request(&self.pool, id, false, now_ms).await })
+    }
+}
+
+/// The request `id`: the one just used at `now_ms` (`used`), or one still open then.
+async fn request(
+    pool: &AnyPool,
+    id: &str,
+    used: bool,
+    now_ms: i64,
+) -> Result<Option<Request>, StoreError> {
+    let sql = if used {
+        "SELECT id, subject, name, created_at_ms, expires_at_ms FROM credential_requests \
+             WHERE id = $1 AND used_at_ms = $2"
+    } else {
+        "SELECT id, subject, name, created_at_ms, expires_at_ms FROM credential_requests \
+             WHERE id = $1 AND used_at_ms IS NULL AND expires_at_ms > $2"
+    };
+    let found = sqlx::query(sql)
+        .bind(id.to_owned())
+        .bind(now_ms)
+        .fetch_optional(pool)
+        .await
+        .map_err(failed)?;
+    found
+        .map(|r| {
+            Ok(Request {
+                id: r.try_get("id").map_err(failed)?,
+                subject: r.try_get("subject").map_err(failed)?,
+                name: r.try_get("name").map_err(failed)?,
+                created_at_ms: r.try_get("created_at_ms").map_err(failed)?,
+                expires_at_ms: r.try_get("expires_at_ms").map_err(failed)?,
+            })
+        })
+        .transpose()
 }

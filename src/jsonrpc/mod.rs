@@ -32,6 +32,8 @@ pub mod code {
     pub const RESOURCE_NOT_FOUND: i64 = -32002;
     /// A request that took longer than allowed (the official SDKs' RequestTimeout).
     pub const REQUEST_TIMEOUT: i64 = -32001;
+    /// MCP (2025-11-25): the request needs a URL mode elicitation completed first.
+    pub const URL_ELICITATION_REQUIRED: i64 = -32042;
 }
 
 /// A request id: the raw JSON text of a string or an integer, validated on parse.

@@ -44,12 +44,20 @@ fn without_subscriptions(capabilities: &mut serde_json::Value) {
 
 pub(super) async fn probe(entry: &PluginEntry) -> ProbeState {
     let started = Instant::now();
+    // A plugin started with a person's credential is probed as no one: each credential empty.
+    let nobody = crate::backend::Personal(
+        crate::config::credentials_used(&entry.config)
+            .into_iter()
+            .map(|c| (c.to_owned(), String::new()))
+            .collect(),
+    );
     let result = start_plugin(
         &entry.config,
         Arc::from("probe"),
         &gateway_init_params(),
         Era::pinned(entry.config.era),
         None,
+        Some(&nobody),
     )
     .await;
     match result {

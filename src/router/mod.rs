@@ -324,11 +324,7 @@ async fn forward(
         }
         Err(e) => {
             audit.ended(audit::Outcome::Error, Some(e.code()));
-            sink.respond(jsonrpc::error_bytes(
-                Some(&id),
-                e.code(),
-                &e.client_message(),
-            ));
+            sink.respond(e.error_bytes(Some(&id)));
         }
     }
 }

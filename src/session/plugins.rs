@@ -14,11 +14,11 @@ use serde_json::value::RawValue;
 
 use super::Session;
 use crate::backend::connection::LIST_CHANGES;
-use crate::backend::{BackendError, PluginConnection, PluginEvents, Related};
+use crate::backend::{BackendError, Personal, PluginConnection, PluginEvents, Related};
 use crate::config::ProcessModel;
 use crate::jsonrpc::{self, Id};
 use crate::registry::{View, ViewPlugin};
-use crate::supervisor::{Slot, changed};
+use crate::supervisor::{Owner, Slot, changed};
 
 /// Longest wait for a starting instance to take the session's log level.
 const SET_LEVEL_WAIT: Duration = Duration::from_secs(2);
@@ -75,16 +75,20 @@ impl Session {
         if self.closed.is_cancelled() {
             return Err(gone());
         }
+        let personal = self.personal(plugin).await?;
         let events: Weak<dyn PluginEvents> = self.me.clone();
         let running = self
             .supervisor
             .instance(
                 plugin,
                 &s,
-                self.id.clone(),
-                &self.plugin_params,
-                &self.client,
-                events,
+                Owner {
+                    label: self.id.clone(),
+                    params: &self.plugin_params,
+                    client: &self.client,
+                    events,
+                    personal: personal.as_ref(),
+                },
             )
             .await?;
         let conn = running.conn.clone();
@@ -109,6 +113,55 @@ impl Session {
         }
         self.replay_state(&s, &conn);
         Ok(conn)
+    }
+
+    /// The session owner's own credentials that `plugin` is started with, if it uses any;
+    /// one not connected yet is asked for ([`BackendError::CredentialNeeded`]).
+    async fn personal(&self, plugin: &ViewPlugin) -> Result<Option<Personal>, BackendError> {
+        let used = crate::config::credentials_used(&plugin.entry.config);
+        if used.is_empty() {
+            return Ok(None);
+        }
+        let unavailable = |reason: String| BackendError::Unavailable {
+            plugin: plugin.name().to_owned(),
+            reason,
+        };
+        let Some(broker) = self.supervisor.credentials() else {
+            return Err(unavailable("people's credentials are not set up".into()));
+        };
+        let Some(subject) = self.owner.as_deref() else {
+            return Err(unavailable(
+                "it acts with a person's own credentials, and the caller has no token that says who they are".into(),
+            ));
+        };
+        let mut values = std::collections::BTreeMap::new();
+        for name in used {
+            match broker.value(subject, name).await {
+                Ok(Some(v)) => {
+                    values.insert(name.to_owned(), v.value);
+                }
+                Ok(None) => {
+                    let asked = broker.request(subject, name).await.map_err(|e| {
+                        tracing::warn!(plugin = %plugin.name(), credential = name, "credentials: {e}");
+                        unavailable(format!("credential `{name}` cannot be asked for now"))
+                    })?;
+                    return Err(BackendError::CredentialNeeded {
+                        plugin: plugin.name().to_owned(),
+                        credential: name.to_owned(),
+                        label: asked.label,
+                        elicitation_id: asked.id,
+                        url: asked.url,
+                    });
+                }
+                Err(e) => {
+                    tracing::warn!(plugin = %plugin.name(), credential = name, "credentials: {e}");
+                    return Err(unavailable(format!(
+                        "credential `{name}` could not be read; the gateway's logs say why"
+                    )));
+                }
+            }
+        }
+        Ok(Some(Personal(values)))
     }
 
     /// Instances running now.

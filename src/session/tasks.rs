@@ -425,7 +425,7 @@ mod tests {
     /// A live plugin instance that never answers: `cat`, with no handshake.
     fn instance(name: &str) -> Arc<PluginConnection> {
         let config = PluginConfig::new(name, "cat", vec![]);
-        let (transport, inbound) = StdioTransport::spawn(&config, "test").unwrap();
+        let (transport, inbound) = StdioTransport::spawn(&config, "test", None).unwrap();
         PluginConnection::new(
             Arc::from(name),
             Arc::from("test"),

@@ -30,7 +30,8 @@ use serde_json::value::RawValue;
 pub use limits::Reservation;
 pub use restart::Slot;
 
-use crate::backend::{BackendError, PluginConnection, PluginEvents, start_plugin};
+use crate::backend::{BackendError, Personal, PluginConnection, PluginEvents, start_plugin};
+use crate::credentials::Broker;
 use crate::registry::{PluginEntry, Registry, View, ViewPlugin};
 use crate::stream::Sink;
 use limits::Limits;
@@ -60,6 +61,17 @@ pub fn changed(plugin: &ViewPlugin) -> BackendError {
     }
 }
 
+/// Whom a session's instance is for: its label in the logs, the client's `initialize`
+/// params and key, who hears what it sends, and the person's own credentials it is started
+/// with, if it uses any.
+pub struct Owner<'a> {
+    pub label: Arc<str>,
+    pub params: &'a RawValue,
+    pub client: &'a Arc<str>,
+    pub events: Weak<dyn PluginEvents>,
+    pub personal: Option<&'a Personal>,
+}
+
 /// Starts, counts, restarts and stops plugin processes (see the module's doc).
 pub struct Supervisor {
     /// Which plugins exist now: a pool of a plugin that left or changed is not refilled.
@@ -69,6 +81,8 @@ pub struct Supervisor {
     pools: Arc<Pools>,
     /// Who hears what shared processes send on their own; set once by the session manager.
     listeners: Arc<OnceLock<Weak<dyn Listeners>>>,
+    /// People's own credentials, which some plugins are started with (set once, at start).
+    credentials: OnceLock<Arc<Broker>>,
 }
 
 impl Supervisor {
@@ -81,7 +95,18 @@ impl Supervisor {
             registry,
             limits,
             listeners,
+            credentials: OnceLock::new(),
         })
+    }
+
+    /// Keeps people's credentials in `broker` (once; later calls are ignored).
+    pub fn use_credentials(&self, broker: Arc<Broker>) {
+        let _ = self.credentials.set(broker);
+    }
+
+    /// People's credentials, if any are defined.
+    pub fn credentials(&self) -> Option<&Arc<Broker>> {
+        self.credentials.get()
     }
 
     /// Names who hears what shared processes send on their own (once; later calls are
@@ -112,7 +137,7 @@ impl Supervisor {
         client: Option<&Arc<str>>,
         events: Option<Weak<dyn PluginEvents>>,
     ) -> Result<Running, BackendError> {
-        start(&self.limits, entry, label, params, client, events).await
+        start(&self.limits, entry, label, params, client, events, None).await
     }
 
     /// A new instance for `slot` (which must be empty): a warm one if the plugin keeps
@@ -122,11 +147,29 @@ impl Supervisor {
         &self,
         plugin: &ViewPlugin,
         slot: &Slot,
-        label: Arc<str>,
-        params: &RawValue,
-        client: &Arc<str>,
-        events: Weak<dyn PluginEvents>,
+        owner: Owner<'_>,
     ) -> Result<Running, BackendError> {
+        let Owner {
+            label,
+            params,
+            client,
+            events,
+            personal,
+        } = owner;
+        if let Some(personal) = personal {
+            // One person's: never a warm one (a plugin with credentials keeps none).
+            return start(
+                &self.limits,
+                &slot.entry,
+                label,
+                params,
+                Some(client),
+                Some(events),
+                Some(personal),
+            )
+            .await
+            .inspect_err(|_| slot.count_crash());
+        }
         match self.pools.take_warm(plugin) {
             // A warm instance: started and initialized ahead of demand, now this owner's.
             Some(warm) if warm.conn.set_events(events.clone()) => Ok(warm),
@@ -173,6 +216,7 @@ async fn start(
     params: &RawValue,
     client: Option<&Arc<str>>,
     events: Option<Weak<dyn PluginEvents>>,
+    personal: Option<&Personal>,
 ) -> Result<Running, BackendError> {
     breaker::check(entry)?;
     let reservation = limits
@@ -181,7 +225,7 @@ async fn start(
             plugin: entry.name().to_owned(),
             reason,
         })?;
-    let conn = start_plugin(&entry.config, label, params, entry.era(), events)
+    let conn = start_plugin(&entry.config, label, params, entry.era(), events, personal)
         .await
         .inspect_err(|e| {
             tracing::warn!(plugin = %entry.name(), "{e}");

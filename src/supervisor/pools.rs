@@ -236,6 +236,7 @@ impl Pools {
             &gateway_init_params(),
             None,
             Some(events),
+            None,
         )
         .await?;
         let still_current = self
@@ -353,6 +354,7 @@ impl Pools {
                     &pool.entry,
                     Arc::from("warm"),
                     &gateway_init_params(),
+                    None,
                     None,
                     None,
                 )
