@@ -145,7 +145,7 @@ async fn credentials_are_sealed_in_a_sqlite_file_and_the_file_holds_no_value() {
     // file of the database holds either in the clear.
     let broker = Broker::new(config(1, &[]), db.credential_store(), BASE);
     broker
-        .connect_secret("carol", "github", TOKEN)
+        .connect_secret("bob_again", "github", TOKEN)
         .await
         .unwrap();
     drop(db);
@@ -269,42 +269,177 @@ async fn each_person_s_process_gets_their_own_credential_and_a_missing_one_is_as
         "{error}"
     );
 
-    // Connected (as the connect page will): straight into the database the gateway uses.
-    let keys = CredentialKeys {
-        current: Some([0xab; 32]),
-        previous: Vec::new(),
-    };
-    let spec = toml::from_str::<CredentialSpec>("kind = \"secret\"").unwrap();
-    let defs = CredentialsConfig {
-        keys,
-        credentials: vec![credential_config("tok", spec, |_| None).unwrap()],
-        secret_files: Vec::new(),
-    };
-    let database = Database::connect(&db).await.unwrap();
-    let broker = Broker::new(defs, database.credential_store(), &base);
-    broker
-        .connect_secret("alice", "tok", "alice-secret-1")
+    let link = asked["url"].as_str().unwrap().to_owned();
+    let http = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+
+    // A link that does not exist, and one opened without its page: refused.
+    let r = http
+        .get(format!("{base}/connect/{}", "0".repeat(32)))
+        .send()
         .await
         .unwrap();
-    let got = alice.result(3, "tools/call", getenv.clone()).await;
-    assert_eq!(got["content"][0]["text"], "alice-secret-1");
+    assert_eq!(r.status(), 404);
+    let page = Page::open(&http, &link).await;
+    let no_cookie = http
+        .post(&link)
+        .form(&form(&page.csrf, "alice", "alice-pw", "alice-secret-1"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(no_cookie.status(), 403);
+    assert!(no_cookie.text().await.unwrap().contains("id=\"csrf\""));
+    // A cross-site post, cookie and all (a browser sends it only with SameSite=None).
+    let r = page
+        .post(&http, "alice", "alice-pw", "alice-secret-1")
+        .header("origin", "https://evil.example")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403);
+    // Refused at the edge, before the form was read.
+    assert!(!r.text().await.unwrap().contains("id=\"csrf\""));
+    // Bob signs in on alice's link: refused, nothing kept for anyone.
+    let r = page
+        .post(&http, "bob", "bob-pw", "bob-wants-in")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403);
+    let body = r.text().await.unwrap();
+    assert!(body.contains("id=\"another\""), "{body}");
+    let r = page
+        .post(&http, "alice", "wrong", "alice-secret-1")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401);
+    let reply = alice.call(3, "tools/call", getenv.clone()).await;
+    assert_eq!(reply.last()["error"]["code"], -32042, "{reply:?}");
 
+    // Alice herself: kept, and her next call's process has it.
+    let r = page
+        .post(&http, "alice", "alice-pw", "alice-secret-1")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert!(r.text().await.unwrap().contains("id=\"connected\""));
+    let got = alice.result(4, "tools/call", getenv.clone()).await;
+    assert_eq!(got["content"][0]["text"], "alice-secret-1");
+    // The link is used up.
+    let r = page
+        .post(&http, "alice", "alice-pw", "alice-secret-X")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
+    assert_eq!(http.get(&link).send().await.unwrap().status(), 404);
+
+    // Bob has his own link, and his own process his own value.
     let mut bob = a.gw.client().with_token(&token_of("bob").await);
     bob.initialize().await;
     let reply = bob.call(2, "tools/call", getenv.clone()).await;
-    assert_eq!(reply.last()["error"]["code"], -32042, "{reply:?}");
-    broker
-        .connect_secret("bob", "tok", "bob-secret-2")
+    let bobs_link = reply.last()["error"]["data"]["elicitations"][0]["url"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{reply:?}"))
+        .to_owned();
+    let page = Page::open(&http, &bobs_link).await;
+    let r = page
+        .post(&http, "bob", "bob-pw", "bob-secret-2")
+        .send()
         .await
         .unwrap();
+    assert_eq!(r.status(), 200);
     let got = bob.result(3, "tools/call", getenv.clone()).await;
     assert_eq!(got["content"][0]["text"], "bob-secret-2");
-    // Alice's process still has hers.
-    let got = alice.result(4, "tools/call", getenv).await;
+    let got = alice.result(5, "tools/call", getenv.clone()).await;
     assert_eq!(got["content"][0]["text"], "alice-secret-1");
-    // No value in the gateway's log.
+
+    // An expired link is refused.
+    let mut bob_again = a.gw.client().with_token(&token_of("bob").await);
+    bob_again.initialize().await;
+    let database = Database::connect(&db).await.unwrap();
+    sqlx::query("DELETE FROM credentials")
+        .execute(database.pool())
+        .await
+        .unwrap();
+    let reply = bob_again.call(2, "tools/call", getenv.clone()).await;
+    let late = reply.last()["error"]["data"]["elicitations"][0]["url"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{reply:?}"))
+        .to_owned();
+    sqlx::query("UPDATE credential_requests SET expires_at_ms = 1")
+        .execute(database.pool())
+        .await
+        .unwrap();
+    assert_eq!(http.get(&late).send().await.unwrap().status(), 404);
+
+    // No value in the gateway's log, nor in its database's files.
     let log = a.gw.log();
     assert!(!log.contains("alice-secret-1") && !log.contains("bob-secret-2"));
+    drop(database);
+    for entry in std::fs::read_dir(a.dir.path()).unwrap() {
+        let bytes = std::fs::read(entry.unwrap().path()).unwrap();
+        assert!(!bytes.windows(14).any(|w| w == b"alice-secret-1"));
+    }
+}
+
+/// The connect page as a browser holds it: its cookie and its form's token.
+struct Page {
+    link: String,
+    cookie: String,
+    csrf: String,
+}
+
+impl Page {
+    async fn open(http: &reqwest::Client, link: &str) -> Page {
+        let r = http.get(link).send().await.unwrap();
+        assert_eq!(r.status(), 200);
+        let set = r.headers()["set-cookie"].to_str().unwrap().to_owned();
+        assert!(
+            set.contains("HttpOnly") && set.contains("SameSite=Strict"),
+            "{set}"
+        );
+        let cookie = set.split(';').next().unwrap().to_owned();
+        let html = r.text().await.unwrap();
+        let needle = "name=\"csrf\" value=\"";
+        let at = html.find(needle).unwrap() + needle.len();
+        let csrf = html[at..at + html[at..].find('"').unwrap()].to_owned();
+        Page {
+            link: link.to_owned(),
+            cookie,
+            csrf,
+        }
+    }
+
+    fn post(
+        &self,
+        http: &reqwest::Client,
+        user: &str,
+        pw: &str,
+        value: &str,
+    ) -> reqwest::RequestBuilder {
+        http.post(&self.link)
+            .header("cookie", &self.cookie)
+            .form(&form(&self.csrf, user, pw, value))
+    }
+}
+
+fn form<'a>(
+    csrf: &'a str,
+    user: &'a str,
+    pw: &'a str,
+    value: &'a str,
+) -> [(&'static str, &'a str); 4] {
+    [
+        ("csrf", csrf),
+        ("username", user),
+        ("password", pw),
+        ("value", value),
+    ]
 }
 
 fn json_call(var: &str) -> serde_json::Value {

@@ -47,7 +47,9 @@ pub fn escape(s: &str) -> String {
     out
 }
 
-fn page(status: StatusCode, title: &str, body: &str) -> Response {
+/// A page of the gateway's: `body` (already escaped) under `title`, with the headers every page
+/// gets (no scripts, no framing, no caching, no referrer to other sites).
+pub fn page(status: StatusCode, title: &str, body: &str) -> Response {
     let html = format!(
         "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\

@@ -28,6 +28,8 @@ pub enum CredentialError {
     Pattern(String),
     #[error("the value is empty, too long or holds control characters")]
     Malformed,
+    #[error("credential `{0}` is not entered by hand")]
+    NotSecret(String),
     #[error("credential `{name}` could not be read: {why}")]
     Sealed { name: String, why: SealError },
     #[error(transparent)]
@@ -169,26 +171,42 @@ impl Broker {
         Ok(Some(value))
     }
 
-    /// Keeps `value` as `subject`'s credential `name`, of kind `secret`: checked against its
-    /// pattern first.
+    /// The open request to connect `id` (unused, unexpired), leaving it open.
+    pub async fn peek(&self, id: &str) -> Result<Option<Request>, CredentialError> {
+        Ok(self.store.peek_request(id, now_ms()).await?)
+    }
+
+    /// The open request `id`, used up: no one can use it again, on any replica.
+    pub async fn take(&self, id: &str) -> Result<Option<Request>, CredentialError> {
+        Ok(self.store.take_request(id, now_ms()).await?)
+    }
+
+    /// Whether `value` may be kept as credential `name` (of kind `secret`): not empty, not
+    /// too long, no control characters, and of its pattern's form.
+    pub fn check_secret(&self, name: &str, value: &str) -> Result<(), CredentialError> {
+        let c = self.defined(name)?;
+        if value.is_empty() || value.len() > MAX_VALUE_BYTES || value.chars().any(char::is_control)
+        {
+            return Err(CredentialError::Malformed);
+        }
+        match &c.kind {
+            CredentialKind::Secret {
+                pattern: Some(pattern),
+            } if !pattern.is_match(value) => Err(CredentialError::Pattern(name.to_owned())),
+            CredentialKind::Secret { .. } => Ok(()),
+            _ => Err(CredentialError::NotSecret(name.to_owned())),
+        }
+    }
+
+    /// Keeps `value` as `subject`'s credential `name`, of kind `secret`: checked first
+    /// ([`Broker::check_secret`]).
     pub async fn connect_secret(
         &self,
         subject: &str,
         name: &str,
         value: &str,
     ) -> Result<Connection, CredentialError> {
-        let c = self.defined(name)?;
-        if value.is_empty() || value.len() > MAX_VALUE_BYTES || value.chars().any(char::is_control)
-        {
-            return Err(CredentialError::Malformed);
-        }
-        if let CredentialKind::Secret {
-            pattern: Some(pattern),
-        } = &c.kind
-            && !pattern.is_match(value)
-        {
-            return Err(CredentialError::Pattern(name.to_owned()));
-        }
+        self.check_secret(name, value)?;
         self.keep(
             subject,
             name,

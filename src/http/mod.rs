@@ -7,6 +7,7 @@
 //! ([`crate::metrics`]) and runs in a span that its log lines carry ([`trace`]).
 
 pub mod checks;
+mod connect;
 pub mod error;
 mod mcp;
 pub mod serve;
@@ -54,9 +55,12 @@ pub fn router(gateway: Arc<Gateway>) -> Router {
     }
     let mcp = mcp.with_state(edge.clone());
     let app = if edge.auth.enabled() {
-        let oauth = crate::auth::server::router(edge.auth.clone()).layer(
-            axum::middleware::from_fn_with_state(edge.clone(), host_guard),
-        );
+        let oauth = crate::auth::server::router(edge.auth.clone())
+            .merge(connect::router(edge.clone()))
+            .layer(axum::middleware::from_fn_with_state(
+                edge.clone(),
+                host_guard,
+            ));
         mcp.merge(oauth)
     } else {
         mcp

@@ -62,7 +62,7 @@ use super::{Auth, now_secs};
 use crate::config::AuthConfig;
 
 pub use error::{OAuthError, PageError};
-pub use signin::hash_password;
+pub use signin::{Refused as SignInRefused, hash_password};
 
 use signin::SignInThrottle;
 

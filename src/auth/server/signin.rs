@@ -141,6 +141,50 @@ pub(super) async fn verify_argon2(hash: Option<String>, password: &str) -> bool 
     .unwrap_or(false)
 }
 
+/// Why a person was not signed in on another page of the gateway's (the connect page).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refused {
+    /// Too many failed sign-ins for the name or from the address: try again after this.
+    Locked(Duration),
+    /// A wrong name or password.
+    Wrong,
+}
+
+impl super::AuthServer {
+    /// Signs `username` in with `password` for a page other than `/authorize` (the connect
+    /// page), under the same lockout as the sign-in form: the subject, or why not.
+    pub async fn sign_in(
+        &self,
+        username: &str,
+        password: &str,
+        addr: Option<IpAddr>,
+    ) -> Result<String, Refused> {
+        if let Some(wait) = self.signins.blocked(&self.config, username, addr) {
+            refused("signin_locked");
+            tracing::warn!(user = %shown(username), address = ?addr, "sign-in refused: too many failed sign-ins");
+            return Err(Refused::Locked(wait));
+        }
+        if !check_password(&self.config, username, password).await {
+            self.signins.failed(&self.config, username, addr);
+            refused("bad_credentials");
+            tracing::info!(user = %shown(username), address = ?addr, "sign-in refused");
+            return Err(Refused::Wrong);
+        }
+        self.signins.succeeded(username);
+        Ok(username.to_owned())
+    }
+
+    /// Whether people sign in here with a password (configured users).
+    pub fn has_users(&self) -> bool {
+        !self.config.users.is_empty()
+    }
+
+    /// Whether the pages' cookies are `Secure` (the public URL is https).
+    pub fn secure_cookies(&self) -> bool {
+        self.secure_cookies
+    }
+}
+
 pub(super) async fn login(
     State(auth): St,
     ClientAddr(addr): ClientAddr,
