@@ -236,6 +236,8 @@ async fn each_person_s_process_gets_their_own_credential_and_a_missing_one_is_as
         &path,
         "--database-url",
         &db,
+        "--admin-token",
+        ADMIN_TOKEN,
     ]);
     let a = AuthGateway {
         gw,
@@ -357,6 +359,46 @@ async fn each_person_s_process_gets_their_own_credential_and_a_missing_one_is_as
     assert_eq!(got["content"][0]["text"], "bob-secret-2");
     let got = alice.result(5, "tools/call", getenv.clone()).await;
     assert_eq!(got["content"][0]["text"], "alice-secret-1");
+
+    // The operator sees who connected, never a value, and revokes alice's: her running
+    // process stops, and her next call asks again.
+    let admin = common::Admin::of(&a.gw, ADMIN_TOKEN);
+    let (status, all) = admin.get("/admin/credentials").await;
+    assert_eq!(status, 200, "{all}");
+    assert_eq!(all["credentials"][0]["connected"], 2, "{all}");
+    assert_eq!(all["credentials"][0]["plugins"], serde_json::json!(["fix"]));
+    let (_, tok) = admin.get("/admin/credentials/tok").await;
+    let who: Vec<&str> = tok["connections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["subject"].as_str().unwrap())
+        .collect();
+    assert_eq!(who, ["alice", "bob"]);
+    assert!(!tok.to_string().contains("secret-"), "{tok}");
+    assert_eq!(admin.get("/admin/credentials/nope").await.0, 404);
+    let (status, revoked) = admin
+        .send(
+            reqwest::Method::DELETE,
+            "/admin/credentials/tok/connections/alice",
+            None,
+            Some(ADMIN_TOKEN),
+        )
+        .await;
+    assert_eq!(status, 200, "{revoked}");
+    assert_eq!(
+        revoked,
+        serde_json::json!({"revoked": 1, "instances_stopped": 1})
+    );
+    let reply = alice.call(6, "tools/call", getenv.clone()).await;
+    assert_eq!(reply.last()["error"]["code"], -32042, "{reply:?}");
+    let got = bob.result(4, "tools/call", getenv.clone()).await;
+    assert_eq!(got["content"][0]["text"], "bob-secret-2");
+    let (_, audit) = admin.get("/admin/audit?kind=admin").await;
+    assert!(
+        audit.to_string().contains("credential.revoke:tok"),
+        "{audit}"
+    );
 
     // An expired link is refused.
     let mut bob_again = a.gw.client().with_token(&token_of("bob").await);

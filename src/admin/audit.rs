@@ -100,6 +100,11 @@ fn action(method: &Method, path: &str) -> (String, Option<String>) {
         (&Method::POST, ["admin", "reload"]) => ("config.reload".into(), None),
         (&Method::POST, ["admin", "auth", "rotate-keys"]) => ("auth.rotate_keys".into(), None),
         (&Method::DELETE, ["admin", "sessions", _]) => ("session.end".into(), None),
+        // The credential's name as the target; never the person's (the record's subject is
+        // the admin who revoked).
+        (&Method::DELETE, ["admin", "credentials", name, "connections", ..]) => {
+            (format!("credential.revoke:{}", decode(name)), None)
+        }
         (&Method::POST, ["ui", "logout"]) => ("console.sign_out".into(), None),
         _ => (format!("{method} {path}"), None),
     }

@@ -7,7 +7,9 @@
 //! `POST /admin/plugins/{name}/enable|disable|restart`; `POST /admin/reload` re-reads the
 //! config file; `POST /admin/auth/rotate-keys`; `GET /admin/limits` shows the rate limits in
 //! force; `GET /admin/audit` reads the audit log back ([`audit`], which also records every
-//! admin action); `GET /admin/sessions` and `DELETE /admin/sessions/{key}` ([`sessions`]).
+//! admin action); `GET /admin/sessions` and `DELETE /admin/sessions/{key}` ([`sessions`]);
+//! `GET /admin/credentials[/{name}]` and `DELETE /admin/credentials/{name}/connections[/{subject}]`
+//! ([`credentials`]: who connected a credential, and revoking).
 //! The console for people, `/ui` ([`console`]), is on the same listener behind the same
 //! token. Without a configured token the admin API answers 404. JSON
 //! in and out; every refusal says what was wrong. Secret values never leave: environment
@@ -15,6 +17,7 @@
 
 mod audit;
 mod console;
+mod credentials;
 mod guard;
 mod metrics;
 mod probes;
@@ -82,6 +85,16 @@ fn api_router(gateway: Arc<Gateway>) -> Router<Arc<Gateway>> {
         .route("/admin/limits", get(limits))
         .route("/admin/audit", get(audit::list))
         .route("/admin/sessions", get(sessions::list))
+        .route("/admin/credentials", get(credentials::list))
+        .route("/admin/credentials/{name}", get(credentials::show))
+        .route(
+            "/admin/credentials/{name}/connections",
+            axum::routing::delete(credentials::revoke_all),
+        )
+        .route(
+            "/admin/credentials/{name}/connections/{subject}",
+            axum::routing::delete(credentials::revoke_one),
+        )
         .route(
             "/admin/sessions/{key}",
             axum::routing::delete(sessions::delete),

@@ -164,6 +164,23 @@ impl Session {
         Ok(Some(Personal(values)))
     }
 
+    /// Stops this session's instance of `plugin`, if one runs (it starts again on next use);
+    /// whether one did.
+    pub fn stop_instance(&self, plugin: &str) -> bool {
+        let Some(slots) = self.slots.if_made() else {
+            return false;
+        };
+        let removed = slots.lock().expect("slots lock").remove(plugin);
+        match removed {
+            Some(s) => {
+                let running = s.current().is_some();
+                s.stop();
+                running
+            }
+            None => false,
+        }
+    }
+
     /// Instances running now.
     pub fn running(&self) -> Vec<Arc<PluginConnection>> {
         let Some(slots) = self.slots.if_made() else {
