@@ -286,7 +286,10 @@ fn regression_readme_config_examples_pass_check() {
         }
         checked += 1;
         let path = write(&dir, &format!("example-{checked}.{ext}"), &text);
-        let (code, out, err) = gateway(&["check", "--config", &path], &[]);
+        // The credentials' storage key, as a deployment gives it.
+        let key = "00".repeat(32);
+        let env = [("MCP_GATEWAY_CREDENTIALS_KEY", key.as_str())];
+        let (code, out, err) = gateway(&["check", "--config", &path], &env);
         assert_eq!(
             code, 0,
             "README example {checked} fails `check`:\n{text}\nstdout: {out}\nstderr: {err}"
