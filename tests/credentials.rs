@@ -209,6 +209,7 @@ async fn a_request_to_connect_is_used_once_and_not_after_it_expires() {
 /// person's process has their own value and no one else's.
 #[tokio::test]
 async fn each_person_s_process_gets_their_own_credential_and_a_missing_one_is_asked_for() {
+    use common::modern::{Modern, only};
     use common::oauth::*;
     use common::{FIXTURE, Gateway, free_port, write_config};
     let dir = tempfile::tempdir().unwrap();
@@ -256,7 +257,50 @@ async fn each_person_s_process_gets_their_own_credential_and_a_missing_one_is_as
             t["access_token"].as_str().unwrap().to_owned()
         }
     };
-    let mut alice = a.gw.client().with_token(&token_of("alice").await);
+    let alices_token = token_of("alice").await;
+    // A 2026-07-28 client is asked in a round of its own: a URL mode elicitation of the link.
+    let modern = Modern::new(
+        a.gw.client().with_token(&alices_token),
+        serde_json::json!({"elicitation": {"url": {}}}),
+    );
+    let args = serde_json::json!({"name": "TOKEN"});
+    let round = modern.call(1, "getenv", args.clone()).await;
+    let requests = round.input_requests();
+    let key = only(requests, "elicitation/create");
+    assert_eq!(key, "connect-tok");
+    let asked = &requests[&key]["params"];
+    assert_eq!(asked["mode"], "url");
+    let modern_link = asked["url"].as_str().unwrap();
+    assert!(
+        modern_link.starts_with(&format!("{base}/connect/")),
+        "{asked}"
+    );
+    let state = round.state();
+    // Declined: the call is not made.
+    let declined = modern
+        .retry(
+            2,
+            "getenv",
+            args.clone(),
+            serde_json::json!({"connect-tok": {"action": "decline"}}),
+            &state,
+        )
+        .await;
+    assert_eq!(declined.error().1, -32600, "{}", declined.message);
+    // A modern client that cannot open URLs is told what it lacks.
+    let no_url = Modern::new(
+        a.gw.client().with_token(&alices_token),
+        serde_json::json!({"elicitation": {"form": {}}}),
+    );
+    let refused = no_url.call(1, "getenv", args.clone()).await;
+    let (status, code, _) = refused.error();
+    assert_eq!((status, code), (400, -32021), "{}", refused.message);
+    assert_eq!(
+        refused.message["error"]["data"]["requiredCapabilities"],
+        serde_json::json!({"elicitation": {"url": {}}})
+    );
+
+    let mut alice = a.gw.client().with_token(&alices_token);
     alice.initialize().await;
     let getenv = json_call("TOKEN");
     let reply = alice.call(2, "tools/call", getenv.clone()).await;
@@ -331,6 +375,17 @@ async fn each_person_s_process_gets_their_own_credential_and_a_missing_one_is_as
     assert!(r.text().await.unwrap().contains("id=\"connected\""));
     let got = alice.result(4, "tools/call", getenv.clone()).await;
     assert_eq!(got["content"][0]["text"], "alice-secret-1");
+    // The modern client's retry, once she is connected, runs the call.
+    let done = modern
+        .retry(
+            3,
+            "getenv",
+            args.clone(),
+            serde_json::json!({"connect-tok": {"action": "accept"}}),
+            &state,
+        )
+        .await;
+    assert_eq!(done.text(), "alice-secret-1");
     // The link is used up.
     let r = page
         .post(&http, "alice", "alice-pw", "alice-secret-X")
@@ -388,10 +443,13 @@ async fn each_person_s_process_gets_their_own_credential_and_a_missing_one_is_as
     assert_eq!(status, 200, "{revoked}");
     assert_eq!(
         revoked,
-        serde_json::json!({"revoked": 1, "instances_stopped": 1})
+        serde_json::json!({"revoked": 1, "instances_stopped": 2}),
+        "her legacy session's and her 2026-07-28 calls' instances"
     );
     let reply = alice.call(6, "tools/call", getenv.clone()).await;
     assert_eq!(reply.last()["error"]["code"], -32042, "{reply:?}");
+    let again = modern.call(4, "getenv", args.clone()).await;
+    only(again.input_requests(), "elicitation/create");
     let got = bob.result(4, "tools/call", getenv.clone()).await;
     assert_eq!(got["content"][0]["text"], "bob-secret-2");
     let (_, audit) = admin.get("/admin/audit?kind=admin").await;

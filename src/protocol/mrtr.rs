@@ -70,6 +70,10 @@ pub struct StateClaims {
     /// This round's nonce: a parked call is resumed by the state of its last round, once.
     #[serde(rename = "n")]
     pub nonce: u64,
+    /// No call is parked: the retry runs the request afresh (a round the gateway asked
+    /// itself, such as connecting a credential, which is done once the person has).
+    #[serde(rename = "f", default, skip_serializing_if = "std::ops::Not::not")]
+    pub fresh: bool,
 }
 
 /// Why a `requestState` was not accepted. The messages are for the client: they never say
@@ -341,6 +345,7 @@ mod tests {
             replica: "r1".into(),
             call: 42,
             nonce: 7,
+            fresh: false,
         }
     }
 

@@ -324,7 +324,11 @@ async fn forward(
         }
         Err(e) => {
             audit.ended(audit::Outcome::Error, Some(e.code()));
-            sink.respond(e.error_bytes(Some(&id)));
+            // A modern client is asked for a missing credential in a round of its own.
+            let answer = session
+                .credential_round(sink, &id, &e)
+                .unwrap_or_else(|| e.error_bytes(Some(&id)));
+            sink.respond(answer);
         }
     }
 }

@@ -240,3 +240,91 @@ impl Session {
 fn empty() -> Box<RawValue> {
     RawValue::from_string("{}".into()).expect("valid JSON")
 }
+
+impl Session {
+    /// A modern client's call (seeded, answering to `client` under `id`) whose plugin cannot
+    /// start until the caller connects one of their own credentials (`needed`): the round
+    /// the gateway asks itself, an `InputRequiredResult` holding a URL mode elicitation of
+    /// the connect page's link, whose `requestState` runs the request afresh when retried.
+    /// -32021 when the client declared no URL elicitation; an error when its retry declined.
+    /// `None` when `client` is no seeded call's (the caller gets the plain error).
+    pub fn credential_round(
+        &self,
+        client: &Sink,
+        id: &Id,
+        needed: &crate::backend::BackendError,
+    ) -> Option<bytes::Bytes> {
+        let crate::backend::BackendError::CredentialNeeded {
+            credential,
+            elicitation_id,
+            url,
+            ..
+        } = needed
+        else {
+            return None;
+        };
+        let seed = self
+            .seeds
+            .lock()
+            .expect("seeds lock")
+            .remove(&client.stream_number())?;
+        let key = format!("connect-{credential}");
+        if let Some(answer) = seed.offered.get(&key) {
+            #[derive(serde::Deserialize)]
+            struct Answer {
+                action: Option<String>,
+            }
+            let action = serde_json::from_str::<Answer>(answer.get())
+                .ok()
+                .and_then(|a| a.action);
+            if action.as_deref() != Some("accept") {
+                return Some(jsonrpc::error_bytes(
+                    Some(id),
+                    code::INVALID_REQUEST,
+                    &format!(
+                        "the call needs your own credential `{credential}`, and you did not connect it; it was not made"
+                    ),
+                ));
+            }
+        }
+        let message = needed.client_message();
+        let params = serde_json::json!({
+            "mode": "url",
+            "elicitationId": elicitation_id,
+            "url": url,
+            "message": message,
+        });
+        let params = RawValue::from_string(params.to_string()).expect("serialized JSON");
+        if crate::protocol::mrtr::missing_capability(
+            "elicitation/create",
+            Some(&params),
+            seed.capabilities.as_deref(),
+        )
+        .is_some()
+        {
+            return Some(super::bridged_call::missing_capabilities(
+                id,
+                &["elicitation.url"],
+            ));
+        }
+        let expires = std::time::SystemTime::now() + seed.parked.timeout;
+        let state = seed.parked.key.seal(&crate::protocol::mrtr::StateClaims {
+            caller: seed.binding.caller.clone(),
+            expires_ms: expires
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64),
+            digest: seed.binding.digest().to_owned(),
+            replica: seed.parked.replica.to_string(),
+            call: 0,
+            nonce: 0,
+            fresh: true,
+        });
+        let request = crate::protocol::mrtr::InputRequest {
+            key: &key,
+            method: "elicitation/create",
+            params: Some(&params),
+        };
+        let result = crate::protocol::mrtr::input_required_result(&[request], &state);
+        Some(jsonrpc::result_bytes(id.raw(), &result))
+    }
+}

@@ -455,6 +455,7 @@ impl Pump {
             replica: self.parked.replica.to_string(),
             call: self.call,
             nonce,
+            fresh: false,
         });
         let requests: Vec<InputRequest> = self
             .waiting
@@ -557,7 +558,7 @@ impl Pump {
 
 /// The -32021 answer naming the capabilities `caps` (`sampling`, `elicitation.url`, ...) in
 /// `requiredCapabilities`, as a client declares them.
-fn missing_capabilities(id: &Id, caps: &[&str]) -> bytes::Bytes {
+pub(super) fn missing_capabilities(id: &Id, caps: &[&str]) -> bytes::Bytes {
     let mut required = serde_json::Map::new();
     for cap in caps {
         let (top, sub) = cap

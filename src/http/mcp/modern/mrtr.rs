@@ -101,6 +101,10 @@ pub(super) async fn retry(
     if claims.expires_ms <= now_ms {
         return Err(refuse("requestState has expired"));
     }
+    if claims.fresh {
+        // A round the gateway asked itself: nothing is parked, the request runs again.
+        return Ok(Retry::First);
+    }
     if *claims.replica == *gw.parked.replica {
         return Ok(Retry::Here(Resumed {
             call: claims.call,
