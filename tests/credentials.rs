@@ -395,14 +395,35 @@ async fn each_person_s_process_gets_their_own_credential_and_a_missing_one_is_as
     assert_eq!(r.status(), 404);
     assert_eq!(http.get(&link).send().await.unwrap().status(), 404);
 
-    // Bob has his own link, and his own process his own value.
+    // Bob's client can open links (URL elicitation, 2025-11-25): it is asked on the call's
+    // stream, and the call waits for him.
     let mut bob = a.gw.client().with_token(&token_of("bob").await);
-    bob.initialize().await;
-    let reply = bob.call(2, "tools/call", getenv.clone()).await;
-    let bobs_link = reply.last()["error"]["data"]["elicitations"][0]["url"]
-        .as_str()
-        .unwrap_or_else(|| panic!("{reply:?}"))
-        .to_owned();
+    bob.initialize_at(
+        "2025-11-25",
+        serde_json::json!({"elicitation": {"url": {}}}),
+    )
+    .await;
+    let call = |id: i64| serde_json::json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": getenv.clone()});
+    // Declined: the call ends with the error.
+    let mut events = bob.stream(&call(20)).await;
+    let asked = events.next().await.unwrap();
+    assert_eq!(asked["method"], "elicitation/create", "{asked}");
+    assert_eq!(asked["params"]["mode"], "url");
+    let r = bob
+        .post(&serde_json::json!({"jsonrpc": "2.0", "id": asked["id"], "result": {"action": "decline"}}))
+        .await;
+    assert_eq!(r.status, 202);
+    let answer = events.next().await.unwrap();
+    assert_eq!(answer["error"]["code"], -32042, "{answer}");
+    // Accepted: the call waits until he connected, then goes on.
+    let mut events = bob.stream(&call(21)).await;
+    let asked = events.next().await.unwrap();
+    let elicitation = asked["params"]["elicitationId"].clone();
+    let bobs_link = asked["params"]["url"].as_str().unwrap().to_owned();
+    let r = bob
+        .post(&serde_json::json!({"jsonrpc": "2.0", "id": asked["id"], "result": {"action": "accept"}}))
+        .await;
+    assert_eq!(r.status, 202);
     let page = Page::open(&http, &bobs_link).await;
     let r = page
         .post(&http, "bob", "bob-pw", "bob-secret-2")
@@ -410,6 +431,18 @@ async fn each_person_s_process_gets_their_own_credential_and_a_missing_one_is_as
         .await
         .unwrap();
     assert_eq!(r.status(), 200);
+    let complete = events.next().await.unwrap();
+    assert_eq!(
+        complete["method"], "notifications/elicitation/complete",
+        "{complete}"
+    );
+    assert_eq!(complete["params"]["elicitationId"], elicitation);
+    let answer = events.next().await.unwrap();
+    assert_eq!(answer["id"], 21);
+    assert_eq!(
+        answer["result"]["content"][0]["text"], "bob-secret-2",
+        "{answer}"
+    );
     let got = bob.result(3, "tools/call", getenv.clone()).await;
     assert_eq!(got["content"][0]["text"], "bob-secret-2");
     let got = alice.result(5, "tools/call", getenv.clone()).await;

@@ -291,7 +291,15 @@ async fn forward(
         sink.respond(answer);
         return;
     }
-    match session.plugin(plugin).await {
+    let mut started = session.plugin(plugin).await;
+    // A legacy client that can open a link is asked to have the person connect a missing
+    // credential, and the call waits for them (once).
+    if let Err(e @ crate::backend::BackendError::CredentialNeeded { .. }) = &started
+        && session.ask_to_connect(sink, e).await == Some(crate::session::Connected::Yes)
+    {
+        started = session.plugin(plugin).await;
+    }
+    match started {
         Ok(conn) => {
             let params = match session.toward(&conn, method, params) {
                 Ok(p) => p,

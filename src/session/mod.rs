@@ -39,6 +39,7 @@ mod bridge;
 mod bridged_call;
 mod callers;
 pub mod capabilities;
+mod connect;
 mod holds;
 mod listen;
 mod log_level;
@@ -67,6 +68,7 @@ use tokio_util::sync::CancellationToken;
 pub use adopt::IN_FLIGHT_LOST;
 pub use bridge::{Binding, Exchange, Resume, Seed};
 pub use capabilities::ClientCapabilities;
+pub use connect::Connected;
 pub use holds::Hold;
 pub use listen::{
     LISTEN_QUEUE_BYTES, ListenFilter, ListenSlot, Listener, SUBSCRIPTION_ID, TooManyListeners,
@@ -202,6 +204,9 @@ pub struct Session {
     /// Input a modern plugin asked for, as requests the client was sent (numbered from the
     /// same counter): which round of which parked call each answers.
     input_requests: Lazy<Mutex<HashMap<u64, modern_plugins::Asked>>>,
+    /// Requests the gateway itself sent the client (numbered from the same counter): where
+    /// each answer goes (`connect.rs`).
+    own_requests: Lazy<Mutex<connect::OwnRequests>>,
     /// The streams of its bridged calls (a caller's session): the only ones a plugin's
     /// request to the client may go to (`bridge.rs`).
     bridged: Lazy<Mutex<foldhash::HashSet<u64>>>,
@@ -357,6 +362,7 @@ impl Session {
             server_requests: Lazy::default(),
             next_server_request: AtomicU64::new(1),
             input_requests: Lazy::default(),
+            own_requests: Lazy::default(),
             bridged: Lazy::default(),
             seeds: Lazy::default(),
             log_level,

@@ -79,6 +79,9 @@ impl Session {
         if id.as_u64().is_some_and(|n| self.input_response(n, outcome)) {
             return true;
         }
+        if id.as_u64().is_some_and(|n| self.own_response(n, outcome)) {
+            return true;
+        }
         let entry = id.as_u64().and_then(|n| {
             self.server_requests
                 .lock()

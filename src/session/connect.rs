@@ -1,0 +1,164 @@
+//! A legacy client asked to connect the caller's own credential (issue 41): when a call's
+//! plugin cannot start until the person connects one, and the client declared URL mode
+//! elicitation (2025-11-25), the gateway itself sends `elicitation/create` with the connect
+//! page's link on the call's stream and keeps the call waiting: once the person has
+//! connected (seen in the credential store, which every replica shares) the client gets
+//! `notifications/elicitation/complete` and the call goes on. A client that declines, or a
+//! person who does not connect within the link's lifetime, ends the wait, and the call gets
+//! the spec's URLElicitationRequiredError. The gateway's own requests take ids from the
+//! counter the plugins' requests to the client use, so the client's answer finds its way
+//! back here ([`Session::own_response`]).
+
+use std::time::Duration;
+
+use serde_json::value::RawValue;
+
+use super::Session;
+use crate::backend::{BackendError, Related};
+use crate::jsonrpc::{self, Id, Outcome};
+use crate::stream::Sink;
+
+/// The gateway's own requests to the client, by the id the client sees: where each answer
+/// goes (the result, or `None` for an error).
+pub(super) type OwnRequests =
+    std::collections::HashMap<u64, tokio::sync::oneshot::Sender<Option<Box<RawValue>>>>;
+
+/// How often the store is looked at while a person connects.
+const POLL: Duration = Duration::from_millis(250);
+
+/// How a wait for a person to connect ended.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Connected {
+    /// They did: the call may go on.
+    Yes,
+    /// The client declined or cancelled, or could not be asked, or the person did not come
+    /// back in time: the call ends with the error.
+    No,
+}
+
+impl Session {
+    /// Hands the client's answer `n` to the gateway's own request it answers; false when `n`
+    /// is none of those.
+    pub(super) fn own_response(&self, n: u64, outcome: &Outcome) -> bool {
+        let Some(waiting) = self
+            .own_requests
+            .if_made()
+            .and_then(|m| m.lock().expect("own requests lock").remove(&n))
+        else {
+            return false;
+        };
+        let _ = waiting.send(match outcome {
+            Outcome::Result(r) => Some(r.clone()),
+            Outcome::Error(_) => None,
+        });
+        true
+    }
+
+    /// Asks this session's client (a legacy one that declared URL elicitation) to have the
+    /// person connect what `needed` names, on the call's stream `client`, and waits until
+    /// they did. `None` when this client cannot be asked so (the caller answers with the
+    /// error as it is).
+    pub async fn ask_to_connect(&self, client: &Sink, needed: &BackendError) -> Option<Connected> {
+        let BackendError::CredentialNeeded {
+            credential,
+            elicitation_id,
+            url,
+            ..
+        } = needed
+        else {
+            return None;
+        };
+        if self.for_caller {
+            return None;
+        }
+        let params = serde_json::json!({
+            "mode": "url",
+            "elicitationId": elicitation_id,
+            "url": url,
+            "message": needed.client_message(),
+        });
+        let params = RawValue::from_string(params.to_string()).expect("serialized JSON");
+        if self
+            .client_capabilities
+            .refusal("elicitation/create", Some(&params))
+            .is_some()
+        {
+            return None;
+        }
+        let broker = self.supervisor.credentials()?.clone();
+        let subject = self.owner.clone()?;
+        let n = self
+            .next_server_request
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.own_requests
+            .lock()
+            .expect("own requests lock")
+            .insert(n, tx);
+        let forget = || {
+            if let Some(m) = self.own_requests.if_made() {
+                m.lock().expect("own requests lock").remove(&n);
+            }
+        };
+        let request = jsonrpc::request_bytes(
+            Some(Id::from_u64(n).raw()),
+            "elicitation/create",
+            Some(&params),
+        );
+        if self
+            .deliver(request, Related::Exact(client.clone()), true)
+            .is_err()
+        {
+            forget();
+            return Some(Connected::No);
+        }
+        let lifetime = Duration::from_millis(crate::credentials::REQUEST_TTL_MS as u64);
+        let answered = tokio::select! {
+            a = rx => a.ok().flatten(),
+            () = tokio::time::sleep(lifetime) => None,
+            () = self.closed.cancelled() => None,
+        };
+        forget();
+        #[derive(serde::Deserialize)]
+        struct Answer {
+            action: Option<String>,
+        }
+        let accepted = answered
+            .and_then(|a| serde_json::from_str::<Answer>(a.get()).ok())
+            .and_then(|a| a.action)
+            .is_some_and(|a| a == "accept");
+        if !accepted {
+            return Some(Connected::No);
+        }
+        // Accepted means the person is on their way, not that they arrived: wait for them.
+        let connected = tokio::time::timeout(lifetime, async {
+            loop {
+                match broker.value(&subject, credential).await {
+                    Ok(Some(_)) => return true,
+                    Ok(None) => {}
+                    Err(e) => {
+                        tracing::warn!(session = %self.id, credential = %credential, "credentials: {e}");
+                        return false;
+                    }
+                }
+                tokio::select! {
+                    () = tokio::time::sleep(POLL) => {}
+                    () = self.closed.cancelled() => return false,
+                }
+            }
+        })
+        .await
+        .unwrap_or(false);
+        if !connected {
+            return Some(Connected::No);
+        }
+        let complete = serde_json::json!({ "elicitationId": elicitation_id });
+        let complete = RawValue::from_string(complete.to_string()).expect("serialized JSON");
+        let _ = self.deliver(
+            jsonrpc::request_bytes(None, "notifications/elicitation/complete", Some(&complete)),
+            Related::Exact(client.clone()),
+            false,
+        );
+        Some(Connected::Yes)
+    }
+}
