@@ -490,6 +490,30 @@ async fn each_person_s_process_gets_their_own_credential_and_a_missing_one_is_as
         audit.to_string().contains("credential.revoke:tok"),
         "{audit}"
     );
+    // The person's own connections, and the refused one, by name only, newest first.
+    let (_, audit) = admin.get("/admin/audit?kind=credential").await;
+    let records: Vec<(&str, &str, &str)> = audit["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["subject"].as_str().unwrap(),
+                r["target"].as_str().unwrap(),
+                r["outcome"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        records,
+        [
+            ("bob", "connect tok", "ok"),
+            ("alice", "connect tok", "ok"),
+            ("bob", "connect tok", "refused")
+        ],
+        "{audit}"
+    );
+    assert!(!audit.to_string().contains("secret-"), "{audit}");
 
     // An expired link is refused.
     let mut bob_again = a.gw.client().with_token(&token_of("bob").await);

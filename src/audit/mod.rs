@@ -402,6 +402,25 @@ impl Auditor {
         self.submit(record, Class::Other, Some(&client));
     }
 
+    /// Records what happened to a person's own credential (kind `credential`): `action`
+    /// (`connect`, `disconnect`, ...) by or for `subject`, on credential `credential` (the
+    /// record's target; never its value), answered with HTTP `status`.
+    pub fn credential(&self, subject: &str, action: &str, credential: &str, status: u16) {
+        if !self.config.enabled {
+            return;
+        }
+        let mut record = self.record("credential", Who::default());
+        record.subject = Some(bounded(subject, 256));
+        record.target = Some(format!("{action} {}", bounded(credential, 64)));
+        if (200..300).contains(&status) {
+            record.outcome = Outcome::Ok;
+        } else {
+            record.outcome = Outcome::Refused;
+            record.error_code = Some(status.into());
+        }
+        self.submit(record, Class::Other, Some(subject));
+    }
+
     /// Stored records, newest first.
     pub async fn query(&self, filter: &Filter) -> Result<Vec<Record>, StoreError> {
         self.writer.store.query(filter).await

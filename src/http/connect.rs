@@ -238,6 +238,8 @@ async fn submit(
     };
     if subject != request.subject {
         tracing::warn!(signed_in = %subject, credential = %request.name, "connect page: a link made for another person refused");
+        edge.audit
+            .credential(&subject, "connect", &request.name, 403);
         return message(
             StatusCode::FORBIDDEN,
             "another",
@@ -279,6 +281,8 @@ async fn submit(
         );
     }
     tracing::info!(subject = %subject, credential = %request.name, "credential connected");
+    edge.audit
+        .credential(&subject, "connect", &request.name, 200);
     page(
         StatusCode::OK,
         "Connected",
