@@ -602,3 +602,130 @@ fn form<'a>(
 fn json_call(var: &str) -> serde_json::Value {
     serde_json::json!({"name": "getenv", "arguments": {"name": var}})
 }
+
+/// `${credential_file:NAME}`: the person's value in a file of their instance's own home
+/// (mode 0600), which another person's instance cannot read.
+#[tokio::test]
+async fn a_credential_file_is_the_person_s_own() {
+    use common::oauth::*;
+    use common::{Gateway, free_port, write_config};
+    const HOSTILE: &str = env!("CARGO_BIN_EXE_mcp-fixture-hostile");
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let base = format!("http://127.0.0.1:{port}");
+    let [alice, bob, _] = hashes();
+    let key = dir.path().join("credentials.key");
+    std::fs::write(&key, "cd".repeat(32)).unwrap();
+    let config = format!(
+        "[auth]\nmode = \"builtin\"\npublic_url = \"{base}/mcp\"\n\
+         [[auth.users]]\nname = \"alice\"\npassword_hash = \"{alice}\"\n\
+         [[auth.users]]\nname = \"bob\"\npassword_hash = \"{bob}\"\n\
+         [credentials]\nkey_file = \"{}\"\n\
+         [credentials.tok]\nkind = \"secret\"\n\
+         [plugins.vault]\ncommand = \"{HOSTILE}\"\nenv = {{ TOKEN_FILE = \"${{credential_file:tok}}\" }}\n",
+        key.display()
+    );
+    let path = write_config(&dir, &config);
+    let db = format!("sqlite://{}/gw.db?mode=rwc", dir.path().display());
+    let listen = format!("127.0.0.1:{port}");
+    let gw = Gateway::start(&[
+        "--listen",
+        &listen,
+        "--config",
+        &path,
+        "--database-url",
+        &db,
+    ]);
+    let a = AuthGateway {
+        gw,
+        base: base.clone(),
+        db: db.clone(),
+        dir,
+    };
+    let defs = CredentialsConfig {
+        keys: CredentialKeys {
+            current: Some([0xcd; 32]),
+            previous: Vec::new(),
+        },
+        credentials: vec![
+            credential_config(
+                "tok",
+                toml::from_str::<CredentialSpec>("kind = \"secret\"").unwrap(),
+                |_| None,
+            )
+            .unwrap(),
+        ],
+        secret_files: Vec::new(),
+    };
+    let database = Database::connect(&db).await.unwrap();
+    let broker = Broker::new(defs, database.credential_store(), &base);
+    broker
+        .connect_secret("alice", "tok", "alice-file-secret")
+        .await
+        .unwrap();
+    broker
+        .connect_secret("bob", "tok", "bob-file-secret")
+        .await
+        .unwrap();
+
+    let mut files = Vec::new();
+    let mut clients = Vec::new();
+    for user in ["alice", "bob"] {
+        let client = public_client(&a).await;
+        let (verifier, challenge) = pkce();
+        let code = authorize(&a, &client, &challenge, user, "mcp").await;
+        let (_, t) = exchange(&a, &client, &code, &verifier).await;
+        let mut c =
+            a.gw.client()
+                .with_token(t["access_token"].as_str().unwrap());
+        c.initialize().await;
+        let who = c
+            .result(
+                2,
+                "tools/call",
+                serde_json::json!({"name": "whoami", "arguments": {}}),
+            )
+            .await;
+        let who: serde_json::Value =
+            serde_json::from_str(who["content"][0]["text"].as_str().unwrap()).unwrap();
+        let file = who["env"]["TOKEN_FILE"].as_str().unwrap().to_owned();
+        assert!(file.ends_with("/.credentials/tok"), "{file}");
+        files.push(file);
+        clients.push(c);
+    }
+    let read = |c: &common::Client, path: &str| {
+        let c = c.clone();
+        let path = path.to_owned();
+        async move {
+            let r = c
+                .result(
+                    3,
+                    "tools/call",
+                    serde_json::json!({"name": "escape", "arguments": {"read": [path]}}),
+                )
+                .await;
+            let report: serde_json::Value =
+                serde_json::from_str(r["content"][0]["text"].as_str().unwrap()).unwrap();
+            report["read"][0].clone()
+        }
+    };
+    let own = read(&clients[0], &files[0]).await;
+    assert_eq!(own["ok"], true, "{own}");
+    assert!(
+        own["detail"]
+            .as_str()
+            .unwrap()
+            .ends_with("alice-file-secret"),
+        "{own}"
+    );
+    let mode = std::fs::metadata(&files[0]).map(|m| {
+        use std::os::unix::fs::PermissionsExt;
+        m.permissions().mode() & 0o777
+    });
+    assert_eq!(mode.unwrap(), 0o600);
+    // Alice's instance cannot read bob's file.
+    let other = read(&clients[0], &files[1]).await;
+    assert_eq!(other["ok"], false, "{other}");
+    assert!(!other.to_string().contains("bob-file-secret"));
+    assert!(!a.gw.log().contains("file-secret"));
+}

@@ -57,39 +57,6 @@ impl StdioTransport {
         session: &str,
         personal: Option<&super::Personal>,
     ) -> Result<(StdioTransport, Inbound), BackendError> {
-        let unexpanded = |what: String, reason: String| BackendError::Spawn {
-            plugin: config.name.clone(),
-            command: config.command_line(),
-            reason: format!("{what}: {reason}"),
-        };
-        let lookup = |r: Reference<'_>| match r {
-            Reference::Env(name) => crate::config::env_var(name)
-                .ok_or_else(|| format!("`${{{name}}}` is not set in the gateway's environment")),
-            Reference::Credential(name) => personal
-                .and_then(|p| p.0.get(name).cloned())
-                .ok_or_else(|| format!("the caller's credential `{name}` was not given")),
-            Reference::CredentialFile(name) => Err(format!(
-                "`${{credential_file:{name}}}` is not supported yet"
-            )),
-        };
-        let mut env = Vec::with_capacity(config.env.len());
-        for (key, value) in &config.env {
-            let value = crate::config::expand(value, lookup)
-                .map_err(|reason| unexpanded(format!("env {key}"), reason))?;
-            env.push((key, value));
-        }
-        // Arguments are taken as written but for a credential's reference.
-        let mut args = Vec::with_capacity(config.args.len());
-        for (i, arg) in config.args.iter().enumerate() {
-            let personal = crate::config::references(arg)
-                .is_ok_and(|refs| refs.iter().any(|r| r.credential().is_some()));
-            args.push(if personal {
-                crate::config::expand(arg, lookup)
-                    .map_err(|reason| unexpanded(format!("args[{i}]"), reason))?
-            } else {
-                arg.clone()
-            });
-        }
         if let Some(cwd) = config.cwd.as_deref().filter(|d| !d.is_dir()) {
             return Err(BackendError::Spawn {
                 plugin: config.name.clone(),
@@ -110,6 +77,15 @@ impl StdioTransport {
         };
         let mut sandbox =
             super::sandbox::prepare(config, &id).map_err(|e| spawn_error(e.to_string()))?;
+        let (env, args) = match expand_all(config, personal, sandbox.as_ref()) {
+            Ok(expanded) => expanded,
+            Err(e) => {
+                if let Some(s) = sandbox {
+                    s.finish();
+                }
+                return Err(e);
+            }
+        };
         let mut cmd = Command::new(&config.command);
         // A clean environment: nothing of the gateway's but these, then the sandbox's own
         // directories, then what the plugin's definition names.
@@ -460,6 +436,72 @@ impl Decoder for LineCodec {
         }
         Ok(Some(Line::Data(buf.split().freeze())))
     }
+}
+
+/// A plugin's `env`, each variable with its value expanded.
+type Expanded<'c> = Vec<(&'c String, String)>;
+
+/// A plugin's `env` and `args` with their references expanded: `${NAME}` from the gateway's
+/// environment (in `env` only), `${credential:NAME}` from `personal`, and
+/// `${credential_file:NAME}` as the path of a file of the instance's own holding it (which
+/// needs its sandbox, where the file is made).
+fn expand_all<'c>(
+    config: &'c PluginConfig,
+    personal: Option<&super::Personal>,
+    sandbox: Option<&super::sandbox::Prepared>,
+) -> Result<(Expanded<'c>, Vec<String>), BackendError> {
+    let unexpanded = |what: String, reason: String| BackendError::Spawn {
+        plugin: config.name.clone(),
+        command: config.command_line(),
+        reason: format!("{what}: {reason}"),
+    };
+    let mut files: std::collections::HashMap<String, String> = std::collections::HashMap::new();
+    let mut lookup = |r: Reference<'_>| match r {
+        Reference::Env(name) => crate::config::env_var(name)
+            .ok_or_else(|| format!("`${{{name}}}` is not set in the gateway's environment")),
+        Reference::Credential(name) => personal
+            .and_then(|p| p.0.get(name).cloned())
+            .ok_or_else(|| format!("the caller's credential `{name}` was not given")),
+        Reference::CredentialFile(name) => {
+            if let Some(path) = files.get(name) {
+                return Ok(path.clone());
+            }
+            let value = personal
+                .and_then(|p| p.0.get(name))
+                .ok_or_else(|| format!("the caller's credential `{name}` was not given"))?;
+            let sandbox = sandbox.ok_or_else(|| {
+                format!(
+                    "`${{credential_file:{name}}}` needs the plugin sandbox, which makes the file"
+                )
+            })?;
+            let path = sandbox
+                .credential_file(name, value)
+                .map_err(|e| format!("the file of credential `{name}`: {e}"))?
+                .display()
+                .to_string();
+            files.insert(name.to_owned(), path.clone());
+            Ok(path)
+        }
+    };
+    let mut env = Vec::with_capacity(config.env.len());
+    for (key, value) in &config.env {
+        let value = crate::config::expand(value, &mut lookup)
+            .map_err(|reason| unexpanded(format!("env {key}"), reason))?;
+        env.push((key, value));
+    }
+    // Arguments are taken as written but for a credential's reference.
+    let mut args = Vec::with_capacity(config.args.len());
+    for (i, arg) in config.args.iter().enumerate() {
+        let personal = crate::config::references(arg)
+            .is_ok_and(|refs| refs.iter().any(|r| r.credential().is_some()));
+        args.push(if personal {
+            crate::config::expand(arg, &mut lookup)
+                .map_err(|reason| unexpanded(format!("args[{i}]"), reason))?
+        } else {
+            arg.clone()
+        });
+    }
+    Ok((env, args))
 }
 
 #[cfg(test)]

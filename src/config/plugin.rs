@@ -452,6 +452,26 @@ pub fn validate_plugin(
             }
         }
     }
+    let in_a_file = p
+        .env
+        .values()
+        .chain(&p.args)
+        .filter_map(|v| references(v).ok())
+        .flatten()
+        .find_map(|r| match r {
+            Reference::CredentialFile(n) => Some(n),
+            _ => None,
+        });
+    if let Some(n) = in_a_file
+        && p.sandbox.is_none()
+    {
+        return Err(invalid(
+            key("sandbox"),
+            format!(
+                "`${{credential_file:{n}}}` is a file in the instance's own home, which its sandbox makes: leave the sandbox on"
+            ),
+        ));
+    }
     let used = credentials_used(p);
     if let Some(first) = used.first() {
         if p.process_model != ProcessModel::PerSession {
@@ -732,6 +752,13 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("plugins.a.warm"), "{e}");
+
+        let mut unsandboxed = p.clone();
+        unsandboxed.sandbox = None;
+        let e = validate_plugin(&unsandboxed, "__", &defined)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("plugins.a.sandbox"), "{e}");
 
         let mut bad = PluginConfig::new("a", "x", vec![]);
         bad.env.insert("T".into(), "${credential:}".into());

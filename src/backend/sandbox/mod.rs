@@ -210,6 +210,10 @@ pub struct Prepared {
     memory_mb: u64,
     max_processes: u32,
     plugin: String,
+    /// Its home, where the files of `${credential_file:NAME}` go.
+    home: PathBuf,
+    /// The user and group it runs as, when the gateway may change user.
+    user: Option<(u32, u32)>,
 }
 
 /// Makes instance `instance`'s sandbox (`None` when its plugin has none).
@@ -315,6 +319,8 @@ pub fn prepare(config: &PluginConfig, instance: &str) -> Result<Option<Prepared>
         memory_mb: s.memory_mb,
         max_processes: s.max_processes,
         plugin: config.name.clone(),
+        home: home.clone(),
+        user,
     };
     made.map_err(|e| setup(&format!("making {}", dir.display()), &e))?;
     if let Some(c) = &p.cgroups {
@@ -413,6 +419,37 @@ fn landlock_rules(
 }
 
 impl Prepared {
+    /// Writes `value` into a file of the instance's own (`$HOME/.credentials/NAME`, mode
+    /// 0600, its user's), for `${credential_file:NAME}`: its path. Only this instance's
+    /// processes reach it (its home is theirs alone), and it goes with the instance.
+    pub fn credential_file(&self, name: &str, value: &str) -> std::io::Result<PathBuf> {
+        use std::io::Write as _;
+        use std::os::unix::fs::OpenOptionsExt as _;
+        let dir = self.home.join(".credentials");
+        match std::fs::create_dir(&dir) {
+            Ok(()) => {
+                std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))?;
+                if let Some((uid, gid)) = self.user {
+                    std::os::unix::fs::lchown(&dir, Some(uid), Some(gid))?;
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(e),
+        }
+        let path = dir.join(name);
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&path)?;
+        file.write_all(value.as_bytes())?;
+        if let Some((uid, gid)) = self.user {
+            std::os::unix::fs::fchown(&file, Some(uid), Some(gid))?;
+        }
+        Ok(path)
+    }
+
     /// Makes `cmd`'s child apply the sandbox before `exec`.
     pub fn install(&mut self, cmd: &mut tokio::process::Command) {
         if let Some(mut plan) = self.plan.take() {
