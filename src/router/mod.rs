@@ -295,7 +295,7 @@ async fn forward(
     // A legacy client that can open a link is asked to have the person connect a missing
     // credential, and the call waits for them (once).
     if let Err(e @ crate::backend::BackendError::CredentialNeeded { .. }) = &started
-        && session.ask_to_connect(sink, e).await == Some(crate::session::Connected::Yes)
+        && Box::pin(session.ask_to_connect(sink, e)).await == Some(crate::session::Connected::Yes)
     {
         started = session.plugin(plugin).await;
     }

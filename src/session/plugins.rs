@@ -75,7 +75,8 @@ impl Session {
         if self.closed.is_cancelled() {
             return Err(gone());
         }
-        let personal = self.personal(plugin).await?;
+        // Boxed: a rare path, kept out of every call's future.
+        let personal = Box::pin(self.personal(plugin)).await?;
         let events: Weak<dyn PluginEvents> = self.me.clone();
         let running = self
             .supervisor
