@@ -45,7 +45,8 @@ fuzz_target!(|data: &[u8]| {
             .unwrap_or_else(|e| panic!("stored spec {stored} does not read back: {e}"));
         let back = spec.into_config(p.name.clone());
         assert_eq!(&back, p, "plugin {} changed in the store: {stored}", p.name);
-        validate_plugin(&back, &config.separator).expect("still valid");
+        validate_plugin(&back, &config.separator, &config.credentials.names())
+            .expect("still valid");
     }
     let _ = Guard::new(&config);
 });

@@ -24,7 +24,7 @@ pub(super) type OwnRequests =
     std::collections::HashMap<u64, tokio::sync::oneshot::Sender<Option<Box<RawValue>>>>;
 
 /// How often the store is looked at while a person connects.
-const POLL: Duration = Duration::from_millis(250);
+const POLL: Duration = Duration::from_millis(500);
 
 /// How a wait for a person to connect ended.
 #[derive(Debug, PartialEq, Eq)]
