@@ -226,6 +226,38 @@ impl Gateway {
     }
 
     /// Marks the public listener as serving (readiness may pass).
+    /// The plugins started with credential `name`.
+    pub fn credential_users(&self, name: &str) -> Vec<String> {
+        self.registry
+            .entries()
+            .iter()
+            .filter(|e| crate::config::credentials_used(&e.config).contains(name))
+            .map(|e| e.name().to_owned())
+            .collect()
+    }
+
+    /// Stops the running instances, on this replica, of the plugins started with credential
+    /// `name`, for `subject` or for everyone (`None`): their value is gone, and their next
+    /// call asks again. How many stopped.
+    pub fn stop_credential_users(&self, name: &str, subject: Option<&str>) -> usize {
+        let plugins = self.credential_users(name);
+        let mut stopped = 0;
+        for s in self
+            .sessions
+            .all()
+            .into_iter()
+            .chain(self.sessions.caller_sessions())
+        {
+            let theirs = subject.is_none_or(|wanted| s.owner.as_deref() == Some(wanted));
+            if theirs {
+                for p in &plugins {
+                    stopped += usize::from(s.stop_instance(p));
+                }
+            }
+        }
+        stopped
+    }
+
     pub fn mark_serving(&self) {
         self.serving.store(true, Ordering::Release);
     }

@@ -4,6 +4,8 @@
 
 mod common;
 
+use common::oauth::ADMIN_TOKEN;
+
 use std::sync::Arc;
 
 use mcp_gateway::config::{CredentialKeys, CredentialSpec, CredentialsConfig, credential_config};
@@ -607,58 +609,12 @@ fn json_call(var: &str) -> serde_json::Value {
 /// (mode 0600), which another person's instance cannot read.
 #[tokio::test]
 async fn a_credential_file_is_the_person_s_own() {
-    use common::oauth::*;
-    use common::{Gateway, free_port, write_config};
     const HOSTILE: &str = env!("CARGO_BIN_EXE_mcp-fixture-hostile");
-    let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let base = format!("http://127.0.0.1:{port}");
-    let [alice, bob, _] = hashes();
-    let key = dir.path().join("credentials.key");
-    std::fs::write(&key, "cd".repeat(32)).unwrap();
-    let config = format!(
-        "[auth]\nmode = \"builtin\"\npublic_url = \"{base}/mcp\"\n\
-         [[auth.users]]\nname = \"alice\"\npassword_hash = \"{alice}\"\n\
-         [[auth.users]]\nname = \"bob\"\npassword_hash = \"{bob}\"\n\
-         [credentials]\nkey_file = \"{}\"\n\
-         [credentials.tok]\nkind = \"secret\"\n\
-         [plugins.vault]\ncommand = \"{HOSTILE}\"\nenv = {{ TOKEN_FILE = \"${{credential_file:tok}}\" }}\n",
-        key.display()
+    let plugins = format!(
+        "[plugins.vault]\ncommand = \"{HOSTILE}\"\nenv = {{ TOKEN_FILE = \"${{credential_file:tok}}\" }}\n"
     );
-    let path = write_config(&dir, &config);
-    let db = format!("sqlite://{}/gw.db?mode=rwc", dir.path().display());
-    let listen = format!("127.0.0.1:{port}");
-    let gw = Gateway::start(&[
-        "--listen",
-        &listen,
-        "--config",
-        &path,
-        "--database-url",
-        &db,
-    ]);
-    let a = AuthGateway {
-        gw,
-        base: base.clone(),
-        db: db.clone(),
-        dir,
-    };
-    let defs = CredentialsConfig {
-        keys: CredentialKeys {
-            current: Some([0xcd; 32]),
-            previous: Vec::new(),
-        },
-        credentials: vec![
-            credential_config(
-                "tok",
-                toml::from_str::<CredentialSpec>("kind = \"secret\"").unwrap(),
-                |_| None,
-            )
-            .unwrap(),
-        ],
-        secret_files: Vec::new(),
-    };
-    let database = Database::connect(&db).await.unwrap();
-    let broker = Broker::new(defs, database.credential_store(), &base);
+    let a = gateway_with(0xcd, &plugins);
+    let (broker, _db) = broker_of(&a, 0xcd).await;
     broker
         .connect_secret("alice", "tok", "alice-file-secret")
         .await
@@ -671,13 +627,7 @@ async fn a_credential_file_is_the_person_s_own() {
     let mut files = Vec::new();
     let mut clients = Vec::new();
     for user in ["alice", "bob"] {
-        let client = public_client(&a).await;
-        let (verifier, challenge) = pkce();
-        let code = authorize(&a, &client, &challenge, user, "mcp").await;
-        let (_, t) = exchange(&a, &client, &code, &verifier).await;
-        let mut c =
-            a.gw.client()
-                .with_token(t["access_token"].as_str().unwrap());
+        let mut c = a.gw.client().with_token(&token(&a, user).await);
         c.initialize().await;
         let who = c
             .result(
@@ -728,4 +678,231 @@ async fn a_credential_file_is_the_person_s_own() {
     assert_eq!(other["ok"], false, "{other}");
     assert!(!other.to_string().contains("bob-file-secret"));
     assert!(!a.gw.log().contains("file-secret"));
+}
+
+/// A gateway in built-in mode (alice and bob), its credential `tok` (a secret, key
+/// `[key; 32]`), and `plugins` (TOML tables); its admin API on with [`ADMIN_TOKEN`].
+fn gateway_with(key: u8, plugins: &str) -> common::oauth::AuthGateway {
+    use common::oauth::*;
+    use common::{Gateway, free_port, write_config};
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let base = format!("http://127.0.0.1:{port}");
+    let [alice, bob, _] = hashes();
+    let key_file = dir.path().join("credentials.key");
+    std::fs::write(&key_file, format!("{key:02x}").repeat(32)).unwrap();
+    let config = format!(
+        "[auth]\nmode = \"builtin\"\npublic_url = \"{base}/mcp\"\n\
+         [[auth.users]]\nname = \"alice\"\npassword_hash = \"{alice}\"\n\
+         [[auth.users]]\nname = \"bob\"\npassword_hash = \"{bob}\"\n\
+         [credentials]\nkey_file = \"{}\"\n\
+         [credentials.tok]\nkind = \"secret\"\nlabel = \"Service token\"\n{plugins}",
+        key_file.display()
+    );
+    let path = write_config(&dir, &config);
+    let db = format!("sqlite://{}/gw.db?mode=rwc", dir.path().display());
+    let listen = format!("127.0.0.1:{port}");
+    let gw = Gateway::start(&[
+        "--listen",
+        &listen,
+        "--config",
+        &path,
+        "--database-url",
+        &db,
+        "--admin-token",
+        ADMIN_TOKEN,
+    ]);
+    AuthGateway { gw, base, db, dir }
+}
+
+/// A broker on `a`'s database, with its key, for a test to connect values as the page would.
+async fn broker_of(a: &common::oauth::AuthGateway, key: u8) -> (Arc<Broker>, Database) {
+    let defs = CredentialsConfig {
+        keys: CredentialKeys {
+            current: Some([key; 32]),
+            previous: Vec::new(),
+        },
+        credentials: vec![
+            credential_config(
+                "tok",
+                toml::from_str::<CredentialSpec>("kind = \"secret\"\nlabel = \"Service token\"")
+                    .unwrap(),
+                |_| None,
+            )
+            .unwrap(),
+        ],
+        secret_files: Vec::new(),
+    };
+    let database = Database::connect(&a.db).await.unwrap();
+    (
+        Broker::new(defs, database.credential_store(), &a.base),
+        database,
+    )
+}
+
+/// `user`'s access token at `a`.
+async fn token(a: &common::oauth::AuthGateway, user: &str) -> String {
+    use common::oauth::*;
+    let client = public_client(a).await;
+    let (verifier, challenge) = pkce();
+    let code = authorize(a, &client, &challenge, user, "mcp").await;
+    let (status, t) = exchange(a, &client, &code, &verifier).await;
+    assert_eq!(status, 200, "{t}");
+    t["access_token"].as_str().unwrap().to_owned()
+}
+
+/// The people's own page: signed in, a person sees their credentials (never a value) and
+/// disconnects one, which stops their process and makes the next call ask again; a grant
+/// is theirs alone and cannot be altered; connecting again goes through a link of their own.
+#[tokio::test]
+async fn people_see_and_disconnect_their_own_credentials() {
+    use common::FIXTURE;
+    let plugins = format!(
+        "[plugins.fix]\ncommand = \"{FIXTURE}\"\nenv = {{ TOKEN = \"${{credential:tok}}\" }}\n"
+    );
+    let a = gateway_with(0x5a, &plugins);
+    let (broker, _db) = broker_of(&a, 0x5a).await;
+    broker
+        .connect_secret("alice", "tok", "alice-page-secret")
+        .await
+        .unwrap();
+    broker
+        .connect_secret("bob", "tok", "bob-page-secret")
+        .await
+        .unwrap();
+    let mut alice = a.gw.client().with_token(&token(&a, "alice").await);
+    alice.initialize().await;
+    let getenv = json_call("TOKEN");
+    let got = alice.result(2, "tools/call", getenv.clone()).await;
+    assert_eq!(got["content"][0]["text"], "alice-page-secret");
+
+    let http = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let url = format!("{}/connections", a.base);
+    let r = http.get(&url).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    let set = r.headers()["set-cookie"].to_str().unwrap().to_owned();
+    assert!(
+        set.contains("SameSite=Strict") && set.contains("HttpOnly"),
+        "{set}"
+    );
+    let cookie = set.split(';').next().unwrap().to_owned();
+    let html = r.text().await.unwrap();
+    let csrf = hidden(&html, "csrf");
+    let post = |fields: Vec<(&'static str, String)>| {
+        http.post(&url)
+            .header("cookie", &cookie)
+            .form(&fields)
+            .send()
+    };
+    // Without the browser's cookie: refused.
+    let r = http
+        .post(&url)
+        .form(&[
+            ("csrf", csrf.as_str()),
+            ("username", "alice"),
+            ("password", "alice-pw"),
+        ])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403);
+    let r = post(vec![
+        ("csrf", csrf.clone()),
+        ("username", "alice".into()),
+        ("password", "nope".into()),
+    ])
+    .await
+    .unwrap();
+    assert_eq!(r.status(), 401);
+    let r = post(vec![
+        ("csrf", csrf.clone()),
+        ("username", "alice".into()),
+        ("password", "alice-pw".into()),
+    ])
+    .await
+    .unwrap();
+    assert_eq!(r.status(), 200);
+    let html = r.text().await.unwrap();
+    assert!(
+        html.contains("Signed in as alice") && html.contains("credential-tok"),
+        "{html}"
+    );
+    assert!(
+        html.contains("connected 20") && !html.contains("page-secret"),
+        "{html}"
+    );
+    let grant = hidden(&html, "grant");
+
+    // A grant altered (another subject named in it) proves nothing.
+    let (_, sealed) = grant.split_once('~').unwrap();
+    use base64::Engine as _;
+    let forged = format!(
+        "{}~{sealed}",
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode("bob")
+    );
+    let r = post(vec![
+        ("csrf", csrf.clone()),
+        ("grant", forged),
+        ("action", "disconnect".into()),
+        ("credential", "tok".into()),
+    ])
+    .await
+    .unwrap();
+    assert_eq!(r.status(), 401);
+    assert!(broker.value("bob", "tok").await.unwrap().is_some());
+
+    // Alice disconnects hers: bob's stays, her process stops, her next call asks again.
+    let r = post(vec![
+        ("csrf", csrf.clone()),
+        ("grant", grant.clone()),
+        ("action", "disconnect".into()),
+        ("credential", "tok".into()),
+    ])
+    .await
+    .unwrap();
+    assert_eq!(r.status(), 200);
+    assert!(r.text().await.unwrap().contains("not connected"));
+    assert!(broker.value("alice", "tok").await.unwrap().is_none());
+    assert!(broker.value("bob", "tok").await.unwrap().is_some());
+    let reply = alice.call(3, "tools/call", getenv.clone()).await;
+    assert_eq!(reply.last()["error"]["code"], -32042, "{reply:?}");
+
+    // Connect again: a link of her own, to the connect page.
+    let r = post(vec![
+        ("csrf", csrf.clone()),
+        ("grant", grant),
+        ("action", "connect".into()),
+        ("credential", "tok".into()),
+    ])
+    .await
+    .unwrap();
+    assert_eq!(r.status(), 303);
+    let link = r.headers()["location"].to_str().unwrap().to_owned();
+    assert!(link.starts_with(&format!("{}/connect/", a.base)), "{link}");
+    let page = Page::open(&http, &link).await;
+    let r = page
+        .post(&http, "alice", "alice-pw", "alice-again")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let got = alice.result(4, "tools/call", getenv).await;
+    assert_eq!(got["content"][0]["text"], "alice-again");
+
+    let admin = common::Admin::of(&a.gw, ADMIN_TOKEN);
+    let (_, audit) = admin.get("/admin/audit?kind=credential").await;
+    assert!(audit.to_string().contains("disconnect tok"), "{audit}");
+}
+
+/// The value of the hidden field `name` in a page.
+fn hidden(html: &str, name: &str) -> String {
+    let needle = format!("name=\"{name}\" value=\"");
+    let at = html
+        .find(&needle)
+        .unwrap_or_else(|| panic!("no {name} in {html}"))
+        + needle.len();
+    html[at..at + html[at..].find('"').unwrap()].to_owned()
 }

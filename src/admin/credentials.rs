@@ -50,21 +50,11 @@ pub async fn list(State(gw): State<Arc<Gateway>>) -> Result<Response, AdminError
                 "kind": kind(&c.kind),
                 "label": c.label,
                 "connected": connected,
-                "plugins": users_of(&gw, &c.name),
+                "plugins": gw.credential_users(&c.name),
             }));
         }
     }
     Ok(axum::Json(json!({ "credentials": out })).into_response())
-}
-
-/// The plugins started with credential `name`.
-fn users_of(gw: &Gateway, name: &str) -> Vec<String> {
-    gw.registry
-        .entries()
-        .iter()
-        .filter(|e| crate::config::credentials_used(&e.config).contains(name))
-        .map(|e| e.name().to_owned())
-        .collect()
 }
 
 pub async fn show(
@@ -91,7 +81,7 @@ pub async fn show(
         "name": name,
         "kind": kind(&c.kind),
         "label": c.label,
-        "plugins": users_of(&gw, &name),
+        "plugins": gw.credential_users(&name),
         "connections": connections,
     }))
     .into_response())
@@ -114,25 +104,7 @@ pub async fn revoke_all(
 async fn revoke(gw: &Gateway, name: &str, subject: Option<&str>) -> Result<Response, AdminError> {
     let b = broker(gw)?;
     let removed = b.disconnect(subject, name).await.map_err(failed)?;
-    let plugins = users_of(gw, name);
-    let mut stopped = 0;
-    for s in gw
-        .sessions
-        .all()
-        .into_iter()
-        .chain(gw.sessions.caller_sessions())
-    {
-        let theirs = match (subject, s.owner.as_deref()) {
-            (Some(wanted), Some(owner)) => wanted == owner,
-            (None, _) => true,
-            (Some(_), None) => false,
-        };
-        if theirs {
-            for p in &plugins {
-                stopped += usize::from(s.stop_instance(p));
-            }
-        }
-    }
+    let stopped = gw.stop_credential_users(name, subject);
     tracing::info!(credential = name, subject = ?subject, removed, stopped, "credentials revoked");
     Ok(axum::Json(json!({ "revoked": removed, "instances_stopped": stopped })).into_response())
 }

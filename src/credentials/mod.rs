@@ -77,6 +77,12 @@ pub struct Connection {
 /// How long a link to connect a credential may be used.
 pub const REQUEST_TTL_MS: i64 = 10 * 60 * 1000;
 
+/// How long a person signed in on their connections page stays so.
+pub const GRANT_TTL_MS: i64 = 10 * 60 * 1000;
+
+/// What a page's grant is sealed as, in place of a credential's name (which has no NUL).
+const GRANT: &str = "\0connections-page";
+
 /// Keeps people's credentials and hands them out.
 pub struct Broker {
     config: CredentialsConfig,
@@ -169,6 +175,40 @@ impl Broker {
             self.store.reseal(&again, &row.sealed).await?;
         }
         Ok(Some(value))
+    }
+
+    /// A proof, for the people's own pages, that `subject` signed in: good for
+    /// [`GRANT_TTL_MS`], sealed under the storage key and bound to the subject.
+    pub fn grant(&self, subject: &str) -> Result<String, CredentialError> {
+        use base64::Engine as _;
+        let until = (now_ms() + GRANT_TTL_MS).to_be_bytes();
+        let sealed =
+            self.sealer
+                .seal(subject, GRANT, &until)
+                .map_err(|why| CredentialError::Sealed {
+                    name: GRANT.into(),
+                    why,
+                })?;
+        let who = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(subject);
+        Ok(format!("{who}~{sealed}"))
+    }
+
+    /// The subject a [`Broker::grant`] proves, while it is good.
+    pub fn granted(&self, grant: &str) -> Option<String> {
+        use base64::Engine as _;
+        let (who, sealed) = grant.split_once('~')?;
+        let subject = base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(who)
+            .ok()
+            .and_then(|b| String::from_utf8(b).ok())?;
+        let opened = self.sealer.open(&subject, GRANT, sealed).ok()?;
+        let until = i64::from_be_bytes(opened.plain.try_into().ok()?);
+        (until > now_ms()).then_some(subject)
+    }
+
+    /// The credentials defined.
+    pub fn definitions(&self) -> &[CredentialConfig] {
+        &self.config.credentials
     }
 
     /// The open request to connect `id` (unused, unexpired), leaving it open.

@@ -32,7 +32,7 @@ pub fn router(edge: Arc<Edge>) -> Router {
 }
 
 /// The cookie binding a form to its browser.
-fn cookie_name(secure: bool) -> &'static str {
+pub(super) fn cookie_name(secure: bool) -> &'static str {
     if secure {
         "__Host-mcpgw-connect"
     } else {
@@ -50,7 +50,7 @@ fn gone() -> Response {
     )
 }
 
-fn message(status: StatusCode, id: &str, title: &str, text: &str) -> Response {
+pub(super) fn message(status: StatusCode, id: &str, title: &str, text: &str) -> Response {
     page(
         status,
         title,
@@ -171,7 +171,7 @@ struct Submitted {
 }
 
 /// The cookie `name`'s value in `headers`.
-fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+pub(super) fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
     headers
         .get_all(header::COOKIE)
         .iter()

@@ -8,6 +8,7 @@
 
 pub mod checks;
 mod connect;
+mod connections;
 pub mod error;
 mod mcp;
 pub mod serve;
@@ -57,6 +58,7 @@ pub fn router(gateway: Arc<Gateway>) -> Router {
     let app = if edge.auth.enabled() {
         let oauth = crate::auth::server::router(edge.auth.clone())
             .merge(connect::router(edge.clone()))
+            .merge(connections::router(edge.clone()))
             .layer(axum::middleware::from_fn_with_state(
                 edge.clone(),
                 host_guard,

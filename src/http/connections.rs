@@ -1,0 +1,283 @@
+//! The people's own page of their credentials (`/connections`), on the public listener: a
+//! person signs in (the built-in server's users, under its lockout) and sees which of the
+//! credentials defined they connected, when, and until when, never a value; they can
+//! disconnect one (their running instances that use it stop, and the next call asks again)
+//! or connect or replace one (through a new connect link of their own).
+//!
+//! After the sign-in, the page's forms carry a grant (`Broker::grant`: sealed under the
+//! storage key, bound to the subject, ten minutes) instead of the password; every form also
+//! carries the token of the `SameSite=Strict` cookie the page set, and the edge's Origin and
+//! Host checks refuse a cross-site post.
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::{Form, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::routing::get;
+use serde::Deserialize;
+
+use super::Edge;
+use super::connect::{cookie, message};
+use crate::auth::pages::{escape, page};
+use crate::auth::server::{ClientAddr, SignInRefused};
+use crate::config::CredentialKind;
+use crate::credentials::Broker;
+
+const COOKIE: &str = "mcpgw-connections";
+const SECURE_COOKIE: &str = "__Host-mcpgw-connections";
+
+pub fn router(edge: Arc<Edge>) -> Router {
+    Router::new()
+        .route("/connections", get(open).post(submit))
+        .with_state(edge)
+}
+
+fn parts(edge: &Edge) -> Option<(Arc<Broker>, bool)> {
+    let broker = edge.sessions.supervisor.credentials()?.clone();
+    let server = edge.auth.server.as_ref().filter(|s| s.has_users())?;
+    Some((broker, server.secure_cookies()))
+}
+
+fn unavailable() -> Response {
+    message(
+        StatusCode::NOT_FOUND,
+        "unavailable",
+        "Not available",
+        "This gateway keeps no credentials of people who sign in here.",
+    )
+}
+
+fn sign_in_page(csrf: &str, error: Option<(&str, &str)>, status: StatusCode) -> Response {
+    let error = error.map_or(String::new(), |(id, text)| {
+        format!("<p class=\"error\" id=\"{id}\">{}</p>", escape(text))
+    });
+    page(
+        status,
+        "Your connections",
+        &format!(
+            "<h1>Your connections</h1><p>Sign in to see the credentials you connected for the \
+             tools behind this gateway.</p>{error}\
+             <form method=\"post\" action=\"/connections\">\
+             <input type=\"hidden\" name=\"csrf\" value=\"{csrf}\">\
+             <label for=\"username\">User name</label>\
+             <input type=\"text\" id=\"username\" name=\"username\" autocomplete=\"username\" required>\
+             <label for=\"password\">Password</label>\
+             <input type=\"password\" id=\"password\" name=\"password\" autocomplete=\"current-password\" required>\
+             <div class=\"buttons\"><button type=\"submit\">Sign in</button></div></form>",
+            csrf = escape(csrf),
+        ),
+    )
+}
+
+/// `GET /connections`: the sign-in, and the cookie that binds the page's forms to this
+/// browser.
+async fn open(State(edge): State<Arc<Edge>>) -> Response {
+    let Some((_, secure)) = parts(&edge) else {
+        return unavailable();
+    };
+    let csrf = format!("{:032x}", rand::random::<u128>());
+    let mut r = sign_in_page(&csrf, None, StatusCode::OK);
+    let cookie = format!(
+        "{}={csrf}; Path=/; HttpOnly; SameSite=Strict; Max-Age={}{}",
+        if secure { SECURE_COOKIE } else { COOKIE },
+        crate::credentials::GRANT_TTL_MS / 1000,
+        if secure { "; Secure" } else { "" }
+    );
+    if let Ok(v) = HeaderValue::from_str(&cookie) {
+        r.headers_mut().append(header::SET_COOKIE, v);
+    }
+    r
+}
+
+#[derive(Deserialize)]
+struct Submitted {
+    csrf: String,
+    #[serde(default)]
+    username: Option<String>,
+    #[serde(default)]
+    password: Option<String>,
+    #[serde(default)]
+    grant: Option<String>,
+    #[serde(default)]
+    action: Option<String>,
+    #[serde(default)]
+    credential: Option<String>,
+}
+
+/// `POST /connections`: a sign-in, or an action (`disconnect`, `connect`) under a grant.
+async fn submit(
+    State(edge): State<Arc<Edge>>,
+    ClientAddr(addr): ClientAddr,
+    headers: HeaderMap,
+    Form(f): Form<Submitted>,
+) -> Response {
+    let Some((broker, secure)) = parts(&edge) else {
+        return unavailable();
+    };
+    let bound = cookie(&headers, if secure { SECURE_COOKIE } else { COOKIE })
+        .is_some_and(|c| !f.csrf.is_empty() && crate::auth::constant_time_eq(c, &f.csrf));
+    if !bound {
+        return message(
+            StatusCode::FORBIDDEN,
+            "csrf",
+            "Refused",
+            "This form was not opened in this browser. Open the page again.",
+        );
+    }
+    let subject = match (&f.grant, &f.username, &f.password) {
+        (Some(grant), _, _) => match broker.granted(grant) {
+            Some(s) => s,
+            None => {
+                return sign_in_page(
+                    &f.csrf,
+                    Some(("expired", "Sign in again.")),
+                    StatusCode::UNAUTHORIZED,
+                );
+            }
+        },
+        (None, Some(user), Some(password)) => {
+            let server = edge.auth.server.as_ref().expect("parts checked it");
+            match server.sign_in(user, password, addr).await {
+                Ok(s) => s,
+                Err(SignInRefused::Wrong) => {
+                    return sign_in_page(
+                        &f.csrf,
+                        Some(("wrong", "Wrong user name or password.")),
+                        StatusCode::UNAUTHORIZED,
+                    );
+                }
+                Err(SignInRefused::Locked(wait)) => {
+                    let text = format!(
+                        "Too many failed sign-ins for this user or from this address. Try again in {} s.",
+                        wait.as_secs().max(1)
+                    );
+                    return sign_in_page(
+                        &f.csrf,
+                        Some(("locked", &text)),
+                        StatusCode::TOO_MANY_REQUESTS,
+                    );
+                }
+            }
+        }
+        _ => return sign_in_page(&f.csrf, None, StatusCode::BAD_REQUEST),
+    };
+    let mut notice = None;
+    match (f.action.as_deref(), f.credential.as_deref()) {
+        (None, _) => {}
+        (Some("disconnect"), Some(name)) if broker.defined(name).is_ok() => {
+            match broker.disconnect(Some(&subject), name).await {
+                Ok(n) => {
+                    let stopped = edge.stop_credential_users(name, Some(&subject));
+                    tracing::info!(subject = %subject, credential = name, removed = n, stopped, "credential disconnected by its person");
+                    edge.audit.credential(&subject, "disconnect", name, 200);
+                    notice = Some(format!("Disconnected {name}."));
+                }
+                Err(e) => {
+                    tracing::error!("connections page: {e}");
+                    return message(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "unavailable",
+                        "Not available",
+                        "The gateway cannot reach its database. Try again in a moment.",
+                    );
+                }
+            }
+        }
+        (Some("connect"), Some(name)) => {
+            let secret = broker
+                .defined(name)
+                .is_ok_and(|c| matches!(c.kind, CredentialKind::Secret { .. }));
+            if !secret {
+                return message(
+                    StatusCode::NOT_IMPLEMENTED,
+                    "not-yet",
+                    "Not available",
+                    "This kind of credential cannot be connected here yet.",
+                );
+            }
+            return match broker.request(&subject, name).await {
+                Ok(asked) => Redirect::to(&asked.url).into_response(),
+                Err(e) => {
+                    tracing::error!("connections page: {e}");
+                    message(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "unavailable",
+                        "Not available",
+                        "The gateway cannot reach its database. Try again in a moment.",
+                    )
+                }
+            };
+        }
+        _ => return sign_in_page(&f.csrf, None, StatusCode::BAD_REQUEST),
+    }
+    list(&broker, &subject, &f.csrf, notice.as_deref()).await
+}
+
+/// The person's credentials: each defined one, connected or not, with what they can do.
+async fn list(broker: &Broker, subject: &str, csrf: &str, notice: Option<&str>) -> Response {
+    let (connections, grant) = match (broker.connections(subject).await, broker.grant(subject)) {
+        (Ok(c), Ok(g)) => (c, g),
+        (Err(e), _) | (_, Err(e)) => {
+            tracing::error!("connections page: {e}");
+            return message(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "unavailable",
+                "Not available",
+                "The gateway cannot reach its database. Try again in a moment.",
+            );
+        }
+    };
+    let button = |action: &str, name: &str, text: &str| {
+        format!(
+            "<form method=\"post\" action=\"/connections\">\
+             <input type=\"hidden\" name=\"csrf\" value=\"{}\">\
+             <input type=\"hidden\" name=\"grant\" value=\"{}\">\
+             <input type=\"hidden\" name=\"action\" value=\"{action}\">\
+             <input type=\"hidden\" name=\"credential\" value=\"{}\">\
+             <button type=\"submit\" class=\"secondary\">{text}</button></form>",
+            escape(csrf),
+            escape(&grant),
+            escape(name),
+        )
+    };
+    let mut rows = String::new();
+    for c in broker.definitions() {
+        let connected = connections.iter().find(|k| k.credential == c.name);
+        let state = match connected {
+            Some(k) => format!(
+                "connected {}{}",
+                crate::audit::rfc3339(k.connected_at_ms),
+                k.expires_at_ms.map_or(String::new(), |t| format!(
+                    ", expires {}",
+                    crate::audit::rfc3339(t)
+                ))
+            ),
+            None => "not connected".into(),
+        };
+        let actions = match connected {
+            Some(_) => {
+                button("disconnect", &c.name, "Disconnect") + &button("connect", &c.name, "Replace")
+            }
+            None => button("connect", &c.name, "Connect"),
+        };
+        rows.push_str(&format!(
+            "<li id=\"credential-{}\"><p><strong>{}</strong> <span class=\"muted\">{}</span></p>{actions}</li>",
+            escape(&c.name),
+            escape(&c.label),
+            escape(&state),
+        ));
+    }
+    let notice = notice.map_or(String::new(), |n| {
+        format!("<p id=\"notice\">{}</p>", escape(n))
+    });
+    page(
+        StatusCode::OK,
+        "Your connections",
+        &format!(
+            "<h1>Your connections</h1><p class=\"muted\">Signed in as {}.</p>{notice}<ul class=\"scopes\">{rows}</ul>",
+            escape(subject)
+        ),
+    )
+}
