@@ -895,6 +895,12 @@ async fn people_see_and_disconnect_their_own_credentials() {
     let admin = common::Admin::of(&a.gw, ADMIN_TOKEN);
     let (_, audit) = admin.get("/admin/audit?kind=credential").await;
     assert!(audit.to_string().contains("disconnect tok"), "{audit}");
+    // Each call's record names the credential its plugin was started with, never its value.
+    let (_, calls) = admin.get("/admin/audit?kind=tools/call").await;
+    let records = calls["records"].as_array().unwrap();
+    assert!(!records.is_empty(), "{calls}");
+    assert!(records.iter().all(|r| r["credentials"] == "tok"), "{calls}");
+    assert!(!calls.to_string().contains("alice-"), "{calls}");
 }
 
 /// The value of the hidden field `name` in a page.

@@ -67,6 +67,7 @@ fn fields(out: &mut Vec<u8>, r: &Record) {
         (b",\"session\":", &r.session),
         (b",\"client\":", &r.client),
         (b",\"plugin\":", &r.plugin),
+        (b",\"credentials\":", &r.credentials),
         (b",\"target\":", &r.target),
     ] {
         if let Some(v) = value {
@@ -236,6 +237,7 @@ struct Fields {
     session: Option<String>,
     client: Option<String>,
     plugin: Option<String>,
+    credentials: Option<String>,
     target: Option<String>,
     outcome: String,
     error_code: Option<i64>,
@@ -256,6 +258,7 @@ pub(super) fn read(line: &[u8]) -> Option<Record> {
         session: f.session,
         client: f.client,
         plugin: f.plugin,
+        credentials: f.credentials,
         target: f.target,
         outcome: Outcome::parse(&f.outcome)?,
         error_code: f.error_code,
@@ -279,6 +282,7 @@ mod tests {
             session: Some("91rijzP0".into()),
             client: Some("c \"1\"".into()),
             plugin: Some("main".into()),
+            credentials: None,
             target: Some("echo".into()),
             outcome: Outcome::Error,
             error_code: Some(-32602),

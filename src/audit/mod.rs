@@ -125,6 +125,9 @@ pub struct Record {
     /// The client's name and version, as it gave them.
     pub client: Option<String>,
     pub plugin: Option<String>,
+    /// The credentials of the caller's own that the plugin was started with (by name,
+    /// comma-separated; never a value), when it uses any.
+    pub credentials: Option<String>,
     /// The tool or prompt name as the client used it, the resource URI, or the admin action.
     pub target: Option<String>,
     pub outcome: Outcome,
@@ -148,6 +151,7 @@ impl Record {
             &self.session,
             &self.client,
             &self.plugin,
+            &self.credentials,
             &self.target,
             &self.arguments,
             &self.replica,
@@ -172,6 +176,7 @@ impl Record {
             "session": self.session,
             "client": self.client,
             "plugin": self.plugin,
+            "credentials": self.credentials,
             "target": self.target,
             "outcome": self.outcome.as_str(),
             "error_code": self.error_code,
@@ -457,6 +462,7 @@ impl Auditor {
                 .map(|s| s.chars().take(SESSION_PREFIX).collect()),
             client: who.client.map(|c| bounded(c, 256)),
             plugin: None,
+            credentials: None,
             target: None,
             outcome: Outcome::NoAnswer,
             error_code: None,
@@ -593,6 +599,13 @@ impl Ticket {
             && r.plugin.is_none()
         {
             r.plugin = Some(plugin.to_owned());
+        }
+    }
+
+    /// The caller's own credentials its plugin was started with, by name (comma-separated).
+    pub fn set_credentials(&mut self, names: &str) {
+        if let Some(r) = &mut self.record {
+            r.credentials = Some(names.to_owned());
         }
     }
 

@@ -280,6 +280,7 @@ mod tests {
                 session: None,
                 client: None,
                 plugin: Some("p".into()),
+                credentials: None,
                 target: Some("echo".into()),
                 outcome: Outcome::Ok,
                 error_code: None,

@@ -106,6 +106,9 @@ pub struct PluginEntry {
     pub generation: u64,
     pub(super) state: watch::Sender<ProbeState>,
     pub stats: Arc<PluginStats>,
+    /// The caller's own credentials its processes are started with, by name,
+    /// comma-separated (empty: none), as its calls' audit records name them.
+    pub credentials: Arc<str>,
 }
 
 impl PluginEntry {

@@ -408,6 +408,11 @@ impl Registry {
                         .find(|e| e.name() == config.name)
                         .map(|e| e.stats.clone())
                         .unwrap_or_default();
+                    let credentials = crate::config::credentials_used(&config)
+                        .into_iter()
+                        .collect::<Vec<_>>()
+                        .join(",")
+                        .into();
                     let entry = Arc::new(PluginEntry {
                         config,
                         source,
@@ -415,6 +420,7 @@ impl Registry {
                         generation: self.generation.fetch_add(1, Ordering::Relaxed),
                         state: watch::Sender::new(ProbeState::Pending),
                         stats,
+                        credentials,
                     });
                     if enabled {
                         probe.push(entry.clone());

@@ -270,6 +270,9 @@ async fn forward(
 ) {
     if let Some(a) = &mut audit {
         a.set_plugin(plugin.name());
+        if !plugin.entry.credentials.is_empty() {
+            a.set_credentials(&plugin.entry.credentials);
+        }
     }
     if plugin.entry.config.process_model == ProcessModel::Shared
         && let Some(on) = subscribe_verb(method)
