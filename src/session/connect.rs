@@ -112,10 +112,12 @@ impl Session {
             forget();
             return Some(Connected::No);
         }
-        let lifetime = Duration::from_millis(crate::credentials::REQUEST_TTL_MS as u64);
+        // One wait for both steps: the link is good for this long from now, no longer.
+        let until = tokio::time::Instant::now()
+            + Duration::from_millis(crate::credentials::REQUEST_TTL_MS as u64);
         let answered = tokio::select! {
             a = rx => a.ok().flatten(),
-            () = tokio::time::sleep(lifetime) => None,
+            () = tokio::time::sleep_until(until) => None,
             () = self.closed.cancelled() => None,
         };
         forget();
@@ -131,7 +133,7 @@ impl Session {
             return Some(Connected::No);
         }
         // Accepted means the person is on their way, not that they arrived: wait for them.
-        let connected = tokio::time::timeout(lifetime, async {
+        let connected = tokio::time::timeout_at(until, async {
             loop {
                 match broker.value(&subject, credential).await {
                     Ok(Some(_)) => return true,
