@@ -68,15 +68,21 @@ pub enum BackendError {
     #[error("plugin '{plugin}' is unavailable: {reason}")]
     Unavailable { plugin: String, reason: String },
     /// The caller has not connected a credential the plugin is started with: they are
-    /// asked to, at `url` (a URL mode elicitation, `elicitation_id`).
-    #[error("plugin '{plugin}' needs the caller's credential `{credential}`")]
-    CredentialNeeded {
-        plugin: String,
-        credential: String,
-        label: String,
-        elicitation_id: String,
-        url: String,
-    },
+    /// asked to (boxed: the error travels in every call's future, this case rarely).
+    #[error("plugin '{}' needs the caller's credential `{}`", .0.plugin, .0.credential)]
+    CredentialNeeded(Box<Needed>),
+}
+
+/// A credential the caller has not connected, and the link they are asked to connect it at
+/// (a URL mode elicitation, `elicitation_id`).
+#[derive(Debug, Clone)]
+pub struct Needed {
+    pub plugin: String,
+    pub credential: String,
+    /// How people are told of it.
+    pub label: String,
+    pub elicitation_id: String,
+    pub url: String,
 }
 
 /// `; its stderr ended with: …`, or nothing when it wrote nothing.
@@ -98,8 +104,8 @@ impl BackendError {
             | BackendError::Exited { plugin, .. }
             | BackendError::Timeout { plugin, .. }
             | BackendError::NotReading { plugin, .. }
-            | BackendError::Unavailable { plugin, .. }
-            | BackendError::CredentialNeeded { plugin, .. } => plugin,
+            | BackendError::Unavailable { plugin, .. } => plugin,
+            BackendError::CredentialNeeded(n) => &n.plugin,
         }
     }
 
@@ -107,7 +113,7 @@ impl BackendError {
     pub fn code(&self) -> i64 {
         match self {
             BackendError::Timeout { .. } => crate::jsonrpc::code::REQUEST_TIMEOUT,
-            BackendError::CredentialNeeded { .. } => crate::jsonrpc::code::URL_ELICITATION_REQUIRED,
+            BackendError::CredentialNeeded(_) => crate::jsonrpc::code::URL_ELICITATION_REQUIRED,
             BackendError::Spawn { .. }
             | BackendError::Initialize { .. }
             | BackendError::StartFailed { .. }
@@ -134,8 +140,9 @@ impl BackendError {
             BackendError::NotReading { .. } => format!(
                 "plugin '{plugin}' is not reading its input; the request was refused, try again later"
             ),
-            BackendError::CredentialNeeded { label, .. } => format!(
-                "plugin '{plugin}' acts with your own {label}, which you have not connected: connect it at the link given, then try again"
+            BackendError::CredentialNeeded(n) => format!(
+                "plugin '{plugin}' acts with your own {}, which you have not connected: connect it at the link given, then try again",
+                n.label
             ),
         }
     }
@@ -144,11 +151,8 @@ impl BackendError {
     /// elicitation the spec's `URLElicitationRequiredError` carries, where there is one.
     pub fn error_bytes(&self, id: Option<&crate::jsonrpc::Id>) -> bytes::Bytes {
         match self {
-            BackendError::CredentialNeeded {
-                elicitation_id,
-                url,
-                ..
-            } => {
+            BackendError::CredentialNeeded(n) => {
+                let (elicitation_id, url) = (&n.elicitation_id, &n.url);
                 let message = self.client_message();
                 let error = serde_json::json!({
                     "code": self.code(),

@@ -297,7 +297,7 @@ async fn forward(
     let mut started = session.plugin(plugin).await;
     // A legacy client that can open a link is asked to have the person connect a missing
     // credential, and the call waits for them (once).
-    if let Err(e @ crate::backend::BackendError::CredentialNeeded { .. }) = &started
+    if let Err(e @ crate::backend::BackendError::CredentialNeeded(_)) = &started
         && Box::pin(session.ask_to_connect(sink, e)).await == Some(crate::session::Connected::Yes)
     {
         started = session.plugin(plugin).await;

@@ -254,15 +254,10 @@ impl Session {
         id: &Id,
         needed: &crate::backend::BackendError,
     ) -> Option<bytes::Bytes> {
-        let crate::backend::BackendError::CredentialNeeded {
-            credential,
-            elicitation_id,
-            url,
-            ..
-        } = needed
-        else {
+        let crate::backend::BackendError::CredentialNeeded(n) = needed else {
             return None;
         };
+        let (credential, elicitation_id, url) = (&n.credential, &n.elicitation_id, &n.url);
         let seed = self
             .seeds
             .lock()

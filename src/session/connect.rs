@@ -59,15 +59,10 @@ impl Session {
     /// they did. `None` when this client cannot be asked so (the caller answers with the
     /// error as it is).
     pub async fn ask_to_connect(&self, client: &Sink, needed: &BackendError) -> Option<Connected> {
-        let BackendError::CredentialNeeded {
-            credential,
-            elicitation_id,
-            url,
-            ..
-        } = needed
-        else {
+        let BackendError::CredentialNeeded(n) = needed else {
             return None;
         };
+        let (credential, elicitation_id, url) = (&n.credential, &n.elicitation_id, &n.url);
         if self.for_caller {
             return None;
         }

@@ -146,13 +146,15 @@ impl Session {
                         tracing::warn!(plugin = %plugin.name(), credential = name, "credentials: {e}");
                         unavailable(format!("credential `{name}` cannot be asked for now"))
                     })?;
-                    return Err(BackendError::CredentialNeeded {
-                        plugin: plugin.name().to_owned(),
-                        credential: name.to_owned(),
-                        label: asked.label,
-                        elicitation_id: asked.id,
-                        url: asked.url,
-                    });
+                    return Err(BackendError::CredentialNeeded(Box::new(
+                        crate::backend::Needed {
+                            plugin: plugin.name().to_owned(),
+                            credential: name.to_owned(),
+                            label: asked.label,
+                            elicitation_id: asked.id,
+                            url: asked.url,
+                        },
+                    )));
                 }
                 Err(e) => {
                     tracing::warn!(plugin = %plugin.name(), credential = name, "credentials: {e}");
