@@ -211,54 +211,14 @@ async fn a_request_to_connect_is_used_once_and_not_after_it_expires() {
 /// person's process has their own value and no one else's.
 #[tokio::test]
 async fn each_person_s_process_gets_their_own_credential_and_a_missing_one_is_asked_for() {
+    use common::FIXTURE;
     use common::modern::{Modern, only};
-    use common::oauth::*;
-    use common::{FIXTURE, Gateway, free_port, write_config};
-    let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let base = format!("http://127.0.0.1:{port}");
-    let [alice, bob, _] = hashes();
-    let key = dir.path().join("credentials.key");
-    std::fs::write(&key, "ab".repeat(32)).unwrap();
-    let config = format!(
-        "[auth]\nmode = \"builtin\"\npublic_url = \"{base}/mcp\"\n\
-         [[auth.users]]\nname = \"alice\"\npassword_hash = \"{alice}\"\n\
-         [[auth.users]]\nname = \"bob\"\npassword_hash = \"{bob}\"\n\
-         [credentials]\nkey_file = \"{}\"\n\
-         [credentials.tok]\nkind = \"secret\"\nlabel = \"Service token\"\n\
-         [plugins.fix]\ncommand = \"{FIXTURE}\"\nenv = {{ TOKEN = \"${{credential:tok}}\" }}\n",
-        key.display()
+    let plugins = format!(
+        "[plugins.fix]\ncommand = \"{FIXTURE}\"\nenv = {{ TOKEN = \"${{credential:tok}}\" }}\n"
     );
-    let path = write_config(&dir, &config);
-    let db = format!("sqlite://{}/gw.db?mode=rwc", dir.path().display());
-    let listen = format!("127.0.0.1:{port}");
-    let gw = Gateway::start(&[
-        "--listen",
-        &listen,
-        "--config",
-        &path,
-        "--database-url",
-        &db,
-        "--admin-token",
-        ADMIN_TOKEN,
-    ]);
-    let a = AuthGateway {
-        gw,
-        base: base.clone(),
-        db: db.clone(),
-        dir,
-    };
-    let token_of = |user: &'static str| {
-        let a = &a;
-        async move {
-            let client = public_client(a).await;
-            let (verifier, challenge) = pkce();
-            let code = authorize(a, &client, &challenge, user, "mcp").await;
-            let (status, t) = exchange(a, &client, &code, &verifier).await;
-            assert_eq!(status, 200, "{t}");
-            t["access_token"].as_str().unwrap().to_owned()
-        }
-    };
+    let a = gateway_with(0xab, &plugins);
+    let (base, db) = (a.base.clone(), a.db.clone());
+    let token_of = |user: &'static str| token(&a, user);
     let alices_token = token_of("alice").await;
     // A 2026-07-28 client is asked in a round of its own: a URL mode elicitation of the link.
     let modern = Modern::new(

@@ -31,6 +31,18 @@ button { flex: 1; padding: .65rem 1rem; border-radius: 8px; border: 1px solid va
 button.secondary { background: transparent; color: var(--accent); }
 "#;
 
+/// The value of the cookie `name` a request carries, if any.
+pub fn cookie<'h>(headers: &'h axum::http::HeaderMap, name: &str) -> Option<&'h str> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|kv| kv.trim().split_once('='))
+        .find(|(k, _)| *k == name)
+        .map(|(_, v)| v)
+}
+
 /// Escapes text for HTML content and attribute values.
 pub fn escape(s: &str) -> String {
     let mut out = String::with_capacity(s.len());

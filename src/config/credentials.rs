@@ -12,7 +12,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use super::upstream::{Secret, is_loopback_url};
+use super::upstream::{Secret, client_secret, is_loopback_url};
 use super::{ConfigError, invalid};
 
 /// The environment variable the storage key is read from when `key_file` is not set.
@@ -461,30 +461,12 @@ fn oauth_server(
         .clone()
         .filter(|c| !c.is_empty() && !c.chars().any(char::is_control))
         .ok_or_else(|| invalid(key("client_id"), "the gateway's client id there is needed"))?;
-    let client_secret = match (&s.client_secret_file, &s.client_secret_env) {
-        (Some(_), Some(_)) => {
-            return Err(invalid(
-                key("client_secret_file"),
-                "give the secret one way: client_secret_file or client_secret_env",
-            ));
-        }
-        (Some(path), None) => {
-            let text = std::fs::read_to_string(path).map_err(|e| {
-                invalid(
-                    key("client_secret_file"),
-                    format!("cannot read {}: {e}", path.display()),
-                )
-            })?;
-            Some(text.trim_end_matches(['\r', '\n']).to_owned())
-        }
-        (None, Some(var)) => Some(env(var).ok_or_else(|| {
-            invalid(
-                key("client_secret_env"),
-                format!("`{var}` is not set in the gateway's environment"),
-            )
-        })?),
-        (None, None) => None,
-    };
+    let client_secret = client_secret(
+        &format!("credentials.{name}"),
+        s.client_secret_file.as_deref(),
+        s.client_secret_env.as_deref(),
+        env,
+    )?;
     if client_secret.as_ref().is_some_and(String::is_empty) {
         return Err(invalid(
             key("client_secret_file"),

@@ -103,6 +103,40 @@ pub struct UpstreamSection {
     pub display_name: Option<String>,
 }
 
+/// A client secret given one way or none, under the settings `client_secret_file` (a
+/// mounted secret, its trailing newline dropped) or `client_secret_env` (a variable of the
+/// gateway's environment, read through `env`) of section `section`.
+pub(super) fn client_secret(
+    section: &str,
+    file: Option<&std::path::Path>,
+    var: Option<&str>,
+    env: &impl Fn(&str) -> Option<String>,
+) -> Result<Option<String>, ConfigError> {
+    let key = |k: &str| format!("{section}.{k}");
+    match (file, var) {
+        (Some(_), Some(_)) => Err(invalid(
+            key("client_secret_file"),
+            "give the secret one way: client_secret_file or client_secret_env",
+        )),
+        (Some(path), None) => {
+            let text = std::fs::read_to_string(path).map_err(|e| {
+                invalid(
+                    key("client_secret_file"),
+                    format!("cannot read {}: {e}", path.display()),
+                )
+            })?;
+            Ok(Some(text.trim_end_matches(['\r', '\n']).to_owned()))
+        }
+        (None, Some(var)) => env(var).map(Some).ok_or_else(|| {
+            invalid(
+                key("client_secret_env"),
+                format!("`{var}` is not set in the gateway's environment"),
+            )
+        }),
+        (None, None) => Ok(None),
+    }
+}
+
 /// Whether `url` is on loopback (where plain http is allowed, for development).
 pub(super) fn is_loopback_url(url: &url::Url) -> bool {
     match url.host() {
@@ -137,29 +171,14 @@ pub(super) fn upstream_config(
     if s.client_id.is_empty() || s.client_id.chars().any(char::is_control) {
         return Err(invalid(key("client_id"), "must not be empty"));
     }
-    let client_secret = match (&s.client_secret_file, &s.client_secret_env) {
-        (Some(_), Some(_)) => {
-            return Err(invalid(
-                key("client_secret_file"),
-                "give the secret one way: client_secret_file or client_secret_env",
-            ));
-        }
-        (Some(path), None) => {
-            let text = std::fs::read_to_string(path).map_err(|e| {
-                invalid(
-                    key("client_secret_file"),
-                    format!("cannot read {}: {e}", path.display()),
-                )
-            })?;
-            Some(text.trim_end_matches(['\r', '\n']).to_owned())
-        }
-        (None, Some(var)) => Some(env(var).ok_or_else(|| {
-            invalid(
-                key("client_secret_env"),
-                format!("`{var}` is not set in the gateway's environment"),
-            )
-        })?),
-        (None, None) => env(UPSTREAM_SECRET_ENV),
+    let client_secret = match client_secret(
+        "auth.upstream",
+        s.client_secret_file.as_deref(),
+        s.client_secret_env.as_deref(),
+        &env,
+    )? {
+        Some(secret) => Some(secret),
+        None => env(UPSTREAM_SECRET_ENV),
     };
     if client_secret.as_ref().is_some_and(|s| s.is_empty()) {
         return Err(invalid(

@@ -19,7 +19,7 @@ use axum::routing::get;
 use serde::Deserialize;
 
 use super::Edge;
-use crate::auth::pages::{escape, page};
+use crate::auth::pages::{cookie, escape, page};
 use crate::auth::server::{ClientAddr, SignInRefused};
 use crate::config::CredentialKind;
 use crate::credentials::{Broker, CredentialError, Request};
@@ -150,16 +150,27 @@ async fn open(State(edge): State<Arc<Edge>>, Path(id): Path<String>) -> Response
     let csrf = format!("{:032x}", rand::random::<u128>());
     let mut r = form(&c.label, &id, &csrf, None, StatusCode::OK);
     let secure = server.secure_cookies();
-    let cookie = format!(
-        "{}={csrf}; Path=/; HttpOnly; SameSite=Strict; Max-Age={}{}",
+    bind_form(
+        &mut r,
         cookie_name(secure),
+        &csrf,
         crate::credentials::REQUEST_TTL_MS / 1000,
+        secure,
+    );
+    r
+}
+
+/// Sets the cookie `name` holding `csrf`, the token `r`'s form carries, for `max_age_secs`:
+/// `SameSite=Strict` and `HttpOnly`, so the form can be posted only from this browser, and
+/// not from another site.
+pub(super) fn bind_form(r: &mut Response, name: &str, csrf: &str, max_age_secs: i64, secure: bool) {
+    let cookie = format!(
+        "{name}={csrf}; Path=/; HttpOnly; SameSite=Strict; Max-Age={max_age_secs}{}",
         if secure { "; Secure" } else { "" }
     );
     if let Ok(v) = HeaderValue::from_str(&cookie) {
         r.headers_mut().append(header::SET_COOKIE, v);
     }
-    r
 }
 
 #[derive(Deserialize)]
@@ -168,17 +179,6 @@ struct Submitted {
     username: String,
     password: String,
     value: String,
-}
-
-/// The cookie `name`'s value in `headers`.
-pub(super) fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
-    headers
-        .get_all(header::COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(';'))
-        .filter_map(|kv| kv.trim().split_once('='))
-        .find_map(|(k, v)| (k == name).then_some(v))
 }
 
 /// `POST /connect/{id}`: the person signs in and gives the value.

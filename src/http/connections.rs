@@ -13,14 +13,14 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::{Form, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::get;
 use serde::Deserialize;
 
 use super::Edge;
-use super::connect::{cookie, message};
-use crate::auth::pages::{escape, page};
+use super::connect::{bind_form, message};
+use crate::auth::pages::{cookie, escape, page};
 use crate::auth::server::{ClientAddr, SignInRefused};
 use crate::config::CredentialKind;
 use crate::credentials::Broker;
@@ -38,6 +38,17 @@ fn parts(edge: &Edge) -> Option<(Arc<Broker>, bool)> {
     let broker = edge.sessions.supervisor.credentials()?.clone();
     let server = edge.auth.server.as_ref().filter(|s| s.has_users())?;
     Some((broker, server.secure_cookies()))
+}
+
+/// The database did not answer.
+fn database_down(e: &dyn std::fmt::Display) -> Response {
+    tracing::error!("connections page: {e}");
+    message(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "unavailable",
+        "Not available",
+        "The gateway cannot reach its database. Try again in a moment.",
+    )
 }
 
 fn unavailable() -> Response {
@@ -79,15 +90,13 @@ async fn open(State(edge): State<Arc<Edge>>) -> Response {
     };
     let csrf = format!("{:032x}", rand::random::<u128>());
     let mut r = sign_in_page(&csrf, None, StatusCode::OK);
-    let cookie = format!(
-        "{}={csrf}; Path=/; HttpOnly; SameSite=Strict; Max-Age={}{}",
+    bind_form(
+        &mut r,
         if secure { SECURE_COOKIE } else { COOKIE },
+        &csrf,
         crate::credentials::GRANT_TTL_MS / 1000,
-        if secure { "; Secure" } else { "" }
+        secure,
     );
-    if let Ok(v) = HeaderValue::from_str(&cookie) {
-        r.headers_mut().append(header::SET_COOKIE, v);
-    }
     r
 }
 
@@ -174,15 +183,7 @@ async fn submit(
                     edge.audit.credential(&subject, "disconnect", name, 200);
                     notice = Some(format!("Disconnected {name}."));
                 }
-                Err(e) => {
-                    tracing::error!("connections page: {e}");
-                    return message(
-                        StatusCode::SERVICE_UNAVAILABLE,
-                        "unavailable",
-                        "Not available",
-                        "The gateway cannot reach its database. Try again in a moment.",
-                    );
-                }
+                Err(e) => return database_down(&e),
             }
         }
         (Some("connect"), Some(name)) => {
@@ -199,15 +200,7 @@ async fn submit(
             }
             return match broker.request(&subject, name).await {
                 Ok(asked) => Redirect::to(&asked.url).into_response(),
-                Err(e) => {
-                    tracing::error!("connections page: {e}");
-                    message(
-                        StatusCode::SERVICE_UNAVAILABLE,
-                        "unavailable",
-                        "Not available",
-                        "The gateway cannot reach its database. Try again in a moment.",
-                    )
-                }
+                Err(e) => database_down(&e),
             };
         }
         _ => return sign_in_page(&f.csrf, None, StatusCode::BAD_REQUEST),
@@ -219,15 +212,7 @@ async fn submit(
 async fn list(broker: &Broker, subject: &str, csrf: &str, notice: Option<&str>) -> Response {
     let (connections, grant) = match (broker.connections(subject).await, broker.grant(subject)) {
         (Ok(c), Ok(g)) => (c, g),
-        (Err(e), _) | (_, Err(e)) => {
-            tracing::error!("connections page: {e}");
-            return message(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "unavailable",
-                "Not available",
-                "The gateway cannot reach its database. Try again in a moment.",
-            );
-        }
+        (Err(e), _) | (_, Err(e)) => return database_down(&e),
     };
     let button = |action: &str, name: &str, text: &str| {
         format!(

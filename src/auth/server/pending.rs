@@ -61,15 +61,7 @@ impl AuthServer {
     }
 
     fn cookie<'h>(&self, headers: &'h HeaderMap) -> Option<&'h str> {
-        let name = self.csrf_cookie();
-        headers
-            .get_all(header::COOKIE)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| v.split(';'))
-            .filter_map(|kv| kv.trim().split_once('='))
-            .find(|(k, _)| *k == name)
-            .map(|(_, v)| v)
+        crate::auth::pages::cookie(headers, self.csrf_cookie())
     }
 }
 
