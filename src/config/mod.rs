@@ -44,8 +44,8 @@ pub use cli::{Cli, Command, LogFormat};
 pub use cluster::{ClusterConfig, DEFAULT_KEY_PREFIX, MIN_SECRET_LEN, redact_url};
 pub use credentials::{
     CREDENTIALS_KEY_ENV, CredentialConfig, CredentialKeys, CredentialKind, CredentialKindName,
-    CredentialSpec, CredentialsConfig, OAuthServer, Reference, credential_config, expand,
-    references,
+    CredentialSpec, CredentialsConfig, OAuthServer, Reference, credential_config, credentials_used,
+    expand, references,
 };
 pub use external::{ExternalConfig, INTROSPECTION_SECRET_ENV, IntrospectionConfig};
 pub use file::FileConfig;
@@ -56,8 +56,7 @@ pub use listener::{
 };
 pub use plugin::{
     MAX_PREFIX_LEN, MAX_TOOL_NAME_LEN, PluginConfig, PluginEra, PluginSpec, ProcessModel,
-    ResponseMode, SECRET_ENV_VARS, Scheduling, credentials_used, expand_env, tool_name_char,
-    validate_plugin,
+    ResponseMode, SECRET_ENV_VARS, Scheduling, expand_env, tool_name_char, validate_plugin,
 };
 pub use sandbox::{Network, SandboxConfig, SandboxSettings, SandboxSpec};
 pub use secrets::{env_var, seal_environment, secret_env_var};

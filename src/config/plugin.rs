@@ -1,6 +1,7 @@
 //! Plugins: the validated [`PluginConfig`], its wire form [`PluginSpec`] (a TOML
 //! `[plugins.NAME]` table, an admin API body, a stored row), the checks every definition
-//! passes, and `${NAME}` expansion of a plugin's environment. Nothing here starts a process.
+//! passes, and `${NAME}` expansion of a plugin's environment (what it may refer to of people's
+//! credentials is checked in `credentials/`). Nothing here starts a process.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -11,7 +12,7 @@ use clap::ValueEnum;
 use serde::{Deserialize, Serialize};
 
 use super::access::{Access, ToolAccess, validate_access};
-use super::credentials::{Reference, expand, references};
+use super::credentials::{Reference, expand};
 use super::sandbox::{SandboxConfig, SandboxSettings, SandboxSpec};
 use super::{Cli, ConfigError, invalid};
 
@@ -356,18 +357,6 @@ pub fn expand_env(value: &str, lookup: impl Fn(&str) -> Option<String>) -> Resul
     })
 }
 
-/// The credentials `p` is started with (`${credential:NAME}` or `${credential_file:NAME}` in
-/// its `env` or `args`): a process of it serves one person.
-pub fn credentials_used(p: &PluginConfig) -> BTreeSet<&str> {
-    p.env
-        .values()
-        .chain(&p.args)
-        .filter_map(|v| references(v).ok())
-        .flatten()
-        .filter_map(|r| r.credential())
-        .collect()
-}
-
 /// The longest tool name the spec allows (2025-11-25, "Tool names"); the gateway holds prompt
 /// names to it too.
 pub const MAX_TOOL_NAME_LEN: usize = 128;
@@ -435,62 +424,7 @@ pub fn validate_plugin(
             ));
         }
     }
-    for (k, value) in p.env.iter().map(|(k, v)| (format!("env.{k}"), v)).chain(
-        p.args
-            .iter()
-            .enumerate()
-            .map(|(i, a)| (format!("args[{i}]"), a)),
-    ) {
-        for r in references(value).map_err(|m| invalid(key(&k), m))? {
-            if let Some(n) = r.credential()
-                && !credentials.iter().any(|c| c == n)
-            {
-                return Err(invalid(
-                    key(&k),
-                    format!("refers to credential `{n}`, which [credentials.{n}] does not define"),
-                ));
-            }
-        }
-    }
-    let in_a_file = p
-        .env
-        .values()
-        .chain(&p.args)
-        .filter_map(|v| references(v).ok())
-        .flatten()
-        .find_map(|r| match r {
-            Reference::CredentialFile(n) => Some(n),
-            _ => None,
-        });
-    if let Some(n) = in_a_file
-        && p.sandbox.is_none()
-    {
-        return Err(invalid(
-            key("sandbox"),
-            format!(
-                "`${{credential_file:{n}}}` is a file in the instance's own home, which its sandbox makes: leave the sandbox on"
-            ),
-        ));
-    }
-    let used = credentials_used(p);
-    if let Some(first) = used.first() {
-        if p.process_model != ProcessModel::PerSession {
-            return Err(invalid(
-                key("process_model"),
-                format!(
-                    "uses `{first}`, a person's own credential, so a process of it must serve one person: process_model = \"per_session\""
-                ),
-            ));
-        }
-        if p.warm > 0 {
-            return Err(invalid(
-                key("warm"),
-                format!(
-                    "uses `{first}`, a person's own credential: a process started ahead of demand would not know whose"
-                ),
-            ));
-        }
-    }
+    super::credentials::check_plugin(p, credentials)?;
     validate_access(p)?;
     if let Some(s) = &p.sandbox {
         super::sandbox::validate(&p.name, s)?;
@@ -719,52 +653,5 @@ mod tests {
                 .unwrap_err()
                 .contains("serves no one person")
         );
-    }
-
-    #[test]
-    fn credentials_are_defined_and_used_by_one_person_s_process() {
-        let defined = ["gh".to_owned()];
-        let mut p = PluginConfig::new("a", "x", vec!["--token=${credential:gh}".into()]);
-        p.env.insert("FILE".into(), "${credential_file:gh}".into());
-        assert!(validate_plugin(&p, "__", &defined).is_ok());
-        assert_eq!(credentials_used(&p).into_iter().collect::<Vec<_>>(), ["gh"]);
-
-        let e = validate_plugin(&p, "__", &[]).unwrap_err().to_string();
-        assert!(
-            e.contains("plugins.a.env.FILE") && e.contains("[credentials.gh]"),
-            "{e}"
-        );
-        p.env.clear();
-        let e = validate_plugin(&p, "__", &[]).unwrap_err().to_string();
-        assert!(e.contains("plugins.a.args[0]"), "{e}");
-        p.env.insert("FILE".into(), "${credential_file:gh}".into());
-
-        let mut shared = p.clone();
-        shared.process_model = ProcessModel::Shared;
-        let e = validate_plugin(&shared, "__", &defined)
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("plugins.a.process_model"), "{e}");
-
-        let mut warm = p.clone();
-        warm.warm = 2;
-        let e = validate_plugin(&warm, "__", &defined)
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("plugins.a.warm"), "{e}");
-
-        let mut unsandboxed = p.clone();
-        unsandboxed.sandbox = None;
-        let e = validate_plugin(&unsandboxed, "__", &defined)
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("plugins.a.sandbox"), "{e}");
-
-        let mut bad = PluginConfig::new("a", "x", vec![]);
-        bad.env.insert("T".into(), "${credential:}".into());
-        let e = validate_plugin(&bad, "__", &defined)
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("plugins.a.env.T"), "{e}");
     }
 }

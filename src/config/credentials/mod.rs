@@ -7,11 +7,12 @@
 //! `${credential:NAME}`, or `${credential_file:NAME}` for a file holding it
 //! ([`references`]). Plain data, checked here; the `credentials` module keeps the values.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+use super::plugin::{PluginConfig, ProcessModel};
 use super::upstream::{Secret, client_secret, is_loopback_url};
 use super::{ConfigError, invalid};
 
@@ -242,6 +243,77 @@ fn word_or_dash(s: &str) -> bool {
         && s.len() <= 64
         && s.chars()
             .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+}
+
+/// The credentials `p` is started with (`${credential:NAME}` or `${credential_file:NAME}` in
+/// its `env` or `args`): a process of it serves one person.
+pub fn credentials_used(p: &PluginConfig) -> BTreeSet<&str> {
+    p.env
+        .values()
+        .chain(&p.args)
+        .filter_map(|v| references(v).ok())
+        .flatten()
+        .filter_map(Reference::credential)
+        .collect()
+}
+
+/// Checks what plugin `p` refers to of the credentials defined (`credentials`): each one it
+/// names is defined; one in a file needs its sandbox, which makes the file; a plugin started
+/// with a person's credential runs a process per session and keeps none warm.
+pub(super) fn check_plugin(p: &PluginConfig, credentials: &[String]) -> Result<(), ConfigError> {
+    let key = |k: &str| format!("plugins.{}.{k}", p.name);
+    let values = p.env.iter().map(|(k, v)| (format!("env.{k}"), v)).chain(
+        p.args
+            .iter()
+            .enumerate()
+            .map(|(i, a)| (format!("args[{i}]"), a)),
+    );
+    let (mut used, mut in_a_file) = (BTreeSet::new(), None);
+    for (k, value) in values {
+        for r in references(value).map_err(|m| invalid(key(&k), m))? {
+            let Some(n) = r.credential() else { continue };
+            if !credentials.iter().any(|c| c == n) {
+                return Err(invalid(
+                    key(&k),
+                    format!("refers to credential `{n}`, which [credentials.{n}] does not define"),
+                ));
+            }
+            if matches!(r, Reference::CredentialFile(_)) {
+                in_a_file.get_or_insert(n);
+            }
+            used.insert(n);
+        }
+    }
+    if let Some(n) = in_a_file
+        && p.sandbox.is_none()
+    {
+        return Err(invalid(
+            key("sandbox"),
+            format!(
+                "`${{credential_file:{n}}}` is a file in the instance's own home, which its sandbox makes: leave the sandbox on"
+            ),
+        ));
+    }
+    let Some(first) = used.first() else {
+        return Ok(());
+    };
+    if p.process_model != ProcessModel::PerSession {
+        return Err(invalid(
+            key("process_model"),
+            format!(
+                "uses `{first}`, a person's own credential, so a process of it must serve one person: process_model = \"per_session\""
+            ),
+        ));
+    }
+    if p.warm > 0 {
+        return Err(invalid(
+            key("warm"),
+            format!(
+                "uses `{first}`, a person's own credential: a process started ahead of demand would not know whose"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// Checks `[credentials]`, reading the keys and client secrets, with `env` standing for the
@@ -519,167 +591,4 @@ pub fn parse_key(text: &str) -> Result<[u8; 32], String> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn section(text: &str) -> CredentialsSection {
-        toml::from_str(text).unwrap()
-    }
-
-    const KEY: &str = "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f";
-
-    #[test]
-    fn references_are_read() {
-        assert_eq!(
-            references("Bearer ${credential:github} ${HOME} ${credential_file:a-b}").unwrap(),
-            vec![
-                Reference::Credential("github"),
-                Reference::Env("HOME"),
-                Reference::CredentialFile("a-b")
-            ]
-        );
-        for bad in [
-            "${credential:}",
-            "${cred:x}",
-            "${credential:a b}",
-            "${x",
-            "${}",
-        ] {
-            assert!(references(bad).is_err(), "{bad}");
-        }
-        let got = expand("t=${credential:gh};h=${HOME}", |r| {
-            Ok(match r {
-                Reference::Credential(n) => format!("<{n}>"),
-                Reference::Env(n) => format!("[{n}]"),
-                Reference::CredentialFile(_) => unreachable!(),
-            })
-        });
-        assert_eq!(got.unwrap(), "t=<gh>;h=[HOME]");
-    }
-
-    #[test]
-    fn kinds_are_checked() {
-        let env = |n: &str| (n == CREDENTIALS_KEY_ENV).then(|| KEY.to_owned());
-        let c = credentials_config(
-            section(
-                r#"
-                [github]
-                kind = "oauth2"
-                authorization_endpoint = "https://github.com/login/oauth/authorize"
-                token_endpoint = "https://github.com/login/oauth/access_token"
-                client_id = "Iv1.abc"
-                scopes = ["repo"]
-
-                [jira]
-                kind = "secret"
-                label = "Jira API token"
-                pattern = "[A-Za-z0-9]{24}"
-
-                [internal]
-                kind = "token_exchange"
-                issuer = "http://127.0.0.1:9000"
-                client_id = "gateway"
-                audience = "internal-api"
-                "#,
-            ),
-            env,
-        )
-        .unwrap();
-        assert_eq!(c.credentials.len(), 3);
-        assert_eq!(c.keys.current.unwrap()[31], 0x1f);
-        let CredentialKind::Secret { pattern: Some(p) } = &c.get("jira").unwrap().kind else {
-            panic!("a secret with a pattern")
-        };
-        assert!(p.is_match("abcdefghijklmnopqrstuvwx"));
-        assert!(!p.is_match("abcdefghijklmnopqrstuvwx-and-more"));
-        assert!(matches!(
-            c.get("github").unwrap().kind,
-            CredentialKind::OAuth2 { pkce: true, .. }
-        ));
-
-        for (text, key) in [
-            (
-                "[a]\nkind = \"secret\"\nclient_id = \"x\"",
-                "credentials.a.client_id",
-            ),
-            (
-                "[a]\nkind = \"oauth2\"\nclient_id = \"x\"",
-                "credentials.a.issuer",
-            ),
-            (
-                "[a]\nkind = \"oauth2\"\nissuer = \"http://example.com\"\nclient_id = \"x\"",
-                "credentials.a.issuer",
-            ),
-            (
-                "[a]\nkind = \"oauth2\"\nissuer = \"https://x\"",
-                "credentials.a.client_id",
-            ),
-            (
-                "[a]\nkind = \"secret\"\npattern = \"(\"",
-                "credentials.a.pattern",
-            ),
-            (
-                "[a]\nkind = \"secret\"\naudience = \"x\"",
-                "credentials.a.audience",
-            ),
-        ] {
-            let e = credentials_config(section(text), env).unwrap_err();
-            assert!(e.to_string().contains(key), "{text}: {e}");
-        }
-        assert!(
-            toml::from_str::<CredentialsSection>("[a]\nkind = \"secret\"\nsecret = \"x\"").is_err()
-        );
-        // A setting's name is no credential's.
-        assert!(toml::from_str::<CredentialsSection>("[key_env]\nkind = \"secret\"").is_err());
-        let e = credential_config(
-            "key_file",
-            section("[a]\nkind = \"secret\"").credentials["a"].clone(),
-            env,
-        )
-        .unwrap_err();
-        assert!(e.to_string().contains("credentials.key_file"), "{e}");
-    }
-
-    #[test]
-    fn credentials_need_a_key() {
-        let e = credentials_config(section("[a]\nkind = \"secret\""), |_| None).unwrap_err();
-        assert!(e.to_string().contains("credentials.key_file"), "{e}");
-        // No credential, no key needed.
-        assert!(credentials_config(section(""), |_| None).is_ok());
-        let e = credentials_config(section("key_env = \"K\""), |_| None).unwrap_err();
-        assert!(e.to_string().contains("`K` is not set"), "{e}");
-        let e = credentials_config(section(""), |_| Some("short".into())).unwrap_err();
-        assert!(e.to_string().contains("32 bytes"), "{e}");
-    }
-
-    #[test]
-    fn keys_are_hex_or_base64() {
-        let hex = parse_key(KEY).unwrap();
-        use base64::Engine as _;
-        let b64 = base64::engine::general_purpose::STANDARD.encode(hex);
-        assert_eq!(parse_key(&format!("{b64}\n")).unwrap(), hex);
-        let url = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode([0xfb; 32]);
-        assert_eq!(parse_key(&url).unwrap(), [0xfb; 32]);
-        assert!(parse_key(&KEY[..62]).is_err());
-        assert!(
-            format!(
-                "{:?}",
-                CredentialKeys {
-                    current: Some(hex),
-                    previous: vec![]
-                }
-            )
-            .contains("set")
-        );
-        assert!(
-            !format!(
-                "{:?}",
-                CredentialKeys {
-                    current: Some(hex),
-                    previous: vec![]
-                }
-            )
-            .contains("1f")
-        );
-    }
-}
+mod tests;
