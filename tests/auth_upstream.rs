@@ -333,77 +333,6 @@ async fn a_person_outside_the_allowed_groups_is_refused_and_group_rules_tell_peo
     );
 }
 
-/// A cookie jar by hand: name to value, whatever the path.
-#[derive(Default)]
-struct Jar(HashMap<String, String>);
-
-impl Jar {
-    fn take(&mut self, r: &reqwest::Response) {
-        for v in r.headers().get_all("set-cookie") {
-            let pair = v.to_str().unwrap().split(';').next().unwrap();
-            if let Some((k, v)) = pair.split_once('=') {
-                self.0.insert(k.trim().to_owned(), v.to_owned());
-            }
-        }
-    }
-
-    fn header(&self) -> String {
-        self.0
-            .iter()
-            .map(|(k, v)| format!("{k}={v}"))
-            .collect::<Vec<_>>()
-            .join("; ")
-    }
-}
-
-/// Follows the provider's redirects from `url` (signing in as `user` on its login form)
-/// until one leads back to the gateway: that URL.
-async fn through_the_provider(provider: &OidcProvider, url: &str, user: &str) -> String {
-    let mut jar = Jar::default();
-    let mut url = url.to_owned();
-    for _ in 0..10 {
-        let r = http()
-            .get(&url)
-            .header("cookie", jar.header())
-            .send()
-            .await
-            .unwrap();
-        jar.take(&r);
-        let r = if r.status() == 200 {
-            let html = r.text().await.unwrap();
-            assert!(html.contains("id=\"login\""), "the login form: {html}");
-            let action = html
-                .split("action=\"")
-                .nth(1)
-                .and_then(|s| s.split('"').next())
-                .unwrap()
-                .to_owned();
-            let r = http()
-                .post(provider.url(&action))
-                .header("cookie", jar.header())
-                .form(&[("login", user), ("password", &format!("{user}-pw"))])
-                .send()
-                .await
-                .unwrap();
-            jar.take(&r);
-            r
-        } else {
-            r
-        };
-        assert!(r.status().is_redirection(), "{}", r.status());
-        let location = r.headers()["location"].to_str().unwrap();
-        url = url::Url::parse(&url)
-            .unwrap()
-            .join(location)
-            .unwrap()
-            .into();
-        if !url.starts_with(provider.issuer()) {
-            return url;
-        }
-    }
-    panic!("the provider never sent the browser back");
-}
-
 #[tokio::test]
 async fn the_leg_toward_the_provider_is_bound_to_the_pending_request_and_used_once() {
     let (provider, a) = start(None);
@@ -447,7 +376,7 @@ async fn the_leg_toward_the_provider_is_bound_to_the_pending_request_and_used_on
     assert!(q["scope"].split(' ').any(|s| s == "openid"), "{q:?}");
     assert_ne!(q["code_challenge"], challenge, "PKCE of the gateway's own");
 
-    let back = through_the_provider(&provider, &to_provider, "ann").await;
+    let back = provider.through(&to_provider, "ann").await;
     assert!(
         back.starts_with(&a.url("/authorize/upstream/callback?")),
         "{back}"
@@ -590,7 +519,7 @@ async fn with_local_users_the_sign_in_page_offers_the_provider_too() {
         to_provider.starts_with(&provider.url("/auth?")),
         "{to_provider}"
     );
-    let back = through_the_provider(&provider, &to_provider, "ben").await;
+    let back = provider.through(&to_provider, "ben").await;
     let r = http()
         .get(&back)
         .header("cookie", &b.cookie)

@@ -4,6 +4,7 @@
 
 mod common;
 
+use common::credentials::{Page, form, gateway_with, hidden, json_call, token};
 use common::oauth::ADMIN_TOKEN;
 
 use std::sync::Arc;
@@ -506,65 +507,6 @@ async fn each_person_s_process_gets_their_own_credential_and_a_missing_one_is_as
     }
 }
 
-/// The connect page as a browser holds it: its cookie and its form's token.
-struct Page {
-    link: String,
-    cookie: String,
-    csrf: String,
-}
-
-impl Page {
-    async fn open(http: &reqwest::Client, link: &str) -> Page {
-        let r = http.get(link).send().await.unwrap();
-        assert_eq!(r.status(), 200);
-        let set = r.headers()["set-cookie"].to_str().unwrap().to_owned();
-        assert!(
-            set.contains("HttpOnly") && set.contains("SameSite=Strict"),
-            "{set}"
-        );
-        let cookie = set.split(';').next().unwrap().to_owned();
-        let html = r.text().await.unwrap();
-        let needle = "name=\"csrf\" value=\"";
-        let at = html.find(needle).unwrap() + needle.len();
-        let csrf = html[at..at + html[at..].find('"').unwrap()].to_owned();
-        Page {
-            link: link.to_owned(),
-            cookie,
-            csrf,
-        }
-    }
-
-    fn post(
-        &self,
-        http: &reqwest::Client,
-        user: &str,
-        pw: &str,
-        value: &str,
-    ) -> reqwest::RequestBuilder {
-        http.post(&self.link)
-            .header("cookie", &self.cookie)
-            .form(&form(&self.csrf, user, pw, value))
-    }
-}
-
-fn form<'a>(
-    csrf: &'a str,
-    user: &'a str,
-    pw: &'a str,
-    value: &'a str,
-) -> [(&'static str, &'a str); 4] {
-    [
-        ("csrf", csrf),
-        ("username", user),
-        ("password", pw),
-        ("value", value),
-    ]
-}
-
-fn json_call(var: &str) -> serde_json::Value {
-    serde_json::json!({"name": "getenv", "arguments": {"name": var}})
-}
-
 /// `${credential_file:NAME}`: the person's value in a file of their instance's own home
 /// (mode 0600), which another person's instance cannot read.
 #[tokio::test]
@@ -640,41 +582,6 @@ async fn a_credential_file_is_the_person_s_own() {
     assert!(!a.gw.log().contains("file-secret"));
 }
 
-/// A gateway in built-in mode (alice and bob), its credential `tok` (a secret, key
-/// `[key; 32]`), and `plugins` (TOML tables); its admin API on with [`ADMIN_TOKEN`].
-fn gateway_with(key: u8, plugins: &str) -> common::oauth::AuthGateway {
-    use common::oauth::*;
-    use common::{Gateway, free_port, write_config};
-    let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let base = format!("http://127.0.0.1:{port}");
-    let [alice, bob, _] = hashes();
-    let key_file = dir.path().join("credentials.key");
-    std::fs::write(&key_file, format!("{key:02x}").repeat(32)).unwrap();
-    let config = format!(
-        "[auth]\nmode = \"builtin\"\npublic_url = \"{base}/mcp\"\n\
-         [[auth.users]]\nname = \"alice\"\npassword_hash = \"{alice}\"\n\
-         [[auth.users]]\nname = \"bob\"\npassword_hash = \"{bob}\"\n\
-         [credentials]\nkey_file = \"{}\"\n\
-         [credentials.tok]\nkind = \"secret\"\nlabel = \"Service token\"\n{plugins}",
-        key_file.display()
-    );
-    let path = write_config(&dir, &config);
-    let db = format!("sqlite://{}/gw.db?mode=rwc", dir.path().display());
-    let listen = format!("127.0.0.1:{port}");
-    let gw = Gateway::start(&[
-        "--listen",
-        &listen,
-        "--config",
-        &path,
-        "--database-url",
-        &db,
-        "--admin-token",
-        ADMIN_TOKEN,
-    ]);
-    AuthGateway { gw, base, db, dir }
-}
-
 /// A broker on `a`'s database, with its key, for a test to connect values as the page would.
 async fn broker_of(a: &common::oauth::AuthGateway, key: u8) -> (Arc<Broker>, Database) {
     let defs = CredentialsConfig {
@@ -698,17 +605,6 @@ async fn broker_of(a: &common::oauth::AuthGateway, key: u8) -> (Arc<Broker>, Dat
         Broker::new(defs, database.credential_store(), &a.base),
         database,
     )
-}
-
-/// `user`'s access token at `a`.
-async fn token(a: &common::oauth::AuthGateway, user: &str) -> String {
-    use common::oauth::*;
-    let client = public_client(a).await;
-    let (verifier, challenge) = pkce();
-    let code = authorize(a, &client, &challenge, user, "mcp").await;
-    let (status, t) = exchange(a, &client, &code, &verifier).await;
-    assert_eq!(status, 200, "{t}");
-    t["access_token"].as_str().unwrap().to_owned()
 }
 
 /// The people's own page: signed in, a person sees their credentials (never a value) and
@@ -861,14 +757,4 @@ async fn people_see_and_disconnect_their_own_credentials() {
     assert!(!records.is_empty(), "{calls}");
     assert!(records.iter().all(|r| r["credentials"] == "tok"), "{calls}");
     assert!(!calls.to_string().contains("alice-"), "{calls}");
-}
-
-/// The value of the hidden field `name` in a page.
-fn hidden(html: &str, name: &str) -> String {
-    let needle = format!("name=\"{name}\" value=\"");
-    let at = html
-        .find(&needle)
-        .unwrap_or_else(|| panic!("no {name} in {html}"))
-        + needle.len();
-    html[at..at + html[at..].find('"').unwrap()].to_owned()
 }

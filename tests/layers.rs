@@ -20,7 +20,9 @@ const LAYERS: &[&[&str]] = &[
     // Plugins: the stdio child and its JSON-RPC multiplexing.
     &["backend"],
     // Which plugins exist, and OAuth (both persisted through store traits); rate limits.
-    &["registry", "auth", "limits", "credentials"],
+    &["registry", "auth", "limits"],
+    // People's own credentials (the gateway as their OAuth client, through `auth`'s fetcher).
+    &["credentials"],
     // The database: connects, migrates, lends the stores above.
     &["database"],
     // Supervision of plugin instances: start, restart, breaker, pools, limits.

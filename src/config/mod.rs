@@ -61,7 +61,7 @@ pub use plugin::{
 pub use sandbox::{Network, SandboxConfig, SandboxSettings, SandboxSpec};
 pub use secrets::{env_var, seal_environment, secret_env_var};
 pub use stream::{ReplayLimits, StreamSettings};
-pub use upstream::{SubjectClaim, UPSTREAM_SECRET_ENV, UpstreamConfig};
+pub use upstream::{SubjectClaim, UPSTREAM_SECRET_ENV, UpstreamConfig, is_loopback_url};
 
 /// The gateway's settings, validated.
 #[derive(Debug, Clone)]

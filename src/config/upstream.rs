@@ -138,7 +138,7 @@ pub(super) fn client_secret(
 }
 
 /// Whether `url` is on loopback (where plain http is allowed, for development).
-pub(super) fn is_loopback_url(url: &url::Url) -> bool {
+pub fn is_loopback_url(url: &url::Url) -> bool {
     match url.host() {
         Some(url::Host::Domain(d)) => d.eq_ignore_ascii_case("localhost"),
         Some(url::Host::Ipv4(ip)) => ip.is_loopback(),

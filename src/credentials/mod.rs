@@ -8,6 +8,8 @@
 //! This module decides what a credential is worth (is it there, does it match its pattern,
 //! is it sealed under the current key); it does not ask anyone for one.
 
+mod connect;
+pub mod oauth;
 mod seal;
 pub mod store;
 
@@ -16,6 +18,8 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use crate::config::{CredentialConfig, CredentialKind, CredentialsConfig};
+pub use connect::{CALLBACK_PATH, ConnectRefused};
+pub use oauth::{OAuth, OAuthError, Tokens};
 pub use seal::{SealError, Sealer};
 pub use store::{CredentialStore, Request, StoreError, StoreFuture, Stored};
 
@@ -32,6 +36,10 @@ pub enum CredentialError {
     NotSecret(String),
     #[error("credential `{name}` could not be read: {why}")]
     Sealed { name: String, why: SealError },
+    #[error("credential `{0}` is not connected through its authorization server")]
+    NotOAuth(String),
+    #[error("credential `{name}`: {why}")]
+    Upstream { name: String, why: OAuthError },
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -47,6 +55,10 @@ pub struct Value {
     /// `oauth2`: the refresh token, if the server gave one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub refresh_token: Option<String>,
+    /// `oauth2`: how long the access token was good for when given, in milliseconds (how
+    /// early it is refreshed follows from it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lifetime_ms: Option<i64>,
 }
 
 impl std::fmt::Debug for Value {
@@ -83,6 +95,23 @@ pub const GRANT_TTL_MS: i64 = 10 * 60 * 1000;
 /// What a page's grant is sealed as, in place of a credential's name (which has no NUL).
 const GRANT: &str = "\0connections-page";
 
+/// What happened to a person's credential that whoever runs processes with it must hear of.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// A new value replaced the one processes were started with (a refresh).
+    Refreshed { subject: String, name: String },
+    /// The value is gone without the person disconnecting it (the server refused its
+    /// refresh): the next call asks again.
+    Lost {
+        subject: String,
+        name: String,
+        why: String,
+    },
+}
+
+/// How long one replica may take to refresh a token before another may try.
+const REFRESH_CLAIM_MS: i64 = 30_000;
+
 /// Keeps people's credentials and hands them out.
 pub struct Broker {
     config: CredentialsConfig,
@@ -90,6 +119,35 @@ pub struct Broker {
     store: Arc<dyn CredentialStore>,
     /// Where the connect page is: `{base}/connect/{id}` (the gateway's public origin).
     base: String,
+    oauth: OAuth,
+    events: tokio::sync::broadcast::Sender<Event>,
+    /// What this replica last handed out of each person's credential, to see it change.
+    known: std::sync::Mutex<std::collections::HashMap<(String, String), Known>>,
+}
+
+/// What a handed-out value was: when it was connected and until when it is good (a refresh
+/// or a new connection changes one of them), and how early it is refreshed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Known {
+    connected_at_ms: i64,
+    expires_at_ms: Option<i64>,
+    /// When to refresh it, if it can be.
+    refresh_at_ms: Option<i64>,
+}
+
+/// The most values remembered ([`Broker::known`]); past it the memory starts again.
+const MAX_KNOWN: usize = 100_000;
+
+/// What [`Broker::check`] found of a credential handed out before.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Check {
+    /// As handed out.
+    Same,
+    /// Refreshed or connected again since (on any replica): processes started with the old
+    /// value should be replaced.
+    Changed,
+    /// Disconnected or revoked (on any replica).
+    Gone,
 }
 
 fn now_ms() -> i64 {
@@ -110,7 +168,71 @@ impl Broker {
             config,
             store,
             base: base.trim_end_matches('/').to_owned(),
+            oauth: OAuth::default(),
+            events: tokio::sync::broadcast::channel(256).0,
+            known: Default::default(),
         })
+    }
+
+    fn remember(&self, row: &Stored, value: &Value) {
+        let known = Known {
+            connected_at_ms: row.connected_at_ms,
+            expires_at_ms: row.expires_at_ms,
+            refresh_at_ms: match (&value.refresh_token, row.expires_at_ms) {
+                (Some(_), Some(t)) => Some(t - refresh_margin(value.lifetime_ms)),
+                _ => None,
+            },
+        };
+        let mut map = self.known.lock().expect("known lock");
+        if map.len() >= MAX_KNOWN {
+            map.clear();
+        }
+        map.insert((row.subject.clone(), row.name.clone()), known);
+    }
+
+    /// Whether `subject`'s credential `name`, as this replica handed it out, is due for a
+    /// refresh ([`Broker::value`] does it).
+    pub fn due(&self, subject: &str, name: &str) -> bool {
+        let map = self.known.lock().expect("known lock");
+        map.get(&(subject.to_owned(), name.to_owned()))
+            .and_then(|k| k.refresh_at_ms)
+            .is_some_and(|t| t <= now_ms())
+    }
+
+    /// Whether `subject`'s credential `name` is still what this replica handed out.
+    pub async fn check(&self, subject: &str, name: &str) -> Result<Check, CredentialError> {
+        let key = (subject.to_owned(), name.to_owned());
+        let row = self.store.get(subject, name).await?;
+        let mut map = self.known.lock().expect("known lock");
+        Ok(match row {
+            None => {
+                map.remove(&key);
+                Check::Gone
+            }
+            Some(r) => match map.get_mut(&key) {
+                Some(k)
+                    if k.connected_at_ms != r.connected_at_ms
+                        || k.expires_at_ms != r.expires_at_ms =>
+                {
+                    // Seen now: the next check compares with this.
+                    k.connected_at_ms = r.connected_at_ms;
+                    k.expires_at_ms = r.expires_at_ms;
+                    k.refresh_at_ms = None;
+                    Check::Changed
+                }
+                _ => Check::Same,
+            },
+        })
+    }
+
+    /// What happens to people's credentials from now on (refreshes, values lost).
+    pub fn subscribe(&self) -> tokio::sync::broadcast::Receiver<Event> {
+        self.events.subscribe()
+    }
+
+    /// Where an authorization server sends the person back after a connect.
+    pub fn callback_url(&self) -> String {
+        format!("{}{}", self.base, connect::CALLBACK_PATH)
     }
 
     /// Asks `subject` to connect credential `name`: a single-use link to the connect page,
@@ -144,15 +266,34 @@ impl Broker {
     }
 
     /// `subject`'s value of credential `name`, if they connected it (and it has not expired).
-    /// A value sealed under a previous key is sealed again under the current one.
+    /// A value sealed under a previous key is sealed again under the current one; an OAuth
+    /// token near its end is refreshed first (one replica at a time), and one whose refresh
+    /// the server refuses is forgotten (the caller asks the person again).
     pub async fn value(&self, subject: &str, name: &str) -> Result<Option<Value>, CredentialError> {
-        self.defined(name)?;
+        let c = self.defined(name)?;
         let Some(row) = self.store.get(subject, name).await? else {
             return Ok(None);
         };
-        if row.expires_at_ms.is_some_and(|t| t <= now_ms()) {
+        let value = self.open_row(&row).await?;
+        let now = now_ms();
+        let expired = row.expires_at_ms.is_some_and(|t| t <= now);
+        if let CredentialKind::OAuth2 { server, .. } = &c.kind
+            && let (Some(refresh), Some(until)) = (&value.refresh_token, row.expires_at_ms)
+            && until - now < refresh_margin(value.lifetime_ms)
+        {
+            return self.refresh(server, &row, &value, refresh).await;
+        }
+        if expired {
             return Ok(None);
         }
+        self.remember(&row, &value);
+        Ok(Some(value))
+    }
+
+    /// Opens a stored row, sealing it again under the current key if it was sealed under an
+    /// older one.
+    async fn open_row(&self, row: &Stored) -> Result<Value, CredentialError> {
+        let (subject, name) = (row.subject.as_str(), row.name.as_str());
         let sealed = |why| CredentialError::Sealed {
             name: name.to_owned(),
             why,
@@ -174,36 +315,138 @@ impl Broker {
             // Lost to a connection made meanwhile: that one is sealed under the current key.
             self.store.reseal(&again, &row.sealed).await?;
         }
-        Ok(Some(value))
+        Ok(value)
+    }
+
+    /// Refreshes `row`'s token at its server, or waits for the replica that is doing so.
+    async fn refresh(
+        &self,
+        server: &crate::config::OAuthServer,
+        row: &Stored,
+        value: &Value,
+        refresh_token: &str,
+    ) -> Result<Option<Value>, CredentialError> {
+        let (subject, name) = (row.subject.as_str(), row.name.as_str());
+        let now = now_ms();
+        let expired = row.expires_at_ms.is_some_and(|t| t <= now);
+        if !self
+            .store
+            .claim_refresh(subject, name, now, now + REFRESH_CLAIM_MS)
+            .await?
+        {
+            // Another call or replica refreshes it: its value is the one to use.
+            for _ in 0..40 {
+                tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+                match self.store.get(subject, name).await? {
+                    None => return Ok(None),
+                    Some(r) if r.sealed != row.sealed => {
+                        let v = self.open_row(&r).await?;
+                        self.remember(&r, &v);
+                        return Ok(Some(v));
+                    }
+                    Some(_) => {}
+                }
+            }
+            return Ok((!expired).then(|| value.clone()));
+        }
+        match self.oauth.refresh(name, server, refresh_token).await {
+            Ok(t) => {
+                let fresh = Value {
+                    value: t.access_token,
+                    // A server that does not rotate keeps the old one good.
+                    refresh_token: t.refresh_token.or_else(|| Some(refresh_token.to_owned())),
+                    lifetime_ms: t.expires_in.map(|d| d.as_millis() as i64),
+                };
+                let expires = t.expires_in.map(|d| now_ms() + d.as_millis() as i64);
+                let scopes = t.scope.or_else(|| row.scopes.clone());
+                let c = self
+                    .store_value(subject, name, &fresh, row.connected_at_ms, expires, scopes)
+                    .await?;
+                let stored = Stored {
+                    sealed: String::new(),
+                    expires_at_ms: c.expires_at_ms,
+                    ..row.clone()
+                };
+                self.remember(&stored, &fresh);
+                tracing::info!(subject, credential = name, "credential refreshed");
+                let _ = self.events.send(Event::Refreshed {
+                    subject: subject.to_owned(),
+                    name: name.to_owned(),
+                });
+                Ok(Some(fresh))
+            }
+            Err(OAuthError::Refused(why)) => {
+                tracing::warn!(
+                    subject,
+                    credential = name,
+                    "the refresh was refused ({why}); the person will be asked to connect again"
+                );
+                self.store.delete(Some(subject), name).await?;
+                let _ = self.events.send(Event::Lost {
+                    subject: subject.to_owned(),
+                    name: name.to_owned(),
+                    why,
+                });
+                Ok(None)
+            }
+            Err(why) => {
+                tracing::warn!(subject, credential = name, "the refresh failed: {why}");
+                self.store.release_refresh(subject, name).await?;
+                if expired {
+                    return Err(CredentialError::Upstream {
+                        name: name.to_owned(),
+                        why,
+                    });
+                }
+                Ok(Some(value.clone()))
+            }
+        }
     }
 
     /// A proof, for the people's own pages, that `subject` signed in: good for
     /// [`GRANT_TTL_MS`], sealed under the storage key and bound to the subject.
     pub fn grant(&self, subject: &str) -> Result<String, CredentialError> {
-        use base64::Engine as _;
         let until = (now_ms() + GRANT_TTL_MS).to_be_bytes();
+        self.seal_for(subject, GRANT, &until)
+    }
+
+    /// The subject a [`Broker::grant`] proves, while it is good.
+    pub fn granted(&self, grant: &str) -> Option<String> {
+        let (subject, plain) = self.open_for(grant, GRANT)?;
+        let until = i64::from_be_bytes(plain.try_into().ok()?);
+        (until > now_ms()).then_some(subject)
+    }
+
+    /// `plain`, sealed for `subject` and `purpose` (not a credential's name), and the subject
+    /// beside it: `<subject in base64url>~<sealed>`.
+    fn seal_for(
+        &self,
+        subject: &str,
+        purpose: &str,
+        plain: &[u8],
+    ) -> Result<String, CredentialError> {
+        use base64::Engine as _;
         let sealed =
             self.sealer
-                .seal(subject, GRANT, &until)
+                .seal(subject, purpose, plain)
                 .map_err(|why| CredentialError::Sealed {
-                    name: GRANT.into(),
+                    name: purpose.trim_start_matches('\0').into(),
                     why,
                 })?;
         let who = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(subject);
         Ok(format!("{who}~{sealed}"))
     }
 
-    /// The subject a [`Broker::grant`] proves, while it is good.
-    pub fn granted(&self, grant: &str) -> Option<String> {
+    /// What [`Broker::seal_for`] sealed for `purpose`, and for whom; `None` if tampered with.
+    fn open_for(&self, token: &str, purpose: &str) -> Option<(String, Vec<u8>)> {
         use base64::Engine as _;
-        let (who, sealed) = grant.split_once('~')?;
+        let (who, sealed) = token.split_once('~')?;
         let subject = base64::engine::general_purpose::URL_SAFE_NO_PAD
             .decode(who)
             .ok()
             .and_then(|b| String::from_utf8(b).ok())?;
-        let opened = self.sealer.open(&subject, GRANT, sealed).ok()?;
-        let until = i64::from_be_bytes(opened.plain.try_into().ok()?);
-        (until > now_ms()).then_some(subject)
+        let opened = self.sealer.open(&subject, purpose, sealed).ok()?;
+        Some((subject, opened.plain))
     }
 
     /// The credentials defined.
@@ -253,6 +496,7 @@ impl Broker {
             &Value {
                 value: value.to_owned(),
                 refresh_token: None,
+                lifetime_ms: None,
             },
             None,
             None,
@@ -260,12 +504,25 @@ impl Broker {
         .await
     }
 
-    /// Keeps `value` as `subject`'s credential `name`.
+    /// Keeps `value` as `subject`'s credential `name`, connected now.
     pub async fn keep(
         &self,
         subject: &str,
         name: &str,
         value: &Value,
+        expires_at_ms: Option<i64>,
+        scopes: Option<String>,
+    ) -> Result<Connection, CredentialError> {
+        self.store_value(subject, name, value, now_ms(), expires_at_ms, scopes)
+            .await
+    }
+
+    async fn store_value(
+        &self,
+        subject: &str,
+        name: &str,
+        value: &Value,
+        connected_at_ms: i64,
         expires_at_ms: Option<i64>,
         scopes: Option<String>,
     ) -> Result<Connection, CredentialError> {
@@ -280,7 +537,7 @@ impl Broker {
                     why,
                 }
             })?,
-            connected_at_ms: now_ms(),
+            connected_at_ms,
             expires_at_ms,
             scopes,
         };
@@ -289,12 +546,38 @@ impl Broker {
     }
 
     /// Forgets `subject`'s credential `name`, or everyone's (`None`); how many there were.
+    /// An OAuth token is revoked at its server too (RFC 7009) where the server offers it;
+    /// a failed revocation is logged, and the value forgotten all the same.
     pub async fn disconnect(
         &self,
         subject: Option<&str>,
         name: &str,
     ) -> Result<u64, CredentialError> {
-        self.defined(name)?;
+        let c = self.defined(name)?;
+        if let CredentialKind::OAuth2 { server, .. } = &c.kind {
+            let rows = match subject {
+                Some(s) => self.store.get(s, name).await?.into_iter().collect(),
+                None => self.store.of_credential(name).await?,
+            };
+            for row in rows {
+                let Ok(v) = self.open_row(&row).await else {
+                    continue;
+                };
+                match self
+                    .oauth
+                    .revoke(name, server, &v.value, v.refresh_token.as_deref())
+                    .await
+                {
+                    Ok(true) => {
+                        tracing::info!(subject = %row.subject, credential = name, "revoked at the authorization server")
+                    }
+                    Ok(false) => {}
+                    Err(e) => {
+                        tracing::warn!(subject = %row.subject, credential = name, "revocation at the authorization server failed: {e}")
+                    }
+                }
+            }
+        }
         Ok(self.store.delete(subject, name).await?)
     }
 
@@ -313,6 +596,12 @@ impl Broker {
         let rows = self.store.of_credential(name).await?;
         Ok(rows.iter().map(|r| connection(c, r)).collect())
     }
+}
+
+/// How long before its end a token of `lifetime_ms` is refreshed: a minute, or a third of
+/// its life if that is shorter.
+fn refresh_margin(lifetime_ms: Option<i64>) -> i64 {
+    lifetime_ms.map_or(60_000, |l| (l / 3).clamp(0, 60_000))
 }
 
 fn connection(c: &CredentialConfig, r: &Stored) -> Connection {

@@ -47,6 +47,17 @@ pub trait CredentialStore: Send + Sync {
     /// Replaces the sealed value only if it is still `was` (a value sealed again under a new
     /// key must not undo a connection made meanwhile); whether it did.
     fn reseal<'a>(&'a self, row: &'a Stored, was: &'a str) -> StoreFuture<'a, bool>;
+    /// Claims the refresh of `subject`'s credential `name` until `until_ms`, unless another
+    /// claim holds at `now_ms`; whether this one got it. Storing a value ends the claim.
+    fn claim_refresh<'a>(
+        &'a self,
+        subject: &'a str,
+        name: &'a str,
+        now_ms: i64,
+        until_ms: i64,
+    ) -> StoreFuture<'a, bool>;
+    /// Ends a claim that stored nothing.
+    fn release_refresh<'a>(&'a self, subject: &'a str, name: &'a str) -> StoreFuture<'a, ()>;
     /// Deletes `subject`'s credential `name`, or everyone's (`None`); how many rows.
     fn delete<'a>(&'a self, subject: Option<&'a str>, name: &'a str) -> StoreFuture<'a, u64>;
     /// A person's credentials, by name.

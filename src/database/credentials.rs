@@ -66,7 +66,7 @@ impl CredentialStore for SqlCredentialStore {
                 ") VALUES ($1, $2, $3, $4, $5, $6) \
                  ON CONFLICT (subject, name) DO UPDATE SET sealed = excluded.sealed, \
                  connected_at_ms = excluded.connected_at_ms, expires_at_ms = excluded.expires_at_ms, \
-                 scopes = excluded.scopes"
+                 scopes = excluded.scopes, refreshing_until_ms = NULL"
             ))
             .bind(r.subject.clone())
             .bind(r.name.clone())
@@ -94,6 +94,44 @@ impl CredentialStore for SqlCredentialStore {
             .await
             .map_err(failed)?;
             Ok(done.rows_affected() == 1)
+        })
+    }
+
+    fn claim_refresh<'a>(
+        &'a self,
+        subject: &'a str,
+        name: &'a str,
+        now_ms: i64,
+        until_ms: i64,
+    ) -> StoreFuture<'a, bool> {
+        Box::pin(async move {
+            // One statement claims it: of two replicas at once, one gets it.
+            let done = sqlx::query(
+                "UPDATE credentials SET refreshing_until_ms = $1 WHERE subject = $2 AND name = $3 \
+                 AND (refreshing_until_ms IS NULL OR refreshing_until_ms < $4)",
+            )
+            .bind(until_ms)
+            .bind(subject.to_owned())
+            .bind(name.to_owned())
+            .bind(now_ms)
+            .execute(&self.pool)
+            .await
+            .map_err(failed)?;
+            Ok(done.rows_affected() == 1)
+        })
+    }
+
+    fn release_refresh<'a>(&'a self, subject: &'a str, name: &'a str) -> StoreFuture<'a, ()> {
+        Box::pin(async move {
+            sqlx::query(
+                "UPDATE credentials SET refreshing_until_ms = NULL WHERE subject = $1 AND name = $2",
+            )
+            .bind(subject.to_owned())
+            .bind(name.to_owned())
+            .execute(&self.pool)
+            .await
+            .map_err(failed)?;
+            Ok(())
         })
     }
 

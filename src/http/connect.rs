@@ -22,11 +22,12 @@ use super::Edge;
 use crate::auth::pages::{cookie, escape, page};
 use crate::auth::server::{ClientAddr, SignInRefused};
 use crate::config::CredentialKind;
-use crate::credentials::{Broker, CredentialError, Request};
+use crate::credentials::{Broker, CALLBACK_PATH, ConnectRefused, CredentialError, Request};
 
 /// The routes, for the edge to put behind its Host and Origin checks.
 pub fn router(edge: Arc<Edge>) -> Router {
     Router::new()
+        .route(CALLBACK_PATH, get(callback))
         .route("/connect/{id}", get(open).post(submit))
         .with_state(edge)
 }
@@ -86,34 +87,62 @@ async fn find(edge: &Edge, id: &str) -> Result<Option<(Arc<Broker>, Request)>, R
     }
 }
 
-/// The form: who to sign in as is for the person to say; the credential is the link's.
+/// The cookie holding an OAuth connect's sealed memory while the person is at the service:
+/// `SameSite=Lax`, as the service sends them back by a top-level navigation from its site.
+fn flow_cookie_name(secure: bool) -> &'static str {
+    if secure {
+        "__Host-mcpgw-oauth"
+    } else {
+        "mcpgw-oauth"
+    }
+}
+
+/// The form: who to sign in as is for the person to say; the credential is the link's. An
+/// OAuth credential has no value to enter: the person goes on to its service.
 fn form(
     label: &str,
     id: &str,
     csrf: &str,
     error: Option<(&str, &str)>,
     status: StatusCode,
+    oauth: bool,
 ) -> Response {
     let error = error.map_or(String::new(), |(eid, text)| {
         format!("<p class=\"error\" id=\"{eid}\">{}</p>", escape(text))
     });
+    let (intro, value, button) = if oauth {
+        (
+            "Sign in here, then at the service, which asks you to let this gateway act for \
+             you: the token it gives is kept encrypted and used only for your requests.",
+            String::new(),
+            "Continue to the service",
+        )
+    } else {
+        (
+            "Sign in, then enter it: it is kept encrypted, used only for your requests, and \
+             never shown again.",
+            format!(
+                "<label for=\"value\">{label}</label>\
+                 <input type=\"password\" id=\"value\" name=\"value\" autocomplete=\"off\" required>",
+                label = escape(label)
+            ),
+            "Connect",
+        )
+    };
     page(
         status,
         "Connect",
         &format!(
             "<h1>Connect your {label}</h1>\
-             <p>A tool you use through this gateway acts with your own {label}. Sign in, then \
-             enter it: it is kept encrypted, used only for your requests, and never shown \
-             again.</p>{error}\
+             <p>A tool you use through this gateway acts with your own {label}. {intro}</p>{error}\
              <form method=\"post\" action=\"/connect/{id}\">\
              <input type=\"hidden\" name=\"csrf\" value=\"{csrf}\">\
              <label for=\"username\">User name</label>\
              <input type=\"text\" id=\"username\" name=\"username\" autocomplete=\"username\" required>\
              <label for=\"password\">Password</label>\
              <input type=\"password\" id=\"password\" name=\"password\" autocomplete=\"current-password\" required>\
-             <label for=\"value\">{label}</label>\
-             <input type=\"password\" id=\"value\" name=\"value\" autocomplete=\"off\" required>\
-             <div class=\"buttons\"><button type=\"submit\">Connect</button></div></form>",
+             {value}\
+             <div class=\"buttons\"><button type=\"submit\">{button}</button></div></form>",
             label = escape(label),
             id = escape(id),
             csrf = escape(csrf),
@@ -139,16 +168,13 @@ async fn open(State(edge): State<Arc<Edge>>, Path(id): Path<String>) -> Response
     let Ok(c) = broker.defined(&request.name) else {
         return gone();
     };
-    if !matches!(c.kind, CredentialKind::Secret { .. }) {
-        return message(
-            StatusCode::NOT_IMPLEMENTED,
-            "not-yet",
-            "Not available",
-            "This kind of credential cannot be connected here yet.",
-        );
-    }
+    let oauth = match c.kind {
+        CredentialKind::Secret { .. } => false,
+        CredentialKind::OAuth2 { .. } => true,
+        CredentialKind::TokenExchange { .. } => return gone(),
+    };
     let csrf = format!("{:032x}", rand::random::<u128>());
-    let mut r = form(&c.label, &id, &csrf, None, StatusCode::OK);
+    let mut r = form(&c.label, &id, &csrf, None, StatusCode::OK, oauth);
     let secure = server.secure_cookies();
     bind_form(
         &mut r,
@@ -178,6 +204,8 @@ struct Submitted {
     csrf: String,
     username: String,
     password: String,
+    /// `secret` credentials only.
+    #[serde(default)]
     value: String,
 }
 
@@ -213,8 +241,9 @@ async fn submit(
         return gone();
     };
     let label = c.label.clone();
+    let oauth = matches!(c.kind, CredentialKind::OAuth2 { .. });
     let again = |eid: &str, text: &str, status: StatusCode| {
-        form(&label, &id, &f.csrf, Some((eid, text)), status)
+        form(&label, &id, &f.csrf, Some((eid, text)), status, oauth)
     };
     let subject = match server.sign_in(&f.username, &f.password, addr).await {
         Ok(s) => s,
@@ -246,6 +275,9 @@ async fn submit(
             "Refused",
             "This link was made for someone else. Nothing was stored.",
         );
+    }
+    if oauth {
+        return begin_oauth(&broker, &request, server.secure_cookies()).await;
     }
     // Checked before the link is used up, so a mistyped value can be entered again.
     if let Err(e) = broker.check_secret(&request.name, &f.value) {
@@ -292,4 +324,141 @@ async fn submit(
             escape(&label)
         ),
     )
+}
+
+/// Sends the person, signed in as the link's subject, on to the service's authorization
+/// page, with the flow's memory in this browser's cookie.
+pub(super) async fn begin_oauth(broker: &Broker, request: &Request, secure: bool) -> Response {
+    match broker.begin_connect(request).await {
+        Ok((url, leg)) => {
+            let mut r = Response::new(axum::body::Body::empty());
+            *r.status_mut() = StatusCode::SEE_OTHER;
+            if let Ok(v) = HeaderValue::from_str(&url) {
+                r.headers_mut().insert(header::LOCATION, v);
+            }
+            let cookie = format!(
+                "{}={leg}; Path=/; HttpOnly; SameSite=Lax; Max-Age={}{}",
+                flow_cookie_name(secure),
+                crate::credentials::REQUEST_TTL_MS / 1000,
+                if secure { "; Secure" } else { "" }
+            );
+            if let Ok(v) = HeaderValue::from_str(&cookie) {
+                r.headers_mut().append(header::SET_COOKIE, v);
+            }
+            r.headers_mut()
+                .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+            r
+        }
+        Err(e) => {
+            tracing::error!(credential = %request.name, "connect page: {e}");
+            message(
+                StatusCode::BAD_GATEWAY,
+                "service-down",
+                "Not available",
+                "The service this credential comes from cannot be reached now. Try the link again in a moment.",
+            )
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct Callback {
+    #[serde(default)]
+    code: Option<String>,
+    #[serde(default)]
+    state: Option<String>,
+    #[serde(default)]
+    error: Option<String>,
+}
+
+/// `GET /connect/callback`: the service sends the person back with a code (or an error).
+async fn callback(
+    State(edge): State<Arc<Edge>>,
+    headers: HeaderMap,
+    axum::extract::Query(q): axum::extract::Query<Callback>,
+) -> Response {
+    let Some(broker) = edge.sessions.supervisor.credentials().cloned() else {
+        return gone();
+    };
+    let secure = edge
+        .auth
+        .server
+        .as_ref()
+        .is_some_and(|s| s.secure_cookies());
+    let Some(leg) = cookie(&headers, flow_cookie_name(secure)).map(str::to_owned) else {
+        tracing::warn!("connect callback without its browser's cookie refused");
+        return message(
+            StatusCode::FORBIDDEN,
+            "csrf",
+            "Refused",
+            "This sign-in was not started in this browser. Nothing was stored.",
+        );
+    };
+    let mut r = match (&q.code, &q.state, &q.error) {
+        (_, _, Some(error)) => message(
+            StatusCode::FORBIDDEN,
+            "denied",
+            "Not connected",
+            &format!(
+                "The service did not connect it ({}). Nothing was stored.",
+                truncate(error)
+            ),
+        ),
+        (Some(code), Some(state), None) => match broker.finish_connect(&leg, state, code).await {
+            Ok((subject, c)) => {
+                tracing::info!(subject = %subject, credential = %c.credential, "credential connected");
+                edge.audit
+                    .credential(&subject, "connect", &c.credential, 200);
+                page(
+                    StatusCode::OK,
+                    "Connected",
+                    &format!(
+                        "<h1>Connected</h1><p id=\"connected\">Your {} is connected. Go back to \
+                         your application and try again.</p>",
+                        escape(&c.label)
+                    ),
+                )
+            }
+            Err(ConnectRefused::Mismatch) => {
+                tracing::warn!("connect callback with a state or cookie not its own refused");
+                message(
+                    StatusCode::FORBIDDEN,
+                    "mismatch",
+                    "Refused",
+                    "This answer from the service does not belong to the sign-in this browser started. Nothing was stored.",
+                )
+            }
+            Err(ConnectRefused::Used) => gone(),
+            Err(e) => {
+                tracing::warn!("connect callback: {e}");
+                message(
+                    StatusCode::BAD_GATEWAY,
+                    "service-refused",
+                    "Not connected",
+                    "The service did not give a token. Go back to your application and try again.",
+                )
+            }
+        },
+        _ => message(
+            StatusCode::BAD_REQUEST,
+            "malformed",
+            "Refused",
+            "The service sent the browser back without a code. Nothing was stored.",
+        ),
+    };
+    // The flow is over either way.
+    let clear = format!(
+        "{}=; Path=/; HttpOnly; SameSite=Lax; Max-Age=0{}",
+        flow_cookie_name(secure),
+        if secure { "; Secure" } else { "" }
+    );
+    if let Ok(v) = HeaderValue::from_str(&clear) {
+        r.headers_mut().append(header::SET_COOKIE, v);
+    }
+    r
+}
+
+/// At most 100 characters of what a service said, for a page.
+fn truncate(s: &str) -> String {
+    s.chars().take(100).collect()
 }

@@ -187,19 +187,29 @@ async fn submit(
             }
         }
         (Some("connect"), Some(name)) => {
-            let secret = broker
-                .defined(name)
-                .is_ok_and(|c| matches!(c.kind, CredentialKind::Secret { .. }));
-            if !secret {
-                return message(
-                    StatusCode::NOT_IMPLEMENTED,
-                    "not-yet",
-                    "Not available",
-                    "This kind of credential cannot be connected here yet.",
-                );
+            let oauth = match broker.defined(name).map(|c| &c.kind) {
+                Ok(CredentialKind::Secret { .. }) => false,
+                Ok(CredentialKind::OAuth2 { .. }) => true,
+                _ => {
+                    return message(
+                        StatusCode::BAD_REQUEST,
+                        "automatic",
+                        "Nothing to connect",
+                        "This credential is obtained from your sign-in when a tool needs it.",
+                    );
+                }
+            };
+            let asked = match broker.request(&subject, name).await {
+                Ok(asked) => asked,
+                Err(e) => return database_down(&e),
+            };
+            if !oauth {
+                return Redirect::to(&asked.url).into_response();
             }
-            return match broker.request(&subject, name).await {
-                Ok(asked) => Redirect::to(&asked.url).into_response(),
+            // Signed in already (the grant): straight on to the service.
+            return match broker.peek(&asked.id).await {
+                Ok(Some(request)) => super::connect::begin_oauth(&broker, &request, secure).await,
+                Ok(None) => database_down(&"the new link was not found"),
                 Err(e) => database_down(&e),
             };
         }
@@ -242,6 +252,9 @@ async fn list(broker: &Broker, subject: &str, csrf: &str, notice: Option<&str>) 
             None => "not connected".into(),
         };
         let actions = match connected {
+            _ if matches!(c.kind, CredentialKind::TokenExchange { .. }) => {
+                "<p class=\"muted\">Obtained from your sign-in when a tool needs it.</p>".into()
+            }
             Some(_) => {
                 button("disconnect", &c.name, "Disconnect") + &button("connect", &c.name, "Replace")
             }

@@ -36,6 +36,7 @@ pub mod admin;
 pub mod browser;
 pub mod client;
 pub mod cluster;
+pub mod credentials;
 pub mod inprocess;
 pub mod modern;
 pub mod oauth;

@@ -186,6 +186,77 @@ impl OidcProvider {
     }
 }
 
+impl OidcProvider {
+    /// A browser at the provider: follows its redirects from `url`, signing in as `user`
+    /// (password `<user>-pw`) on its login form, until one leads away from it; that URL.
+    pub async fn through(&self, url: &str, user: &str) -> String {
+        let mut jar = Jar::default();
+        let mut url = url.to_owned();
+        for _ in 0..10 {
+            let r = self
+                .send(http().get(&url).header("cookie", jar.header()))
+                .await;
+            jar.take(&r);
+            let r = if r.status() == 200 {
+                let html = r.text().await.unwrap();
+                assert!(html.contains("id=\"login\""), "the login form: {html}");
+                let action = html
+                    .split("action=\"")
+                    .nth(1)
+                    .and_then(|s| s.split('"').next())
+                    .unwrap()
+                    .to_owned();
+                let r = self
+                    .send(
+                        http()
+                            .post(self.url(&action))
+                            .header("cookie", jar.header())
+                            .form(&[("login", user), ("password", &format!("{user}-pw"))]),
+                    )
+                    .await;
+                jar.take(&r);
+                r
+            } else {
+                r
+            };
+            assert!(r.status().is_redirection(), "{}", r.status());
+            let location = r.headers()["location"].to_str().unwrap();
+            url = url::Url::parse(&url)
+                .unwrap()
+                .join(location)
+                .unwrap()
+                .into();
+            if !url.starts_with(self.issuer()) {
+                return url;
+            }
+        }
+        panic!("the provider never sent the browser back");
+    }
+}
+
+/// A cookie jar by hand: name to value, whatever the path.
+#[derive(Default)]
+struct Jar(std::collections::HashMap<String, String>);
+
+impl Jar {
+    fn take(&mut self, r: &reqwest::Response) {
+        for v in r.headers().get_all("set-cookie") {
+            let pair = v.to_str().unwrap().split(';').next().unwrap();
+            if let Some((k, v)) = pair.split_once('=') {
+                self.0.insert(k.trim().to_owned(), v.to_owned());
+            }
+        }
+    }
+
+    fn header(&self) -> String {
+        self.0
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join("; ")
+    }
+}
+
 impl Drop for OidcProvider {
     fn drop(&mut self) {
         let _ = self.child.kill();

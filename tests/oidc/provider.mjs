@@ -17,6 +17,9 @@
 //                    URL is a resource this provider mints tokens for (RFC 8707)
 //   access_token_ttl seconds: 300 by default
 //   alg              the signing algorithm of the keys it makes: RS256 (default) or ES256
+//   refresh_tokens   true: a code grant gives a refresh token to every client allowed the
+//                    refresh_token grant (without it, only with offline_access and consent)
+//   rotate_refresh   true: every refresh gives a new refresh token and retires the old one
 //
 // Accounts sign in at /interaction/<uid> with a form (fields `login` and `password`, button
 // `#submit`); a wrong password shows the form again with "Invalid login or password".
@@ -127,6 +130,10 @@ function build() {
       Grant: 3600,
       RefreshToken: 3600,
     },
+    ...(settings.refresh_tokens
+      ? { issueRefreshToken: async (_ctx, client) => client.grantTypeAllowed('refresh_token') }
+      : {}),
+    ...(settings.rotate_refresh ? { rotateRefreshToken: () => true } : {}),
     async extraTokenClaims(_ctx, token) {
       if (token.accountId) {
         const a = accounts.get(token.accountId);

@@ -30,6 +30,12 @@ pub struct Http {
     client: reqwest::Client,
 }
 
+impl Default for Http {
+    fn default() -> Self {
+        Http::new()
+    }
+}
+
 impl Http {
     pub fn new() -> Http {
         let client = reqwest::Client::builder()

@@ -247,7 +247,7 @@ impl KeySet {
 /// Where the issuer's metadata may be, in order: RFC 8414's well-known URI (inserted before
 /// the issuer's path), then OpenID discovery's (inserted, then appended, as the MCP
 /// authorization spec lists them).
-fn metadata_urls(issuer: &str) -> Result<Vec<url::Url>, String> {
+pub fn metadata_urls(issuer: &str) -> Result<Vec<url::Url>, String> {
     let base = url::Url::parse(issuer).map_err(|e| format!("auth.issuer: {e}"))?;
     let path = base.path().trim_end_matches('/').to_owned();
     let at = |p: String| {

@@ -13,9 +13,11 @@
 //!
 //! All network access is bounded ([`fetch`]).
 
-mod fetch;
+pub mod fetch;
 mod introspect;
 mod jwks;
+
+pub use jwks::metadata_urls;
 
 use std::collections::BTreeSet;
 

@@ -5,6 +5,8 @@
 //! It sits below the HTTP edge and the admin listener, which both hold it as their state; it
 //! must never import them.
 
+mod credentials;
+
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -208,7 +210,7 @@ impl Gateway {
             &config.limits,
             cluster.as_ref().map(|c| c.rate_buckets()),
         ));
-        Ok(Arc::new(Gateway {
+        let gateway = Arc::new(Gateway {
             auth,
             limits,
             audit,
@@ -222,42 +224,12 @@ impl Gateway {
             serving: AtomicBool::new(false),
             reloader,
             config,
-        }))
+        });
+        credentials::watch(&gateway);
+        Ok(gateway)
     }
 
     /// Marks the public listener as serving (readiness may pass).
-    /// The plugins started with credential `name`.
-    pub fn credential_users(&self, name: &str) -> Vec<String> {
-        self.registry
-            .entries()
-            .iter()
-            .filter(|e| crate::config::credentials_used(&e.config).contains(name))
-            .map(|e| e.name().to_owned())
-            .collect()
-    }
-
-    /// Stops the running instances, on this replica, of the plugins started with credential
-    /// `name`, for `subject` or for everyone (`None`): their value is gone, and their next
-    /// call asks again. How many stopped.
-    pub fn stop_credential_users(&self, name: &str, subject: Option<&str>) -> usize {
-        let plugins = self.credential_users(name);
-        let mut stopped = 0;
-        for s in self
-            .sessions
-            .all()
-            .into_iter()
-            .chain(self.sessions.caller_sessions())
-        {
-            let theirs = subject.is_none_or(|wanted| s.owner.as_deref() == Some(wanted));
-            if theirs {
-                for p in &plugins {
-                    stopped += usize::from(s.stop_instance(p));
-                }
-            }
-        }
-        stopped
-    }
-
     pub fn mark_serving(&self) {
         self.serving.store(true, Ordering::Release);
     }

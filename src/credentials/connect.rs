@@ -1,0 +1,129 @@
+//! Connecting an `oauth2` credential: the authorization code flow toward its server, begun on
+//! the connect page once the person signed in as the subject the link was made for, and
+//! finished at [`CALLBACK_PATH`] when the server sends them back.
+//!
+//! What the flow must remember while the person is away (the link's id, the credential, a
+//! hash of the `state` sent, the PKCE verifier, until when) travels in a cookie, sealed under
+//! the storage key and bound to the subject: it binds the flow to the browser that began it,
+//! any replica can finish it, and nothing is stored until the server's code is redeemed. The
+//! callback is refused, storing nothing, when the cookie is missing, tampered with or
+//! expired, when the `state` is not the one sent, or when the link was used meanwhile (it is
+//! used up here, once, on any replica, before the code is redeemed).
+
+use serde::{Deserialize, Serialize};
+
+use super::{Broker, Connection, CredentialError, OAuthError, Request, Value, now_ms};
+use crate::config::CredentialKind;
+
+/// Where the authorization server sends the person back, on the gateway's public origin
+/// (the redirect URI to register there).
+pub const CALLBACK_PATH: &str = "/connect/callback";
+
+/// What a flow's cookie is sealed as, in place of a credential's name.
+const LEG: &str = "\0oauth-connect";
+
+/// The flow's memory, sealed in the browser's cookie.
+#[derive(Serialize, Deserialize)]
+struct Leg {
+    /// The link's id: used up when the server sends the person back.
+    id: String,
+    name: String,
+    state_hash: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pkce_verifier: Option<String>,
+    until_ms: i64,
+}
+
+/// Why a callback stored nothing.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectRefused {
+    /// The cookie is missing, tampered with or expired, or the `state` is not the flow's.
+    #[error("the sign-in at the service does not belong to this browser's request")]
+    Mismatch,
+    /// The link was used or expired meanwhile.
+    #[error("the link was used already or expired")]
+    Used,
+    /// The server would not give a token for the code.
+    #[error(transparent)]
+    Upstream(OAuthError),
+    #[error(transparent)]
+    Credential(#[from] CredentialError),
+}
+
+impl Broker {
+    /// Begins the flow of `request` (made for an `oauth2` credential) for the person who
+    /// signed in as its subject: the server's authorization URL, and the cookie's value.
+    pub async fn begin_connect(
+        &self,
+        request: &Request,
+    ) -> Result<(String, String), CredentialError> {
+        let c = self.defined(&request.name)?;
+        let CredentialKind::OAuth2 { server, pkce } = &c.kind else {
+            return Err(CredentialError::NotOAuth(request.name.clone()));
+        };
+        let started = self
+            .oauth
+            .begin(&request.name, server, *pkce, &self.callback_url())
+            .await
+            .map_err(|why| CredentialError::Upstream {
+                name: request.name.clone(),
+                why,
+            })?;
+        let leg = Leg {
+            id: request.id.clone(),
+            name: request.name.clone(),
+            state_hash: crate::auth::hash_secret(&started.state),
+            pkce_verifier: started.pkce_verifier,
+            until_ms: request.expires_at_ms.min(now_ms() + super::REQUEST_TTL_MS),
+        };
+        let plain = serde_json::to_vec(&leg).expect("serializable");
+        let cookie = self.seal_for(&request.subject, LEG, &plain)?;
+        Ok((started.url, cookie))
+    }
+
+    /// Finishes the flow of the cookie `leg`: checks `state`, uses the link up, redeems
+    /// `code` and keeps the tokens. Who connected what.
+    pub async fn finish_connect(
+        &self,
+        leg: &str,
+        state: &str,
+        code: &str,
+    ) -> Result<(String, Connection), ConnectRefused> {
+        let (subject, plain) = self.open_for(leg, LEG).ok_or(ConnectRefused::Mismatch)?;
+        let leg: Leg = serde_json::from_slice(&plain).map_err(|_| ConnectRefused::Mismatch)?;
+        let state_ok =
+            crate::auth::constant_time_eq(&crate::auth::hash_secret(state), &leg.state_hash);
+        if !state_ok || leg.until_ms <= now_ms() {
+            return Err(ConnectRefused::Mismatch);
+        }
+        let c = self.defined(&leg.name)?;
+        let CredentialKind::OAuth2 { server, .. } = &c.kind else {
+            return Err(CredentialError::NotOAuth(leg.name.clone()).into());
+        };
+        match self.take(&leg.id).await? {
+            Some(r) if r.subject == subject && r.name == leg.name => {}
+            _ => return Err(ConnectRefused::Used),
+        }
+        let t = self
+            .oauth
+            .redeem(
+                &leg.name,
+                server,
+                &self.callback_url(),
+                code,
+                leg.pkce_verifier.as_deref(),
+            )
+            .await
+            .map_err(ConnectRefused::Upstream)?;
+        let value = Value {
+            value: t.access_token,
+            refresh_token: t.refresh_token,
+            lifetime_ms: t.expires_in.map(|d| d.as_millis() as i64),
+        };
+        let expires = t.expires_in.map(|d| now_ms() + d.as_millis() as i64);
+        let connection = self
+            .keep(&subject, &leg.name, &value, expires, t.scope)
+            .await?;
+        Ok((subject, connection))
+    }
+}

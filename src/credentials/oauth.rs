@@ -1,0 +1,514 @@
+//! The gateway as each person's OAuth client at the authorization servers behind the plugins
+//! (`oauth2` and `token_exchange` credentials), through the `oauth2` crate: the authorization
+//! code flow with PKCE S256 and a `state`, the refresh grant, RFC 7009 revocation, and RFC 8693
+//! token exchange (a grant the crate does not carry, sent through the same bounded client).
+//!
+//! A server's endpoints are the configured ones, else its metadata (RFC 8414, then OpenID
+//! discovery), which must name the configured issuer exactly and https endpoints (plain http
+//! only on loopback); it is cached for an hour. Every request is bounded in time and bytes and
+//! follows no redirect (`auth::external::fetch`). What a server says when it refuses goes to
+//! the log as its error code and description, never its body (which could hold a token).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use oauth2::basic::{BasicClient, BasicErrorResponse, BasicErrorResponseType};
+use oauth2::{
+    AuthType, AuthUrl, AuthorizationCode, ClientId, ClientSecret, CsrfToken, EndpointMaybeSet,
+    EndpointNotSet, PkceCodeChallenge, PkceCodeVerifier, RedirectUrl, RefreshToken, Scope,
+    TokenResponse, TokenUrl,
+};
+use serde::Deserialize;
+
+use crate::auth::external::fetch::{FetchError, Http, Limited};
+use crate::config::OAuthServer;
+
+/// The largest answer read from an authorization server.
+const MAX_ANSWER_BYTES: usize = 256 * 1024;
+
+/// How long a server's metadata is trusted before it is fetched again.
+const METADATA_MAX_AGE: Duration = Duration::from_secs(3600);
+
+/// RFC 8693's grant and token types.
+const TOKEN_EXCHANGE_GRANT: &str = "urn:ietf:params:oauth:grant-type:token-exchange";
+const ACCESS_TOKEN_TYPE: &str = "urn:ietf:params:oauth:token-type:access_token";
+
+/// Why a request to an authorization server gave no token.
+#[derive(Debug, thiserror::Error)]
+pub enum OAuthError {
+    /// The server could not be reached, found or read: the gateway's side, worth another try.
+    #[error("the authorization server cannot be reached or read: {0}")]
+    Provider(String),
+    /// The server refused the grant (`invalid_grant`: the code, the refresh token or the
+    /// subject token is no good): the person must connect again.
+    #[error("the authorization server refused: {0}")]
+    Refused(String),
+}
+
+/// What a token endpoint gave.
+#[derive(Clone)]
+pub struct Tokens {
+    pub access_token: String,
+    pub refresh_token: Option<String>,
+    pub expires_in: Option<Duration>,
+    pub scope: Option<String>,
+}
+
+impl std::fmt::Debug for Tokens {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "Tokens {{ refresh: {}, expires_in: {:?}, scope: {:?} }}",
+            self.refresh_token.is_some(),
+            self.expires_in,
+            self.scope
+        )
+    }
+}
+
+/// A server's endpoints, configured or discovered.
+#[derive(Debug)]
+struct Endpoints {
+    authorization: Option<url::Url>,
+    token: url::Url,
+    revocation: Option<url::Url>,
+    /// The server takes the client secret only in the body (`client_secret_post`).
+    secret_in_body: bool,
+}
+
+/// What an authorization code flow keeps while the person is at the server.
+pub struct Started {
+    pub url: String,
+    pub state: String,
+    pub pkce_verifier: Option<String>,
+}
+
+type Client =
+    BasicClient<EndpointMaybeSet, EndpointNotSet, EndpointNotSet, EndpointNotSet, EndpointMaybeSet>;
+
+/// The OAuth client of every credential, with their servers' metadata.
+pub struct OAuth {
+    http: Http,
+    found: Mutex<HashMap<String, (Arc<Endpoints>, Instant)>>,
+}
+
+impl Default for OAuth {
+    fn default() -> Self {
+        OAuth {
+            http: Http::new(),
+            found: Mutex::new(HashMap::new()),
+        }
+    }
+}
+
+impl OAuth {
+    /// Starts an authorization code flow for `server` (of credential `name`): the URL to send
+    /// the person to, with a new `state`, and PKCE S256 unless turned off.
+    pub async fn begin(
+        &self,
+        name: &str,
+        server: &OAuthServer,
+        pkce: bool,
+        redirect_uri: &str,
+    ) -> Result<Started, OAuthError> {
+        let client = self.client(name, server, Some(redirect_uri)).await?;
+        let state = crate::auth::random_token();
+        let given = state.clone();
+        let mut request = client
+            .authorize_url(move || CsrfToken::new(given))
+            .map_err(|e| OAuthError::Provider(e.to_string()))?
+            .add_scopes(server.scopes.iter().cloned().map(Scope::new));
+        let mut pkce_verifier = None;
+        if pkce {
+            let (challenge, verifier) = PkceCodeChallenge::new_random_sha256();
+            request = request.set_pkce_challenge(challenge);
+            pkce_verifier = Some(verifier.secret().clone());
+        }
+        let (url, _) = request.url();
+        Ok(Started {
+            url: url.to_string(),
+            state,
+            pkce_verifier,
+        })
+    }
+
+    /// Redeems the `code` the server sent back, with the flow's PKCE verifier.
+    pub async fn redeem(
+        &self,
+        name: &str,
+        server: &OAuthServer,
+        redirect_uri: &str,
+        code: &str,
+        pkce_verifier: Option<&str>,
+    ) -> Result<Tokens, OAuthError> {
+        let client = self.client(name, server, Some(redirect_uri)).await?;
+        let mut request = client
+            .exchange_code(AuthorizationCode::new(code.to_owned()))
+            .map_err(|e| OAuthError::Provider(e.to_string()))?;
+        if let Some(v) = pkce_verifier {
+            request = request.set_pkce_verifier(PkceCodeVerifier::new(v.to_owned()));
+        }
+        let answer = request.request_async(&self.limited()).await;
+        tokens(answer.map_err(token_error)?)
+    }
+
+    /// A new access token for `refresh_token`; the server may rotate the refresh token too.
+    pub async fn refresh(
+        &self,
+        name: &str,
+        server: &OAuthServer,
+        refresh_token: &str,
+    ) -> Result<Tokens, OAuthError> {
+        let client = self.client(name, server, None).await?;
+        let refresh = RefreshToken::new(refresh_token.to_owned());
+        let answer = client
+            .exchange_refresh_token(&refresh)
+            .map_err(|e| OAuthError::Provider(e.to_string()))?
+            .request_async(&self.limited())
+            .await;
+        tokens(answer.map_err(token_error)?)
+    }
+
+    /// Revokes the person's tokens at the server (RFC 7009), the refresh token when there
+    /// is one (which ends the grant's access tokens too at most servers), else the access
+    /// token, when the server has a revocation endpoint; whether it had one. Sent by hand
+    /// rather than through the `oauth2` crate, which refuses a plain-http endpoint even on
+    /// loopback.
+    pub async fn revoke(
+        &self,
+        name: &str,
+        server: &OAuthServer,
+        access_token: &str,
+        refresh_token: Option<&str>,
+    ) -> Result<bool, OAuthError> {
+        let endpoints = self.endpoints(name, server).await?;
+        let Some(url) = &endpoints.revocation else {
+            return Ok(false);
+        };
+        let form = match refresh_token {
+            Some(r) => vec![
+                ("token", r.to_owned()),
+                ("token_type_hint", "refresh_token".to_owned()),
+            ],
+            None => vec![
+                ("token", access_token.to_owned()),
+                ("token_type_hint", "access_token".to_owned()),
+            ],
+        };
+        let answer = self.post_form(url, &endpoints, server, form).await?;
+        // RFC 7009 §2.2: 200 also for a token the server no longer knows.
+        if !answer.status().is_success() {
+            return Err(refusal(answer.status(), answer.body(), false));
+        }
+        Ok(true)
+    }
+
+    /// RFC 8693: `subject_token` (an access token) exchanged for one with `audience` and
+    /// `resource`, and the configured scopes.
+    pub async fn exchange(
+        &self,
+        name: &str,
+        server: &OAuthServer,
+        subject_token: &str,
+        audience: Option<&str>,
+        resource: Option<&str>,
+    ) -> Result<Tokens, OAuthError> {
+        let endpoints = self.endpoints(name, server).await?;
+        let mut form = vec![
+            ("grant_type", TOKEN_EXCHANGE_GRANT.to_owned()),
+            ("subject_token", subject_token.to_owned()),
+            ("subject_token_type", ACCESS_TOKEN_TYPE.to_owned()),
+            ("requested_token_type", ACCESS_TOKEN_TYPE.to_owned()),
+        ];
+        if let Some(a) = audience {
+            form.push(("audience", a.to_owned()));
+        }
+        if let Some(r) = resource {
+            form.push(("resource", r.to_owned()));
+        }
+        if !server.scopes.is_empty() {
+            form.push(("scope", server.scopes.join(" ")));
+        }
+        let answer = self
+            .post_form(&endpoints.token, &endpoints, server, form)
+            .await?;
+        if !answer.status().is_success() {
+            return Err(refusal(answer.status(), answer.body(), true));
+        }
+        let answer: oauth2::basic::BasicTokenResponse = serde_json::from_slice(answer.body())
+            .map_err(|e| OAuthError::Provider(format!("unreadable token answer: {e}")))?;
+        tokens(answer)
+    }
+
+    /// POSTs `form` to `url` with the client's authentication (HTTP Basic, or in the body
+    /// when the server takes only that).
+    async fn post_form(
+        &self,
+        url: &url::Url,
+        endpoints: &Endpoints,
+        server: &OAuthServer,
+        mut pairs: Vec<(&str, String)>,
+    ) -> Result<oauth2::HttpResponse, OAuthError> {
+        let mut request = oauth2::http::Request::builder()
+            .method(oauth2::http::Method::POST)
+            .uri(url.as_str())
+            .header("content-type", "application/x-www-form-urlencoded")
+            .header("accept", "application/json");
+        match &server.client_secret {
+            Some(secret) if !endpoints.secret_in_body => {
+                use base64::Engine as _;
+                // RFC 6749 §2.3.1: both parts form-encoded before the Basic encoding.
+                let enc = |s: &str| {
+                    url::form_urlencoded::byte_serialize(s.as_bytes()).collect::<String>()
+                };
+                let basic = base64::engine::general_purpose::STANDARD.encode(format!(
+                    "{}:{}",
+                    enc(&server.client_id),
+                    enc(secret.expose())
+                ));
+                request = request.header("authorization", format!("Basic {basic}"));
+            }
+            Some(secret) => {
+                pairs.push(("client_id", server.client_id.clone()));
+                pairs.push(("client_secret", secret.expose().to_owned()));
+            }
+            None => pairs.push(("client_id", server.client_id.clone())),
+        }
+        let body = url::form_urlencoded::Serializer::new(String::new())
+            .extend_pairs(pairs)
+            .finish();
+        let request = request
+            .body(body.into_bytes())
+            .map_err(|e| OAuthError::Provider(e.to_string()))?;
+        self.http
+            .send(request, MAX_ANSWER_BYTES)
+            .await
+            .map_err(|e| OAuthError::Provider(e.to_string()))
+    }
+
+    fn limited(&self) -> Limited {
+        Limited {
+            http: self.http.clone(),
+            limit: MAX_ANSWER_BYTES,
+        }
+    }
+
+    async fn client(
+        &self,
+        name: &str,
+        server: &OAuthServer,
+        redirect_uri: Option<&str>,
+    ) -> Result<Client, OAuthError> {
+        let e = self.endpoints(name, server).await?;
+        let bad = |what: &str, err: url::ParseError| {
+            OAuthError::Provider(format!("the {what} is not a URL: {err}"))
+        };
+        let mut client = BasicClient::new(ClientId::new(server.client_id.clone()))
+            .set_auth_uri_option(
+                e.authorization
+                    .as_ref()
+                    .map(|u| AuthUrl::from_url(u.clone())),
+            )
+            .set_token_uri_option(Some(TokenUrl::from_url(e.token.clone())));
+        if let Some(r) = redirect_uri {
+            client = client.set_redirect_uri(
+                RedirectUrl::new(r.to_owned()).map_err(|err| bad("redirect URI", err))?,
+            );
+        }
+        if let Some(secret) = &server.client_secret {
+            client = client.set_client_secret(ClientSecret::new(secret.expose().to_owned()));
+            if e.secret_in_body {
+                client = client.set_auth_type(AuthType::RequestBody);
+            }
+        }
+        Ok(client)
+    }
+
+    /// The endpoints of credential `name`'s server: configured, else discovered (cached).
+    async fn endpoints(
+        &self,
+        name: &str,
+        server: &OAuthServer,
+    ) -> Result<Arc<Endpoints>, OAuthError> {
+        if let Some(token) = &server.token_endpoint
+            && (server.issuer.is_none() || server.authorization_endpoint.is_some())
+        {
+            return Ok(Arc::new(Endpoints {
+                authorization: server.authorization_endpoint.clone(),
+                token: token.clone(),
+                revocation: server.revocation_endpoint.clone(),
+                secret_in_body: false,
+            }));
+        }
+        if let Some((e, at)) = self.found.lock().expect("oauth lock").get(name)
+            && at.elapsed() < METADATA_MAX_AGE
+        {
+            return Ok(e.clone());
+        }
+        let Some(issuer) = &server.issuer else {
+            return Err(OAuthError::Provider("no issuer and no endpoints".into()));
+        };
+        let found = Arc::new(self.discover(issuer.as_str(), server).await?);
+        self.found
+            .lock()
+            .expect("oauth lock")
+            .insert(name.to_owned(), (found.clone(), Instant::now()));
+        Ok(found)
+    }
+
+    async fn discover(&self, issuer: &str, server: &OAuthServer) -> Result<Endpoints, OAuthError> {
+        #[derive(Deserialize)]
+        struct Metadata {
+            issuer: String,
+            authorization_endpoint: Option<String>,
+            token_endpoint: Option<String>,
+            revocation_endpoint: Option<String>,
+            token_endpoint_auth_methods_supported: Option<Vec<String>>,
+        }
+        // The issuer as configured, without the slash `Url` adds to a bare origin.
+        let issuer = issuer.trim_end_matches('/');
+        let mut failures = Vec::new();
+        for url in crate::auth::external::metadata_urls(issuer).map_err(OAuthError::Provider)? {
+            let meta: Metadata = match self.http.get_json(&url, MAX_ANSWER_BYTES).await {
+                Ok((m, _)) => m,
+                Err(e) => {
+                    let stop = matches!(e, FetchError::Transport { .. });
+                    failures.push(e.to_string());
+                    if stop {
+                        break;
+                    }
+                    continue;
+                }
+            };
+            if meta.issuer.trim_end_matches('/') != issuer {
+                return Err(OAuthError::Provider(format!(
+                    "{url} names the issuer `{}`, not `{issuer}`",
+                    meta.issuer
+                )));
+            }
+            let endpoint = |key: &str, v: Option<String>| -> Result<Option<url::Url>, OAuthError> {
+                let Some(v) = v else { return Ok(None) };
+                let u = url::Url::parse(&v)
+                    .map_err(|e| OAuthError::Provider(format!("{url}: {key}: {e}")))?;
+                if u.scheme() != "https"
+                    && !(u.scheme() == "http" && crate::config::is_loopback_url(&u))
+                {
+                    return Err(OAuthError::Provider(format!("{url}: {key} is not https")));
+                }
+                Ok(Some(u))
+            };
+            let token = match &server.token_endpoint {
+                Some(t) => t.clone(),
+                None => endpoint("token_endpoint", meta.token_endpoint)?.ok_or_else(|| {
+                    OAuthError::Provider(format!("{url} names no token_endpoint"))
+                })?,
+            };
+            let authorization = match &server.authorization_endpoint {
+                Some(a) => Some(a.clone()),
+                None => endpoint("authorization_endpoint", meta.authorization_endpoint)?,
+            };
+            let revocation = match &server.revocation_endpoint {
+                Some(r) => Some(r.clone()),
+                None => endpoint("revocation_endpoint", meta.revocation_endpoint)?,
+            };
+            let secret_in_body = meta.token_endpoint_auth_methods_supported.is_some_and(|m| {
+                m.iter().any(|x| x == "client_secret_post")
+                    && !m.iter().any(|x| x == "client_secret_basic")
+            });
+            return Ok(Endpoints {
+                authorization,
+                token,
+                revocation,
+                secret_in_body,
+            });
+        }
+        Err(OAuthError::Provider(format!(
+            "no metadata found: {}",
+            failures.join("; ")
+        )))
+    }
+}
+
+fn tokens(answer: oauth2::basic::BasicTokenResponse) -> Result<Tokens, OAuthError> {
+    let access_token = answer.access_token().secret().clone();
+    if access_token.is_empty() || access_token.len() > super::MAX_VALUE_BYTES {
+        return Err(OAuthError::Provider(
+            "the access token is empty or too long".into(),
+        ));
+    }
+    Ok(Tokens {
+        access_token,
+        refresh_token: answer.refresh_token().map(|r| r.secret().clone()),
+        expires_in: answer.expires_in(),
+        scope: answer
+            .scopes()
+            .map(|s| s.iter().map(|x| x.as_str()).collect::<Vec<_>>().join(" ")),
+    })
+}
+
+/// A server's refusal: its error code and description (never the rest of its body). With
+/// `grant`, a refused grant (the subject token, the scope) is the person's to fix, not the
+/// gateway's.
+fn refusal(status: oauth2::http::StatusCode, body: &[u8], grant: bool) -> OAuthError {
+    match serde_json::from_slice::<BasicErrorResponse>(body) {
+        Ok(r) => {
+            let text = server_error(&r);
+            let theirs = matches!(
+                r.error(),
+                BasicErrorResponseType::InvalidGrant
+                    | BasicErrorResponseType::InvalidScope
+                    | BasicErrorResponseType::UnauthorizedClient
+                    | BasicErrorResponseType::Extension(_)
+            );
+            if grant && theirs {
+                OAuthError::Refused(text)
+            } else {
+                OAuthError::Provider(text)
+            }
+        }
+        Err(_) => OAuthError::Provider(format!("the server answered {status}")),
+    }
+}
+
+fn server_error(r: &BasicErrorResponse) -> String {
+    let mut s = r.error().to_string();
+    if let Some(d) = r.error_description() {
+        s.push_str(": ");
+        s.push_str(d);
+    }
+    s
+}
+
+/// A failed token request: a refused grant, or a failure on the way.
+fn token_error(e: oauth2::RequestTokenError<FetchError, BasicErrorResponse>) -> OAuthError {
+    match &e {
+        oauth2::RequestTokenError::ServerResponse(r)
+            if *r.error() == BasicErrorResponseType::InvalidGrant =>
+        {
+            OAuthError::Refused(server_error(r))
+        }
+        _ => OAuthError::Provider(describe(&e)),
+    }
+}
+
+/// What a failed request says, without the server's body.
+fn describe<RE: std::error::Error + 'static, T: oauth2::ErrorResponse + 'static>(
+    e: &oauth2::RequestTokenError<RE, T>,
+) -> String {
+    match e {
+        oauth2::RequestTokenError::ServerResponse(r) => serde_json::to_value(r).ok().map_or_else(
+            || "refused".to_owned(),
+            |v| {
+                let code = v["error"].as_str().unwrap_or("refused").to_owned();
+                match v["error_description"].as_str() {
+                    Some(d) => format!("{code}: {d}"),
+                    None => code,
+                }
+            },
+        ),
+        oauth2::RequestTokenError::Request(e) => format!("the request failed: {e}"),
+        oauth2::RequestTokenError::Parse(e, _) => format!("unreadable answer: {e}"),
+        oauth2::RequestTokenError::Other(s) => s.clone(),
+    }
+}

@@ -1,0 +1,201 @@
+//! People's credentials seen from the running instances: which instances were started with
+//! whose credential, stopping them when it is revoked, and replacing them when it changes.
+//!
+//! [`watch`] runs for the gateway's lifetime when credentials are set up. Every second it
+//! refreshes, through the broker, the OAuth tokens of running instances that are near their
+//! end; every few seconds it asks the database whether each running instance's credential is
+//! still the one it was started with, so a disconnect, a revocation, a refresh or a new
+//! connection made on another replica reaches this one's instances too. An instance whose
+//! credential changed is replaced once it is idle (stopped; the next call starts it with the
+//! new value); one whose credential is gone is stopped at once, and its next call asks again.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use super::Gateway;
+use crate::backend::PluginConnection;
+use crate::credentials::{Broker, Check, Event};
+use crate::session::Session;
+
+/// A session's instance of a plugin, as it was when marked.
+type Instance = (Weak<Session>, String, Weak<PluginConnection>);
+
+/// How often running instances' credentials are looked at for a refresh.
+const TICK: Duration = Duration::from_secs(1);
+
+/// Every how many ticks the database is asked whether they changed or went.
+const CHECK_EVERY: u32 = 3;
+
+impl Gateway {
+    /// The plugins started with credential `name`.
+    pub fn credential_users(&self, name: &str) -> Vec<String> {
+        self.registry
+            .entries()
+            .iter()
+            .filter(|e| crate::config::credentials_used(&e.config).contains(name))
+            .map(|e| e.name().to_owned())
+            .collect()
+    }
+
+    /// Stops the running instances, on this replica, of the plugins started with credential
+    /// `name`, for `subject` or for everyone (`None`): their value is gone, and their next
+    /// call asks again. How many stopped.
+    pub fn stop_credential_users(&self, name: &str, subject: Option<&str>) -> usize {
+        let plugins = self.credential_users(name);
+        let mut stopped = 0;
+        for s in self.people_sessions() {
+            let theirs = subject.is_none_or(|wanted| s.owner.as_deref() == Some(wanted));
+            if theirs {
+                for p in &plugins {
+                    stopped += usize::from(s.stop_instance(p));
+                }
+            }
+        }
+        stopped
+    }
+
+    /// The sessions, of both eras, that belong to someone.
+    fn people_sessions(&self) -> Vec<Arc<Session>> {
+        self.sessions
+            .all()
+            .into_iter()
+            .chain(self.sessions.caller_sessions())
+            .filter(|s| s.owner.is_some())
+            .collect()
+    }
+
+    /// The (subject, credential) pairs of the instances running now, and by which sessions'
+    /// instances of which plugins.
+    fn running_credentials(&self) -> HashMap<(String, String), Vec<Instance>> {
+        let mut users: HashMap<(String, String), Vec<Instance>> = HashMap::new();
+        let entries = self.registry.entries();
+        for s in self.people_sessions() {
+            let Some(owner) = s.owner.clone() else {
+                continue;
+            };
+            for e in entries.iter() {
+                let used = crate::config::credentials_used(&e.config);
+                if used.is_empty() {
+                    continue;
+                }
+                let Some(conn) = s.current(e.name()) else {
+                    continue;
+                };
+                for name in used {
+                    users
+                        .entry((owner.clone(), name.to_owned()))
+                        .or_default()
+                        .push((
+                            Arc::downgrade(&s),
+                            e.name().to_owned(),
+                            Arc::downgrade(&conn),
+                        ));
+                }
+            }
+        }
+        users
+    }
+}
+
+/// Starts the watch of `gateway`'s running credentials, if it keeps any.
+pub(super) fn watch(gateway: &Arc<Gateway>) {
+    let Some(broker) = gateway.sessions.supervisor.credentials().cloned() else {
+        return;
+    };
+    let events = broker.subscribe();
+    let shutdown = gateway.shutdown.clone();
+    let weak = Arc::downgrade(gateway);
+    tokio::spawn(async move {
+        tokio::select! {
+            () = shutdown.cancelled() => {}
+            () = run(weak, broker, events) => {}
+        }
+    });
+}
+
+async fn run(
+    gateway: Weak<Gateway>,
+    broker: Arc<Broker>,
+    mut events: tokio::sync::broadcast::Receiver<Event>,
+) {
+    let mut tick = tokio::time::interval(TICK);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // Instances to replace once idle.
+    let mut replace: Vec<Instance> = Vec::new();
+    let mut n: u32 = 0;
+    loop {
+        let event = tokio::select! {
+            e = events.recv() => Some(e),
+            _ = tick.tick() => None,
+        };
+        let Some(g) = gateway.upgrade() else { return };
+        match event {
+            Some(Ok(Event::Refreshed { subject, name })) => {
+                if let Some(users) = g.running_credentials().remove(&(subject, name)) {
+                    replace.extend(users);
+                }
+            }
+            Some(Ok(Event::Lost { subject, name, why })) => {
+                tracing::info!(subject = %subject, credential = %name, "credential lost: {why}");
+                g.audit.credential(&subject, "refresh", &name, 401);
+                g.stop_credential_users(&name, Some(&subject));
+            }
+            Some(Err(tokio::sync::broadcast::error::RecvError::Lagged(_))) => {}
+            Some(Err(tokio::sync::broadcast::error::RecvError::Closed)) => return,
+            None => {
+                n = n.wrapping_add(1);
+                let running = g.running_credentials();
+                for ((subject, name), users) in &running {
+                    if broker.due(subject, name) {
+                        // Refreshes it (and says so by an event), or finds it gone.
+                        if let Err(e) = broker.value(subject, name).await {
+                            tracing::warn!(subject = %subject, credential = %name, "credentials: {e}");
+                        }
+                        continue;
+                    }
+                    if !n.is_multiple_of(CHECK_EVERY) {
+                        continue;
+                    }
+                    match broker.check(subject, name).await {
+                        Ok(Check::Same) => {}
+                        Ok(Check::Changed) => replace.extend(users.iter().cloned()),
+                        Ok(Check::Gone) => {
+                            let stopped = g.stop_credential_users(name, Some(subject));
+                            tracing::info!(subject = %subject, credential = %name, stopped, "credential gone: its instances stopped");
+                        }
+                        Err(e) => {
+                            tracing::warn!(subject = %subject, credential = %name, "credentials: {e}")
+                        }
+                    }
+                }
+                replace_idle(&mut replace);
+            }
+        }
+    }
+}
+
+/// Stops the instances in `replace` that are idle (their next call starts them with the new
+/// value); keeps the busy ones for the next tick.
+fn replace_idle(replace: &mut Vec<Instance>) {
+    let mut seen = BTreeSet::new();
+    replace.retain(|(session, plugin, marked)| {
+        let Some(s) = session.upgrade() else {
+            return false;
+        };
+        if !seen.insert((s.id.clone(), plugin.clone())) {
+            return false;
+        }
+        match s.current(plugin) {
+            // Gone, or started again since (with the new value).
+            None => false,
+            Some(c) if !std::ptr::eq(Arc::as_ptr(&c), marked.as_ptr()) => false,
+            Some(c) if c.idle_for().is_some() => {
+                s.stop_instance(plugin);
+                tracing::info!(session = %s.id, plugin = %plugin, "instance replaced: its credential changed");
+                false
+            }
+            Some(_) => true,
+        }
+    });
+}

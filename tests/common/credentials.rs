@@ -1,0 +1,133 @@
+//! What the tests of people's credentials share: a gateway in built-in mode with credentials
+//! and plugins of the test's own, a person's token there, and the connect page as a browser
+//! holds it.
+
+use super::oauth::{ADMIN_TOKEN, AuthGateway, authorize, exchange, hashes, pkce, public_client};
+use super::{Gateway, free_port, write_config};
+
+/// A gateway in built-in mode (alice and bob), its credential `tok` (a secret, key
+/// `[key; 32]`), and `plugins` (TOML tables); its admin API on with [`ADMIN_TOKEN`].
+pub fn gateway_with(key: u8, plugins: &str) -> AuthGateway {
+    gateway_with_credentials(
+        key,
+        free_port(),
+        "[credentials.tok]\nkind = \"secret\"\nlabel = \"Service token\"\n",
+        plugins,
+    )
+}
+
+/// A gateway in built-in mode (alice and bob) on `port`, the credentials `credentials`
+/// (TOML tables, storage key `[key; 32]`) and `plugins`; its admin API on with
+/// [`ADMIN_TOKEN`].
+pub fn gateway_with_credentials(
+    key: u8,
+    port: u16,
+    credentials: &str,
+    plugins: &str,
+) -> AuthGateway {
+    let dir = tempfile::tempdir().unwrap();
+    let base = format!("http://127.0.0.1:{port}");
+    let [alice, bob, _] = hashes();
+    let key_file = dir.path().join("credentials.key");
+    std::fs::write(&key_file, format!("{key:02x}").repeat(32)).unwrap();
+    let config = format!(
+        "[auth]\nmode = \"builtin\"\npublic_url = \"{base}/mcp\"\n\
+         [[auth.users]]\nname = \"alice\"\npassword_hash = \"{alice}\"\n\
+         [[auth.users]]\nname = \"bob\"\npassword_hash = \"{bob}\"\n\
+         [credentials]\nkey_file = \"{}\"\n{credentials}{plugins}",
+        key_file.display()
+    );
+    let path = write_config(&dir, &config);
+    let db = format!("sqlite://{}/gw.db?mode=rwc", dir.path().display());
+    let listen = format!("127.0.0.1:{port}");
+    let gw = Gateway::start(&[
+        "--listen",
+        &listen,
+        "--config",
+        &path,
+        "--database-url",
+        &db,
+        "--admin-token",
+        ADMIN_TOKEN,
+    ]);
+    AuthGateway { gw, base, db, dir }
+}
+
+/// `user`'s access token at `a`.
+pub async fn token(a: &AuthGateway, user: &str) -> String {
+    let client = public_client(a).await;
+    let (verifier, challenge) = pkce();
+    let code = authorize(a, &client, &challenge, user, "mcp").await;
+    let (status, t) = exchange(a, &client, &code, &verifier).await;
+    assert_eq!(status, 200, "{t}");
+    t["access_token"].as_str().unwrap().to_owned()
+}
+
+/// The connect page as a browser holds it: its cookie and its form's token.
+pub struct Page {
+    pub link: String,
+    pub cookie: String,
+    pub csrf: String,
+}
+
+impl Page {
+    pub async fn open(http: &reqwest::Client, link: &str) -> Page {
+        let r = http.get(link).send().await.unwrap();
+        assert_eq!(r.status(), 200);
+        let set = r.headers()["set-cookie"].to_str().unwrap().to_owned();
+        assert!(
+            set.contains("HttpOnly") && set.contains("SameSite=Strict"),
+            "{set}"
+        );
+        let cookie = set.split(';').next().unwrap().to_owned();
+        let html = r.text().await.unwrap();
+        let needle = "name=\"csrf\" value=\"";
+        let at = html.find(needle).unwrap() + needle.len();
+        let csrf = html[at..at + html[at..].find('"').unwrap()].to_owned();
+        Page {
+            link: link.to_owned(),
+            cookie,
+            csrf,
+        }
+    }
+
+    pub fn post(
+        &self,
+        http: &reqwest::Client,
+        user: &str,
+        pw: &str,
+        value: &str,
+    ) -> reqwest::RequestBuilder {
+        http.post(&self.link)
+            .header("cookie", &self.cookie)
+            .form(&form(&self.csrf, user, pw, value))
+    }
+}
+
+pub fn form<'a>(
+    csrf: &'a str,
+    user: &'a str,
+    pw: &'a str,
+    value: &'a str,
+) -> [(&'static str, &'a str); 4] {
+    [
+        ("csrf", csrf),
+        ("username", user),
+        ("password", pw),
+        ("value", value),
+    ]
+}
+
+pub fn json_call(var: &str) -> serde_json::Value {
+    serde_json::json!({"name": "getenv", "arguments": {"name": var}})
+}
+
+/// The value of the hidden field `name` in a page.
+pub fn hidden(html: &str, name: &str) -> String {
+    let needle = format!("name=\"{name}\" value=\"");
+    let at = html
+        .find(&needle)
+        .unwrap_or_else(|| panic!("no {name} in {html}"))
+        + needle.len();
+    html[at..at + html[at..].find('"').unwrap()].to_owned()
+}

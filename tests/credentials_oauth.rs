@@ -1,0 +1,299 @@
+//! People's `oauth2` credentials (issue 41) against a real authorization server: a second
+//! `oidc-provider` plays the service behind a plugin. A person connects through the
+//! gateway's connect page and the service's own sign-in (state, PKCE, the browser's cookie);
+//! their process gets their own token; the gateway refreshes it before its end (the refresh
+//! token rotated), replaces the process, asks again when the service refuses a refresh, and
+//! revokes the token at the service (RFC 7009) when it is disconnected. A database file and
+//! the logs hold no token.
+
+mod common;
+
+use std::time::Duration;
+
+use common::credentials::{Page, form, gateway_with_credentials, json_call, token};
+use common::oauth::ADMIN_TOKEN;
+use common::oidc::OidcProvider;
+use common::{FIXTURE, free_port};
+use mcp_gateway::config::CredentialKeys;
+use mcp_gateway::credentials::Sealer;
+use mcp_gateway::database::Database;
+use serde_json::{Value, json};
+
+const KEY: u8 = 0x5e;
+const CLIENT: (&str, &str) = ("gw", "gw-secret");
+
+/// The service's authorization server: the gateway's client there, and its people (`ann`,
+/// `ben`), its access tokens good for `ttl` seconds, its refresh tokens rotated.
+fn service(base: &str, ttl: u64) -> OidcProvider {
+    OidcProvider::start(json!({
+        "clients": [{
+            "client_id": CLIENT.0,
+            "client_secret": CLIENT.1,
+            "grant_types": ["authorization_code", "refresh_token"],
+            "response_types": ["code"],
+            "redirect_uris": [format!("{base}/connect/callback")],
+            "token_endpoint_auth_method": "client_secret_basic",
+            "access_token_format": "opaque",
+        }],
+        "accounts": [
+            {"sub": "ann", "password": "ann-pw"},
+            {"sub": "ben", "password": "ben-pw"},
+        ],
+        "access_token_ttl": ttl,
+        "refresh_tokens": true,
+        "rotate_refresh": true,
+    }))
+}
+
+/// The value `subject`'s credential `svc` holds now, opened as the gateway would.
+async fn stored(db: &str, subject: &str) -> Option<Value> {
+    let database = Database::connect(db).await.unwrap();
+    let row = database
+        .credential_store()
+        .get(subject, "svc")
+        .await
+        .unwrap()?;
+    let sealer = Sealer::new(&CredentialKeys {
+        current: Some([KEY; 32]),
+        previous: Vec::new(),
+    });
+    let opened = sealer.open(subject, "svc", &row.sealed).unwrap();
+    Some(serde_json::from_slice(&opened.plain).unwrap())
+}
+
+#[tokio::test]
+async fn an_oauth_credential_is_connected_at_its_service_refreshed_and_revoked() {
+    let port = free_port();
+    let base = format!("http://127.0.0.1:{port}");
+    let provider = service(&base, 9);
+    let secrets = tempfile::tempdir().unwrap();
+    let secret_file = secrets.path().join("client-secret");
+    std::fs::write(&secret_file, CLIENT.1).unwrap();
+    let credentials = format!(
+        "[credentials.svc]\nkind = \"oauth2\"\nlabel = \"Test service\"\nissuer = \"{}\"\n\
+         client_id = \"{}\"\nclient_secret_file = \"{}\"\nscopes = [\"openid\"]\n",
+        provider.issuer(),
+        CLIENT.0,
+        secret_file.display()
+    );
+    let plugins = format!(
+        "[plugins.fix]\ncommand = \"{FIXTURE}\"\nenv = {{ TOKEN = \"${{credential:svc}}\" }}\n"
+    );
+    let a = gateway_with_credentials(KEY, port, &credentials, &plugins);
+    let getenv = json_call("TOKEN");
+    let mut alice = a.gw.client().with_token(&token(&a, "alice").await);
+    alice.initialize().await;
+    let reply = alice.call(2, "tools/call", getenv.clone()).await;
+    let error = &reply.last()["error"];
+    assert_eq!(error["code"], -32042, "{reply:?}");
+    let link = error["data"]["elicitations"][0]["url"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    let http = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    // Signed in on the gateway's page as the link's subject: on to the service, with the
+    // flow bound to this browser by a cookie the service's redirect back carries.
+    let page = Page::open(&http, &link).await;
+    assert!(page.cookie.starts_with("mcpgw-connect="));
+    let r = page
+        .post(&http, "alice", "alice-pw", "")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 303, "{}", r.text().await.unwrap());
+    let to_service = r.headers()["location"].to_str().unwrap().to_owned();
+    assert!(to_service.starts_with(provider.issuer()), "{to_service}");
+    let authorize = url::Url::parse(&to_service).unwrap();
+    let q: std::collections::HashMap<_, _> = authorize.query_pairs().into_owned().collect();
+    assert_eq!(q["code_challenge_method"], "S256");
+    assert_eq!(q["redirect_uri"], format!("{base}/connect/callback"));
+    let set = r.headers()["set-cookie"].to_str().unwrap().to_owned();
+    assert!(
+        set.contains("SameSite=Lax") && set.contains("HttpOnly"),
+        "{set}"
+    );
+    let flow = set.split(';').next().unwrap().to_owned();
+    assert!(flow.starts_with("mcpgw-oauth="), "{flow}");
+
+    // The service sends the person back; only this browser's cookie and the state it was
+    // sent with finish it.
+    let back = provider.through(&to_service, "ann").await;
+    assert!(
+        back.starts_with(&format!("{base}/connect/callback?")),
+        "{back}"
+    );
+    let callback = |url: String, cookie: Option<String>| {
+        let mut r = http.get(url);
+        if let Some(c) = cookie {
+            r = r.header("cookie", c);
+        }
+        r.send()
+    };
+    let r = callback(back.clone(), None).await.unwrap();
+    assert_eq!(r.status(), 403);
+    let mut other_state = url::Url::parse(&back).unwrap();
+    let code = other_state
+        .query_pairs()
+        .find(|(k, _)| k == "code")
+        .unwrap()
+        .1
+        .into_owned();
+    other_state
+        .query_pairs_mut()
+        .clear()
+        .append_pair("code", &code)
+        .append_pair("state", "another-state");
+    let r = callback(other_state.to_string(), Some(flow.clone()))
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403);
+    assert!(r.text().await.unwrap().contains("id=\"mismatch\""));
+    assert!(stored(&a.db, "alice").await.is_none(), "nothing stored");
+    let r = callback(back.clone(), Some(flow.clone())).await.unwrap();
+    assert_eq!(r.status(), 200);
+    let cleared = r.headers()["set-cookie"].to_str().unwrap().to_owned();
+    assert!(cleared.contains("Max-Age=0"), "{cleared}");
+    assert!(r.text().await.unwrap().contains("id=\"connected\""));
+    // Replayed: the link is used.
+    let r = callback(back.clone(), Some(flow.clone())).await.unwrap();
+    assert_eq!(r.status(), 404);
+
+    // Alice's process acts as ann at the service.
+    let first = stored(&a.db, "alice").await.unwrap();
+    let got = alice.result(3, "tools/call", getenv.clone()).await;
+    let used = got["content"][0]["text"].as_str().unwrap().to_owned();
+    let seen = provider.introspect(CLIENT, &used).await;
+    assert_eq!(
+        (seen["active"].clone(), seen["sub"].clone()),
+        (json!(true), json!("ann")),
+        "{seen}"
+    );
+    let first_refresh = first["refresh_token"].as_str().unwrap().to_owned();
+
+    // Bob connects as ben through the connect page too: his process has his own token.
+    let mut bob = a.gw.client().with_token(&token(&a, "bob").await);
+    bob.initialize().await;
+    let reply = bob.call(2, "tools/call", getenv.clone()).await;
+    let link = reply.last()["error"]["data"]["elicitations"][0]["url"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let page = Page::open(&http, &link).await;
+    let r = http
+        .post(&page.link)
+        .header("cookie", &page.cookie)
+        .form(&form(&page.csrf, "bob", "bob-pw", ""))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 303);
+    let flow_b = r.headers()["set-cookie"]
+        .to_str()
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_owned();
+    let back_b = provider
+        .through(r.headers()["location"].to_str().unwrap(), "ben")
+        .await;
+    assert_eq!(callback(back_b, Some(flow_b)).await.unwrap().status(), 200);
+    let got = bob.result(3, "tools/call", getenv.clone()).await;
+    let bobs = got["content"][0]["text"].as_str().unwrap().to_owned();
+    assert_eq!(provider.introspect(CLIENT, &bobs).await["sub"], "ben");
+    assert_ne!(bobs, used);
+
+    // Before the 9 s token ends, the gateway refreshes it (the refresh token rotated) and
+    // replaces the idle process: its next call has the new token.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let mut id = 10;
+    let now_used = loop {
+        id += 1;
+        let got = alice.result(id, "tools/call", getenv.clone()).await;
+        let now = got["content"][0]["text"].as_str().unwrap().to_owned();
+        if now != used {
+            break now;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "never refreshed");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let seen = provider.introspect(CLIENT, &now_used).await;
+    assert_eq!(seen["sub"], "ann", "{seen}");
+    let refreshed = stored(&a.db, "alice").await.unwrap();
+    assert_ne!(
+        refreshed["refresh_token"], first["refresh_token"],
+        "rotated"
+    );
+    assert_eq!(
+        provider.introspect(CLIENT, &first_refresh).await["active"],
+        false
+    );
+
+    // The service revokes ann's grant: the next refresh is refused, the value forgotten, the
+    // process stopped, and the next call asks again.
+    let mut revoked: Vec<String> = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    // Revoked again if a refresh rotated it meanwhile.
+    while let Some(v) = stored(&a.db, "alice").await {
+        let current = v["refresh_token"].as_str().unwrap().to_owned();
+        if !revoked.contains(&current) {
+            provider.revoke(CLIENT, &current).await;
+            revoked.push(current);
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the refused refresh never forgot it"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let reply = alice.call(40, "tools/call", getenv.clone()).await;
+    assert_eq!(reply.last()["error"]["code"], -32042, "{reply:?}");
+    let admin = common::Admin::of(&a.gw, ADMIN_TOKEN);
+    let (_, audit) = admin.get("/admin/audit?kind=credential").await;
+    assert!(
+        audit["records"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["subject"] == "alice"
+                && r["target"].as_str().unwrap_or_default().contains("refresh")),
+        "{audit}"
+    );
+
+    // The operator revokes bob's: revoked at the service too (RFC 7009).
+    let bobs_value = stored(&a.db, "bob").await.unwrap();
+    let bobs_refresh = bobs_value["refresh_token"].as_str().unwrap().to_owned();
+    assert_eq!(
+        provider.introspect(CLIENT, &bobs_refresh).await["active"],
+        true
+    );
+    assert_eq!(
+        admin.delete("/admin/credentials/svc/connections/bob").await,
+        200
+    );
+    assert_eq!(
+        provider.introspect(CLIENT, &bobs_refresh).await["active"],
+        false
+    );
+    let reply = bob.call(41, "tools/call", getenv.clone()).await;
+    assert_eq!(reply.last()["error"]["code"], -32042, "{reply:?}");
+
+    // No token in the database file or the log, byte for byte.
+    let log = a.gw.log();
+    let mut file = std::fs::read(a.dir.path().join("gw.db")).unwrap();
+    file.extend(std::fs::read(a.dir.path().join("gw.db-wal")).unwrap_or_default());
+    let mut secrets = vec![&used, &now_used, &bobs, &first_refresh, &bobs_refresh];
+    secrets.extend(revoked.iter());
+    for secret in secrets {
+        assert!(!log.contains(secret.as_str()), "a token in the log");
+        assert!(
+            !file.windows(secret.len()).any(|w| w == secret.as_bytes()),
+            "a token in the database file"
+        );
+    }
+    assert!(!log.contains(CLIENT.1));
+}
