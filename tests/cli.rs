@@ -56,6 +56,41 @@ fn check_accepts_good_configs_and_names_bad_keys() {
     assert!(err.contains("/nonexistent.toml"), "{err}");
 }
 
+/// A `token_exchange` credential exchanges the caller's own token, which only mode
+/// `external` receives: `check` refuses it in another mode and passes it there.
+#[test]
+fn check_refuses_token_exchange_without_external_tokens() {
+    let dir = tempfile::tempdir().unwrap();
+    let credential = "[credentials.api]\nkind = \"token_exchange\"\nissuer = \"https://idp.example.com\"\n\
+                      client_id = \"gw\"\naudience = \"https://api.example.com\"\n\
+                      [plugins.a]\ncommand = \"x\"\nenv = { T = \"${credential:api}\" }\n";
+    let key = [("MCP_GATEWAY_CREDENTIALS_KEY", "ab".repeat(32))];
+    let env: Vec<(&str, &str)> = key.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let builtin = write(
+        &dir,
+        "builtin.toml",
+        &format!(
+            "[auth]\nmode = \"builtin\"\npublic_url = \"https://gw.example.com/mcp\"\n{credential}"
+        ),
+    );
+    let (code, _, err) = gateway(&["check", "--config", &builtin], &env);
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("credentials.api.kind") && err.contains("external"),
+        "{err}"
+    );
+    let external = write(
+        &dir,
+        "external.toml",
+        &format!(
+            "[auth]\nmode = \"external\"\npublic_url = \"https://gw.example.com/mcp\"\n\
+             issuer = \"https://idp.example.com\"\n{credential}"
+        ),
+    );
+    let (code, out, err) = gateway(&["check", "--config", &external], &env);
+    assert_eq!(code, 0, "{out}{err}");
+}
+
 /// `check` names each plugin whose era is pinned, and refuses an era that is not one.
 #[test]
 fn check_names_pinned_eras() {
@@ -288,7 +323,12 @@ fn regression_readme_config_examples_pass_check() {
         let path = write(&dir, &format!("example-{checked}.{ext}"), &text);
         // The credentials' storage key, as a deployment gives it.
         let key = "00".repeat(32);
-        let env = [("MCP_GATEWAY_CREDENTIALS_KEY", key.as_str())];
+        let env = [
+            ("MCP_GATEWAY_CREDENTIALS_KEY", key.as_str()),
+            ("GITHUB_CLIENT_SECRET", "github-client-secret"),
+            ("TICKETS_CLIENT_SECRET", "tickets-client-secret"),
+            ("EXCHANGE_CLIENT_SECRET", "exchange-client-secret"),
+        ];
         let (code, out, err) = gateway(&["check", "--config", &path], &env);
         assert_eq!(
             code, 0,

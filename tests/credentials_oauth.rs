@@ -297,3 +297,123 @@ async fn an_oauth_credential_is_connected_at_its_service_refreshed_and_revoked()
     }
     assert!(!log.contains(CLIENT.1));
 }
+
+/// The payload of a JWT.
+fn claims(jwt: &str) -> Value {
+    use base64::Engine as _;
+    let part = jwt.split('.').nth(1).unwrap();
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(part)
+        .unwrap();
+    serde_json::from_slice(&bytes).unwrap()
+}
+
+/// `token_exchange` in mode `external`: each caller's own access token is exchanged at the
+/// organisation's authorization server (RFC 8693) for one with the configured audience,
+/// which their process is started with; no page is involved. An audience the server will
+/// not exchange for is an error naming the credential, and reaches no plugin.
+#[tokio::test]
+async fn a_caller_s_token_is_exchanged_for_one_with_the_credential_s_audience() {
+    use common::{Gateway, write_config};
+    const EXCHANGER: (&str, &str) = ("gw-exchange", "exchange-secret");
+    let provider = OidcProvider::start(json!({
+        "clients": [
+            {"client_id": "robot-a", "client_secret": "a-secret",
+             "grant_types": ["client_credentials"], "scope": "mcp"},
+            {"client_id": "robot-b", "client_secret": "b-secret",
+             "grant_types": ["client_credentials"], "scope": "mcp"},
+            {"client_id": EXCHANGER.0, "client_secret": EXCHANGER.1,
+             "grant_types": ["urn:ietf:params:oauth:grant-type:token-exchange"]},
+        ],
+        "exchange_audiences": ["https://api.example.com"],
+    }));
+    let dir = tempfile::tempdir().unwrap();
+    let secret_file = dir.path().join("exchange-secret");
+    std::fs::write(&secret_file, EXCHANGER.1).unwrap();
+    let key_file = dir.path().join("credentials.key");
+    std::fs::write(&key_file, "7a".repeat(32)).unwrap();
+    let port = free_port();
+    let base = format!("http://127.0.0.1:{port}");
+    let exchange = |name: &str, audience: &str| {
+        format!(
+            "[credentials.{name}]\nkind = \"token_exchange\"\nissuer = \"{}\"\n\
+             client_id = \"{}\"\nclient_secret_file = \"{}\"\naudience = \"{audience}\"\n\
+             scopes = [\"read\"]\n",
+            provider.issuer(),
+            EXCHANGER.0,
+            secret_file.display()
+        )
+    };
+    let config = format!(
+        "[auth]\nmode = \"external\"\npublic_url = \"{base}/mcp\"\nissuer = \"{}\"\n\
+         [credentials]\nkey_file = \"{}\"\n{}{}\
+         [plugins.api]\ncommand = \"{FIXTURE}\"\nenv = {{ TOKEN = \"${{credential:api}}\" }}\n\
+         [plugins.other]\ncommand = \"{FIXTURE}\"\nenv = {{ TOKEN = \"${{credential:other}}\" }}\n",
+        provider.issuer(),
+        key_file.display(),
+        exchange("api", "https://api.example.com"),
+        exchange("other", "https://not-exchanged.example.com"),
+    );
+    let path = write_config(&dir, &config);
+    let db = format!("sqlite://{}/gw.db?mode=rwc", dir.path().display());
+    let gw = Gateway::start(&[
+        "--listen",
+        &format!("127.0.0.1:{port}"),
+        "--config",
+        &path,
+        "--database-url",
+        &db,
+    ]);
+    let resource = format!("{base}/mcp");
+    let call =
+        |tool: &str| json!({"name": format!("{tool}__getenv"), "arguments": {"name": "TOKEN"}});
+
+    let mut seen = Vec::new();
+    for (robot, secret) in [("robot-a", "a-secret"), ("robot-b", "b-secret")] {
+        let caller = provider
+            .access_token((robot, secret), "mcp", &resource)
+            .await;
+        let mut client = gw.client().with_token(&caller);
+        client.initialize().await;
+        let got = client.result(2, "tools/call", call("api")).await;
+        let token = got["content"][0]["text"].as_str().unwrap().to_owned();
+        assert_ne!(
+            token, caller,
+            "the caller's own token never reaches a plugin"
+        );
+        let c = claims(&token);
+        assert_eq!(c["aud"], "https://api.example.com", "{c}");
+        assert_eq!(c["sub"], robot, "{c}");
+        assert_eq!(c["act"]["sub"], EXCHANGER.0, "{c}");
+        assert_eq!(c["scope"], "read", "{c}");
+        // Refused: an error that names the credential, and no process.
+        let reply = client.call(3, "tools/call", call("other")).await;
+        let error = &reply.last()["error"];
+        let text = error.to_string();
+        assert!(
+            text.contains("credential `other`") && text.contains("refused to exchange"),
+            "{reply:?}"
+        );
+        seen.push((caller, token));
+    }
+    assert_ne!(seen[0].1, seen[1].1);
+    // A 2026-07-28 call of the same caller gets its exchanged token too.
+    let caller = provider
+        .access_token(("robot-a", "a-secret"), "mcp", &resource)
+        .await;
+    let modern = common::modern::Modern::new(gw.client().with_token(&caller), json!({}));
+    let got = modern
+        .call(1, "api__getenv", json!({"name": "TOKEN"}))
+        .await;
+    let token = got.message["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{}", got.message))
+        .to_owned();
+    assert_eq!(claims(&token)["sub"], "robot-a");
+    // Neither the callers' tokens nor the exchanged ones are in the log.
+    let log = gw.log();
+    for (caller, token) in &seen {
+        assert!(!log.contains(caller.as_str()) && !log.contains(token.as_str()));
+    }
+    assert!(!log.contains(EXCHANGER.1));
+}

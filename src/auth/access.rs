@@ -53,6 +53,7 @@ mod tests {
             client_id: "c".into(),
             scopes: scopes.iter().map(|s| (*s).to_owned()).collect(),
             groups: groups.iter().map(|s| (*s).to_owned()).collect(),
+            token: None,
         }
     }
 

@@ -395,6 +395,7 @@ impl TokenValidator for KeyRing {
             client_id: c.client_id,
             scopes: c.scope.split_whitespace().map(str::to_owned).collect(),
             groups: c.groups.into_iter().collect(),
+            token: None,
         })
     }
 }

@@ -53,6 +53,29 @@ pub struct Principal {
     /// The groups the token's issuer says the subject is in (empty when it says none): what
     /// plugins' `allow_groups` look at.
     pub groups: BTreeSet<String>,
+    /// In mode `external`, the token itself: what a `token_exchange` credential exchanges
+    /// for the caller at the authorization server. Held in memory only.
+    pub token: Option<Bearer>,
+}
+
+/// A caller's bearer token, kept out of `Debug` and logs.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Bearer(Arc<str>);
+
+impl Bearer {
+    pub fn new(token: &str) -> Bearer {
+        Bearer(Arc::from(token))
+    }
+
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Bearer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Bearer(***)")
+    }
 }
 
 impl Principal {

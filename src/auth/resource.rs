@@ -83,7 +83,7 @@ impl Auth {
             })
             .filter(|t| !t.is_empty() && !t.contains(' '))
             .ok_or(AuthError::MalformedHeader)?;
-        let principal = self.validate(token).await.map_err(|e| match e {
+        let mut principal = self.validate(token).await.map_err(|e| match e {
             TokenError::Unavailable(why) => {
                 tracing::warn!("a bearer token could not be checked: {why}");
                 AuthError::Unavailable
@@ -94,6 +94,9 @@ impl Auth {
             return Err(AuthError::InsufficientScope(
                 self.required_scopes().to_vec(),
             ));
+        }
+        if self.config.mode == crate::config::AuthMode::External {
+            principal.token = Some(super::Bearer::new(token));
         }
         Ok(Some(principal))
     }

@@ -227,6 +227,17 @@ impl Config {
                 ),
             ));
         }
+        if auth.mode != AuthMode::External
+            && let Some(c) = credentials
+                .credentials
+                .iter()
+                .find(|c| matches!(c.kind, CredentialKind::TokenExchange { .. }))
+        {
+            return Err(invalid(
+                format!("credentials.{}.kind", c.name),
+                "`token_exchange` exchanges the caller's own access token at the authorization server, which only auth.mode = \"external\" receives",
+            ));
+        }
         let limits = limits::limits_config(file.limits)?;
         let audit = audit::audit_config(file.audit)?;
         let database_url = database_url(cli, file.database_url, &admin, &auth);

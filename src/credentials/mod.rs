@@ -179,7 +179,7 @@ impl Broker {
             connected_at_ms: row.connected_at_ms,
             expires_at_ms: row.expires_at_ms,
             refresh_at_ms: match (&value.refresh_token, row.expires_at_ms) {
-                (Some(_), Some(t)) => Some(t - refresh_margin(value.lifetime_ms)),
+                (_, Some(t)) => Some(t - refresh_margin(value.lifetime_ms)),
                 _ => None,
             },
         };
@@ -190,13 +190,73 @@ impl Broker {
         map.insert((row.subject.clone(), row.name.clone()), known);
     }
 
-    /// Whether `subject`'s credential `name`, as this replica handed it out, is due for a
-    /// refresh ([`Broker::value`] does it).
+    /// Whether `subject`'s credential `name`, as this replica handed it out, is near its
+    /// end: an OAuth token is then refreshed by [`Broker::value`]; anything else that ends
+    /// (an exchanged token) is replaced when its instances are idle.
     pub fn due(&self, subject: &str, name: &str) -> bool {
         let map = self.known.lock().expect("known lock");
         map.get(&(subject.to_owned(), name.to_owned()))
             .and_then(|k| k.refresh_at_ms)
             .is_some_and(|t| t <= now_ms())
+    }
+
+    /// Whether credential `name` is renewed by the gateway alone ([`Broker::value`] refreshes
+    /// it); otherwise a value near its end is replaced by starting its instances again.
+    pub fn renews_itself(&self, name: &str) -> bool {
+        self.config
+            .get(name)
+            .is_some_and(|c| matches!(c.kind, CredentialKind::OAuth2 { .. }))
+    }
+
+    /// `subject`'s credential `name` of kind `token_exchange`: `subject_token` (the caller's
+    /// own access token) exchanged at the authorization server (RFC 8693) and kept until it
+    /// ends. A refusal names the credential.
+    pub async fn exchange(
+        &self,
+        subject: &str,
+        name: &str,
+        subject_token: &str,
+    ) -> Result<Value, CredentialError> {
+        let c = self.defined(name)?;
+        let CredentialKind::TokenExchange {
+            server,
+            audience,
+            resource,
+        } = &c.kind
+        else {
+            return Err(CredentialError::NotOAuth(name.to_owned()));
+        };
+        let t = self
+            .oauth
+            .exchange(
+                name,
+                server,
+                subject_token,
+                audience.as_deref(),
+                resource.as_deref(),
+            )
+            .await
+            .map_err(|why| CredentialError::Upstream {
+                name: name.to_owned(),
+                why,
+            })?;
+        let value = Value {
+            value: t.access_token,
+            refresh_token: None,
+            lifetime_ms: t.expires_in.map(|d| d.as_millis() as i64),
+        };
+        let expires = t.expires_in.map(|d| now_ms() + d.as_millis() as i64);
+        let c = self.keep(subject, name, &value, expires, t.scope).await?;
+        let stored = Stored {
+            subject: subject.to_owned(),
+            name: name.to_owned(),
+            sealed: String::new(),
+            connected_at_ms: c.connected_at_ms,
+            expires_at_ms: c.expires_at_ms,
+            scopes: None,
+        };
+        self.remember(&stored, &value);
+        Ok(value)
     }
 
     /// Whether `subject`'s credential `name` is still what this replica handed out.
@@ -276,12 +336,19 @@ impl Broker {
         };
         let value = self.open_row(&row).await?;
         let now = now_ms();
-        let expired = row.expires_at_ms.is_some_and(|t| t <= now);
-        if let CredentialKind::OAuth2 { server, .. } = &c.kind
-            && let (Some(refresh), Some(until)) = (&value.refresh_token, row.expires_at_ms)
-            && until - now < refresh_margin(value.lifetime_ms)
-        {
-            return self.refresh(server, &row, &value, refresh).await;
+        let mut expired = row.expires_at_ms.is_some_and(|t| t <= now);
+        let ending = row
+            .expires_at_ms
+            .is_some_and(|until| until - now < refresh_margin(value.lifetime_ms));
+        match &c.kind {
+            CredentialKind::OAuth2 { server, .. } if ending => {
+                if let Some(refresh) = &value.refresh_token {
+                    return self.refresh(server, &row, &value, refresh).await;
+                }
+            }
+            // An exchanged token near its end is exchanged again, from a newer caller's token.
+            CredentialKind::TokenExchange { .. } if ending => expired = true,
+            _ => {}
         }
         if expired {
             return Ok(None);

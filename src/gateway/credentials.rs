@@ -148,6 +148,11 @@ async fn run(
                 let running = g.running_credentials();
                 for ((subject, name), users) in &running {
                     if broker.due(subject, name) {
+                        if !broker.renews_itself(name) {
+                            // Started again when idle, with a value obtained afresh.
+                            replace.extend(users.iter().cloned());
+                            continue;
+                        }
                         // Refreshes it (and says so by an event), or finds it gone.
                         if let Err(e) = broker.value(subject, name).await {
                             tracing::warn!(subject = %subject, credential = %name, "credentials: {e}");

@@ -37,6 +37,23 @@ pub enum Connected {
 }
 
 impl Session {
+    /// Keeps the token of a request of this session's owner (mode `external`), for a
+    /// `token_exchange` credential.
+    pub fn hold_token(&self, principal: Option<&crate::auth::Principal>) {
+        if let Some(t) = principal.and_then(|p| p.token.as_ref()) {
+            *self.subject_token.lock().expect("token lock") = Some(t.clone());
+        }
+    }
+
+    /// The owner's latest token, if kept.
+    pub(super) fn subject_token(&self) -> Option<crate::auth::Bearer> {
+        self.subject_token
+            .if_made()?
+            .lock()
+            .expect("token lock")
+            .clone()
+    }
+
     /// Hands the client's answer `n` to the gateway's own request it answers; false when `n`
     /// is none of those.
     pub(super) fn own_response(&self, n: u64, outcome: &Outcome) -> bool {

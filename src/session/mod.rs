@@ -207,6 +207,9 @@ pub struct Session {
     /// Requests the gateway itself sent the client (numbered from the same counter): where
     /// each answer goes (`connect.rs`).
     own_requests: Lazy<Mutex<connect::OwnRequests>>,
+    /// The caller's latest bearer token (mode `external` only), for a `token_exchange`
+    /// credential to exchange when an instance starts. Memory only.
+    subject_token: Lazy<Mutex<Option<crate::auth::Bearer>>>,
     /// The streams of its bridged calls (a caller's session): the only ones a plugin's
     /// request to the client may go to (`bridge.rs`).
     bridged: Lazy<Mutex<foldhash::HashSet<u64>>>,
@@ -363,6 +366,7 @@ impl Session {
             next_server_request: AtomicU64::new(1),
             input_requests: Lazy::default(),
             own_requests: Lazy::default(),
+            subject_token: Lazy::default(),
             bridged: Lazy::default(),
             seeds: Lazy::default(),
             log_level,

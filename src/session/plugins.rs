@@ -141,6 +141,28 @@ impl Session {
                 Ok(Some(v)) => {
                     values.insert(name.to_owned(), v.value);
                 }
+                Ok(None)
+                    if broker.defined(name).is_ok_and(|c| {
+                        matches!(c.kind, crate::config::CredentialKind::TokenExchange { .. })
+                    }) =>
+                {
+                    let Some(token) = self.subject_token() else {
+                        return Err(unavailable(format!(
+                            "credential `{name}` is the caller's own token exchanged at the authorization server, and the caller has none to exchange here"
+                        )));
+                    };
+                    let v = broker.exchange(subject, name, token.expose()).await.map_err(|e| {
+                        tracing::warn!(plugin = %plugin.name(), credential = name, "credentials: {e}");
+                        unavailable(match e {
+                            crate::credentials::CredentialError::Upstream {
+                                why: crate::credentials::OAuthError::Refused(_),
+                                ..
+                            } => format!("credential `{name}`: the authorization server refused to exchange the caller's token"),
+                            _ => format!("credential `{name}` could not be obtained now; the gateway's logs say why"),
+                        })
+                    })?;
+                    values.insert(name.to_owned(), v.value);
+                }
                 Ok(None) => {
                     let asked = broker.request(subject, name).await.map_err(|e| {
                         tracing::warn!(plugin = %plugin.name(), credential = name, "credentials: {e}");

@@ -20,6 +20,11 @@
 //   refresh_tokens   true: a code grant gives a refresh token to every client allowed the
 //                    refresh_token grant (without it, only with offline_access and consent)
 //   rotate_refresh   true: every refresh gives a new refresh token and retires the old one
+//   exchange_audiences  the audiences (or resources) the RFC 8693 token exchange grant
+//                    (urn:ietf:params:oauth:grant-type:token-exchange, for clients that list
+//                    it) mints tokens for: a JWT access token of this provider is exchanged
+//                    for a JWT with that `aud`, the same `sub`, the scopes asked and `act`
+//                    naming the client; any other audience is refused with invalid_target
 //
 // Accounts sign in at /interaction/<uid> with a form (fields `login` and `password`, button
 // `#submit`); a wrong password shows the form again with "Invalid login or password".
@@ -38,7 +43,7 @@
 // kept, so sessions, grants and tokens survive it.
 
 import {
-  createPrivateKey, createPublicKey, generateKeyPairSync, randomBytes,
+  createPrivateKey, createPublicKey, generateKeyPairSync, randomBytes, sign, verify,
 } from 'node:crypto';
 import { createServer } from 'node:http';
 
@@ -172,7 +177,79 @@ function build() {
     },
   });
   p.on('server_error', (_ctx, err) => console.error('oidc-provider server_error', err));
+  p.registerGrantType(TOKEN_EXCHANGE, tokenExchange, [
+    'subject_token', 'subject_token_type', 'audience', 'resource', 'scope',
+    'requested_token_type', 'actor_token', 'actor_token_type',
+  ]);
   return p;
+}
+
+const TOKEN_EXCHANGE = 'urn:ietf:params:oauth:grant-type:token-exchange';
+const ACCESS_TOKEN_TYPE = 'urn:ietf:params:oauth:token-type:access_token';
+
+function b64url(buf) {
+  return Buffer.from(buf).toString('base64url');
+}
+
+// A JWT signed with the current key (RS256 or ES256, as the provider's tokens are).
+function signJwt(payload) {
+  const header = { alg, kid: keys[0].kid, typ: 'at+jwt' };
+  const input = `${b64url(JSON.stringify(header))}.${b64url(JSON.stringify(payload))}`;
+  const key = createPrivateKey({ key: keys[0], format: 'jwk' });
+  const signature = alg === 'ES256'
+    ? sign('sha256', Buffer.from(input), { key, dsaEncoding: 'ieee-p1363' })
+    : sign('sha256', Buffer.from(input), key);
+  return `${input}.${b64url(signature)}`;
+}
+
+// The claims of a JWT this provider signed and that has not expired, else undefined.
+function verifyJwt(token) {
+  const parts = String(token).split('.');
+  if (parts.length !== 3) return undefined;
+  try {
+    const header = JSON.parse(Buffer.from(parts[0], 'base64url'));
+    const jwk = keys.find((k) => k.kid === header.kid);
+    if (!jwk) return undefined;
+    const key = createPublicKey({ key: jwk, format: 'jwk' });
+    const data = Buffer.from(`${parts[0]}.${parts[1]}`);
+    const signature = Buffer.from(parts[2], 'base64url');
+    const ok = jwk.kty === 'EC'
+      ? verify('sha256', data, { key, dsaEncoding: 'ieee-p1363' }, signature)
+      : verify('sha256', data, key, signature);
+    if (!ok) return undefined;
+    const claims = JSON.parse(Buffer.from(parts[1], 'base64url'));
+    if (claims.iss !== issuer || !(claims.exp > Date.now() / 1000)) return undefined;
+    return claims;
+  } catch {
+    return undefined;
+  }
+}
+
+// RFC 8693, for the audiences the settings name.
+async function tokenExchange(ctx) {
+  const params = ctx.oidc.params;
+  if (params.subject_token_type !== ACCESS_TOKEN_TYPE) {
+    throw new errors.InvalidRequest('unsupported subject_token_type');
+  }
+  const claims = verifyJwt(params.subject_token);
+  if (!claims?.sub) throw new errors.InvalidGrant('the subject token is not valid');
+  const target = params.audience ?? params.resource;
+  if (!target || !(settings.exchange_audiences ?? []).includes(target)) {
+    throw new errors.InvalidTarget('this audience is not exchanged for');
+  }
+  const now = Math.floor(Date.now() / 1000);
+  const scope = params.scope ?? '';
+  ctx.body = {
+    access_token: signJwt({
+      iss: issuer, sub: claims.sub, aud: target, iat: now, exp: now + accessTtl,
+      scope, client_id: ctx.oidc.client.clientId, act: { sub: ctx.oidc.client.clientId },
+      jti: randomBytes(12).toString('base64url'),
+    }),
+    issued_token_type: ACCESS_TOKEN_TYPE,
+    token_type: 'Bearer',
+    expires_in: accessTtl,
+    ...(scope ? { scope } : {}),
+  };
 }
 
 function install(p) {

@@ -199,5 +199,6 @@ fn check(a: &Answer, checks: &Checks) -> Result<Principal, TokenError> {
         client_id: client_id.unwrap_or_default(),
         scopes,
         groups: super::groups_of(other.get(&checks.groups_claim)),
+        token: None,
     })
 }

@@ -169,6 +169,7 @@ impl External {
             client_id,
             scopes: scopes_of(claims.get("scope"), claims.get("scp")),
             groups: groups_of(claims.get(&self.checks.groups_claim)),
+            token: None,
         })
     }
 }

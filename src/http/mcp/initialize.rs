@@ -66,6 +66,7 @@ pub(super) async fn initialize(
             TooManySessions::Client(n) => HttpError::TooManySessionsForClient(n, Some(id.clone())),
         })?;
     trace::record_session(&session.id);
+    session.hold_token(principal);
     // In cluster mode no other replica could find a session without its record.
     gw.sessions
         .record(&session)

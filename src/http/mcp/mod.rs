@@ -180,6 +180,7 @@ fn owned(session: Arc<Session>, principal: Option<&Principal>) -> Result<Arc<Ses
         tracing::warn!(session = %session.id, "a session was used with another subject's token");
         return Err(HttpError::SessionNotFound);
     }
+    session.hold_token(principal);
     Ok(session)
 }
 

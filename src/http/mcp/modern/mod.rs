@@ -137,6 +137,7 @@ pub(super) async fn modern(
         )
         .map_err(|_| HttpError::TooManySessions(Some(id.clone())))?;
     session.touch();
+    session.hold_token(principal);
     let requests = [(id, method, params)];
     let view = visible_view(gw, &session.view(), principal, &requests).inspect_err(|e| {
         let who = modern_who(principal, &meta, Some(&caller_key));
