@@ -758,3 +758,92 @@ async fn people_see_and_disconnect_their_own_credentials() {
     assert!(records.iter().all(|r| r["credentials"] == "tok"), "{calls}");
     assert!(!calls.to_string().contains("alice-"), "{calls}");
 }
+
+/// `connect = "eager"`: a legacy session's first request asks its person for the plugin's
+/// credential (a client without URL elicitation gets -32042 for it; one with it is asked and
+/// its request goes on, and hears `notifications/elicitation/complete` on its GET stream once
+/// the person connected). Before they connect, lists show what the plugin listed when probed
+/// as no one, so the tools whose calls ask are there to find.
+#[tokio::test]
+async fn an_eager_plugin_asks_at_a_session_s_first_request() {
+    use common::FIXTURE;
+    use common::sse::Events;
+    let plugins = format!(
+        "[plugins.fix]\ncommand = \"{FIXTURE}\"\nconnect = \"eager\"\n\
+         env = {{ TOKEN = \"${{credential:tok}}\" }}\n"
+    );
+    let a = gateway_with(0x3c, &plugins);
+    let names = |tools: &serde_json::Value| -> Vec<String> {
+        tools["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["name"].as_str().unwrap().to_owned())
+            .collect()
+    };
+
+    // No URL elicitation: the first request is answered with the link.
+    let mut alice = a.gw.client().with_token(&token(&a, "alice").await);
+    alice.initialize().await;
+    let first = alice.call(2, "tools/list", serde_json::json!({})).await;
+    let error = &first.last()["error"];
+    assert_eq!(error["code"], -32042, "{first:?}");
+    assert!(
+        error["data"]["elicitations"][0]["url"]
+            .as_str()
+            .unwrap()
+            .starts_with(&format!("{}/connect/", a.base))
+    );
+    // Asked once: the next request goes on, and lists the plugin's tools from its probe.
+    let listed = alice.result(3, "tools/list", serde_json::json!({})).await;
+    assert!(names(&listed).contains(&"getenv".to_owned()), "{listed}");
+
+    // URL elicitation: asked on the first request's stream, which then goes on.
+    let mut bob = a.gw.client().with_token(&token(&a, "bob").await);
+    bob.initialize_at(
+        "2025-11-25",
+        serde_json::json!({"elicitation": {"url": {}}}),
+    )
+    .await;
+    let mut get = Events::new(bob.get_stream().await);
+    let mut events = bob
+        .stream(&serde_json::json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}))
+        .await;
+    let asked = events.next().await.unwrap();
+    assert_eq!(asked["method"], "elicitation/create", "{asked}");
+    let link = asked["params"]["url"].as_str().unwrap().to_owned();
+    let elicitation = asked["params"]["elicitationId"].clone();
+    let r = bob
+        .post(&serde_json::json!({"jsonrpc": "2.0", "id": asked["id"], "result": {"action": "accept"}}))
+        .await;
+    assert_eq!(r.status, 202);
+    let answer = events.next().await.unwrap();
+    assert_eq!(answer["id"], 2, "{answer}");
+    assert!(
+        names(&answer["result"]).contains(&"getenv".to_owned()),
+        "{answer}"
+    );
+    // Bob connects in his own time; his client hears it on the GET stream.
+    let http = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let page = Page::open(&http, &link).await;
+    let r = page
+        .post(&http, "bob", "bob-pw", "bob-eager-1")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let complete = tokio::time::timeout(std::time::Duration::from_secs(10), get.next())
+        .await
+        .expect("the completion on the GET stream")
+        .unwrap();
+    assert_eq!(
+        complete["method"], "notifications/elicitation/complete",
+        "{complete}"
+    );
+    assert_eq!(complete["params"]["elicitationId"], elicitation);
+    let got = bob.result(3, "tools/call", json_call("TOKEN")).await;
+    assert_eq!(got["content"][0]["text"], "bob-eager-1");
+}

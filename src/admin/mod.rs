@@ -421,6 +421,7 @@ fn describe(e: &PluginEntry) -> Value {
         "process_model": c.process_model,
         "pool_size": c.pool_size,
         "warm": c.warm,
+        "connect": c.connect,
         "era": c.era,
         "scheduling": c.scheduling,
         // Who may see and use it (with auth.mode): scope, subjects, groups, per-tool rules.

@@ -55,7 +55,7 @@ pub use listener::{
     PerAddress,
 };
 pub use plugin::{
-    MAX_PREFIX_LEN, MAX_TOOL_NAME_LEN, PluginConfig, PluginEra, PluginSpec, ProcessModel,
+    Connect, MAX_PREFIX_LEN, MAX_TOOL_NAME_LEN, PluginConfig, PluginEra, PluginSpec, ProcessModel,
     ResponseMode, SECRET_ENV_VARS, Scheduling, expand_env, tool_name_char, validate_plugin,
 };
 pub use sandbox::{Network, SandboxConfig, SandboxSettings, SandboxSpec};

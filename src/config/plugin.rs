@@ -77,6 +77,8 @@ pub struct PluginConfig {
     pub pool_size: usize,
     /// `per_session`: instances kept started and initialized ahead of demand.
     pub warm: usize,
+    /// When a person is asked for a credential this plugin needs and they have not connected.
+    pub connect: Connect,
     /// A scope a token needs to see and call this plugin's tools (with `auth.mode`).
     pub scope: Option<String>,
     /// Who may see and use the plugin at all (with `auth.mode`): nobody is left out when it
@@ -112,6 +114,18 @@ pub enum Scheduling {
     Normal,
 }
 
+/// When a person is asked to connect a credential a plugin needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Connect {
+    /// At the first call that needs it.
+    #[default]
+    OnCall,
+    /// At the first request of a legacy session (2026-07-28 calls have no session: at the
+    /// first call).
+    Eager,
+}
+
 /// How a plugin's processes serve sessions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -144,6 +158,7 @@ impl PluginConfig {
             process_model: ProcessModel::PerSession,
             pool_size: 1,
             warm: 0,
+            connect: Connect::OnCall,
             scope: None,
             access: Access::default(),
             tool_access: Vec::new(),
@@ -229,6 +244,8 @@ pub struct PluginSpec {
     pub pool_size: Option<usize>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub warm: Option<usize>,
+    #[serde(default, skip_serializing_if = "is_on_call")]
+    pub connect: Connect,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scope: Option<String>,
     /// Who may see and use the plugin (with `auth.mode`); anyone when none is named.
@@ -253,6 +270,10 @@ pub struct PluginSpec {
 
 fn yes() -> bool {
     true
+}
+
+fn is_on_call(c: &Connect) -> bool {
+    *c == Connect::OnCall
 }
 
 fn is_auto(era: &PluginEra) -> bool {
@@ -284,6 +305,7 @@ impl PluginSpec {
         c.process_model = self.process_model;
         c.pool_size = self.pool_size.unwrap_or(1);
         c.warm = self.warm.unwrap_or(0);
+        c.connect = self.connect;
         c.scope = self.scope;
         c.access = Access {
             allow_groups: self.allow_groups,
@@ -316,6 +338,7 @@ impl PluginSpec {
             process_model: c.process_model,
             pool_size: Some(c.pool_size),
             warm: Some(c.warm),
+            connect: c.connect,
             scope: c.scope.clone(),
             allow_groups: c.access.allow_groups.clone(),
             allow_subjects: c.access.allow_subjects.clone(),

@@ -33,7 +33,23 @@ pub struct PluginInfo {
     /// The names of the tools it listed when probed (the first page, at most
     /// [`MAX_PROBED_NAMES`]): a call of one of these needs no list of its own.
     pub tool_names: std::collections::HashSet<String>,
+    /// A plugin started with people's credentials: the first page of each list it answered
+    /// when probed (as no one), by method. What a person who has not connected yet is shown,
+    /// so that they can find the tools whose call asks them to connect.
+    pub listed: Vec<(&'static str, Arc<serde_json::Value>)>,
 }
+
+/// The lists a plugin started with people's credentials is asked for when probed, and the
+/// capability each needs.
+pub const PROBED_LISTS: &[(&str, &str)] = &[
+    ("tools/list", "tools"),
+    ("prompts/list", "prompts"),
+    ("resources/list", "resources"),
+    ("resources/templates/list", "resources"),
+];
+
+/// The largest list page a probe keeps.
+pub const MAX_PROBED_LIST_BYTES: usize = 1024 * 1024;
 
 /// Most tool names a probe keeps.
 pub const MAX_PROBED_NAMES: usize = 10_000;

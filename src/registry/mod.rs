@@ -115,6 +115,7 @@ impl Registry {
                 plugins: Vec::new(),
                 separator: Arc::from(config.separator.as_str()),
                 initialize: OnceLock::new(),
+                eager: false,
             })),
             file_plugins: Mutex::new(config.plugins.clone()),
             store,
@@ -447,7 +448,7 @@ impl Registry {
     fn publish_locked(&self) {
         let entries = self.entries();
         let enabled = entries.iter().filter(|e| e.enabled).count();
-        let plugins = entries
+        let plugins: Vec<ViewPlugin> = entries
             .iter()
             .filter(|e| e.enabled)
             .filter_map(|e| match e.state() {
@@ -465,6 +466,7 @@ impl Registry {
             })
             .collect();
         let view = Arc::new(View {
+            eager: view::any_eager(&plugins),
             plugins,
             separator: self.separator.clone(),
             initialize: OnceLock::new(),

@@ -68,33 +68,38 @@ pub(super) async fn probe(entry: &PluginEntry) -> ProbeState {
             if conn.is_modern() {
                 without_subscriptions(&mut capabilities);
             }
-            let tool_names: std::collections::HashSet<String> =
-                if capabilities.get("tools").is_some() {
-                    match tokio::time::timeout(
-                        entry.config.startup_timeout,
-                        conn.call("tools/list", None),
-                    )
-                    .await
-                    {
-                        Ok(Ok(raw)) => serde_json::from_str::<serde_json::Value>(raw.get())
-                            .ok()
-                            .and_then(|v| {
-                                let tools = v.get("tools")?.as_array()?;
-                                Some(
-                                    tools
-                                        .iter()
-                                        .filter_map(|t| t.get("name")?.as_str())
-                                        .take(super::entry::MAX_PROBED_NAMES)
-                                        .map(str::to_owned)
-                                        .collect(),
-                                )
-                            })
-                            .unwrap_or_default(),
-                        _ => Default::default(),
-                    }
-                } else {
-                    Default::default()
+            let personal = !nobody.0.is_empty();
+            let mut listed = Vec::new();
+            let mut tool_names = std::collections::HashSet::new();
+            for (method, capability) in super::entry::PROBED_LISTS {
+                let wanted = *method == "tools/list" || personal;
+                if !wanted || capabilities.get(capability).is_none() {
+                    continue;
+                }
+                let answer =
+                    tokio::time::timeout(entry.config.startup_timeout, conn.call(method, None))
+                        .await;
+                let Ok(Ok(raw)) = answer else { continue };
+                if raw.get().len() > super::entry::MAX_PROBED_LIST_BYTES {
+                    continue;
+                }
+                let Ok(page) = serde_json::from_str::<serde_json::Value>(raw.get()) else {
+                    continue;
                 };
+                if *method == "tools/list"
+                    && let Some(tools) = page.get("tools").and_then(|t| t.as_array())
+                {
+                    tool_names = tools
+                        .iter()
+                        .filter_map(|t| t.get("name")?.as_str())
+                        .take(super::entry::MAX_PROBED_NAMES)
+                        .map(str::to_owned)
+                        .collect();
+                }
+                if personal {
+                    listed.push((*method, Arc::new(page)));
+                }
+            }
             let tools = tool_names
                 .iter()
                 .filter(|n| entry.config.allows_tool(n))
@@ -107,6 +112,7 @@ pub(super) async fn probe(entry: &PluginEntry) -> ProbeState {
                 instructions: init.instructions.clone(),
                 tools,
                 tool_names,
+                listed,
             };
             conn.shutdown().await;
             tracing::info!(

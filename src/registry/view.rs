@@ -51,6 +51,16 @@ pub struct View {
     /// What `initialize` answers with this view, all but the protocol version: the router
     /// makes it on first use, and every later session of the view takes it as it is.
     pub initialize: OnceLock<Box<str>>,
+    /// A plugin of it asks for people's credentials at a session's first request
+    /// (`connect = "eager"`).
+    pub eager: bool,
+}
+
+/// Whether any of `plugins` asks eagerly.
+pub(super) fn any_eager(plugins: &[ViewPlugin]) -> bool {
+    plugins
+        .iter()
+        .any(|p| p.entry.config.connect == crate::config::Connect::Eager)
 }
 
 impl View {
@@ -66,18 +76,20 @@ impl View {
     /// The same view as one caller sees it: `keep` says, for each plugin, whether the caller
     /// sees it (`None`: not) and which of its tools are denied to the caller.
     pub fn for_caller(&self, keep: impl Fn(&ViewPlugin) -> Option<Arc<[String]>>) -> View {
-        View {
-            plugins: self
-                .plugins
-                .iter()
-                .filter_map(|p| {
-                    let denied_tools = keep(p)?;
-                    Some(ViewPlugin {
-                        denied_tools,
-                        ..p.clone()
-                    })
+        let plugins: Vec<ViewPlugin> = self
+            .plugins
+            .iter()
+            .filter_map(|p| {
+                let denied_tools = keep(p)?;
+                Some(ViewPlugin {
+                    denied_tools,
+                    ..p.clone()
                 })
-                .collect(),
+            })
+            .collect();
+        View {
+            eager: any_eager(&plugins),
+            plugins,
             separator: self.separator.clone(),
             initialize: OnceLock::new(),
         }

@@ -273,12 +273,46 @@ pub async fn learn_tool_headers(session: &Session, plugin: &ViewPlugin) -> Optio
     Some(tools)
 }
 
+/// The first page of `method` that `plugin` listed when probed as no one, when the request
+/// asks for a first page.
+pub(super) fn probed(
+    plugin: &ViewPlugin,
+    method: &str,
+    params: Option<&RawValue>,
+) -> Option<Box<RawValue>> {
+    let first = params.is_none_or(|p| {
+        serde_json::from_str::<Value>(p.get()).is_ok_and(|v| v.get("cursor").is_none())
+    });
+    if !first {
+        return None;
+    }
+    let (_, page) = plugin.info.listed.iter().find(|(m, _)| *m == method)?;
+    RawValue::from_string(page.to_string()).ok()
+}
+
 async fn fetch_page(
     session: &Session,
     plugin: &ViewPlugin,
     method: &str,
     cursor: Option<&str>,
 ) -> Result<Value, String> {
+    // A person who has not connected a credential the plugin needs is shown what it listed
+    // when probed as no one: its tools' calls are what ask them to connect.
+    if cursor.is_none()
+        && !plugin.info.listed.is_empty()
+        && session.current(plugin.name()).is_none()
+        && session.lacks_credential(plugin).await
+    {
+        return plugin
+            .info
+            .listed
+            .iter()
+            .find(|(m, _)| *m == method)
+            .map(|(_, page)| (**page).clone())
+            .ok_or_else(|| {
+                format!("{method}: not listed until the caller connects its credential")
+            });
+    }
     let conn = session.plugin(plugin).await.map_err(|e| e.to_string())?;
     let params = cursor.map(|c| {
         RawValue::from_string(serde_json::json!({ "cursor": c }).to_string()).expect("valid JSON")

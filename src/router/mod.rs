@@ -131,6 +131,14 @@ pub async fn dispatch(
     };
     let view = plan.view;
     let modern = plan.modern;
+    // `connect = "eager"`: a legacy session's first request asks for what its person lacks.
+    if modern.is_none()
+        && view.eager
+        && let Some(answer) = Box::pin(session.ask_eagerly(&view, &id, &sink)).await
+    {
+        audit.ended(audit::Outcome::Error, Some(code::URL_ELICITATION_REQUIRED));
+        return reply(answer);
+    }
     // Whether the client can run tools as tasks: a modern request's `_meta` says so.
     let client_tasks = modern
         .as_ref()
@@ -292,6 +300,17 @@ async fn forward(
             }
         };
         sink.respond(answer);
+        return;
+    }
+    // A person who has not connected the plugin's credential sees what it listed when
+    // probed as no one; its calls are what ask them.
+    if !plugin.info.listed.is_empty()
+        && session.current(plugin.name()).is_none()
+        && let Some(page) = lists::probed(plugin, method, params.as_deref())
+        && session.lacks_credential(plugin).await
+    {
+        audit.ended(audit::Outcome::Ok, None);
+        sink.respond(jsonrpc::result_bytes(id.raw(), &page));
         return;
     }
     let mut started = session.plugin(plugin).await;

@@ -76,10 +76,79 @@ impl Session {
     /// they did. `None` when this client cannot be asked so (the caller answers with the
     /// error as it is).
     pub async fn ask_to_connect(&self, client: &Sink, needed: &BackendError) -> Option<Connected> {
+        let (until, accepted) = self.elicit_connect(client, needed).await?;
         let BackendError::CredentialNeeded(n) = needed else {
             return None;
         };
-        let (credential, elicitation_id, url) = (&n.credential, &n.elicitation_id, &n.url);
+        if !accepted || !self.wait_connected(&n.credential, until).await {
+            return Some(Connected::No);
+        }
+        self.connect_complete(&n.elicitation_id, Related::Exact(client.clone()));
+        Some(Connected::Yes)
+    }
+
+    /// `connect = "eager"`: at this legacy session's first request, asks its person for the
+    /// credentials of eager plugins they have not connected. A client that declared URL
+    /// elicitation is asked on `sink` and the request goes on (the person connects in their
+    /// own time; the client hears `notifications/elicitation/complete` when they did); any
+    /// other gets the request answered with URLElicitationRequiredError (-32042). Once per
+    /// session; the answer to send instead of the request's, if any.
+    pub async fn ask_eagerly(
+        self: &std::sync::Arc<Self>,
+        view: &crate::registry::View,
+        id: &Id,
+        sink: &Sink,
+    ) -> Option<bytes::Bytes> {
+        if self.for_caller
+            || self
+                .eager_asked
+                .swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
+            return None;
+        }
+        for plugin in &view.plugins {
+            if plugin.entry.config.connect != crate::config::Connect::Eager
+                || !self.lacks_credential(plugin).await
+            {
+                continue;
+            }
+            let needed = match self.personal(plugin).await {
+                Err(e @ BackendError::CredentialNeeded(_)) => e,
+                _ => continue,
+            };
+            let BackendError::CredentialNeeded(n) = &needed else {
+                continue;
+            };
+            match self.elicit_connect(sink, &needed).await {
+                None => return Some(needed.error_bytes(Some(id))),
+                Some((until, true)) => {
+                    let me = self.clone();
+                    let (credential, elicitation) =
+                        (n.credential.clone(), n.elicitation_id.clone());
+                    tokio::spawn(async move {
+                        if me.wait_connected(&credential, until).await {
+                            me.connect_complete(&elicitation, Related::None);
+                        }
+                    });
+                }
+                Some((_, false)) => {}
+            }
+        }
+        None
+    }
+
+    /// Sends `elicitation/create` (URL mode) for what `needed` names on `client`, and waits
+    /// for the client's answer: until when the link holds, and whether the person accepted.
+    /// `None` when this client cannot be asked so.
+    async fn elicit_connect(
+        &self,
+        client: &Sink,
+        needed: &BackendError,
+    ) -> Option<(tokio::time::Instant, bool)> {
+        let BackendError::CredentialNeeded(n) = needed else {
+            return None;
+        };
+        let (elicitation_id, url) = (&n.elicitation_id, &n.url);
         if self.for_caller {
             return None;
         }
@@ -97,8 +166,8 @@ impl Session {
         {
             return None;
         }
-        let broker = self.supervisor.credentials()?.clone();
-        let subject = self.owner.clone()?;
+        self.supervisor.credentials()?;
+        self.owner.as_ref()?;
         let n = self
             .next_server_request
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -112,6 +181,9 @@ impl Session {
                 m.lock().expect("own requests lock").remove(&n);
             }
         };
+        // One wait for both steps: the link is good for this long from now, no longer.
+        let until = tokio::time::Instant::now()
+            + Duration::from_millis(crate::credentials::REQUEST_TTL_MS as u64);
         let request = jsonrpc::request_bytes(
             Some(Id::from_u64(n).raw()),
             "elicitation/create",
@@ -122,11 +194,8 @@ impl Session {
             .is_err()
         {
             forget();
-            return Some(Connected::No);
+            return Some((until, false));
         }
-        // One wait for both steps: the link is good for this long from now, no longer.
-        let until = tokio::time::Instant::now()
-            + Duration::from_millis(crate::credentials::REQUEST_TTL_MS as u64);
         let answered = tokio::select! {
             a = rx => a.ok().flatten(),
             () = tokio::time::sleep_until(until) => None,
@@ -141,13 +210,20 @@ impl Session {
             .and_then(|a| serde_json::from_str::<Answer>(a.get()).ok())
             .and_then(|a| a.action)
             .is_some_and(|a| a == "accept");
-        if !accepted {
-            return Some(Connected::No);
-        }
-        // Accepted means the person is on their way, not that they arrived: wait for them.
-        let connected = tokio::time::timeout_at(until, async {
+        Some((until, accepted))
+    }
+
+    /// Waits until the person has connected `credential` (seen in the store every replica
+    /// reads), or `until`; whether they did. Accepting a URL elicitation means the person is
+    /// on their way, not that they arrived.
+    async fn wait_connected(&self, credential: &str, until: tokio::time::Instant) -> bool {
+        let (Some(broker), Some(subject)) = (self.supervisor.credentials(), self.owner.as_deref())
+        else {
+            return false;
+        };
+        tokio::time::timeout_at(until, async {
             loop {
-                match broker.value(&subject, credential).await {
+                match broker.value(subject, credential).await {
                     Ok(Some(_)) => return true,
                     Ok(None) => {}
                     Err(e) => {
@@ -162,17 +238,17 @@ impl Session {
             }
         })
         .await
-        .unwrap_or(false);
-        if !connected {
-            return Some(Connected::No);
-        }
+        .unwrap_or(false)
+    }
+
+    /// Tells the client the URL elicitation `elicitation_id` is complete.
+    fn connect_complete(&self, elicitation_id: &str, related: Related) {
         let complete = serde_json::json!({ "elicitationId": elicitation_id });
         let complete = RawValue::from_string(complete.to_string()).expect("serialized JSON");
         let _ = self.deliver(
             jsonrpc::request_bytes(None, "notifications/elicitation/complete", Some(&complete)),
-            Related::Exact(client.clone()),
+            related,
             false,
         );
-        Some(Connected::Yes)
     }
 }

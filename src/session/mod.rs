@@ -210,6 +210,8 @@ pub struct Session {
     /// The caller's latest bearer token (mode `external` only), for a `token_exchange`
     /// credential to exchange when an instance starts. Memory only.
     subject_token: Lazy<Mutex<Option<crate::auth::Bearer>>>,
+    /// `connect = "eager"` plugins' credentials were asked for (`connect.rs`).
+    eager_asked: AtomicBool,
     /// The streams of its bridged calls (a caller's session): the only ones a plugin's
     /// request to the client may go to (`bridge.rs`).
     bridged: Lazy<Mutex<foldhash::HashSet<u64>>>,
@@ -367,6 +369,7 @@ impl Session {
             input_requests: Lazy::default(),
             own_requests: Lazy::default(),
             subject_token: Lazy::default(),
+            eager_asked: AtomicBool::new(false),
             bridged: Lazy::default(),
             seeds: Lazy::default(),
             log_level,

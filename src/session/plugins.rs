@@ -118,7 +118,10 @@ impl Session {
 
     /// The session owner's own credentials that `plugin` is started with, if it uses any;
     /// one not connected yet is asked for ([`BackendError::CredentialNeeded`]).
-    async fn personal(&self, plugin: &ViewPlugin) -> Result<Option<Personal>, BackendError> {
+    pub(super) async fn personal(
+        &self,
+        plugin: &ViewPlugin,
+    ) -> Result<Option<Personal>, BackendError> {
         let used = crate::config::credentials_used(&plugin.entry.config);
         if used.is_empty() {
             return Ok(None);
@@ -187,6 +190,29 @@ impl Session {
             }
         }
         Ok(Some(Personal(values)))
+    }
+
+    /// Whether the session's owner has yet to connect a credential `plugin` is started with
+    /// (one obtained without them, by token exchange, does not count). Reads the store; asks
+    /// no one.
+    pub async fn lacks_credential(&self, plugin: &ViewPlugin) -> bool {
+        let used = crate::config::credentials_used(&plugin.entry.config);
+        if used.is_empty() {
+            return false;
+        }
+        let (Some(broker), Some(subject)) = (self.supervisor.credentials(), self.owner.as_deref())
+        else {
+            return true;
+        };
+        for name in used {
+            let exchanged = broker.defined(name).is_ok_and(|c| {
+                matches!(c.kind, crate::config::CredentialKind::TokenExchange { .. })
+            });
+            if !exchanged && !matches!(broker.value(subject, name).await, Ok(Some(_))) {
+                return true;
+            }
+        }
+        false
     }
 
     /// Stops this session's instance of `plugin`, if one runs (it starts again on next use);

@@ -295,6 +295,12 @@ pub(super) fn check_plugin(p: &PluginConfig, credentials: &[String]) -> Result<(
         ));
     }
     let Some(first) = used.first() else {
+        if p.connect == super::plugin::Connect::Eager {
+            return Err(invalid(
+                key("connect"),
+                "\"eager\" asks for the plugin's people's credentials, and it uses none",
+            ));
+        }
         return Ok(());
     };
     if p.process_model != ProcessModel::PerSession {

@@ -228,7 +228,7 @@ async function loadOverview() {
 function definitionOf(p) {
   const keep = ["command", "args", "env", "cwd", "prefix", "response_mode", "startup_timeout_secs",
     "shutdown_grace_secs", "request_timeout_secs", "tools_allow", "tools_deny", "max_children",
-    "idle_timeout_secs", "process_model", "pool_size", "warm", "era", "scheduling", "scope", "allow_groups",
+    "idle_timeout_secs", "process_model", "pool_size", "warm", "connect", "era", "scheduling", "scope", "allow_groups",
     "allow_subjects", "tool_access", "sandbox", "enabled"];
   const d = {};
   for (const k of keep) {
