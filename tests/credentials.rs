@@ -847,3 +847,77 @@ async fn an_eager_plugin_asks_at_a_session_s_first_request() {
     let got = bob.result(3, "tools/call", json_call("TOKEN")).await;
     assert_eq!(got["content"][0]["text"], "bob-eager-1");
 }
+
+/// `process_model = "per_subject"`: one process per person, shared by all their legacy
+/// sessions and their 2026-07-28 calls, started with their own credential; another person
+/// gets their own. Ending one of a person's sessions leaves the process to the others; a
+/// revocation stops it.
+#[tokio::test]
+async fn a_per_subject_plugin_runs_one_process_per_person() {
+    use common::FIXTURE;
+    use common::modern::Modern;
+    let plugins = format!(
+        "[plugins.fix]\ncommand = \"{FIXTURE}\"\nprocess_model = \"per_subject\"\n\
+         env = {{ TOKEN = \"${{credential:tok}}\" }}\n"
+    );
+    let a = gateway_with(0x4d, &plugins);
+    let (broker, _db) = broker_of(&a, 0x4d).await;
+    broker
+        .connect_secret("alice", "tok", "alice-tok")
+        .await
+        .unwrap();
+    broker
+        .connect_secret("bob", "tok", "bob-tok")
+        .await
+        .unwrap();
+    let alices = token(&a, "alice").await;
+    let mut one = a.gw.client().with_token(&alices);
+    one.initialize().await;
+    let mut two = a.gw.client().with_token(&alices);
+    two.initialize().await;
+    let pid = one.tool_text(2, "pid", serde_json::json!({})).await;
+    assert_eq!(two.tool_text(2, "pid", serde_json::json!({})).await, pid);
+    let modern = Modern::new(a.gw.client().with_token(&alices), serde_json::json!({}));
+    assert_eq!(
+        modern.call(1, "pid", serde_json::json!({})).await.text(),
+        pid
+    );
+    assert_eq!(
+        two.tool_text(3, "getenv", serde_json::json!({"name": "TOKEN"}))
+            .await,
+        "alice-tok"
+    );
+
+    let mut bob = a.gw.client().with_token(&token(&a, "bob").await);
+    bob.initialize().await;
+    let bobs = bob.tool_text(2, "pid", serde_json::json!({})).await;
+    assert_ne!(bobs, pid, "a process of his own");
+    assert_eq!(
+        bob.tool_text(3, "getenv", serde_json::json!({"name": "TOKEN"}))
+            .await,
+        "bob-tok"
+    );
+    assert_eq!(common::descendants(a.gw.pid()).len(), 2);
+
+    // One of alice's sessions ends: her process goes on serving the other.
+    assert_eq!(one.delete().await, 200);
+    assert_eq!(two.tool_text(4, "pid", serde_json::json!({})).await, pid);
+
+    // Revoked: her process stops, and her next call asks again; bob's is untouched.
+    let admin = common::Admin::of(&a.gw, ADMIN_TOKEN);
+    assert_eq!(
+        admin
+            .delete("/admin/credentials/tok/connections/alice")
+            .await,
+        200
+    );
+    let reply = two.call(5, "tools/call", json_call("TOKEN")).await;
+    assert_eq!(reply.last()["error"]["code"], -32042, "{reply:?}");
+    assert_eq!(bob.tool_text(4, "pid", serde_json::json!({})).await, bobs);
+    common::wait_until(
+        "alice's process to stop",
+        std::time::Duration::from_secs(10),
+        || common::descendants(a.gw.pid()).len() == 1,
+    )
+    .await;
+}

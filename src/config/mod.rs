@@ -227,6 +227,16 @@ impl Config {
                 ),
             ));
         }
+        if auth.mode == AuthMode::None
+            && let Some(p) = plugins
+                .iter()
+                .find(|p| p.process_model == ProcessModel::PerSubject)
+        {
+            return Err(invalid(
+                format!("plugins.{}.process_model", p.name),
+                "\"per_subject\" runs a process per person, and who the caller is is known only from tokens: set auth.mode",
+            ));
+        }
         if auth.mode != AuthMode::External
             && let Some(c) = credentials
                 .credentials

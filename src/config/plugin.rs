@@ -135,6 +135,9 @@ pub enum ProcessModel {
     PerSession,
     /// One process (or a pool) for all sessions: for servers safe to share.
     Shared,
+    /// One process per person (the token's subject), shared by all their sessions and
+    /// 2026-07-28 calls: for servers that hold one person's state or credentials.
+    PerSubject,
 }
 
 impl PluginConfig {
@@ -418,10 +421,10 @@ pub fn validate_plugin(
     if p.pool_size == 0 {
         return Err(invalid(key("pool_size"), "must be at least 1"));
     }
-    if p.process_model == ProcessModel::Shared && p.warm > 0 {
+    if p.process_model != ProcessModel::PerSession && p.warm > 0 {
         return Err(invalid(
             key("warm"),
-            "a warm pool is for per_session plugins; a shared one is started once",
+            "a warm pool is for per_session plugins; a shared or per_subject one is started on use",
         ));
     }
     if p.prefix.as_deref().is_some_and(|x| x.trim().is_empty()) {

@@ -18,8 +18,14 @@ use crate::backend::PluginConnection;
 use crate::credentials::{Broker, Check, Event};
 use crate::session::Session;
 
-/// A session's instance of a plugin, as it was when marked.
-type Instance = (Weak<Session>, String, Weak<PluginConnection>);
+/// An instance started with a person's credential, as it was when marked.
+#[derive(Clone)]
+enum Instance {
+    /// A session's own instance of a plugin.
+    Session(Weak<Session>, String, Weak<PluginConnection>),
+    /// A person's process of a `per_subject` plugin.
+    Subject(Weak<PluginConnection>),
+}
 
 /// How often running instances' credentials are looked at for a refresh.
 const TICK: Duration = Duration::from_secs(1);
@@ -43,7 +49,11 @@ impl Gateway {
     /// call asks again. How many stopped.
     pub fn stop_credential_users(&self, name: &str, subject: Option<&str>) -> usize {
         let plugins = self.credential_users(name);
-        let mut stopped = 0;
+        let supervisor = &self.sessions.supervisor;
+        let mut stopped: usize = plugins
+            .iter()
+            .map(|p| supervisor.stop_subject(p, subject))
+            .sum();
         for s in self.people_sessions() {
             let theirs = subject.is_none_or(|wanted| s.owner.as_deref() == Some(wanted));
             if theirs {
@@ -86,12 +96,23 @@ impl Gateway {
                     users
                         .entry((owner.clone(), name.to_owned()))
                         .or_default()
-                        .push((
+                        .push(Instance::Session(
                             Arc::downgrade(&s),
                             e.name().to_owned(),
                             Arc::downgrade(&conn),
                         ));
                 }
+            }
+        }
+        for (plugin, subject, conn) in self.sessions.supervisor.subject_conns() {
+            let Some(e) = entries.iter().find(|e| e.name() == plugin) else {
+                continue;
+            };
+            for name in crate::config::credentials_used(&e.config) {
+                users
+                    .entry((subject.to_string(), name.to_owned()))
+                    .or_default()
+                    .push(Instance::Subject(Arc::downgrade(&conn)));
             }
         }
         users
@@ -174,7 +195,7 @@ async fn run(
                         }
                     }
                 }
-                replace_idle(&mut replace);
+                replace_idle(&g, &mut replace);
             }
         }
     }
@@ -182,25 +203,44 @@ async fn run(
 
 /// Stops the instances in `replace` that are idle (their next call starts them with the new
 /// value); keeps the busy ones for the next tick.
-fn replace_idle(replace: &mut Vec<Instance>) {
+fn replace_idle(g: &Gateway, replace: &mut Vec<Instance>) {
     let mut seen = BTreeSet::new();
-    replace.retain(|(session, plugin, marked)| {
-        let Some(s) = session.upgrade() else {
-            return false;
-        };
-        if !seen.insert((s.id.clone(), plugin.clone())) {
-            return false;
-        }
-        match s.current(plugin) {
-            // Gone, or started again since (with the new value).
-            None => false,
-            Some(c) if !std::ptr::eq(Arc::as_ptr(&c), marked.as_ptr()) => false,
-            Some(c) if c.idle_for().is_some() => {
-                s.stop_instance(plugin);
-                tracing::info!(session = %s.id, plugin = %plugin, "instance replaced: its credential changed");
-                false
+    replace.retain(|instance| match instance {
+        Instance::Session(session, plugin, marked) => {
+            let Some(s) = session.upgrade() else {
+                return false;
+            };
+            if !seen.insert((s.id.to_string(), plugin.clone())) {
+                return false;
             }
-            Some(_) => true,
+            match s.current(plugin) {
+                // Gone, or started again since (with the new value).
+                None => false,
+                Some(c) if !std::ptr::eq(Arc::as_ptr(&c), marked.as_ptr()) => false,
+                Some(c) if c.idle_for().is_some() => {
+                    s.stop_instance(plugin);
+                    tracing::info!(session = %s.id, plugin = %plugin, "instance replaced: its credential changed");
+                    false
+                }
+                Some(_) => true,
+            }
+        }
+        Instance::Subject(marked) => {
+            let Some(c) = marked.upgrade() else {
+                return false;
+            };
+            if !seen.insert((format!("{:p}", Arc::as_ptr(&c)), String::new())) {
+                return false;
+            }
+            if !c.is_alive() {
+                return false;
+            }
+            if c.idle_for().is_some() {
+                g.sessions.supervisor.stop_subject_conn(&c);
+                tracing::info!(plugin = %c.name(), "a person's process replaced: their credential changed");
+                return false;
+            }
+            true
         }
     });
 }

@@ -300,7 +300,7 @@ async fn fetch_page(
     // when probed as no one: its tools' calls are what ask them to connect.
     if cursor.is_none()
         && !plugin.info.listed.is_empty()
-        && session.current(plugin.name()).is_none()
+        && !session.has_instance(plugin)
         && session.lacks_credential(plugin).await
     {
         return plugin

@@ -305,7 +305,7 @@ async fn forward(
     // A person who has not connected the plugin's credential sees what it listed when
     // probed as no one; its calls are what ask them.
     if !plugin.info.listed.is_empty()
-        && session.current(plugin.name()).is_none()
+        && !session.has_instance(plugin)
         && let Some(page) = lists::probed(plugin, method, params.as_deref())
         && session.lacks_credential(plugin).await
     {

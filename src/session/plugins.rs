@@ -56,8 +56,10 @@ impl Session {
         if !self.registry.is_current(plugin) {
             return Err(changed(plugin));
         }
-        if plugin.entry.config.process_model == ProcessModel::Shared {
-            return self.supervisor.shared(plugin).await;
+        match plugin.entry.config.process_model {
+            ProcessModel::Shared => return self.supervisor.shared(plugin).await,
+            ProcessModel::PerSubject => return Box::pin(self.subject_plugin(plugin)).await,
+            ProcessModel::PerSession => {}
         }
         let s = self.slot(plugin);
         if let Some(c) = s.current() {
@@ -190,6 +192,38 @@ impl Session {
             }
         }
         Ok(Some(Personal(values)))
+    }
+
+    /// The owner's process of a `per_subject` plugin, started with their credentials if need
+    /// be.
+    async fn subject_plugin(
+        &self,
+        plugin: &ViewPlugin,
+    ) -> Result<Arc<PluginConnection>, BackendError> {
+        let Some(subject) = self.owner.as_deref() else {
+            return Err(BackendError::Unavailable {
+                plugin: plugin.name().to_owned(),
+                reason: "it runs a process per person, and the caller has no token that says who they are".into(),
+            });
+        };
+        if let Some(c) = self.supervisor.subject_current(plugin, subject) {
+            return Ok(c);
+        }
+        let personal = self.personal(plugin).await?;
+        self.supervisor
+            .for_subject(plugin, subject, personal.as_ref())
+            .await
+    }
+
+    /// Whether an instance of `plugin` serves this session now (its own, or its person's).
+    pub fn has_instance(&self, plugin: &ViewPlugin) -> bool {
+        match plugin.entry.config.process_model {
+            ProcessModel::PerSubject => self
+                .owner
+                .as_deref()
+                .is_some_and(|s| self.supervisor.subject_current(plugin, s).is_some()),
+            _ => self.current(plugin.name()).is_some(),
+        }
     }
 
     /// Whether the session's owner has yet to connect a credential `plugin` is started with

@@ -201,6 +201,10 @@ impl Session {
 }
 
 impl PluginEvents for Session {
+    fn subject(&self) -> Option<&str> {
+        self.owner.as_deref()
+    }
+
     fn plugin_request(
         &self,
         conn: &Arc<PluginConnection>,

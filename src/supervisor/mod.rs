@@ -21,6 +21,7 @@ pub mod breaker;
 mod limits;
 mod pools;
 mod restart;
+mod subjects;
 pub mod subscriptions;
 
 use std::sync::{Arc, OnceLock, Weak};
@@ -183,6 +184,41 @@ impl Supervisor {
     /// A running process of a shared plugin, started if need be (round robin over its pool).
     pub async fn shared(&self, plugin: &ViewPlugin) -> Result<Arc<PluginConnection>, BackendError> {
         self.pools.shared(plugin).await
+    }
+
+    /// `subject`'s running process of a `per_subject` plugin, if any.
+    pub fn subject_current(
+        &self,
+        plugin: &ViewPlugin,
+        subject: &str,
+    ) -> Option<Arc<PluginConnection>> {
+        self.pools.subject_current(plugin, subject)
+    }
+
+    /// `subject`'s process of a `per_subject` plugin, started with `personal` (their
+    /// credentials) if need be.
+    pub async fn for_subject(
+        &self,
+        plugin: &ViewPlugin,
+        subject: &str,
+        personal: Option<&Personal>,
+    ) -> Result<Arc<PluginConnection>, BackendError> {
+        self.pools.for_subject(plugin, subject, personal).await
+    }
+
+    /// Stops `plugin`'s processes of `subject`, or of everyone (`None`); how many.
+    pub fn stop_subject(&self, plugin: &str, subject: Option<&str>) -> usize {
+        self.pools.stop_subject(plugin, subject)
+    }
+
+    /// Stops `conn` if it is a person's process of a `per_subject` plugin.
+    pub fn stop_subject_conn(&self, conn: &Arc<PluginConnection>) -> bool {
+        self.pools.stop_subject_conn(conn)
+    }
+
+    /// Every person's running process: its plugin, whose, the connection.
+    pub fn subject_conns(&self) -> Vec<(String, Arc<str>, Arc<PluginConnection>)> {
+        self.pools.subject_conns()
     }
 
     /// Every running process of every shared pool.

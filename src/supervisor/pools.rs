@@ -30,6 +30,7 @@ use bytes::Bytes;
 use serde_json::value::RawValue;
 
 use super::limits::Limits;
+use super::subjects::{SubjectKey, SubjectProcess};
 use super::subscriptions::{Subscriptions, tell};
 use super::{Listeners, Running, breaker, start};
 use crate::backend::connection::{LIST_CHANGES, task_named};
@@ -43,14 +44,16 @@ use crate::stream::Sink;
 pub(super) struct Pools {
     /// Which plugins exist now: a process started for a definition that changed meanwhile
     /// is not kept.
-    registry: Arc<Registry>,
-    limits: Limits,
+    pub(super) registry: Arc<Registry>,
+    pub(super) limits: Limits,
     shared: Mutex<HashMap<String, Arc<SharedPool>>>,
     warm: Mutex<HashMap<String, Arc<WarmPool>>>,
     events: Arc<SharedEvents>,
     /// The resource subscriptions held on each shared plugin, by plugin name: they outlive
     /// its pool (a change of definition starts a new one).
     subscriptions: Mutex<HashMap<String, Arc<Subscriptions>>>,
+    /// `per_subject` plugins' processes, by plugin and person (`subjects.rs`).
+    pub(super) subjects: Mutex<HashMap<SubjectKey, Arc<SubjectProcess>>>,
 }
 
 struct SharedPool {
@@ -87,8 +90,21 @@ impl Pools {
                 listeners,
                 registry: Arc::downgrade(&registry),
                 pools: pools.clone(),
+                subject: None,
             }),
             subscriptions: Mutex::new(HashMap::new()),
+            subjects: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The router of what a person's process sends on its own: the shared one, narrowed to
+    /// that person's sessions.
+    pub(super) fn subject_events(&self, subject: Arc<str>) -> Arc<SharedEvents> {
+        Arc::new(SharedEvents {
+            listeners: self.events.listeners.clone(),
+            registry: self.events.registry.clone(),
+            pools: self.events.pools.clone(),
+            subject: Some(subject),
         })
     }
 
@@ -192,6 +208,11 @@ impl Pools {
                 .retain(|r| r.conn.is_alive());
             self.fill(&pool);
         }
+        let view = self.registry.view();
+        self.reap_subjects(|name, generation| {
+            view.find(name)
+                .is_some_and(|p| p.entry.generation == generation)
+        });
     }
 
     /// A running process of a shared plugin, started if need be (round robin over the pool).
@@ -395,6 +416,9 @@ impl Pools {
         {
             running.extend(pool.ready.lock().expect("warm lock").drain(..));
         }
+        for (_, p) in self.subjects.lock().expect("subjects lock").drain() {
+            running.extend(p.running.lock().expect("subject lock").take());
+        }
         futures_util::future::join_all(running.iter().map(|r| r.conn.shutdown())).await;
         // Sessions' processes are stopped before the pools': anything a plugin left outside
         // its process group goes now.
@@ -431,12 +455,14 @@ impl WarmPool {
     }
 }
 
-/// Routes what a shared process sends on its own to the sessions it concerns.
-struct SharedEvents {
+/// Routes what a shared process sends on its own to the sessions it concerns; for a
+/// person's process (`subject`), among that person's sessions alone.
+pub(super) struct SharedEvents {
     /// The sessions, once the session manager has named itself.
     listeners: Arc<OnceLock<Weak<dyn Listeners>>>,
     registry: Weak<Registry>,
     pools: Weak<Pools>,
+    subject: Option<Arc<str>>,
 }
 
 impl SharedEvents {
@@ -449,7 +475,11 @@ impl SharedEvents {
     }
 
     fn everyone(&self) -> Vec<Arc<dyn PluginEvents>> {
-        self.listeners().map(|l| l.everyone()).unwrap_or_default()
+        let mut all = self.listeners().map(|l| l.everyone()).unwrap_or_default();
+        if let Some(subject) = &self.subject {
+            all.retain(|s| s.subject() == Some(&**subject));
+        }
+        all
     }
 
     /// The session whose client created `conn`'s task `task`.
@@ -542,6 +572,13 @@ impl PluginEvents for SharedEvents {
                     s.plugin_notification(conn, message, method, related);
                 }
             }
+            // A person's process: whatever it says is that person's, so a log goes to the
+            // session whose call it most likely belongs to.
+            Related::Exact(sink) | Related::Ambiguous(sink) if self.subject.is_some() => {
+                if let Some(s) = self.session_of(sink) {
+                    s.plugin_notification(conn, message, method, related);
+                }
+            }
             // Logs and the like name no request. That one session alone has calls in flight
             // does not make them its own: a call that has returned may leave notifications
             // behind. On a shared process they may carry another user's data: shown to no
@@ -575,6 +612,21 @@ impl PluginEvents for SharedEvents {
 
     fn plugin_exited(&self, conn: &Arc<PluginConnection>) {
         let pools = self.pools.upgrade();
+        if let Some(subject) = &self.subject {
+            let current = pools
+                .as_ref()
+                .and_then(|p| p.forget_subject(conn))
+                .is_some();
+            if current && !conn.is_stopping() {
+                let report = conn.exit_report();
+                tracing::warn!(plugin = %conn.name(), "a person's plugin process exited ({report}); it restarts on their next request");
+                if let Some(entry) = self.registry.upgrade().and_then(|r| r.get(conn.name())) {
+                    *entry.stats.last_error.lock().expect("stats lock") = Some(report);
+                    breaker::record_crash(&entry, Some(subject));
+                }
+            }
+            return;
+        }
         let current = pools.as_ref().is_some_and(|p| p.forget_shared(conn));
         if !current || conn.is_stopping() {
             return;

@@ -39,6 +39,11 @@ pub trait PluginEvents: Send + Sync + 'static {
     /// The plugin is gone (crashed or stopped).
     fn plugin_exited(&self, conn: &Arc<PluginConnection>);
 
+    /// The person (token subject) this listener is, if it is one's.
+    fn subject(&self) -> Option<&str> {
+        None
+    }
+
     /// Whether the task `task_id` of this plugin instance is this listener's (its client
     /// created it): what a shared plugin sends about a task goes to that listener alone.
     fn owns_task(&self, _conn: &Arc<PluginConnection>, _task_id: &str) -> bool {

@@ -303,11 +303,11 @@ pub(super) fn check_plugin(p: &PluginConfig, credentials: &[String]) -> Result<(
         }
         return Ok(());
     };
-    if p.process_model != ProcessModel::PerSession {
+    if p.process_model == ProcessModel::Shared {
         return Err(invalid(
             key("process_model"),
             format!(
-                "uses `{first}`, a person's own credential, so a process of it must serve one person: process_model = \"per_session\""
+                "uses `{first}`, a person's own credential, so a process of it must serve one person: process_model = \"per_session\" or \"per_subject\""
             ),
         ));
     }
