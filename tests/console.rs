@@ -8,71 +8,12 @@ mod common;
 
 use std::time::Duration;
 
-use common::admin::{ADMIN_TOKEN, WITH_MAIN_PLUGIN};
+use common::admin::{
+    ADMIN_TOKEN, WITH_MAIN_PLUGIN, console_browser as browser, console_change as change,
+    console_sign_in as sign_in,
+};
 use common::{Admin, FIXTURE, InProcess};
-use reqwest::StatusCode;
 use serde_json::{Value, json};
-
-fn browser() -> reqwest::Client {
-    reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .unwrap()
-}
-
-/// Signs in; the cookie header to send and the page's CSRF token.
-async fn sign_in(ui: &str) -> (String, String) {
-    let http = browser();
-    let r = http
-        .post(format!("{ui}/login"))
-        .form(&[("token", ADMIN_TOKEN)])
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), StatusCode::SEE_OTHER);
-    assert_eq!(r.headers()["location"], "/ui");
-    let set = r.headers()["set-cookie"].to_str().unwrap().to_owned();
-    for attribute in ["HttpOnly", "SameSite=Strict", "Path=/ui", "Max-Age="] {
-        assert!(set.contains(attribute), "{attribute} in {set}");
-    }
-    let cookie = set.split(';').next().unwrap().to_owned();
-    let page = http
-        .get(ui)
-        .header("cookie", &cookie)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    let csrf = page
-        .split(r#"name="csrf-token" content=""#)
-        .nth(1)
-        .and_then(|rest| rest.split('"').next())
-        .expect("the page carries its CSRF token")
-        .to_owned();
-    assert_eq!(csrf.len(), 64);
-    (cookie, csrf)
-}
-
-/// A change as the signed-in page makes it: the cookie and the CSRF token, a JSON body if
-/// one is given.
-async fn change(
-    http: &reqwest::Client,
-    (cookie, csrf): (&str, &str),
-    method: reqwest::Method,
-    url: &str,
-    body: Option<&Value>,
-) -> reqwest::Response {
-    let mut r = http
-        .request(method, url)
-        .header("cookie", cookie)
-        .header("x-csrf-token", csrf);
-    if let Some(b) = body {
-        r = r.json(b);
-    }
-    r.send().await.unwrap()
-}
 
 #[tokio::test]
 async fn the_console_is_off_without_a_token_and_never_public() {

@@ -921,3 +921,89 @@ async fn a_per_subject_plugin_runs_one_process_per_person() {
     )
     .await;
 }
+
+/// The console's Credentials view: per credential, who connected it and until when (never a
+/// value), and revoking one person's or everyone's, audited as the admin API's revocation.
+#[tokio::test]
+async fn the_console_shows_who_connected_and_revokes() {
+    use common::FIXTURE;
+    use common::admin::{console_browser, console_change, console_sign_in_with};
+    let plugins = format!(
+        "[plugins.fix]\ncommand = \"{FIXTURE}\"\nenv = {{ TOKEN = \"${{credential:tok}}\" }}\n"
+    );
+    let a = gateway_with(0x6b, &plugins);
+    let (broker, _db) = broker_of(&a, 0x6b).await;
+    for who in ["alice", "bob"] {
+        broker
+            .connect_secret(who, "tok", &format!("{who}-console-secret"))
+            .await
+            .unwrap();
+    }
+    let ui = format!("http://{}/ui", a.gw.admin.clone().unwrap());
+    let (cookie, csrf) = console_sign_in_with(&ui, ADMIN_TOKEN).await;
+    let http = console_browser();
+    let view = http
+        .get(format!("{ui}/api/credentials"))
+        .header("cookie", &cookie)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(view.status(), 200);
+    let view: serde_json::Value = view.json().await.unwrap();
+    let tok = &view["credentials"][0];
+    assert_eq!(
+        (
+            tok["name"].as_str(),
+            tok["kind"].as_str(),
+            tok["label"].as_str()
+        ),
+        (Some("tok"), Some("secret"), Some("Service token"))
+    );
+    assert_eq!(tok["plugins"], serde_json::json!(["fix"]));
+    let subjects: Vec<&str> = tok["connections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["subject"].as_str().unwrap())
+        .collect();
+    assert_eq!(subjects, ["alice", "bob"]);
+    assert!(!view.to_string().contains("console-secret"), "{view}");
+    // Without the page's CSRF token: refused, nothing revoked.
+    let r = http
+        .delete(format!("{ui}/api/credentials/tok/connections/alice"))
+        .header("cookie", &cookie)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403);
+    let r = console_change(
+        &http,
+        (&cookie, &csrf),
+        reqwest::Method::DELETE,
+        &format!("{ui}/api/credentials/tok/connections/alice"),
+        None,
+    )
+    .await;
+    assert_eq!(r.status(), 200);
+    assert!(broker.value("alice", "tok").await.unwrap().is_none());
+    assert!(broker.value("bob", "tok").await.unwrap().is_some());
+    let r = console_change(
+        &http,
+        (&cookie, &csrf),
+        reqwest::Method::DELETE,
+        &format!("{ui}/api/credentials/tok/connections"),
+        None,
+    )
+    .await;
+    assert_eq!(r.status(), 200);
+    assert!(broker.value("bob", "tok").await.unwrap().is_none());
+    let admin = common::Admin::of(&a.gw, ADMIN_TOKEN);
+    let (_, audit) = admin.get("/admin/audit?kind=admin").await;
+    let revocations = audit["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["target"] == "credential.revoke:tok")
+        .count();
+    assert_eq!(revocations, 2, "{audit}");
+}

@@ -57,14 +57,26 @@ pub async fn list(State(gw): State<Arc<Gateway>>) -> Result<Response, AdminError
     Ok(axum::Json(json!({ "credentials": out })).into_response())
 }
 
-pub async fn show(
-    State(gw): State<Arc<Gateway>>,
-    Path(name): Path<String>,
-) -> Result<Response, AdminError> {
-    let b = broker(&gw)?;
-    let c = b.defined(&name).map_err(failed)?;
-    let connections: Vec<Value> = b
-        .connected(&name)
+/// `GET /ui/api/credentials`: every credential with who connected it, for the console.
+pub async fn console(State(gw): State<Arc<Gateway>>) -> Result<Response, AdminError> {
+    let mut out = Vec::new();
+    if let Some(b) = gw.sessions.supervisor.credentials() {
+        for c in b.definitions() {
+            out.push(json!({
+                "name": c.name,
+                "kind": kind(&c.kind),
+                "label": c.label,
+                "plugins": gw.credential_users(&c.name),
+                "connections": connections(b, &c.name).await?,
+            }));
+        }
+    }
+    Ok(axum::Json(json!({ "credentials": out })).into_response())
+}
+
+/// Who connected credential `name`, when, until when, with which scopes (never a value).
+async fn connections(b: &Broker, name: &str) -> Result<Vec<Value>, AdminError> {
+    Ok(b.connected(name)
         .await
         .map_err(failed)?
         .into_iter()
@@ -76,7 +88,16 @@ pub async fn show(
                 "scopes": c.scopes,
             })
         })
-        .collect();
+        .collect())
+}
+
+pub async fn show(
+    State(gw): State<Arc<Gateway>>,
+    Path(name): Path<String>,
+) -> Result<Response, AdminError> {
+    let b = broker(&gw)?;
+    let c = b.defined(&name).map_err(failed)?;
+    let connections = connections(&b, &name).await?;
     Ok(axum::Json(json!({
         "name": name,
         "kind": kind(&c.kind),

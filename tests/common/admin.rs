@@ -124,3 +124,70 @@ impl Admin {
         }
     }
 }
+
+/// A browser for the console: no redirects followed.
+pub fn console_browser() -> reqwest::Client {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap()
+}
+
+/// Signs in to the console at `ui` (`http://ADMIN/ui`) with [`ADMIN_TOKEN`]; the cookie header to send and the page's CSRF token.
+pub async fn console_sign_in(ui: &str) -> (String, String) {
+    console_sign_in_with(ui, ADMIN_TOKEN).await
+}
+
+/// [`console_sign_in`] with another admin token.
+pub async fn console_sign_in_with(ui: &str, token: &str) -> (String, String) {
+    let http = console_browser();
+    let r = http
+        .post(format!("{ui}/login"))
+        .form(&[("token", token)])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), reqwest::StatusCode::SEE_OTHER);
+    assert_eq!(r.headers()["location"], "/ui");
+    let set = r.headers()["set-cookie"].to_str().unwrap().to_owned();
+    for attribute in ["HttpOnly", "SameSite=Strict", "Path=/ui", "Max-Age="] {
+        assert!(set.contains(attribute), "{attribute} in {set}");
+    }
+    let cookie = set.split(';').next().unwrap().to_owned();
+    let page = http
+        .get(ui)
+        .header("cookie", &cookie)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let csrf = page
+        .split(r#"name="csrf-token" content=""#)
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .expect("the page carries its CSRF token")
+        .to_owned();
+    assert_eq!(csrf.len(), 64);
+    (cookie, csrf)
+}
+
+/// A change as the signed-in page makes it: the cookie and the CSRF token, a JSON body if
+/// one is given.
+pub async fn console_change(
+    http: &reqwest::Client,
+    (cookie, csrf): (&str, &str),
+    method: reqwest::Method,
+    url: &str,
+    body: Option<&Value>,
+) -> reqwest::Response {
+    let mut r = http
+        .request(method, url)
+        .header("cookie", cookie)
+        .header("x-csrf-token", csrf);
+    if let Some(b) = body {
+        r = r.json(b);
+    }
+    r.send().await.unwrap()
+}

@@ -72,6 +72,15 @@ pub fn router(gw: &Arc<Gateway>) -> Router<Arc<Gateway>> {
             axum::routing::delete(sessions::delete),
         )
         .route("/ui/api/audit", get(audit::list))
+        .route("/ui/api/credentials", get(super::credentials::console))
+        .route(
+            "/ui/api/credentials/{name}/connections",
+            axum::routing::delete(super::credentials::revoke_all),
+        )
+        .route(
+            "/ui/api/credentials/{name}/connections/{subject}",
+            axum::routing::delete(super::credentials::revoke_one),
+        )
         .route("/ui/logout", post(sign_out))
         .layer(middleware::from_fn_with_state(
             gw.clone(),

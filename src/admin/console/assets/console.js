@@ -6,7 +6,7 @@
 const CSRF = document.querySelector('meta[name="csrf-token"]').content;
 const PERIOD_MS = 2000;
 const SPAN_MS = 15 * 60 * 1000;
-const VIEWS = ["overview", "plugins", "sessions", "audit"];
+const VIEWS = ["overview", "plugins", "sessions", "credentials", "audit"];
 
 let current = "overview";
 let timer = null;
@@ -377,6 +377,45 @@ async function loadSessions() {
   document.getElementById("sessions-empty").hidden = rows.length > 0;
 }
 
+// ---- Credentials ---------------------------------------------------------------------------
+
+async function loadCredentials() {
+  const data = await api("GET", "/ui/api/credentials");
+  const when = (ms) => (ms === null || ms === undefined ? "–" : new Date(ms).toLocaleString());
+  const revoke = (c, subject) => {
+    const path = "/ui/api/credentials/" + encodeURIComponent(c.name) + "/connections"
+      + (subject === null ? "" : "/" + encodeURIComponent(subject));
+    const what = subject === null ? "everyone's " + c.name : subject + "'s " + c.name;
+    act("DELETE", path, undefined, "Revoked " + what);
+  };
+  const blocks = data.credentials.map((c) => {
+    const rows = c.connections.map((k) => el("tr", { "data-subject": k.subject },
+      el("td", {}, k.subject),
+      el("td", {}, when(k.connected_at_ms)),
+      el("td", {}, when(k.expires_at_ms)),
+      el("td", { class: "mono" }, k.scopes || "–"),
+      el("td", {}, el("button", { class: "small danger", type: "button", "data-action": "revoke",
+        onclick: () => revoke(c, k.subject) }, "Revoke"))));
+    return el("div", { class: "panel", "data-credential": c.name },
+      el("div", { class: "heading" },
+        el("h2", {}, c.label + " ", badge(c.kind)),
+        c.connections.length
+          ? el("button", { class: "small danger", type: "button", "data-action": "revoke-all",
+            onclick: () => revoke(c, null) }, "Revoke everyone's")
+          : ""),
+      el("p", { class: "muted" }, c.name + " · used by " + (c.plugins.length ? c.plugins.join(", ") : "no plugin")
+        + " · " + c.connections.length + " connected"),
+      c.connections.length
+        ? el("table", {},
+          el("thead", {}, el("tr", {}, el("th", {}, "Subject"), el("th", {}, "Connected"),
+            el("th", {}, "Expires"), el("th", {}, "Scopes"), el("th", {}, ""))),
+          el("tbody", {}, ...rows))
+        : el("p", { class: "empty" }, "No one has connected it."));
+  });
+  document.getElementById("credential-list").replaceChildren(...blocks);
+  document.getElementById("credentials-empty").hidden = blocks.length > 0;
+}
+
 // ---- Audit ---------------------------------------------------------------------------------
 
 function auditFilter(event) {
@@ -423,7 +462,10 @@ async function loadAudit() {
 
 // ---- Views and polling ---------------------------------------------------------------------
 
-const LOADERS = { overview: loadOverview, plugins: loadPlugins, sessions: loadSessions, audit: loadAudit };
+const LOADERS = {
+  overview: loadOverview, plugins: loadPlugins, sessions: loadSessions,
+  credentials: loadCredentials, audit: loadAudit,
+};
 
 async function refresh() {
   clearTimeout(timer);
