@@ -579,6 +579,38 @@ async fn a_credential_file_is_the_person_s_own() {
     let other = read(&clients[0], &files[1]).await;
     assert_eq!(other["ok"], false, "{other}");
     assert!(!other.to_string().contains("bob-file-secret"));
+
+    // Alice connects a new value: her running instance's file is written again in place (the
+    // same instance, the same path), and bob's is untouched.
+    broker
+        .connect_secret("alice", "tok", "alice-file-secret-2")
+        .await
+        .unwrap();
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(15);
+    loop {
+        let now = read(&clients[0], &files[0]).await;
+        if now["detail"]
+            .as_str()
+            .unwrap_or_default()
+            .ends_with("alice-file-secret-2")
+        {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never written again: {now}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    let bobs = read(&clients[1], &files[1]).await;
+    assert!(
+        bobs["detail"]
+            .as_str()
+            .unwrap()
+            .ends_with("bob-file-secret"),
+        "{bobs}"
+    );
+    assert!(a.gw.log().contains("written again in place"));
     assert!(!a.gw.log().contains("file-secret"));
 }
 

@@ -187,6 +187,11 @@ impl PluginConnection {
         self.transport.pid()
     }
 
+    /// See [`PluginTransport::rewrite_credential_file`].
+    pub fn rewrite_credential_file(&self, name: &str, value: &str) -> bool {
+        self.transport.rewrite_credential_file(name, value)
+    }
+
     /// See [`PluginTransport::settled`].
     pub fn settled(&self) -> Option<bool> {
         self.transport.settled()

@@ -47,6 +47,8 @@ pub struct StdioTransport {
     instance: Instance,
     /// Whether it has written all it will for now (see [`super::settle`]).
     settle: Option<Arc<super::settle::Settle>>,
+    /// Where its `${credential_file:NAME}` files are, when it has a sandbox.
+    files: Option<super::sandbox::CredentialFiles>,
 }
 
 impl StdioTransport {
@@ -196,6 +198,9 @@ impl StdioTransport {
         let (tail, stderr_done) =
             super::stderr::spawn(stderr, config.name.clone(), session.to_owned());
 
+        let files = sandbox
+            .as_ref()
+            .and_then(super::sandbox::Prepared::credential_files);
         // Exit watcher: owns the child, reaps it, publishes how it ended.
         let (exit_tx, exit) = watch::channel(None);
         tokio::spawn(async move {
@@ -225,6 +230,7 @@ impl StdioTransport {
                 stopped: tokio::sync::OnceCell::new(),
                 instance,
                 settle,
+                files,
             },
             Box::pin(lines),
         ))
@@ -296,6 +302,22 @@ fn set_batch_policy(_pid: Pid) -> std::io::Result<()> {
 }
 
 impl PluginTransport for StdioTransport {
+    fn rewrite_credential_file(&self, name: &str, value: &str) -> bool {
+        let Some(files) = &self.files else {
+            return false;
+        };
+        if self.exited() {
+            return false;
+        }
+        match files.rewrite(name, value) {
+            Ok(done) => done,
+            Err(e) => {
+                tracing::warn!(plugin = %self.plugin, session = %self.session, credential = name, "the credential's file was not written again: {e}");
+                false
+            }
+        }
+    }
+
     fn send(&self, message: Bytes, tag: Option<u64>) -> Result<(), SendError> {
         if self.exited() {
             return Err(SendError::Closed);

@@ -54,4 +54,10 @@ pub trait PluginTransport: Send + Sync + 'static {
 
     /// The operating-system process id, where there is one.
     fn pid(&self) -> Option<u32>;
+
+    /// Writes the file of `${credential_file:NAME}` again with `value`, in place, if the
+    /// instance has one; whether it did.
+    fn rewrite_credential_file(&self, _name: &str, _value: &str) -> bool {
+        false
+    }
 }

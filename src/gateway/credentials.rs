@@ -153,8 +153,11 @@ async fn run(
         let Some(g) = gateway.upgrade() else { return };
         match event {
             Some(Ok(Event::Refreshed { subject, name })) => {
-                if let Some(users) = g.running_credentials().remove(&(subject, name)) {
-                    replace.extend(users);
+                if let Some(users) = g
+                    .running_credentials()
+                    .remove(&(subject.clone(), name.clone()))
+                {
+                    update(&g, &broker, &subject, &name, users, &mut replace).await;
                 }
             }
             Some(Ok(Event::Lost { subject, name, why })) => {
@@ -185,7 +188,9 @@ async fn run(
                     }
                     match broker.check(subject, name).await {
                         Ok(Check::Same) => {}
-                        Ok(Check::Changed) => replace.extend(users.iter().cloned()),
+                        Ok(Check::Changed) => {
+                            update(&g, &broker, subject, name, users.clone(), &mut replace).await;
+                        }
                         Ok(Check::Gone) => {
                             let stopped = g.stop_credential_users(name, Some(subject));
                             tracing::info!(subject = %subject, credential = %name, stopped, "credential gone: its instances stopped");
@@ -198,6 +203,49 @@ async fn run(
                 replace_idle(&g, &mut replace);
             }
         }
+    }
+}
+
+/// `subject`'s credential `name` changed: instances given it only as a file get the new
+/// value written in place; the others are to be replaced once idle.
+async fn update(
+    g: &Gateway,
+    broker: &Broker,
+    subject: &str,
+    name: &str,
+    users: Vec<Instance>,
+    replace: &mut Vec<Instance>,
+) {
+    let entries = g.registry.entries();
+    let mut value: Option<Option<String>> = None;
+    for u in users {
+        let conn = match &u {
+            Instance::Session(_, _, c) | Instance::Subject(c) => c.upgrade(),
+        };
+        let in_files = conn.as_ref().is_some_and(|c| {
+            entries
+                .iter()
+                .find(|e| e.name() == c.name())
+                .is_some_and(|e| crate::config::credential_in_files_only(&e.config, name))
+        });
+        if in_files && let Some(conn) = conn {
+            if value.is_none() {
+                value = Some(match broker.value(subject, name).await {
+                    Ok(v) => v.map(|v| v.value),
+                    Err(e) => {
+                        tracing::warn!(subject, credential = name, "credentials: {e}");
+                        None
+                    }
+                });
+            }
+            if let Some(Some(v)) = &value
+                && conn.rewrite_credential_file(name, v)
+            {
+                tracing::info!(plugin = %conn.name(), credential = name, "the credential's file was written again in place");
+                continue;
+            }
+        }
+        replace.push(u);
     }
 }
 

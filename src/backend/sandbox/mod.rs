@@ -12,9 +12,12 @@
 
 mod cgroup;
 mod child;
+mod files;
 mod paths;
 pub mod probe;
 mod seccomp;
+
+pub use files::CredentialFiles;
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -419,6 +422,14 @@ fn landlock_rules(
 }
 
 impl Prepared {
+    /// Where its credential files are, to write them again while it runs.
+    pub fn credential_files(&self) -> Option<CredentialFiles> {
+        Some(CredentialFiles {
+            instance: self.dir.clone()?,
+            user: self.user,
+        })
+    }
+
     /// Writes `value` into a file of the instance's own (`$HOME/.credentials/NAME`, mode
     /// 0600, its user's), for `${credential_file:NAME}`: its path. Only this instance's
     /// processes reach it (its home is theirs alone), and it goes with the instance.

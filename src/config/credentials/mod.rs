@@ -257,6 +257,23 @@ pub fn credentials_used(p: &PluginConfig) -> BTreeSet<&str> {
         .collect()
 }
 
+/// Whether plugin `p` is given credential `name` only as a file (`${credential_file:NAME}`),
+/// which can be written again while it runs, and never as a value in its `env` or `args`.
+pub fn credential_in_files_only(p: &PluginConfig, name: &str) -> bool {
+    let refs: Vec<Reference<'_>> = p
+        .env
+        .values()
+        .chain(&p.args)
+        .filter_map(|v| references(v).ok())
+        .flatten()
+        .filter(|r| r.credential() == Some(name))
+        .collect();
+    !refs.is_empty()
+        && refs
+            .iter()
+            .all(|r| matches!(r, Reference::CredentialFile(_)))
+}
+
 /// Checks what plugin `p` refers to of the credentials defined (`credentials`): each one it
 /// names is defined; one in a file needs its sandbox, which makes the file; a plugin started
 /// with a person's credential runs a process per session and keeps none warm.
