@@ -25,8 +25,23 @@ pub fn gateway_with_credentials(
     credentials: &str,
     plugins: &str,
 ) -> AuthGateway {
+    replica_with_credentials(key, port, port, credentials, plugins, None, &[])
+}
+
+/// [`gateway_with_credentials`] as one replica of several: its public URL on `public_port`,
+/// listening on `listen_port`, on the database `database_url` (else a SQLite file of its
+/// own), with more flags (a cluster's).
+pub fn replica_with_credentials(
+    key: u8,
+    public_port: u16,
+    listen_port: u16,
+    credentials: &str,
+    plugins: &str,
+    database_url: Option<&str>,
+    flags: &[&str],
+) -> AuthGateway {
     let dir = tempfile::tempdir().unwrap();
-    let base = format!("http://127.0.0.1:{port}");
+    let base = format!("http://127.0.0.1:{public_port}");
     let [alice, bob, _] = hashes();
     let key_file = dir.path().join("credentials.key");
     std::fs::write(&key_file, format!("{key:02x}").repeat(32)).unwrap();
@@ -38,9 +53,11 @@ pub fn gateway_with_credentials(
         key_file.display()
     );
     let path = write_config(&dir, &config);
-    let db = format!("sqlite://{}/gw.db?mode=rwc", dir.path().display());
-    let listen = format!("127.0.0.1:{port}");
-    let gw = Gateway::start(&[
+    let db = database_url
+        .map(str::to_owned)
+        .unwrap_or_else(|| format!("sqlite://{}/gw.db?mode=rwc", dir.path().display()));
+    let listen = format!("127.0.0.1:{listen_port}");
+    let mut args = vec![
         "--listen",
         &listen,
         "--config",
@@ -49,7 +66,9 @@ pub fn gateway_with_credentials(
         &db,
         "--admin-token",
         ADMIN_TOKEN,
-    ]);
+    ];
+    args.extend_from_slice(flags);
+    let gw = Gateway::start(&args);
     AuthGateway { gw, base, db, dir }
 }
 
