@@ -1039,3 +1039,67 @@ async fn the_console_shows_who_connected_and_revokes() {
         .count();
     assert_eq!(revocations, 2, "{audit}");
 }
+
+/// The official Python SDK (2.x) as the client, both eras: its elicitation callback is given
+/// the connect page's link (a legacy session: `elicitation/create` on the call's stream; a
+/// 2026-07-28 client: an `InputRequiredResult` the SDK resolves and retries), connects as a
+/// person's browser would, and the call goes on with that person's own value.
+#[tokio::test]
+async fn the_python_sdk_is_asked_to_connect_and_its_call_goes_on() {
+    use common::FIXTURE;
+    let plugins = format!(
+        "[plugins.fix]\ncommand = \"{FIXTURE}\"\nenv = {{ TOKEN = \"${{credential:tok}}\" }}\n"
+    );
+    let a = gateway_with(0x91, &plugins);
+    for (mode, user, value) in [
+        ("legacy", "alice", "alice-from-python"),
+        ("2026-07-28", "bob", "bob-from-python"),
+    ] {
+        let caller = token(&a, user).await;
+        let python = common::tool("venv/bin/python");
+        let script = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/clients/python_credentials_client.py"
+        );
+        let args = [
+            script.to_owned(),
+            mode.to_owned(),
+            a.gw.url.clone(),
+            caller,
+            user.to_owned(),
+            format!("{user}-pw"),
+            value.to_owned(),
+        ];
+        let out = tokio::task::spawn_blocking(move || {
+            std::process::Command::new(python)
+                .args(&args)
+                .output()
+                .expect("run the Python client")
+        })
+        .await
+        .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "python client failed ({mode}):\nstdout: {stdout}\nstderr: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let out: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+        assert_eq!(out["asked"].as_array().unwrap().len(), 1, "{out}");
+        assert_eq!(out["asked"][0]["mode"], "url", "{out}");
+        assert!(
+            out["asked"][0]["url"]
+                .as_str()
+                .unwrap()
+                .starts_with(&format!("{}/connect/", a.base)),
+            "{out}"
+        );
+        assert_eq!(out["page"], 200, "{out}");
+        assert_eq!(
+            (out["is_error"].as_bool(), out["text"].as_str()),
+            (Some(false), Some(value)),
+            "{out}"
+        );
+        assert_eq!(out["again"], value, "{out}");
+    }
+}
