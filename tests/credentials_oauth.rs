@@ -417,3 +417,66 @@ async fn a_caller_s_token_is_exchanged_for_one_with_the_credential_s_audience() 
     }
     assert!(!log.contains(EXCHANGER.1));
 }
+
+/// The whole connect flow of an `oauth2` credential in a real browser (Debian's chromium
+/// through chromedriver): the gateway's page and sign-in, the service's login page, back to
+/// the gateway's callback, "Connected"; the call then runs with the person's token.
+#[tokio::test]
+async fn a_person_connects_an_oauth_credential_in_a_real_browser() {
+    use common::browser::Browserdriver;
+    let port = free_port();
+    let base = format!("http://127.0.0.1:{port}");
+    let provider = service(&base, 300);
+    let secrets = tempfile::tempdir().unwrap();
+    let secret_file = secrets.path().join("client-secret");
+    std::fs::write(&secret_file, CLIENT.1).unwrap();
+    let credentials = format!(
+        "[credentials.svc]\nkind = \"oauth2\"\nlabel = \"Test service\"\nissuer = \"{}\"\n\
+         client_id = \"{}\"\nclient_secret_file = \"{}\"\nscopes = [\"openid\"]\n",
+        provider.issuer(),
+        CLIENT.0,
+        secret_file.display()
+    );
+    let plugins = format!(
+        "[plugins.fix]\ncommand = \"{FIXTURE}\"\nenv = {{ TOKEN = \"${{credential:svc}}\" }}\n"
+    );
+    let a = gateway_with_credentials(KEY, port, &credentials, &plugins);
+    let getenv = json_call("TOKEN");
+    let mut alice = a.gw.client().with_token(&token(&a, "alice").await);
+    alice.initialize().await;
+    let reply = alice.call(2, "tools/call", getenv.clone()).await;
+    let link = reply.last()["error"]["data"]["elicitations"][0]["url"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    let b = Browserdriver::start().await;
+    b.goto(&link).await;
+    b.type_into("#username", "alice").await;
+    b.type_into("#password", "alice-pw").await;
+    b.click("button[type=submit]").await;
+    // The service's own login page.
+    b.type_into("#login", "ann").await;
+    b.type_into("#password", "ann-pw").await;
+    b.click("#submit").await;
+    b.find("#connected").await;
+    let connected = b
+        .eval("return document.getElementById('connected').innerText")
+        .await;
+    assert!(
+        connected
+            .as_str()
+            .unwrap_or_default()
+            .contains("Test service"),
+        "{connected}"
+    );
+
+    let got = alice.result(3, "tools/call", getenv).await;
+    let used = got["content"][0]["text"].as_str().unwrap().to_owned();
+    let seen = provider.introspect(CLIENT, &used).await;
+    assert_eq!(
+        (seen["active"].clone(), seen["sub"].clone()),
+        (json!(true), json!("ann")),
+        "{seen}"
+    );
+}
