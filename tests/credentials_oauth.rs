@@ -480,3 +480,332 @@ async fn a_person_connects_an_oauth_credential_in_a_real_browser() {
         "{seen}"
     );
 }
+
+/// A broker on `a`'s database for credential `tok` (a secret), as the page would keep it.
+async fn secret_broker(
+    a: &common::oauth::AuthGateway,
+    key: u8,
+) -> std::sync::Arc<mcp_gateway::credentials::Broker> {
+    use mcp_gateway::config::{CredentialSpec, CredentialsConfig, credential_config};
+    let defs = CredentialsConfig {
+        keys: CredentialKeys {
+            current: Some([key; 32]),
+            previous: Vec::new(),
+        },
+        credentials: vec![
+            credential_config(
+                "tok",
+                toml::from_str::<CredentialSpec>("kind = \"secret\"").unwrap(),
+                |_| None,
+            )
+            .unwrap(),
+        ],
+        secret_files: Vec::new(),
+    };
+    let database = Database::connect(&a.db).await.unwrap();
+    mcp_gateway::credentials::Broker::new(defs, database.credential_store(), &a.base)
+}
+
+/// The value of the hidden field `name` in a page.
+fn field(html: &str, name: &str) -> String {
+    let needle = format!("name=\"{name}\" value=\"");
+    let at = html
+        .find(&needle)
+        .unwrap_or_else(|| panic!("no {name} in {html}"))
+        + needle.len();
+    html[at..at + html[at..].find('"').unwrap()].to_owned()
+}
+
+/// The first cookie a response sets, as `name=value`.
+fn set_cookie(r: &reqwest::Response) -> String {
+    r.headers()["set-cookie"]
+        .to_str()
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_owned()
+}
+
+/// People sign in on the credential pages at the `[auth.upstream]` provider: the connect
+/// page keeps the value only for the person the link was made for (`upstream:<sub>`, as
+/// their tokens name them), and the connections page lists theirs. A sign-in answer
+/// without this browser's cookie, or with another state, stores nothing.
+#[tokio::test]
+async fn people_sign_in_on_the_pages_at_the_upstream_provider() {
+    let port = free_port();
+    let base = format!("http://127.0.0.1:{port}");
+    let provider = OidcProvider::start(json!({
+        "clients": [{
+            "client_id": CLIENT.0,
+            "client_secret": CLIENT.1,
+            "grant_types": ["authorization_code"],
+            "response_types": ["code"],
+            "redirect_uris": [
+                format!("{base}/authorize/upstream/callback"),
+                format!("{base}/connect/signin/callback"),
+            ],
+            "token_endpoint_auth_method": "client_secret_basic",
+        }],
+        "accounts": [
+            {"sub": "ann", "password": "ann-pw", "email": "ann@example.com"},
+            {"sub": "ben", "password": "ben-pw"},
+        ],
+    }));
+    let secrets = tempfile::tempdir().unwrap();
+    let secret_file = secrets.path().join("client-secret");
+    std::fs::write(&secret_file, CLIENT.1).unwrap();
+    let credentials = "[credentials.tok]\nkind = \"secret\"\nlabel = \"Service token\"\n";
+    let rest = format!(
+        "[auth.upstream]\nissuer = \"{}\"\nclient_id = \"{}\"\nclient_secret_file = \"{}\"\n\
+         display_name = \"Test IdP\"\n\
+         [plugins.fix]\ncommand = \"{FIXTURE}\"\nenv = {{ TOKEN = \"${{credential:tok}}\" }}\n",
+        provider.issuer(),
+        CLIENT.0,
+        secret_file.display()
+    );
+    let a = gateway_with_credentials(KEY, port, credentials, &rest);
+    let broker = secret_broker(&a, KEY).await;
+    let http = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+
+    // The page offers the provider beside the local users' form.
+    let asked = broker.request("upstream:ann", "tok").await.unwrap();
+    let page = Page::open(&http, &asked.url).await;
+    let opened = http
+        .get(&asked.url)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(opened.contains("Sign in with Test IdP"), "{opened}");
+    let leave = |page: &Page| {
+        http.post(format!("{}/signin", page.link))
+            .header("cookie", &page.cookie)
+            .form(&[("csrf", page.csrf.as_str())])
+            .send()
+    };
+    // Without the page's cookie: refused.
+    let r = http
+        .post(format!("{}/signin", asked.url))
+        .form(&[("csrf", page.csrf.as_str())])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403);
+    let r = leave(&page).await.unwrap();
+    assert_eq!(r.status(), 303);
+    let flow = set_cookie(&r);
+    assert!(flow.starts_with("mcpgw-signin="), "{flow}");
+    let to_provider = r.headers()["location"].to_str().unwrap().to_owned();
+    assert!(to_provider.starts_with(provider.issuer()), "{to_provider}");
+    let back = provider.through(&to_provider, "ann").await;
+    assert!(
+        back.starts_with(&format!("{base}/connect/signin/callback?")),
+        "{back}"
+    );
+    // Another browser (no cookie), and another state: refused.
+    assert_eq!(http.get(&back).send().await.unwrap().status(), 403);
+    let mut forged = url::Url::parse(&back).unwrap();
+    let code = forged
+        .query_pairs()
+        .find(|(k, _)| k == "code")
+        .unwrap()
+        .1
+        .into_owned();
+    forged
+        .query_pairs_mut()
+        .clear()
+        .append_pair("code", &code)
+        .append_pair("state", "not-the-state");
+    let r = http
+        .get(forged.as_str())
+        .header("cookie", &flow)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403);
+    let r = http
+        .get(&back)
+        .header("cookie", &flow)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let form_cookie = set_cookie(&r);
+    let html = r.text().await.unwrap();
+    let (grant, csrf) = (field(&html, "grant"), field(&html, "csrf"));
+    let r = http
+        .post(&asked.url)
+        .header("cookie", &form_cookie)
+        .form(&[
+            ("csrf", csrf.as_str()),
+            ("grant", grant.as_str()),
+            ("value", "ann-secret-1"),
+        ])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert!(r.text().await.unwrap().contains("id=\"connected\""));
+    assert_eq!(
+        broker
+            .value("upstream:ann", "tok")
+            .await
+            .unwrap()
+            .unwrap()
+            .value,
+        "ann-secret-1"
+    );
+
+    // Ann signed in on a link made for ben: refused, nothing kept.
+    let bens = broker.request("upstream:ben", "tok").await.unwrap();
+    let page = Page::open(&http, &bens.url).await;
+    let r = leave(&page).await.unwrap();
+    let flow = set_cookie(&r);
+    let back = provider
+        .through(r.headers()["location"].to_str().unwrap(), "ann")
+        .await;
+    let r = http
+        .get(&back)
+        .header("cookie", &flow)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403);
+    assert!(r.text().await.unwrap().contains("id=\"another\""));
+    assert!(broker.value("upstream:ben", "tok").await.unwrap().is_none());
+
+    // The connections page, signed in at the provider: ann's own list.
+    let r = http
+        .get(format!("{base}/connections"))
+        .send()
+        .await
+        .unwrap();
+    let cookie = set_cookie(&r);
+    let html = r.text().await.unwrap();
+    let csrf = field(&html, "csrf");
+    let r = http
+        .post(format!("{base}/connections/signin"))
+        .header("cookie", &cookie)
+        .form(&[("csrf", csrf.as_str())])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 303);
+    let flow = set_cookie(&r);
+    let back = provider
+        .through(r.headers()["location"].to_str().unwrap(), "ann")
+        .await;
+    let r = http
+        .get(&back)
+        .header("cookie", &flow)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let html = r.text().await.unwrap();
+    assert!(html.contains("Signed in as upstream:ann"), "{html}");
+    assert!(html.contains("id=\"credential-tok\""), "{html}");
+    assert!(!html.contains("ann-secret-1"));
+}
+
+/// In mode `external` the pages sign in at the issuer itself (`[auth.upstream]` naming it):
+/// a person is the `sub` its tokens carry, so a link made for `ann` is hers to use.
+#[tokio::test]
+async fn in_external_mode_the_pages_sign_in_at_the_issuer() {
+    use common::{Gateway, write_config};
+    let port = free_port();
+    let base = format!("http://127.0.0.1:{port}");
+    let provider = OidcProvider::start(json!({
+        "clients": [{
+            "client_id": CLIENT.0,
+            "client_secret": CLIENT.1,
+            "grant_types": ["authorization_code"],
+            "response_types": ["code"],
+            "redirect_uris": [format!("{base}/connect/signin/callback")],
+            "token_endpoint_auth_method": "client_secret_basic",
+        }],
+        "accounts": [{"sub": "ann", "password": "ann-pw"}],
+    }));
+    let dir = tempfile::tempdir().unwrap();
+    let secret_file = dir.path().join("client-secret");
+    std::fs::write(&secret_file, CLIENT.1).unwrap();
+    let key_file = dir.path().join("credentials.key");
+    std::fs::write(&key_file, format!("{KEY:02x}").repeat(32)).unwrap();
+    let config = format!(
+        "[auth]\nmode = \"external\"\npublic_url = \"{base}/mcp\"\nissuer = \"{issuer}\"\n\
+         [auth.upstream]\nissuer = \"{issuer}\"\nclient_id = \"{}\"\nclient_secret_file = \"{}\"\n\
+         [credentials]\nkey_file = \"{}\"\n\
+         [credentials.tok]\nkind = \"secret\"\n\
+         [plugins.fix]\ncommand = \"{FIXTURE}\"\nenv = {{ TOKEN = \"${{credential:tok}}\" }}\n",
+        CLIENT.0,
+        secret_file.display(),
+        key_file.display(),
+        issuer = provider.issuer(),
+    );
+    let path = write_config(&dir, &config);
+    let db = format!("sqlite://{}/gw.db?mode=rwc", dir.path().display());
+    let gw = Gateway::start(&[
+        "--listen",
+        &format!("127.0.0.1:{port}"),
+        "--config",
+        &path,
+        "--database-url",
+        &db,
+    ]);
+    let a = common::oauth::AuthGateway {
+        gw,
+        base: base.clone(),
+        db,
+        dir,
+    };
+    let broker = secret_broker(&a, KEY).await;
+    let http = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let asked = broker.request("ann", "tok").await.unwrap();
+    let page = Page::open(&http, &asked.url).await;
+    let r = http
+        .post(format!("{}/signin", page.link))
+        .header("cookie", &page.cookie)
+        .form(&[("csrf", page.csrf.as_str())])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 303);
+    let flow = set_cookie(&r);
+    let back = provider
+        .through(r.headers()["location"].to_str().unwrap(), "ann")
+        .await;
+    let r = http
+        .get(&back)
+        .header("cookie", &flow)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let form_cookie = set_cookie(&r);
+    let html = r.text().await.unwrap();
+    let r = http
+        .post(&asked.url)
+        .header("cookie", &form_cookie)
+        .form(&[
+            ("csrf", field(&html, "csrf").as_str()),
+            ("grant", field(&html, "grant").as_str()),
+            ("value", "ann-external-1"),
+        ])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(
+        broker.value("ann", "tok").await.unwrap().unwrap().value,
+        "ann-external-1"
+    );
+}

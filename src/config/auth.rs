@@ -226,13 +226,35 @@ pub(super) fn auth_config(
     }
     let upstream = match file.upstream {
         None => None,
-        Some(_) if mode != AuthMode::Builtin => {
+        Some(_) if mode == AuthMode::None => {
             return Err(invalid(
                 "auth.upstream",
-                "sign-in at an upstream provider is for auth.mode = \"builtin\"",
+                "sign-in at an upstream provider needs auth.mode = \"builtin\" (or \"external\", for the people's credential pages)",
             ));
         }
-        Some(section) => Some(upstream_config(section, crate::config::secret_env_var)?),
+        Some(section) => {
+            let mut up = upstream_config(section, crate::config::secret_env_var)?;
+            if mode == AuthMode::External {
+                // The people's pages sign in at the issuer whose tokens name them: the same
+                // `sub` names the same person.
+                if Some(up.issuer.trim_end_matches('/'))
+                    != file.issuer.as_deref().map(|i| i.trim_end_matches('/'))
+                {
+                    return Err(invalid(
+                        "auth.upstream.issuer",
+                        "in external mode, the people's pages sign in at auth.issuer: name the same issuer",
+                    ));
+                }
+                if up.subject != SubjectClaim::Sub {
+                    return Err(invalid(
+                        "auth.upstream.subject",
+                        "in external mode a person is the `sub` of the issuer's tokens",
+                    ));
+                }
+                up.token_subject = true;
+            }
+            Some(up)
+        }
     };
     // An upstream person's subject must never be a local user's or a provisioned client's:
     // their tokens would speak for each other.
@@ -411,6 +433,29 @@ mod tests {
         .unwrap();
         let e = Config::merge(&cli(&[]), file).unwrap_err();
         assert!(e.to_string().contains("auth.users.a.password_hash"), "{e}");
+    }
+
+    /// In external mode `[auth.upstream]` is the people's pages' sign-in at `auth.issuer`
+    /// itself, where a person is the `sub` of the issuer's tokens.
+    #[test]
+    fn upstream_in_external_mode_names_the_issuer() {
+        let load = |text: &str| Config::merge(&cli(&[]), FileConfig::parse(text).unwrap());
+        let external = |issuer: &str, extra: &str| {
+            format!(
+                "[auth]\nmode = \"external\"\npublic_url = \"https://gw.example.com/mcp\"\n\
+                 issuer = \"https://id.example.com\"\n\
+                 [auth.upstream]\nissuer = \"{issuer}\"\nclient_id = \"pages\"\n{extra}\
+                 [plugins.p]\ncommand = \"x\"\n"
+            )
+        };
+        let c = load(&external("https://id.example.com", "")).unwrap();
+        assert!(c.auth.upstream.unwrap().token_subject);
+        let e = load(&external("https://other.example.com", "")).unwrap_err();
+        assert!(e.to_string().contains("auth.upstream.issuer"), "{e}");
+        let e = load(&external("https://id.example.com", "subject = \"email\"\n")).unwrap_err();
+        assert!(e.to_string().contains("auth.upstream.subject"), "{e}");
+        let e = load("[auth.upstream]\nissuer = \"https://id.example.com\"\nclient_id = \"x\"\n[plugins.p]\ncommand = \"x\"\n").unwrap_err();
+        assert!(e.to_string().contains("auth.upstream"), "{e}");
     }
 
     #[test]

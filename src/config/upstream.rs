@@ -69,6 +69,9 @@ pub struct UpstreamConfig {
     pub allowed_groups: Vec<String>,
     /// How the sign-in page names the provider.
     pub display_name: String,
+    /// A person's subject is the ID token's `sub` as it is (mode `external`, where the
+    /// people's pages sign in at the issuer whose tokens name people so), not `subject`'s.
+    pub token_subject: bool,
 }
 
 impl UpstreamConfig {
@@ -259,6 +262,7 @@ pub(super) fn upstream_config(
             .collect(),
         allowed_groups: s.allowed_groups,
         display_name,
+        token_subject: false,
     })
 }
 

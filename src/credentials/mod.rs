@@ -95,6 +95,9 @@ pub const GRANT_TTL_MS: i64 = 10 * 60 * 1000;
 /// What a page's grant is sealed as, in place of a credential's name (which has no NUL).
 const GRANT: &str = "\0connections-page";
 
+/// What a page's sign-in at the provider is sealed as.
+const SIGNIN: &str = "\0page-signin";
+
 /// What happened to a person's credential that whoever runs processes with it must hear of.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Event {
@@ -482,6 +485,17 @@ impl Broker {
         let (subject, plain) = self.open_for(grant, GRANT)?;
         let until = i64::from_be_bytes(plain.try_into().ok()?);
         (until > now_ms()).then_some(subject)
+    }
+
+    /// What a page's sign-in at the OpenID provider remembers while the person is there,
+    /// sealed under the storage key (for the browser's cookie).
+    pub fn seal_signin(&self, plain: &[u8]) -> Result<String, CredentialError> {
+        self.seal_for("", SIGNIN, plain)
+    }
+
+    /// What [`Broker::seal_signin`] sealed; `None` if tampered with.
+    pub fn open_signin(&self, sealed: &str) -> Option<Vec<u8>> {
+        self.open_for(sealed, SIGNIN).map(|(_, plain)| plain)
     }
 
     /// `plain`, sealed for `subject` and `purpose` (not a credential's name), and the subject

@@ -97,6 +97,18 @@ fn flow_cookie_name(secure: bool) -> &'static str {
     }
 }
 
+/// How the person proves who they are on a page.
+pub(super) enum Who<'a> {
+    /// Not yet: the built-in server's users' fields (`local`), and/or a button for the
+    /// OpenID provider named so.
+    SignIn {
+        local: bool,
+        provider: Option<&'a str>,
+    },
+    /// Signed in at the provider already: the grant that says so.
+    Granted(&'a str),
+}
+
 /// The form: who to sign in as is for the person to say; the credential is the link's. An
 /// OAuth credential has no value to enter: the person goes on to its service.
 fn form(
@@ -106,6 +118,7 @@ fn form(
     error: Option<(&str, &str)>,
     status: StatusCode,
     oauth: bool,
+    who: &Who<'_>,
 ) -> Response {
     let error = error.map_or(String::new(), |(eid, text)| {
         format!("<p class=\"error\" id=\"{eid}\">{}</p>", escape(text))
@@ -129,25 +142,67 @@ fn form(
             "Connect",
         )
     };
-    page(
-        status,
-        "Connect",
-        &format!(
-            "<h1>Connect your {label}</h1>\
-             <p>A tool you use through this gateway acts with your own {label}. {intro}</p>{error}\
-             <form method=\"post\" action=\"/connect/{id}\">\
-             <input type=\"hidden\" name=\"csrf\" value=\"{csrf}\">\
+    let (id, csrf) = (escape(id), escape(csrf));
+    let hidden = format!("<input type=\"hidden\" name=\"csrf\" value=\"{csrf}\">");
+    let main = match who {
+        Who::SignIn { local: true, .. } => format!(
+            "<form method=\"post\" action=\"/connect/{id}\">{hidden}\
              <label for=\"username\">User name</label>\
              <input type=\"text\" id=\"username\" name=\"username\" autocomplete=\"username\" required>\
              <label for=\"password\">Password</label>\
              <input type=\"password\" id=\"password\" name=\"password\" autocomplete=\"current-password\" required>\
              {value}\
-             <div class=\"buttons\"><button type=\"submit\">{button}</button></div></form>",
+             <div class=\"buttons\"><button type=\"submit\">{button}</button></div></form>"
+        ),
+        Who::SignIn { local: false, .. } => String::new(),
+        Who::Granted(grant) => format!(
+            "<form method=\"post\" action=\"/connect/{id}\">{hidden}\
+             <input type=\"hidden\" name=\"grant\" value=\"{}\">\
+             {value}\
+             <div class=\"buttons\"><button type=\"submit\" id=\"go\">{button}</button></div></form>",
+            escape(grant)
+        ),
+    };
+    let provider = match who {
+        Who::SignIn {
+            provider: Some(name),
+            ..
+        } => format!(
+            "<form method=\"post\" action=\"/connect/{id}/signin\">{hidden}\
+             <div class=\"buttons\"><button type=\"submit\" id=\"provider\" class=\"secondary\">Sign in with {}</button></div></form>",
+            escape(name)
+        ),
+        _ => String::new(),
+    };
+    page(
+        status,
+        "Connect",
+        &format!(
+            "<h1>Connect your {label}</h1>\
+             <p>A tool you use through this gateway acts with your own {label}. {intro}</p>{error}{main}{provider}",
             label = escape(label),
-            id = escape(id),
-            csrf = escape(csrf),
         ),
     )
+}
+
+/// Whether the pages' cookies are `Secure` (the public URL is https).
+pub(super) fn secure(edge: &Edge) -> bool {
+    match edge.auth.server.as_ref() {
+        Some(s) => s.secure_cookies(),
+        None => edge
+            .config
+            .auth
+            .public_url
+            .as_ref()
+            .is_some_and(|u| u.scheme() == "https"),
+    }
+}
+
+/// The sign-ins the pages offer: the built-in server's users, and the OpenID provider.
+pub(super) fn sign_ins(edge: &Edge) -> (bool, Option<String>) {
+    let local = edge.auth.server.as_ref().is_some_and(|s| s.has_users());
+    let provider = edge.signin.as_ref().map(|u| u.display_name().to_owned());
+    (local, provider)
 }
 
 /// `GET /connect/{id}`: the form, and the cookie that binds it to this browser.
@@ -157,14 +212,15 @@ async fn open(State(edge): State<Arc<Edge>>, Path(id): Path<String>) -> Response
         Ok(None) => return gone(),
         Err(r) => return r,
     };
-    let Some(server) = edge.auth.server.as_ref().filter(|s| s.has_users()) else {
+    let (local, provider) = sign_ins(&edge);
+    if !local && provider.is_none() {
         return message(
             StatusCode::NOT_IMPLEMENTED,
             "no-signin",
             "Not available",
-            "Connecting a credential here needs a sign-in this gateway does not offer yet.",
+            "Connecting a credential here needs a sign-in this gateway does not offer.",
         );
-    };
+    }
     let Ok(c) = broker.defined(&request.name) else {
         return gone();
     };
@@ -174,8 +230,64 @@ async fn open(State(edge): State<Arc<Edge>>, Path(id): Path<String>) -> Response
         CredentialKind::TokenExchange { .. } => return gone(),
     };
     let csrf = format!("{:032x}", rand::random::<u128>());
-    let mut r = form(&c.label, &id, &csrf, None, StatusCode::OK, oauth);
-    let secure = server.secure_cookies();
+    let who = Who::SignIn {
+        local,
+        provider: provider.as_deref(),
+    };
+    let mut r = form(&c.label, &id, &csrf, None, StatusCode::OK, oauth, &who);
+    let secure = secure(&edge);
+    bind_form(
+        &mut r,
+        cookie_name(secure),
+        &csrf,
+        crate::credentials::REQUEST_TTL_MS / 1000,
+        secure,
+    );
+    r
+}
+
+/// After a sign-in at the provider: the link's form again, for `subject` proven by a grant,
+/// with a new form token (the cookie of the page before did not come along the provider's
+/// redirect).
+pub(super) async fn signed_in(edge: &Edge, id: &str, subject: &str) -> Response {
+    let (broker, request) = match find(edge, id).await {
+        Ok(Some(found)) => found,
+        Ok(None) => return gone(),
+        Err(r) => return r,
+    };
+    if subject != request.subject {
+        tracing::warn!(signed_in = %subject, credential = %request.name, "connect page: a link made for another person refused");
+        edge.audit
+            .credential(subject, "connect", &request.name, 403);
+        return message(
+            StatusCode::FORBIDDEN,
+            "another",
+            "Refused",
+            "This link was made for someone else. Nothing was stored.",
+        );
+    }
+    let Ok(c) = broker.defined(&request.name) else {
+        return gone();
+    };
+    let oauth = matches!(c.kind, CredentialKind::OAuth2 { .. });
+    let grant = match broker.grant(subject) {
+        Ok(g) => g,
+        Err(e) => {
+            tracing::error!("connect page: {e}");
+            return gone();
+        }
+    };
+    let csrf = format!("{:032x}", rand::random::<u128>());
+    let mut r = form(
+        &c.label,
+        id,
+        &csrf,
+        None,
+        StatusCode::OK,
+        oauth,
+        &Who::Granted(&grant),
+    );
+    let secure = secure(edge);
     bind_form(
         &mut r,
         cookie_name(secure),
@@ -202,8 +314,13 @@ pub(super) fn bind_form(r: &mut Response, name: &str, csrf: &str, max_age_secs: 
 #[derive(Deserialize)]
 struct Submitted {
     csrf: String,
+    #[serde(default)]
     username: String,
+    #[serde(default)]
     password: String,
+    /// After a sign-in at the provider: the proof of who signed in.
+    #[serde(default)]
+    grant: Option<String>,
     /// `secret` credentials only.
     #[serde(default)]
     value: String,
@@ -217,11 +334,9 @@ async fn submit(
     headers: HeaderMap,
     Form(f): Form<Submitted>,
 ) -> Response {
-    let Some(server) = edge.auth.server.as_ref().filter(|s| s.has_users()) else {
-        return gone();
-    };
+    let secure = secure(&edge);
     // The form must come from the page this browser opened.
-    let bound = cookie(&headers, cookie_name(server.secure_cookies()))
+    let bound = cookie(&headers, cookie_name(secure))
         .is_some_and(|c| !f.csrf.is_empty() && crate::auth::constant_time_eq(c, &f.csrf));
     if !bound {
         tracing::warn!(address = ?addr, "connect page: a form without its browser's cookie refused");
@@ -242,28 +357,44 @@ async fn submit(
     };
     let label = c.label.clone();
     let oauth = matches!(c.kind, CredentialKind::OAuth2 { .. });
-    let again = |eid: &str, text: &str, status: StatusCode| {
-        form(&label, &id, &f.csrf, Some((eid, text)), status, oauth)
+    let (local, provider) = sign_ins(&edge);
+    let who = match &f.grant {
+        Some(g) => Who::Granted(g),
+        None => Who::SignIn {
+            local,
+            provider: provider.as_deref(),
+        },
     };
-    let subject = match server.sign_in(&f.username, &f.password, addr).await {
-        Ok(s) => s,
-        Err(SignInRefused::Wrong) => {
-            return again(
-                "wrong",
-                "Wrong user name or password.",
-                StatusCode::UNAUTHORIZED,
-            );
-        }
-        Err(SignInRefused::Locked(wait)) => {
-            return again(
-                "locked",
-                &format!(
-                    "Too many failed sign-ins for this user or from this address. Try again in {} s.",
-                    wait.as_secs().max(1)
-                ),
-                StatusCode::TOO_MANY_REQUESTS,
-            );
-        }
+    let again = |eid: &str, text: &str, status: StatusCode| {
+        form(&label, &id, &f.csrf, Some((eid, text)), status, oauth, &who)
+    };
+    let subject = match (&f.grant, edge.auth.server.as_ref().filter(|_| local)) {
+        // Signed in at the provider a moment ago, on this page.
+        (Some(grant), _) => match broker.granted(grant) {
+            Some(s) => s,
+            None => return gone(),
+        },
+        (None, Some(server)) => match server.sign_in(&f.username, &f.password, addr).await {
+            Ok(s) => s,
+            Err(SignInRefused::Wrong) => {
+                return again(
+                    "wrong",
+                    "Wrong user name or password.",
+                    StatusCode::UNAUTHORIZED,
+                );
+            }
+            Err(SignInRefused::Locked(wait)) => {
+                return again(
+                    "locked",
+                    &format!(
+                        "Too many failed sign-ins for this user or from this address. Try again in {} s.",
+                        wait.as_secs().max(1)
+                    ),
+                    StatusCode::TOO_MANY_REQUESTS,
+                );
+            }
+        },
+        (None, None) => return gone(),
     };
     if subject != request.subject {
         tracing::warn!(signed_in = %subject, credential = %request.name, "connect page: a link made for another person refused");
@@ -277,7 +408,7 @@ async fn submit(
         );
     }
     if oauth {
-        return begin_oauth(&broker, &request, server.secure_cookies()).await;
+        return begin_oauth(&broker, &request, secure).await;
     }
     // Checked before the link is used up, so a mistyped value can be entered again.
     if let Err(e) = broker.check_secret(&request.name, &f.value) {
@@ -380,11 +511,7 @@ async fn callback(
     let Some(broker) = edge.sessions.supervisor.credentials().cloned() else {
         return gone();
     };
-    let secure = edge
-        .auth
-        .server
-        .as_ref()
-        .is_some_and(|s| s.secure_cookies());
+    let secure = secure(&edge);
     let Some(leg) = cookie(&headers, flow_cookie_name(secure)).map(str::to_owned) else {
         tracing::warn!("connect callback without its browser's cookie refused");
         return message(

@@ -34,10 +34,35 @@ pub fn router(edge: Arc<Edge>) -> Router {
         .with_state(edge)
 }
 
+/// The broker and whether cookies are `Secure`, when the page can be used here: people's
+/// credentials defined, and a sign-in to offer.
 fn parts(edge: &Edge) -> Option<(Arc<Broker>, bool)> {
     let broker = edge.sessions.supervisor.credentials()?.clone();
-    let server = edge.auth.server.as_ref().filter(|s| s.has_users())?;
-    Some((broker, server.secure_cookies()))
+    let (local, provider) = super::connect::sign_ins(edge);
+    (local || provider.is_some()).then(|| (broker, super::connect::secure(edge)))
+}
+
+/// The cookie binding the page's forms to this browser.
+pub(super) fn cookie_name(secure: bool) -> &'static str {
+    if secure { SECURE_COOKIE } else { COOKIE }
+}
+
+/// After a sign-in at the provider: the person's list, with a new form token (the page's
+/// cookie did not come along the provider's redirect).
+pub(super) async fn signed_in(edge: &Edge, subject: &str) -> Response {
+    let Some((broker, secure)) = parts(edge) else {
+        return unavailable();
+    };
+    let csrf = format!("{:032x}", rand::random::<u128>());
+    let mut r = list(&broker, subject, &csrf, None).await;
+    bind_form(
+        &mut r,
+        cookie_name(secure),
+        &csrf,
+        crate::credentials::GRANT_TTL_MS / 1000,
+        secure,
+    );
+    r
 }
 
 /// The database did not answer.
@@ -60,24 +85,45 @@ fn unavailable() -> Response {
     )
 }
 
-fn sign_in_page(csrf: &str, error: Option<(&str, &str)>, status: StatusCode) -> Response {
+fn sign_in_page(
+    edge: &Edge,
+    csrf: &str,
+    error: Option<(&str, &str)>,
+    status: StatusCode,
+) -> Response {
     let error = error.map_or(String::new(), |(id, text)| {
         format!("<p class=\"error\" id=\"{id}\">{}</p>", escape(text))
     });
-    page(
-        status,
-        "Your connections",
-        &format!(
-            "<h1>Your connections</h1><p>Sign in to see the credentials you connected for the \
-             tools behind this gateway.</p>{error}\
-             <form method=\"post\" action=\"/connections\">\
+    let (local, provider) = super::connect::sign_ins(edge);
+    let local = if local {
+        format!(
+            "<form method=\"post\" action=\"/connections\">\
              <input type=\"hidden\" name=\"csrf\" value=\"{csrf}\">\
              <label for=\"username\">User name</label>\
              <input type=\"text\" id=\"username\" name=\"username\" autocomplete=\"username\" required>\
              <label for=\"password\">Password</label>\
              <input type=\"password\" id=\"password\" name=\"password\" autocomplete=\"current-password\" required>\
              <div class=\"buttons\"><button type=\"submit\">Sign in</button></div></form>",
-            csrf = escape(csrf),
+            csrf = escape(csrf)
+        )
+    } else {
+        String::new()
+    };
+    let provider = provider.map_or(String::new(), |name| {
+        format!(
+            "<form method=\"post\" action=\"/connections/signin\">\
+             <input type=\"hidden\" name=\"csrf\" value=\"{}\">\
+             <div class=\"buttons\"><button type=\"submit\" id=\"provider\" class=\"secondary\">Sign in with {}</button></div></form>",
+            escape(csrf),
+            escape(&name)
+        )
+    });
+    page(
+        status,
+        "Your connections",
+        &format!(
+            "<h1>Your connections</h1><p>Sign in to see the credentials you connected for the \
+             tools behind this gateway.</p>{error}{local}{provider}",
         ),
     )
 }
@@ -89,7 +135,7 @@ async fn open(State(edge): State<Arc<Edge>>) -> Response {
         return unavailable();
     };
     let csrf = format!("{:032x}", rand::random::<u128>());
-    let mut r = sign_in_page(&csrf, None, StatusCode::OK);
+    let mut r = sign_in_page(&edge, &csrf, None, StatusCode::OK);
     bind_form(
         &mut r,
         if secure { SECURE_COOKIE } else { COOKIE },
@@ -140,6 +186,7 @@ async fn submit(
             Some(s) => s,
             None => {
                 return sign_in_page(
+                    &edge,
                     &f.csrf,
                     Some(("expired", "Sign in again.")),
                     StatusCode::UNAUTHORIZED,
@@ -147,11 +194,14 @@ async fn submit(
             }
         },
         (None, Some(user), Some(password)) => {
-            let server = edge.auth.server.as_ref().expect("parts checked it");
+            let Some(server) = edge.auth.server.as_ref().filter(|s| s.has_users()) else {
+                return sign_in_page(&edge, &f.csrf, None, StatusCode::BAD_REQUEST);
+            };
             match server.sign_in(user, password, addr).await {
                 Ok(s) => s,
                 Err(SignInRefused::Wrong) => {
                     return sign_in_page(
+                        &edge,
                         &f.csrf,
                         Some(("wrong", "Wrong user name or password.")),
                         StatusCode::UNAUTHORIZED,
@@ -163,6 +213,7 @@ async fn submit(
                         wait.as_secs().max(1)
                     );
                     return sign_in_page(
+                        &edge,
                         &f.csrf,
                         Some(("locked", &text)),
                         StatusCode::TOO_MANY_REQUESTS,
@@ -170,7 +221,7 @@ async fn submit(
                 }
             }
         }
-        _ => return sign_in_page(&f.csrf, None, StatusCode::BAD_REQUEST),
+        _ => return sign_in_page(&edge, &f.csrf, None, StatusCode::BAD_REQUEST),
     };
     let mut notice = None;
     match (f.action.as_deref(), f.credential.as_deref()) {
@@ -213,7 +264,7 @@ async fn submit(
                 Err(e) => database_down(&e),
             };
         }
-        _ => return sign_in_page(&f.csrf, None, StatusCode::BAD_REQUEST),
+        _ => return sign_in_page(&edge, &f.csrf, None, StatusCode::BAD_REQUEST),
     }
     list(&broker, &subject, &f.csrf, notice.as_deref()).await
 }

@@ -12,6 +12,7 @@ mod connections;
 pub mod error;
 mod mcp;
 pub mod serve;
+mod signin;
 pub mod trace;
 
 use std::ops::Deref;
@@ -28,6 +29,9 @@ pub struct Edge {
     gateway: Arc<Gateway>,
     /// The Host and Origin allow-lists (DNS rebinding).
     guard: checks::Guard,
+    /// The OpenID provider people sign in at on their credential pages (`[auth.upstream]`,
+    /// with people's credentials defined).
+    signin: Option<Arc<crate::auth::upstream::Upstream>>,
 }
 
 impl Deref for Edge {
@@ -40,8 +44,21 @@ impl Deref for Edge {
 /// The public router: `/mcp`, and with authorization on, the OAuth metadata and (built-in
 /// mode) the authorization server's endpoints, behind the same Host check.
 pub fn router(gateway: Arc<Gateway>) -> Router {
+    let signin = match (
+        &gateway.config.auth.upstream,
+        &gateway.config.auth.public_url,
+    ) {
+        (Some(up), Some(public)) if gateway.sessions.supervisor.credentials().is_some() => {
+            Some(Arc::new(crate::auth::upstream::Upstream::for_pages(
+                up.clone(),
+                &public.origin().ascii_serialization(),
+            )))
+        }
+        _ => None,
+    };
     let edge = Arc::new(Edge {
         guard: checks::Guard::new(&gateway.config),
+        signin,
         gateway,
     });
     let mut mcp = Router::new().route("/mcp", post(mcp::post).get(mcp::get).delete(mcp::delete));
@@ -59,6 +76,7 @@ pub fn router(gateway: Arc<Gateway>) -> Router {
         let oauth = crate::auth::server::router(edge.auth.clone())
             .merge(connect::router(edge.clone()))
             .merge(connections::router(edge.clone()))
+            .merge(signin::router(edge.clone()))
             .layer(axum::middleware::from_fn_with_state(
                 edge.clone(),
                 host_guard,

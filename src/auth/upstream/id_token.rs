@@ -315,6 +315,7 @@ pub fn identity(
         groups.truncate(MAX_GROUPS);
     }
     let subject = match config.subject {
+        _ if config.token_subject => sub.to_owned(),
         SubjectClaim::Sub => format!("upstream:{sub}"),
         SubjectClaim::Email => email.clone().ok_or_else(|| {
             UpstreamError::NotAllowed(
@@ -374,6 +375,7 @@ mod tests {
             allowed_domains: vec![],
             allowed_groups: vec![],
             display_name: "Id".into(),
+            token_subject: false,
         };
         extra(&mut c);
         c

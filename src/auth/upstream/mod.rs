@@ -37,6 +37,10 @@ pub use id_token::Identity;
 /// Where the provider sends the person back: on the gateway's issuer (its public origin).
 pub const CALLBACK_PATH: &str = "/authorize/upstream/callback";
 
+/// Where the provider sends a person back who signed in on the people's credential pages
+/// (the connect and connections pages): a second redirect URI to register there.
+pub const PAGES_CALLBACK_PATH: &str = "/connect/signin/callback";
+
 /// How long a discovery document is trusted before it is fetched again.
 const DISCOVERY_MAX_AGE: Duration = Duration::from_secs(3600);
 
@@ -117,6 +121,16 @@ impl Upstream {
     /// The provider of `config`; the gateway's issuer (its public origin) names the redirect
     /// URI registered there. Nothing is fetched yet.
     pub fn new(config: UpstreamConfig, gateway_issuer: &str) -> Upstream {
+        Upstream::with_callback(config, gateway_issuer, CALLBACK_PATH)
+    }
+
+    /// The provider for the people's credential pages: the same client, sending people back
+    /// to [`PAGES_CALLBACK_PATH`].
+    pub fn for_pages(config: UpstreamConfig, origin: &str) -> Upstream {
+        Upstream::with_callback(config, origin, PAGES_CALLBACK_PATH)
+    }
+
+    fn with_callback(config: UpstreamConfig, gateway_issuer: &str, path: &str) -> Upstream {
         let http = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
             .timeout(PROVIDER_TIMEOUT)
@@ -125,7 +139,7 @@ impl Upstream {
             .build()
             .expect("an HTTP client builds");
         Upstream {
-            redirect_uri: format!("{gateway_issuer}{CALLBACK_PATH}"),
+            redirect_uri: format!("{gateway_issuer}{path}"),
             config,
             http,
             found: RwLock::new(None),
