@@ -809,3 +809,124 @@ async fn in_external_mode_the_pages_sign_in_at_the_issuer() {
         "ann-external-1"
     );
 }
+
+/// `token_exchange` in built-in mode: the access token a person's sign-in at the
+/// `[auth.upstream]` provider gave (kept sealed by the gateway) is exchanged for one with the
+/// credential's audience when their instance starts.
+#[tokio::test]
+async fn the_upstream_sign_in_s_token_is_exchanged_in_built_in_mode() {
+    use common::oauth::{
+        Browser, REDIRECT, exchange, hidden, open_authorize, pkce, post_form, public_client,
+        redirect_params,
+    };
+    use common::{Gateway, write_config};
+    const EXCHANGER: (&str, &str) = ("gw-exchange", "exchange-secret");
+    let port = free_port();
+    let base = format!("http://127.0.0.1:{port}");
+    let provider = OidcProvider::start(json!({
+        "clients": [
+            {"client_id": CLIENT.0, "client_secret": CLIENT.1,
+             "grant_types": ["authorization_code"], "response_types": ["code"],
+             "redirect_uris": [format!("{base}/authorize/upstream/callback")],
+             "token_endpoint_auth_method": "client_secret_basic"},
+            {"client_id": EXCHANGER.0, "client_secret": EXCHANGER.1,
+             "grant_types": ["urn:ietf:params:oauth:grant-type:token-exchange"]},
+        ],
+        "accounts": [{"sub": "ann", "password": "ann-pw", "name": "Ann Example"}],
+        "exchange_audiences": ["https://api.example.com"],
+    }));
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, text: &str| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, text).unwrap();
+        p.display().to_string()
+    };
+    let (upstream_secret, exchange_secret) = (
+        write("upstream-secret", CLIENT.1),
+        write("exchange-secret", EXCHANGER.1),
+    );
+    let key_file = write("credentials.key", &"4f".repeat(32));
+    let config = format!(
+        "[auth]\nmode = \"builtin\"\npublic_url = \"{base}/mcp\"\n\
+         [auth.upstream]\nissuer = \"{issuer}\"\nclient_id = \"{}\"\nclient_secret_file = \"{upstream_secret}\"\n\
+         [credentials]\nkey_file = \"{key_file}\"\n\
+         [credentials.api]\nkind = \"token_exchange\"\nissuer = \"{issuer}\"\nclient_id = \"{}\"\n\
+         client_secret_file = \"{exchange_secret}\"\naudience = \"https://api.example.com\"\n\
+         [plugins.fix]\ncommand = \"{FIXTURE}\"\nenv = {{ TOKEN = \"${{credential:api}}\" }}\n",
+        CLIENT.0,
+        EXCHANGER.0,
+        issuer = provider.issuer(),
+    );
+    let path = write_config(&dir, &config);
+    let db = format!("sqlite://{}/gw.db?mode=rwc", dir.path().display());
+    let gw = Gateway::start(&[
+        "--listen",
+        &format!("127.0.0.1:{port}"),
+        "--config",
+        &path,
+        "--database-url",
+        &db,
+    ]);
+    let a = common::oauth::AuthGateway {
+        gw,
+        base: base.clone(),
+        db,
+        dir: tempfile::tempdir().unwrap(),
+    };
+
+    // Ann signs in at the provider for an MCP client of the gateway's.
+    let client = public_client(&a).await;
+    let (verifier, challenge) = pkce();
+    let r = open_authorize(
+        &a,
+        &[
+            ("response_type", "code"),
+            ("client_id", &client),
+            ("redirect_uri", REDIRECT),
+            ("code_challenge", &challenge),
+            ("code_challenge_method", "S256"),
+            ("state", "st"),
+            ("scope", "mcp"),
+        ],
+    )
+    .await;
+    assert_eq!(r.status(), 303);
+    let cookie = set_cookie(&r);
+    let back = provider
+        .through(r.headers()["location"].to_str().unwrap(), "ann")
+        .await;
+    let r = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap()
+        .get(&back)
+        .header("cookie", &cookie)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let html = r.text().await.unwrap();
+    let b = Browser {
+        cookie,
+        request: hidden(&html, "request"),
+        csrf: hidden(&html, "csrf"),
+    };
+    let r = post_form(&a, &b, "/authorize/consent", &[("decision", "approve")]).await;
+    let p = redirect_params(&r);
+    let (status, t) = exchange(&a, &client, &p["code"], &verifier).await;
+    assert_eq!(status, 200, "{t}");
+    let gateway_token = t["access_token"].as_str().unwrap().to_owned();
+
+    // Her instance is started with the provider's token exchanged for the API's audience.
+    let mut ann = a.gw.client().with_token(&gateway_token);
+    ann.initialize().await;
+    let got = ann.result(2, "tools/call", json_call("TOKEN")).await;
+    let exchanged = got["content"][0]["text"].as_str().unwrap().to_owned();
+    let c = claims(&exchanged);
+    assert_eq!(c["aud"], "https://api.example.com", "{c}");
+    assert_eq!(c["sub"], "ann", "{c}");
+    assert_eq!(c["act"]["sub"], EXCHANGER.0, "{c}");
+    assert_ne!(exchanged, gateway_token);
+    let log = a.gw.log();
+    assert!(!log.contains(&exchanged) && !log.contains(&gateway_token));
+}

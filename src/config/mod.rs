@@ -237,7 +237,9 @@ impl Config {
                 "\"per_subject\" runs a process per person, and who the caller is is known only from tokens: set auth.mode",
             ));
         }
-        if auth.mode != AuthMode::External
+        let exchangeable = auth.mode == AuthMode::External
+            || (auth.mode == AuthMode::Builtin && auth.upstream.is_some());
+        if !exchangeable
             && let Some(c) = credentials
                 .credentials
                 .iter()
@@ -245,7 +247,7 @@ impl Config {
         {
             return Err(invalid(
                 format!("credentials.{}.kind", c.name),
-                "`token_exchange` exchanges the caller's own access token at the authorization server, which only auth.mode = \"external\" receives",
+                "`token_exchange` exchanges the caller's own access token (auth.mode = \"external\") or the one their sign-in at [auth.upstream] gave (auth.mode = \"builtin\"): neither is here",
             ));
         }
         let limits = limits::limits_config(file.limits)?;

@@ -95,6 +95,10 @@ pub const GRANT_TTL_MS: i64 = 10 * 60 * 1000;
 /// What a page's grant is sealed as, in place of a credential's name (which has no NUL).
 const GRANT: &str = "\0connections-page";
 
+/// The row of a person's access token from the `[auth.upstream]` provider: a name no
+/// credential can have (theirs are letters, digits, `-` and `_`).
+const PROVIDER_TOKEN: &str = "@provider";
+
 /// What a page's sign-in at the provider is sealed as.
 const SIGNIN: &str = "\0page-signin";
 
@@ -260,6 +264,52 @@ impl Broker {
         };
         self.remember(&stored, &value);
         Ok(value)
+    }
+
+    /// The access token `subject` got from the `[auth.upstream]` provider at their latest
+    /// sign-in there (built-in mode), while it is good: what a `token_exchange` credential
+    /// exchanges for them.
+    pub async fn provider_token(&self, subject: &str) -> Result<Option<String>, CredentialError> {
+        let Some(row) = self.store.get(subject, PROVIDER_TOKEN).await? else {
+            return Ok(None);
+        };
+        if row.expires_at_ms.is_some_and(|t| t <= now_ms()) {
+            return Ok(None);
+        }
+        let opened = self
+            .sealer
+            .open(subject, PROVIDER_TOKEN, &row.sealed)
+            .map_err(|why| CredentialError::Sealed {
+                name: PROVIDER_TOKEN.into(),
+                why,
+            })?;
+        Ok(String::from_utf8(opened.plain).ok())
+    }
+
+    async fn keep_provider_token(
+        &self,
+        subject: &str,
+        token: &crate::auth::upstream::ProviderToken,
+    ) -> Result<(), CredentialError> {
+        let sealed = self
+            .sealer
+            .seal(subject, PROVIDER_TOKEN, token.access_token.as_bytes())
+            .map_err(|why| CredentialError::Sealed {
+                name: PROVIDER_TOKEN.into(),
+                why,
+            })?;
+        let now = now_ms();
+        self.store
+            .put(&Stored {
+                subject: subject.to_owned(),
+                name: PROVIDER_TOKEN.to_owned(),
+                sealed,
+                connected_at_ms: now,
+                expires_at_ms: token.expires_in.map(|d| now + d.as_millis() as i64),
+                scopes: None,
+            })
+            .await?;
+        Ok(())
     }
 
     /// Whether `subject`'s credential `name` is still what this replica handed out.
@@ -683,6 +733,21 @@ impl Broker {
 /// its life if that is shorter.
 fn refresh_margin(lifetime_ms: Option<i64>) -> i64 {
     lifetime_ms.map_or(60_000, |l| (l / 3).clamp(0, 60_000))
+}
+
+/// The broker keeps the `[auth.upstream]` provider's access tokens of people who sign in
+/// there, sealed, for `token_exchange` credentials (built-in mode).
+pub struct ProviderTokenKeeper(pub Arc<Broker>);
+
+impl crate::auth::upstream::ProviderTokens for ProviderTokenKeeper {
+    fn signed_in(&self, subject: &str, token: crate::auth::upstream::ProviderToken) {
+        let (broker, subject) = (self.0.clone(), subject.to_owned());
+        tokio::spawn(async move {
+            if let Err(e) = broker.keep_provider_token(&subject, &token).await {
+                tracing::warn!(subject, "the provider's token was not kept: {e}");
+            }
+        });
+    }
 }
 
 fn connection(c: &CredentialConfig, r: &Stored) -> Connection {

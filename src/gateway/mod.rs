@@ -158,11 +158,24 @@ impl Gateway {
             && let Some(public) = &config.auth.public_url
         {
             // The connect page is on the public listener, at its origin.
-            supervisor.use_credentials(crate::credentials::Broker::new(
+            let broker = crate::credentials::Broker::new(
                 config.credentials.clone(),
                 database.credential_store(),
                 &public.origin().ascii_serialization(),
-            ));
+            );
+            // A token_exchange credential in built-in mode exchanges the token people's
+            // sign-in at the [auth.upstream] provider gave.
+            let exchanges = config
+                .credentials
+                .credentials
+                .iter()
+                .any(|c| matches!(c.kind, crate::config::CredentialKind::TokenExchange { .. }));
+            if exchanges && let Some(server) = &auth.server {
+                server.keep_provider_tokens(Arc::new(crate::credentials::ProviderTokenKeeper(
+                    broker.clone(),
+                )));
+            }
+            supervisor.use_credentials(broker);
         }
         let sessions = SessionManager::new(
             config.session.clone(),

@@ -151,12 +151,21 @@ impl Session {
                         matches!(c.kind, crate::config::CredentialKind::TokenExchange { .. })
                     }) =>
                 {
-                    let Some(token) = self.subject_token() else {
+                    // The caller's own token (external mode), else the one their latest
+                    // sign-in at the provider gave (built-in mode with [auth.upstream]).
+                    let token = match self.subject_token() {
+                        Some(t) => Some(t.expose().to_owned()),
+                        None => broker.provider_token(subject).await.unwrap_or_else(|e| {
+                            tracing::warn!(plugin = %plugin.name(), credential = name, "credentials: {e}");
+                            None
+                        }),
+                    };
+                    let Some(token) = token else {
                         return Err(unavailable(format!(
-                            "credential `{name}` is the caller's own token exchanged at the authorization server, and the caller has none to exchange here"
+                            "credential `{name}` is the caller's own token exchanged at the authorization server, and there is none to exchange: sign in again at the identity provider"
                         )));
                     };
-                    let v = broker.exchange(subject, name, token.expose()).await.map_err(|e| {
+                    let v = broker.exchange(subject, name, &token).await.map_err(|e| {
                         tracing::warn!(plugin = %plugin.name(), credential = name, "credentials: {e}");
                         unavailable(match e {
                             crate::credentials::CredentialError::Upstream {

@@ -22,7 +22,8 @@
 //   rotate_refresh   true: every refresh gives a new refresh token and retires the old one
 //   exchange_audiences  the audiences (or resources) the RFC 8693 token exchange grant
 //                    (urn:ietf:params:oauth:grant-type:token-exchange, for clients that list
-//                    it) mints tokens for: a JWT access token of this provider is exchanged
+//                    it) mints tokens for: an access token of this provider (a JWT, or an
+//                    opaque one it issued at a person's sign-in) is exchanged
 //                    for a JWT with that `aud`, the same `sub`, the scopes asked and `act`
 //                    naming the client; any other audience is refused with invalid_target
 //
@@ -231,7 +232,12 @@ async function tokenExchange(ctx) {
   if (params.subject_token_type !== ACCESS_TOKEN_TYPE) {
     throw new errors.InvalidRequest('unsupported subject_token_type');
   }
-  const claims = verifyJwt(params.subject_token);
+  // A JWT access token of this provider, or an opaque one it issued (a person's sign-in).
+  let claims = verifyJwt(params.subject_token);
+  if (!claims) {
+    const opaque = await provider.AccessToken.find(String(params.subject_token));
+    if (opaque?.accountId && !opaque.isExpired) claims = { sub: opaque.accountId };
+  }
   if (!claims?.sub) throw new errors.InvalidGrant('the subject token is not valid');
   const target = params.audience ?? params.resource;
   if (!target || !(settings.exchange_audiences ?? []).includes(target)) {

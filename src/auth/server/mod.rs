@@ -88,6 +88,9 @@ pub struct AuthServer {
     secure_cookies: bool,
     /// Sign-in at an upstream OpenID provider, when configured.
     upstream: Option<Arc<Upstream>>,
+    /// Who keeps the provider's access tokens of people who signed in there (only when a
+    /// `token_exchange` credential needs them).
+    provider_tokens: std::sync::OnceLock<Arc<dyn crate::auth::upstream::ProviderTokens>>,
 }
 
 /// How many client addresses (and unknown user names) each limit keeps at most.
@@ -171,6 +174,7 @@ impl AuthServer {
                 config.cimd_fetches_per_minute_total,
             ),
             secure_cookies: issuer.starts_with("https://"),
+            provider_tokens: std::sync::OnceLock::new(),
             config,
             issuer,
             store,
@@ -240,6 +244,13 @@ impl AuthServer {
             Some(u) => u.groups.clone(),
             None => signed_in.to_vec(),
         }
+    }
+
+    /// Hands the provider's access token of each person who signs in there from now on to
+    /// `keeper` (for `token_exchange` credentials); otherwise it goes no further than the
+    /// sign-in.
+    pub fn keep_provider_tokens(&self, keeper: Arc<dyn crate::auth::upstream::ProviderTokens>) {
+        let _ = self.provider_tokens.set(keeper);
     }
 
     /// The upstream provider's name, for the sign-in page's button.

@@ -6,7 +6,8 @@
 //! and the ID token validated by [`Upstream::finish`]; a person the allow-lists leave out
 //! gets a page saying so, and the client nothing. Whoever is let in goes on as after a local
 //! sign-in: the consent page, unless given before, then a code for the client that carries
-//! the mapped subject and groups. The provider's own tokens stop at `finish`.
+//! the mapped subject and groups. The provider's own tokens stop here, but for its access
+//! token when a `token_exchange` credential needs it (handed to its keeper, sealed there).
 
 use axum::extract::{Form, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
@@ -119,8 +120,13 @@ pub(super) async fn callback(
             "the identity provider's answer has no code".into(),
         ));
     };
-    let who = match up.finish(code, &leg).await {
-        Ok(who) => who,
+    let who = match up.finish_with_token(code, &leg).await {
+        Ok((who, token)) => {
+            if let Some(keeper) = s.provider_tokens.get() {
+                keeper.signed_in(&who.subject, token);
+            }
+            who
+        }
         Err(UpstreamError::NotAllowed(why)) => {
             refused("upstream_not_allowed");
             tracing::warn!(client_id = %client.client_id, "sign-in refused: {why}");

@@ -75,6 +75,26 @@ pub struct Leg {
     pub pkce_verifier: String,
 }
 
+/// The provider's access token for a person who signed in, kept out of `Debug`.
+#[derive(Clone)]
+pub struct ProviderToken {
+    pub access_token: String,
+    pub expires_in: Option<Duration>,
+}
+
+impl std::fmt::Debug for ProviderToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ProviderToken {{ expires_in: {:?} }}", self.expires_in)
+    }
+}
+
+/// Who keeps a person's provider access token (for `token_exchange` credentials): the
+/// credentials' broker, above this layer.
+pub trait ProviderTokens: Send + Sync {
+    /// `subject` signed in at the provider, which gave `token`.
+    fn signed_in(&self, subject: &str, token: ProviderToken);
+}
+
 /// The ID token among the fields of the provider's token answer.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct IdTokenField {
@@ -223,6 +243,17 @@ impl Upstream {
     /// Redeems the provider's `code` with `leg`'s PKCE verifier, validates the ID token
     /// against `leg`'s nonce, and says who signed in, if the allow-lists let them in.
     pub async fn finish(&self, code: &str, leg: &Leg) -> Result<Identity, UpstreamError> {
+        self.finish_with_token(code, leg).await.map(|(who, _)| who)
+    }
+
+    /// [`Upstream::finish`], with the provider's access token and its lifetime: what a
+    /// `token_exchange` credential exchanges for the person (built-in mode). It goes nowhere
+    /// else.
+    pub async fn finish_with_token(
+        &self,
+        code: &str,
+        leg: &Leg,
+    ) -> Result<(Identity, ProviderToken), UpstreamError> {
         let (discovered, client) = self.provider().await?;
         let answer = client
             .exchange_code(AuthorizationCode::new(code.to_owned()))
@@ -230,7 +261,12 @@ impl Upstream {
             .request_async(&self.http)
             .await
             .map_err(|e| UpstreamError::Exchange(exchange_error(&e)))?;
-        // Only the ID token is read; the provider's access and refresh tokens go no further.
+        let provider_token = ProviderToken {
+            access_token: oauth2::TokenResponse::access_token(&answer)
+                .secret()
+                .clone(),
+            expires_in: oauth2::TokenResponse::expires_in(&answer),
+        };
         let Some(token) = answer.extra_fields().id_token.as_deref() else {
             return Err(UpstreamError::IdToken(
                 "the token answer has no id_token (is `openid` among the scopes?)".into(),
@@ -242,7 +278,7 @@ impl Upstream {
             .await?;
         let identity = id_token::identity(&self.config, &claims)?;
         id_token::allowed(&self.config, &identity)?;
-        Ok(identity)
+        Ok((identity, provider_token))
     }
 }
 
