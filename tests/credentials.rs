@@ -1029,6 +1029,46 @@ async fn the_console_shows_who_connected_and_revokes() {
     .await;
     assert_eq!(r.status(), 200);
     assert!(broker.value("bob", "tok").await.unwrap().is_none());
+    // Defining one from the console, and removing it.
+    let r = console_change(
+        &http,
+        (&cookie, &csrf),
+        reqwest::Method::POST,
+        &format!("{ui}/api/credentials"),
+        Some(&serde_json::json!({"name": "extra", "kind": "secret", "label": "Extra key"})),
+    )
+    .await;
+    assert_eq!(r.status(), 201);
+    let view: serde_json::Value = http
+        .get(format!("{ui}/api/credentials"))
+        .header("cookie", &cookie)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let extra = view["credentials"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "extra")
+        .cloned()
+        .unwrap_or_else(|| panic!("{view}"));
+    assert_eq!(
+        (extra["source"].as_str(), extra["label"].as_str()),
+        (Some("api"), Some("Extra key"))
+    );
+    assert_eq!(view["credentials"][0]["source"], "config");
+    let r = console_change(
+        &http,
+        (&cookie, &csrf),
+        reqwest::Method::DELETE,
+        &format!("{ui}/api/credentials/extra"),
+        None,
+    )
+    .await;
+    assert_eq!(r.status(), 204);
     let admin = common::Admin::of(&a.gw, ADMIN_TOKEN);
     let (_, audit) = admin.get("/admin/audit?kind=admin").await;
     let revocations = audit["records"]
@@ -1102,4 +1142,117 @@ async fn the_python_sdk_is_asked_to_connect_and_its_call_goes_on() {
         );
         assert_eq!(out["again"], value, "{out}");
     }
+}
+
+/// Credentials defined through the admin API beside the config file's: checked as the file's
+/// are, usable by plugins added through the API, kept in the database (a second gateway on it
+/// reads them at start, and hears a removal), not changed where the file defines them, and
+/// removed only when no plugin uses them (with everyone's values).
+#[tokio::test]
+async fn credentials_are_defined_through_the_admin_api() {
+    use common::FIXTURE;
+    use common::credentials::replica_with_credentials;
+    let plain = format!("[plugins.plain]\ncommand = \"{FIXTURE}\"\n");
+    let a = gateway_with(0x77, &plain);
+    let admin = common::Admin::of(&a.gw, ADMIN_TOKEN);
+    let jira = serde_json::json!({"name": "jira", "kind": "secret", "label": "Jira token", "pattern": "[a-z]{4}-[0-9]+"});
+    let (status, body) = admin.post("/admin/credentials", jira.clone()).await;
+    assert_eq!(status, 201, "{body}");
+    assert_eq!(body["source"], "api");
+    assert_eq!(admin.post("/admin/credentials", jira).await.0, 409);
+    let (status, body) = admin
+        .post(
+            "/admin/credentials",
+            serde_json::json!({"name": "bad", "kind": "oauth2", "client_id": "x"}),
+        )
+        .await;
+    assert_eq!(status, 400, "{body}");
+    assert!(body.to_string().contains("issuer"), "{body}");
+    let (status, _) = admin
+        .put(
+            "/admin/credentials/tok",
+            serde_json::json!({"kind": "secret", "label": "Changed"}),
+        )
+        .await;
+    assert_eq!(status, 409, "the config file's is the file's");
+
+    // A plugin added through the API uses it; a call asks; the page takes a value of its form.
+    let (status, body) = admin
+        .post(
+            "/admin/plugins",
+            serde_json::json!({"name": "uses", "command": FIXTURE, "env": {"TOKEN": "${credential:jira}"}}),
+        )
+        .await;
+    assert_eq!(status, 201, "{body}");
+    admin.wait_state("uses", "ready").await;
+    let mut alice = a.gw.client().with_token(&token(&a, "alice").await);
+    alice.initialize().await;
+    let call = serde_json::json!({"name": "uses__getenv", "arguments": {"name": "TOKEN"}});
+    let reply = alice.call(2, "tools/call", call.clone()).await;
+    let link = reply.last()["error"]["data"]["elicitations"][0]["url"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{reply:?}"))
+        .to_owned();
+    assert!(
+        reply.last()["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("Jira token")
+    );
+    let http = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let page = Page::open(&http, &link).await;
+    let r = page
+        .post(&http, "alice", "alice-pw", "NOT-IT")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400, "the pattern holds");
+    let r = page
+        .post(&http, "alice", "alice-pw", "abcd-42")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let got = alice.result(3, "tools/call", call).await;
+    assert_eq!(got["content"][0]["text"], "abcd-42");
+
+    // Another gateway on the same database reads it at start.
+    let port = common::free_port();
+    let b = replica_with_credentials(
+        0x77,
+        port,
+        port,
+        "[credentials.tok]\nkind = \"secret\"\nlabel = \"Service token\"\n",
+        &plain,
+        Some(&a.db),
+        &[],
+    );
+    let other = common::Admin::of(&b.gw, ADMIN_TOKEN);
+    let (status, listed) = other.get("/admin/credentials/jira").await;
+    assert_eq!(status, 200, "{listed}");
+    assert_eq!(listed["connections"][0]["subject"], "alice");
+
+    // Removal: refused while a plugin uses it; then everyone's values go with it, and the
+    // other gateway hears it.
+    assert_eq!(admin.delete("/admin/credentials/jira").await, 409);
+    assert_eq!(admin.delete("/admin/plugins/uses").await, 204);
+    assert_eq!(admin.delete("/admin/credentials/jira").await, 204);
+    assert_eq!(admin.get("/admin/credentials/jira").await.0, 404);
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(15);
+    while other.get("/admin/credentials/jira").await.0 != 404 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the other gateway never heard"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    let (_, audit) = admin.get("/admin/audit?kind=admin").await;
+    let text = audit.to_string();
+    assert!(
+        text.contains("credential.add") && text.contains("credential.remove:jira"),
+        "{audit}"
+    );
 }

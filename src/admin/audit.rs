@@ -105,6 +105,13 @@ fn action(method: &Method, path: &str) -> (String, Option<String>) {
         (&Method::DELETE, ["admin", "credentials", name, "connections", ..]) => {
             (format!("credential.revoke:{}", decode(name)), None)
         }
+        (&Method::POST, ["admin", "credentials"]) => ("credential.add".into(), None),
+        (&Method::PUT, ["admin", "credentials", name]) => {
+            (format!("credential.update:{}", decode(name)), None)
+        }
+        (&Method::DELETE, ["admin", "credentials", name]) => {
+            (format!("credential.remove:{}", decode(name)), None)
+        }
         (&Method::POST, ["ui", "logout"]) => ("console.sign_out".into(), None),
         _ => (format!("{method} {path}"), None),
     }

@@ -13,8 +13,8 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
 use super::AdminError;
-use crate::config::CredentialKind;
-use crate::credentials::{Broker, CredentialError};
+use crate::config::{CredentialKind, CredentialSpec};
+use crate::credentials::{Broker, CredentialError, DefineError};
 use crate::gateway::Gateway;
 
 fn broker(gw: &Gateway) -> Result<Arc<Broker>, AdminError> {
@@ -22,7 +22,11 @@ fn broker(gw: &Gateway) -> Result<Arc<Broker>, AdminError> {
         .supervisor
         .credentials()
         .cloned()
-        .ok_or_else(|| AdminError::NotFound("no credentials are defined ([credentials])".into()))
+        .ok_or_else(|| {
+            AdminError::NotFound(
+                "people's credentials are off: no storage key ([credentials] key_file, or MCP_GATEWAY_CREDENTIALS_KEY)".into(),
+            )
+        })
 }
 
 fn failed(e: CredentialError) -> AdminError {
@@ -30,6 +34,96 @@ fn failed(e: CredentialError) -> AdminError {
         CredentialError::Undefined(_) => AdminError::NotFound(e.to_string()),
         other => AdminError::Unavailable(other.to_string()),
     }
+}
+
+fn source(b: &Broker, name: &str) -> &'static str {
+    if b.is_from_file(name) {
+        "config"
+    } else {
+        "api"
+    }
+}
+
+fn define_failed(e: DefineError) -> AdminError {
+    match e {
+        DefineError::FromFile(_) => AdminError::Conflict(e.to_string()),
+        DefineError::Invalid(why) => AdminError::BadRequest(why),
+        DefineError::Credential(c) => failed(c),
+    }
+}
+
+/// Defines `name` as `spec` and tells the registry (its plugins may use it from now on).
+async fn define(gw: &Gateway, name: &str, spec: &CredentialSpec) -> Result<Value, AdminError> {
+    let b = broker(gw)?;
+    let c = b.define(name, spec).await.map_err(define_failed)?;
+    gw.registry.set_credential_names(b.names());
+    tracing::info!(
+        credential = name,
+        "credential defined through the admin API"
+    );
+    Ok(json!({"name": c.name, "kind": kind(&c.kind), "label": c.label, "source": "api"}))
+}
+
+/// `POST /admin/credentials`: a new credential, `{"name": …}` beside its definition.
+pub async fn add(
+    State(gw): State<Arc<Gateway>>,
+    body: axum::body::Bytes,
+) -> Result<Response, AdminError> {
+    let mut value = super::json_object(&body)?;
+    let name = match value.remove("name") {
+        Some(Value::String(n)) => n,
+        _ => {
+            return Err(AdminError::BadRequest(
+                "`name` (a string) is required".into(),
+            ));
+        }
+    };
+    let spec: CredentialSpec = serde_json::from_value(Value::Object(value))
+        .map_err(|e| AdminError::BadRequest(e.to_string()))?;
+    if broker(&gw)?.defined(&name).is_ok() {
+        return Err(AdminError::Conflict(format!(
+            "credential `{name}` is defined already"
+        )));
+    }
+    let out = define(&gw, &name, &spec).await?;
+    Ok((axum::http::StatusCode::CREATED, axum::Json(out)).into_response())
+}
+
+/// `PUT /admin/credentials/{name}`: defines or redefines it.
+pub async fn put(
+    State(gw): State<Arc<Gateway>>,
+    Path(name): Path<String>,
+    body: axum::body::Bytes,
+) -> Result<Response, AdminError> {
+    let spec: CredentialSpec = serde_json::from_slice(&body).map_err(|e| {
+        AdminError::BadRequest(format!("the body is not a credential's definition: {e}"))
+    })?;
+    let out = define(&gw, &name, &spec).await?;
+    Ok(axum::Json(out).into_response())
+}
+
+/// `DELETE /admin/credentials/{name}`: forgets it and everyone's value of it; refused while a
+/// plugin uses it.
+pub async fn remove(
+    State(gw): State<Arc<Gateway>>,
+    Path(name): Path<String>,
+) -> Result<Response, AdminError> {
+    let b = broker(&gw)?;
+    let users = gw.credential_users(&name);
+    if !users.is_empty() {
+        return Err(AdminError::Conflict(format!(
+            "credential `{name}` is used by {}: change them first",
+            users.join(", ")
+        )));
+    }
+    if !b.undefine(&name).await.map_err(define_failed)? {
+        return Err(AdminError::NotFound(format!(
+            "no credential `{name}` is defined"
+        )));
+    }
+    gw.registry.set_credential_names(b.names());
+    tracing::info!(credential = %name, "credential removed through the admin API");
+    Ok(axum::http::StatusCode::NO_CONTENT.into_response())
 }
 
 fn kind(k: &CredentialKind) -> &'static str {
@@ -43,7 +137,7 @@ fn kind(k: &CredentialKind) -> &'static str {
 pub async fn list(State(gw): State<Arc<Gateway>>) -> Result<Response, AdminError> {
     let mut out = Vec::new();
     if let Some(b) = gw.sessions.supervisor.credentials() {
-        for c in &gw.config.credentials.credentials {
+        for c in b.definitions().iter() {
             let connected = b.connected(&c.name).await.map_err(failed)?.len();
             out.push(json!({
                 "name": c.name,
@@ -51,6 +145,7 @@ pub async fn list(State(gw): State<Arc<Gateway>>) -> Result<Response, AdminError
                 "label": c.label,
                 "connected": connected,
                 "plugins": gw.credential_users(&c.name),
+                "source": source(b, &c.name),
             }));
         }
     }
@@ -61,11 +156,12 @@ pub async fn list(State(gw): State<Arc<Gateway>>) -> Result<Response, AdminError
 pub async fn console(State(gw): State<Arc<Gateway>>) -> Result<Response, AdminError> {
     let mut out = Vec::new();
     if let Some(b) = gw.sessions.supervisor.credentials() {
-        for c in b.definitions() {
+        for c in b.definitions().iter() {
             out.push(json!({
                 "name": c.name,
                 "kind": kind(&c.kind),
                 "label": c.label,
+                "source": source(b, &c.name),
                 "plugins": gw.credential_users(&c.name),
                 "connections": connections(b, &c.name).await?,
             }));

@@ -85,8 +85,16 @@ fn api_router(gateway: Arc<Gateway>) -> Router<Arc<Gateway>> {
         .route("/admin/limits", get(limits))
         .route("/admin/audit", get(audit::list))
         .route("/admin/sessions", get(sessions::list))
-        .route("/admin/credentials", get(credentials::list))
-        .route("/admin/credentials/{name}", get(credentials::show))
+        .route(
+            "/admin/credentials",
+            get(credentials::list).post(credentials::add),
+        )
+        .route(
+            "/admin/credentials/{name}",
+            get(credentials::show)
+                .put(credentials::put)
+                .delete(credentials::remove),
+        )
         .route(
             "/admin/credentials/{name}/connections",
             axum::routing::delete(credentials::revoke_all),

@@ -9,6 +9,7 @@
 //! is it sealed under the current key); it does not ask anyone for one.
 
 mod connect;
+mod definitions;
 pub mod oauth;
 mod seal;
 pub mod store;
@@ -20,6 +21,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::{CredentialConfig, CredentialKind, CredentialsConfig};
 pub use connect::{CALLBACK_PATH, ConnectRefused};
+pub use definitions::DefineError;
 pub use oauth::{OAuth, OAuthError, Tokens};
 pub use seal::{SealError, Sealer};
 pub use store::{CredentialStore, Request, StoreError, StoreFuture, Stored};
@@ -121,9 +123,15 @@ pub enum Event {
 /// How long one replica may take to refresh a token before another may try.
 const REFRESH_CLAIM_MS: i64 = 30_000;
 
+/// The credentials defined at one moment.
+pub type Definitions = Arc<Vec<Arc<CredentialConfig>>>;
+
 /// Keeps people's credentials and hands them out.
 pub struct Broker {
-    config: CredentialsConfig,
+    /// The credentials defined now (the config file's, then the admin API's), by name.
+    defs: std::sync::RwLock<Definitions>,
+    /// The names the config file defines: the admin API does not change those.
+    from_file: std::collections::BTreeSet<String>,
     sealer: Sealer,
     store: Arc<dyn CredentialStore>,
     /// Where the connect page is: `{base}/connect/{id}` (the gateway's public origin).
@@ -174,7 +182,10 @@ impl Broker {
     ) -> Arc<Broker> {
         Arc::new(Broker {
             sealer: Sealer::new(&config.keys),
-            config,
+            from_file: config.credentials.iter().map(|c| c.name.clone()).collect(),
+            defs: std::sync::RwLock::new(Arc::new(
+                config.credentials.into_iter().map(Arc::new).collect(),
+            )),
             store,
             base: base.trim_end_matches('/').to_owned(),
             oauth: OAuth::default(),
@@ -217,9 +228,11 @@ impl Broker {
     }
 
     /// The credential defined as `name`.
-    pub fn defined(&self, name: &str) -> Result<&CredentialConfig, CredentialError> {
-        self.config
-            .get(name)
+    pub fn defined(&self, name: &str) -> Result<Arc<CredentialConfig>, CredentialError> {
+        self.definitions()
+            .iter()
+            .find(|c| c.name == name)
+            .cloned()
             .ok_or_else(|| CredentialError::Undefined(name.to_owned()))
     }
 
@@ -280,9 +293,9 @@ impl Broker {
         Some((subject, opened.plain))
     }
 
-    /// The credentials defined.
-    pub fn definitions(&self) -> &[CredentialConfig] {
-        &self.config.credentials
+    /// The credentials defined now.
+    pub fn definitions(&self) -> Definitions {
+        self.defs.read().expect("definitions lock").clone()
     }
 
     /// The open request to connect `id` (unused, unexpired), leaving it open.
@@ -373,7 +386,7 @@ impl Broker {
             scopes,
         };
         self.store.put(&row).await?;
-        Ok(connection(c, &row))
+        Ok(connection(&c, &row))
     }
 
     /// Forgets `subject`'s credential `name`, or everyone's (`None`); how many there were.
@@ -415,9 +428,10 @@ impl Broker {
     /// What `subject` has connected, among the credentials defined now.
     pub async fn connections(&self, subject: &str) -> Result<Vec<Connection>, CredentialError> {
         let rows = self.store.of_subject(subject).await?;
+        let defs = self.definitions();
         Ok(rows
             .iter()
-            .filter_map(|r| Some(connection(self.config.get(&r.name)?, r)))
+            .filter_map(|r| Some(connection(defs.iter().find(|c| c.name == r.name)?, r)))
             .collect())
     }
 
@@ -425,7 +439,7 @@ impl Broker {
     pub async fn connected(&self, name: &str) -> Result<Vec<Connection>, CredentialError> {
         let c = self.defined(name)?;
         let rows = self.store.of_credential(name).await?;
-        Ok(rows.iter().map(|r| connection(c, r)).collect())
+        Ok(rows.iter().map(|r| connection(&c, r)).collect())
     }
 }
 

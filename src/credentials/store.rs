@@ -64,6 +64,17 @@ pub trait CredentialStore: Send + Sync {
     fn of_subject<'a>(&'a self, subject: &'a str) -> StoreFuture<'a, Vec<Stored>>;
     /// Who has connected credential `name`, by subject.
     fn of_credential<'a>(&'a self, name: &'a str) -> StoreFuture<'a, Vec<Stored>>;
+    /// The credentials defined through the admin API: name and definition (JSON), by name.
+    fn definitions(&self) -> StoreFuture<'_, Vec<(String, String)>>;
+    /// Keeps (or replaces) the definition of credential `name`.
+    fn put_definition<'a>(
+        &'a self,
+        name: &'a str,
+        spec: &'a str,
+        now_ms: i64,
+    ) -> StoreFuture<'a, ()>;
+    /// Forgets the definition of credential `name`; whether there was one.
+    fn delete_definition<'a>(&'a self, name: &'a str) -> StoreFuture<'a, bool>;
     /// Keeps a request to connect (and forgets those expired long ago).
     fn open_request<'a>(&'a self, request: &'a Request) -> StoreFuture<'a, ()>;
     /// The request `id`, unused and unexpired at `now_ms`, which is used from now on: a

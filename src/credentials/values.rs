@@ -42,9 +42,8 @@ impl Broker {
     /// Whether credential `name` is renewed by the gateway alone ([`Broker::value`] refreshes
     /// it); otherwise a value near its end is replaced by starting its instances again.
     pub fn renews_itself(&self, name: &str) -> bool {
-        self.config
-            .get(name)
-            .is_some_and(|c| matches!(c.kind, CredentialKind::OAuth2 { .. }))
+        self.defined(name)
+            .is_ok_and(|c| matches!(c.kind, CredentialKind::OAuth2 { .. }))
     }
 
     /// `subject`'s credential `name` of kind `token_exchange`: `subject_token` (the caller's

@@ -187,6 +187,55 @@ impl CredentialStore for SqlCredentialStore {
         })
     }
 
+    fn definitions(&self) -> StoreFuture<'_, Vec<(String, String)>> {
+        Box::pin(async move {
+            let rows = sqlx::query("SELECT name, spec FROM credential_definitions ORDER BY name")
+                .fetch_all(&self.pool)
+                .await
+                .map_err(failed)?;
+            rows.iter()
+                .map(|r| {
+                    Ok((
+                        r.try_get("name").map_err(failed)?,
+                        r.try_get("spec").map_err(failed)?,
+                    ))
+                })
+                .collect()
+        })
+    }
+
+    fn put_definition<'a>(
+        &'a self,
+        name: &'a str,
+        spec: &'a str,
+        now_ms: i64,
+    ) -> StoreFuture<'a, ()> {
+        Box::pin(async move {
+            sqlx::query(
+                "INSERT INTO credential_definitions (name, spec, updated_at_ms) VALUES ($1, $2, $3) \
+                 ON CONFLICT (name) DO UPDATE SET spec = excluded.spec, updated_at_ms = excluded.updated_at_ms",
+            )
+            .bind(name.to_owned())
+            .bind(spec.to_owned())
+            .bind(now_ms)
+            .execute(&self.pool)
+            .await
+            .map_err(failed)?;
+            Ok(())
+        })
+    }
+
+    fn delete_definition<'a>(&'a self, name: &'a str) -> StoreFuture<'a, bool> {
+        Box::pin(async move {
+            let done = sqlx::query("DELETE FROM credential_definitions WHERE name = $1")
+                .bind(name.to_owned())
+                .execute(&self.pool)
+                .await
+                .map_err(failed)?;
+            Ok(done.rows_affected() == 1)
+        })
+    }
+
     fn open_request<'a>(&'a self, r: &'a Request) -> StoreFuture<'a, ()> {
         Box::pin(async move {
             // Requests a day past their expiry are of no use to anyone.

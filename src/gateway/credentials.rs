@@ -33,6 +33,9 @@ const TICK: Duration = Duration::from_secs(1);
 /// Every how many ticks the database is asked whether they changed or went.
 const CHECK_EVERY: u32 = 3;
 
+/// Every how many ticks the credentials defined through the admin API are read again.
+const RELOAD_EVERY: u32 = 5;
+
 impl Gateway {
     /// The plugins started with credential `name`.
     pub fn credential_users(&self, name: &str) -> Vec<String> {
@@ -80,6 +83,9 @@ impl Gateway {
     fn running_credentials(&self) -> HashMap<(String, String), Vec<Instance>> {
         let mut users: HashMap<(String, String), Vec<Instance>> = HashMap::new();
         let entries = self.registry.entries();
+        if !entries.iter().any(|e| !e.credentials.is_empty()) {
+            return users;
+        }
         for s in self.people_sessions() {
             let Some(owner) = s.owner.clone() else {
                 continue;
@@ -169,6 +175,14 @@ async fn run(
             Some(Err(tokio::sync::broadcast::error::RecvError::Closed)) => return,
             None => {
                 n = n.wrapping_add(1);
+                // Definitions the admin API changed on another replica.
+                if n.is_multiple_of(RELOAD_EVERY) {
+                    match broker.reload_definitions().await {
+                        Ok(true) => g.registry.set_credential_names(broker.names()),
+                        Ok(false) => {}
+                        Err(e) => tracing::warn!("credentials: {e}"),
+                    }
+                }
                 let running = g.running_credentials();
                 for ((subject, name), users) in &running {
                     if broker.due(subject, name) {

@@ -123,6 +123,30 @@ impl Gateway {
             replica.clone(),
             config.session.input_timeout,
         ));
+        // People's credentials, with a storage key: the config file's, and the admin API's
+        // from the database (before the registry, whose plugins may use them). The connect
+        // page is on the public listener, at its origin.
+        let broker = match (&config.credentials.keys.current, &config.auth.public_url) {
+            (Some(_), Some(public)) if config.auth.mode != crate::config::AuthMode::None => {
+                let b = crate::credentials::Broker::new(
+                    config.credentials.clone(),
+                    database.credential_store(),
+                    &public.origin().ascii_serialization(),
+                );
+                if let Err(e) = b.reload_definitions().await {
+                    tracing::warn!(
+                        "the credentials defined through the admin API were not read: {e}"
+                    );
+                }
+                Some(b)
+            }
+            _ => None,
+        };
+        let mut config = config;
+        if let Some(b) = &broker {
+            config.credentials.credentials =
+                b.definitions().iter().map(|c| (**c).clone()).collect();
+        }
         let plugin_store = database.plugin_store();
         let registry = Registry::load(&config, plugin_store.clone()).await?;
         // In a cluster, revocations are heard by every replica at once and registrations are
@@ -154,20 +178,11 @@ impl Gateway {
             None => Arc::new(MemoryEventStore::new(config.replay.clone())),
         };
         let supervisor = Supervisor::new(registry.clone(), config.max_children);
-        if !config.credentials.credentials.is_empty()
-            && let Some(public) = &config.auth.public_url
-        {
-            // The connect page is on the public listener, at its origin.
-            let broker = crate::credentials::Broker::new(
-                config.credentials.clone(),
-                database.credential_store(),
-                &public.origin().ascii_serialization(),
-            );
+        if let Some(broker) = &broker {
             // A token_exchange credential in built-in mode exchanges the token people's
             // sign-in at the [auth.upstream] provider gave.
-            let exchanges = config
-                .credentials
-                .credentials
+            let exchanges = broker
+                .definitions()
                 .iter()
                 .any(|c| matches!(c.kind, crate::config::CredentialKind::TokenExchange { .. }));
             if exchanges && let Some(server) = &auth.server {
@@ -175,7 +190,7 @@ impl Gateway {
                     broker.clone(),
                 )));
             }
-            supervisor.use_credentials(broker);
+            supervisor.use_credentials(broker.clone());
         }
         let sessions = SessionManager::new(
             config.session.clone(),

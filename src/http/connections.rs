@@ -238,7 +238,8 @@ async fn submit(
             }
         }
         (Some("connect"), Some(name)) => {
-            let oauth = match broker.defined(name).map(|c| &c.kind) {
+            let defined = broker.defined(name);
+            let oauth = match defined.as_deref().map(|c| &c.kind) {
                 Ok(CredentialKind::Secret { .. }) => false,
                 Ok(CredentialKind::OAuth2 { .. }) => true,
                 _ => {
@@ -289,7 +290,7 @@ async fn list(broker: &Broker, subject: &str, csrf: &str, notice: Option<&str>) 
         )
     };
     let mut rows = String::new();
-    for c in broker.definitions() {
+    for c in broker.definitions().iter() {
         let connected = connections.iter().find(|k| k.credential == c.name);
         let state = match connected {
             Some(k) => format!(

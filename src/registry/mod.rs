@@ -68,8 +68,9 @@ pub struct Registry {
     file_plugins: Mutex<Vec<PluginConfig>>,
     store: Arc<dyn PluginStore>,
     separator: Arc<str>,
-    /// The credentials defined (`[credentials.NAME]`): a plugin may use only these.
-    credentials: Arc<[String]>,
+    /// The credentials defined (`[credentials.NAME]`, and the admin API's): a plugin may use
+    /// only these.
+    credentials: RwLock<Arc<[String]>>,
     generation: AtomicU64,
     listener: Mutex<Option<Listener>>,
     /// Serializes publishing views.
@@ -84,6 +85,16 @@ pub struct Registry {
 }
 
 impl Registry {
+    /// The credentials plugins may use now.
+    pub fn credential_names(&self) -> Arc<[String]> {
+        self.credentials.read().expect("credentials lock").clone()
+    }
+
+    /// The credentials defined changed (the admin API, or another replica's).
+    pub fn set_credential_names(&self, names: Vec<String>) {
+        *self.credentials.write().expect("credentials lock") = names.into();
+    }
+
     /// The registry for `config`, with the overlay the store holds applied.
     pub async fn load(
         config: &Config,
@@ -120,7 +131,7 @@ impl Registry {
             file_plugins: Mutex::new(config.plugins.clone()),
             store,
             separator: Arc::from(config.separator.as_str()),
-            credentials: config.credentials.names().into(),
+            credentials: RwLock::new(config.credentials.names().into()),
             generation: AtomicU64::new(1),
             listener: Mutex::new(None),
             publishing: Mutex::new(()),
@@ -335,7 +346,7 @@ impl Registry {
         let _change = self.change.lock().await;
         let overlay = self.store.load().await?;
         let merged = merge(&file_plugins, &overlay);
-        validate_set(&merged, &self.separator, &self.credentials)?;
+        validate_set(&merged, &self.separator, &self.credential_names())?;
         *self.file_plugins.lock().expect("file plugins lock") = file_plugins;
         self.install(merged, None);
         Ok(())
@@ -351,7 +362,7 @@ impl Registry {
         let overlay = self.store.load().await?;
         let file_plugins = self.file_plugins.lock().expect("file plugins lock").clone();
         let merged = merge(&file_plugins, &overlay);
-        validate_set(&merged, &self.separator, &self.credentials)?;
+        validate_set(&merged, &self.separator, &self.credential_names())?;
         if same_set(&merged, &self.current_configs()) {
             return Ok(false);
         }
@@ -360,7 +371,7 @@ impl Registry {
     }
 
     fn check(&self, config: &PluginConfig) -> Result<(), RegistryError> {
-        crate::config::validate_plugin(config, &self.separator, &self.credentials)
+        crate::config::validate_plugin(config, &self.separator, &self.credential_names())
             .map_err(|e| RegistryError::Invalid(e.to_string()))?;
         let prefix = config.prefix.as_deref().unwrap_or(&config.name);
         if let Some(other) = self.entries().iter().find(|e| {

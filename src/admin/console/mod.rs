@@ -72,7 +72,14 @@ pub fn router(gw: &Arc<Gateway>) -> Router<Arc<Gateway>> {
             axum::routing::delete(sessions::delete),
         )
         .route("/ui/api/audit", get(audit::list))
-        .route("/ui/api/credentials", get(super::credentials::console))
+        .route(
+            "/ui/api/credentials",
+            get(super::credentials::console).post(super::credentials::add),
+        )
+        .route(
+            "/ui/api/credentials/{name}",
+            axum::routing::put(super::credentials::put).delete(super::credentials::remove),
+        )
         .route(
             "/ui/api/credentials/{name}/connections",
             axum::routing::delete(super::credentials::revoke_all),

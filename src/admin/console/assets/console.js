@@ -398,10 +398,15 @@ async function loadCredentials() {
         onclick: () => revoke(c, k.subject) }, "Revoke"))));
     return el("div", { class: "panel", "data-credential": c.name },
       el("div", { class: "heading" },
-        el("h2", {}, c.label + " ", badge(c.kind)),
+        el("h2", {}, c.label + " ", badge(c.kind), " ", badge(c.source)),
         c.connections.length
           ? el("button", { class: "small danger", type: "button", "data-action": "revoke-all",
             onclick: () => revoke(c, null) }, "Revoke everyone's")
+          : "",
+        c.source === "api"
+          ? el("button", { class: "small danger", type: "button", "data-action": "remove",
+            onclick: () => act("DELETE", "/ui/api/credentials/" + encodeURIComponent(c.name),
+              undefined, "Removed " + c.name) }, "Remove")
           : ""),
       el("p", { class: "muted" }, c.name + " · used by " + (c.plugins.length ? c.plugins.join(", ") : "no plugin")
         + " · " + c.connections.length + " connected"),
@@ -414,6 +419,31 @@ async function loadCredentials() {
   });
   document.getElementById("credential-list").replaceChildren(...blocks);
   document.getElementById("credentials-empty").hidden = blocks.length > 0;
+}
+
+async function saveCredential(event) {
+  event.preventDefault();
+  const error = document.getElementById("credential-error");
+  error.hidden = true;
+  let body;
+  try {
+    body = JSON.parse(document.getElementById("credential-definition").value);
+  } catch (e) {
+    error.textContent = "The definition is not JSON: " + e.message;
+    error.hidden = false;
+    return;
+  }
+  body.name = document.getElementById("credential-name").value;
+  try {
+    await api("POST", "/ui/api/credentials", body);
+  } catch (e) {
+    error.textContent = e.message;
+    error.hidden = false;
+    return;
+  }
+  document.getElementById("credential-form").hidden = true;
+  say("Defined " + body.name);
+  refresh();
 }
 
 // ---- Audit ---------------------------------------------------------------------------------
@@ -506,5 +536,12 @@ document.addEventListener("DOMContentLoaded", () => {
   });
   document.getElementById("plugin-form").addEventListener("submit", savePlugin);
   document.getElementById("audit-filter").addEventListener("submit", auditFilter);
+  document.getElementById("credential-add").addEventListener("click", () => {
+    document.getElementById("credential-form").hidden = false;
+  });
+  document.getElementById("credential-cancel").addEventListener("click", () => {
+    document.getElementById("credential-form").hidden = true;
+  });
+  document.getElementById("credential-form").addEventListener("submit", saveCredential);
   show();
 });
