@@ -61,11 +61,11 @@ async fn stored(db: &str, subject: &str) -> Option<Value> {
     Some(serde_json::from_slice(&opened.plain).unwrap())
 }
 
-#[tokio::test]
-async fn an_oauth_credential_is_connected_at_its_service_refreshed_and_revoked() {
+/// The service (its tokens good for `ttl` seconds) and a gateway whose plugin `fix` is started
+/// with the caller's credential `svc` from it; the directory holding the client secret.
+fn oauth_gateway(ttl: u64) -> (OidcProvider, common::oauth::AuthGateway, tempfile::TempDir) {
     let port = free_port();
-    let base = format!("http://127.0.0.1:{port}");
-    let provider = service(&base, 9);
+    let provider = service(&format!("http://127.0.0.1:{port}"), ttl);
     let secrets = tempfile::tempdir().unwrap();
     let secret_file = secrets.path().join("client-secret");
     std::fs::write(&secret_file, CLIENT.1).unwrap();
@@ -80,6 +80,13 @@ async fn an_oauth_credential_is_connected_at_its_service_refreshed_and_revoked()
         "[plugins.fix]\ncommand = \"{FIXTURE}\"\nenv = {{ TOKEN = \"${{credential:svc}}\" }}\n"
     );
     let a = gateway_with_credentials(KEY, port, &credentials, &plugins);
+    (provider, a, secrets)
+}
+
+#[tokio::test]
+async fn an_oauth_credential_is_connected_at_its_service_refreshed_and_revoked() {
+    let (provider, a, _secrets) = oauth_gateway(9);
+    let base = a.base.clone();
     let getenv = json_call("TOKEN");
     let mut alice = a.gw.client().with_token(&token(&a, "alice").await);
     alice.initialize().await;
@@ -424,23 +431,7 @@ async fn a_caller_s_token_is_exchanged_for_one_with_the_credential_s_audience() 
 #[tokio::test]
 async fn a_person_connects_an_oauth_credential_in_a_real_browser() {
     use common::browser::Browserdriver;
-    let port = free_port();
-    let base = format!("http://127.0.0.1:{port}");
-    let provider = service(&base, 300);
-    let secrets = tempfile::tempdir().unwrap();
-    let secret_file = secrets.path().join("client-secret");
-    std::fs::write(&secret_file, CLIENT.1).unwrap();
-    let credentials = format!(
-        "[credentials.svc]\nkind = \"oauth2\"\nlabel = \"Test service\"\nissuer = \"{}\"\n\
-         client_id = \"{}\"\nclient_secret_file = \"{}\"\nscopes = [\"openid\"]\n",
-        provider.issuer(),
-        CLIENT.0,
-        secret_file.display()
-    );
-    let plugins = format!(
-        "[plugins.fix]\ncommand = \"{FIXTURE}\"\nenv = {{ TOKEN = \"${{credential:svc}}\" }}\n"
-    );
-    let a = gateway_with_credentials(KEY, port, &credentials, &plugins);
+    let (provider, a, _secrets) = oauth_gateway(300);
     let getenv = json_call("TOKEN");
     let mut alice = a.gw.client().with_token(&token(&a, "alice").await);
     alice.initialize().await;
