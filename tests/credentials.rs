@@ -10,7 +10,7 @@ use common::oauth::ADMIN_TOKEN;
 use std::sync::Arc;
 
 use mcp_gateway::config::{CredentialKeys, CredentialSpec, CredentialsConfig, credential_config};
-use mcp_gateway::credentials::{Broker, CredentialError, CredentialStore};
+use mcp_gateway::credentials::{Broker, CredentialError, CredentialStore, Stored};
 use mcp_gateway::database::Database;
 
 const BASE: &str = "https://gateway.example";
@@ -131,6 +131,50 @@ async fn exercise(store: Arc<dyn CredentialStore>) {
         only_new.value("bob", "jira").await,
         Err(CredentialError::Sealed { .. })
     ));
+
+    // A refresh claims, replaces and forgets only the value it read: one changed meanwhile
+    // (a new connection, a disconnection, another replica's refresh) stands.
+    let now = mcp_gateway::audit::now_ms();
+    let read = store.get("alice", "github").await.unwrap().unwrap();
+    broker
+        .connect_secret("alice", "github", "ghp_r3placedMeanwhile000000000")
+        .await
+        .unwrap();
+    let current = store.get("alice", "github").await.unwrap().unwrap();
+    assert!(
+        !store
+            .claim_refresh("alice", "github", &read.sealed, now, now + 90_000)
+            .await
+            .unwrap()
+    );
+    let stale = Stored {
+        sealed: "stale".into(),
+        ..read.clone()
+    };
+    assert!(!store.swap(&stale, &read.sealed).await.unwrap());
+    assert!(
+        !store
+            .delete_if("alice", "github", &read.sealed)
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        store.get("alice", "github").await.unwrap().unwrap(),
+        current
+    );
+    // Of two claims on the current value, one holds.
+    assert!(
+        store
+            .claim_refresh("alice", "github", &current.sealed, now, now + 90_000)
+            .await
+            .unwrap()
+    );
+    assert!(
+        !store
+            .claim_refresh("alice", "github", &current.sealed, now, now + 90_000)
+            .await
+            .unwrap()
+    );
 
     assert_eq!(broker.disconnect(Some("alice"), "github").await.unwrap(), 1);
     assert!(broker.value("alice", "github").await.unwrap().is_none());
@@ -1168,6 +1212,25 @@ async fn credentials_are_defined_through_the_admin_api() {
         .await;
     assert_eq!(status, 400, "{body}");
     assert!(body.to_string().contains("issuer"), "{body}");
+    // The API may not point a client secret at the gateway's own secrets, nor at a file.
+    for (key, value) in [
+        ("client_secret_env", "MCP_GATEWAY_CREDENTIALS_KEY"),
+        ("client_secret_file", "/etc/passwd"),
+    ] {
+        let (status, body) = admin
+            .post(
+                "/admin/credentials",
+                serde_json::json!({"name": "exfil", "kind": "oauth2", "client_id": "x",
+                    "token_endpoint": "https://evil.example/token",
+                    "authorization_endpoint": "https://evil.example/auth", key: value}),
+            )
+            .await;
+        assert_eq!(status, 400, "{key}: {body}");
+        assert!(
+            body.to_string().contains("MCP_GATEWAY_CLIENT_SECRET_"),
+            "{body}"
+        );
+    }
     let (status, _) = admin
         .put(
             "/admin/credentials/tok",

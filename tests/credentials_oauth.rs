@@ -160,6 +160,23 @@ async fn an_oauth_credential_is_connected_at_its_service_refreshed_and_revoked()
     assert_eq!(r.status(), 403);
     assert!(r.text().await.unwrap().contains("id=\"mismatch\""));
     assert!(stored(&a.db, "alice").await.is_none(), "nothing stored");
+    // The right state, but another server's name (RFC 9207): a mix-up, refused.
+    let mut mixed = url::Url::parse(&back).unwrap();
+    let pairs: Vec<(String, String)> = mixed
+        .query_pairs()
+        .filter(|(k, _)| k != "iss")
+        .map(|(k, v)| (k.into_owned(), v.into_owned()))
+        .collect();
+    mixed
+        .query_pairs_mut()
+        .clear()
+        .extend_pairs(pairs)
+        .append_pair("iss", "https://another-server.example");
+    let r = callback(mixed.to_string(), Some(flow.clone()))
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403);
+    assert!(stored(&a.db, "alice").await.is_none(), "nothing stored");
     let r = callback(back.clone(), Some(flow.clone())).await.unwrap();
     assert_eq!(r.status(), 200);
     let cleared = r.headers()["set-cookie"].to_str().unwrap().to_owned();
@@ -282,10 +299,15 @@ async fn an_oauth_credential_is_connected_at_its_service_refreshed_and_revoked()
         admin.delete("/admin/credentials/svc/connections/bob").await,
         200
     );
-    assert_eq!(
-        provider.introspect(CLIENT, &bobs_refresh).await["active"],
-        false
-    );
+    // Revoked at the service too, in the background.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    while provider.introspect(CLIENT, &bobs_refresh).await["active"] != false {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never revoked at the service"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     let reply = bob.call(41, "tools/call", getenv.clone()).await;
     assert_eq!(reply.last()["error"]["code"], -32042, "{reply:?}");
 

@@ -36,6 +36,7 @@ pub fn secret_env_var(name: &str) -> Option<String> {
 /// Whether `name` holds a secret of the gateway's.
 pub(super) fn is_secret_env(name: &str) -> bool {
     SECRET_ENV_VARS.contains(&name)
+        || name.starts_with(super::credentials::API_CLIENT_SECRET_PREFIX)
         || NAMED_SECRETS
             .lock()
             .unwrap_or_else(|e| e.into_inner())

@@ -51,6 +51,16 @@ pub enum ConnectRefused {
 }
 
 impl Broker {
+    /// Whether `state` is the one the flow of the cookie `leg` sent (an answer that is not
+    /// this browser's flow's changes nothing, not even its cookie).
+    pub fn flow_state_matches(&self, leg: &str, state: &str) -> bool {
+        self.open_for(leg, LEG)
+            .and_then(|(_, plain)| serde_json::from_slice::<Leg>(&plain).ok())
+            .is_some_and(|l| {
+                crate::auth::constant_time_eq(&crate::auth::hash_secret(state), &l.state_hash)
+            })
+    }
+
     /// Begins the flow of `request` (made for an `oauth2` credential) for the person who
     /// signed in as its subject: the server's authorization URL, and the cookie's value.
     pub async fn begin_connect(
@@ -88,6 +98,7 @@ impl Broker {
         leg: &str,
         state: &str,
         code: &str,
+        iss: Option<&str>,
     ) -> Result<(String, Connection), ConnectRefused> {
         let (subject, plain) = self.open_for(leg, LEG).ok_or(ConnectRefused::Mismatch)?;
         let leg: Leg = serde_json::from_slice(&plain).map_err(|_| ConnectRefused::Mismatch)?;
@@ -100,6 +111,11 @@ impl Broker {
         let CredentialKind::OAuth2 { server, .. } = &c.kind else {
             return Err(CredentialError::NotOAuth(leg.name.clone()).into());
         };
+        // A code from another server than this credential's (a mix-up) is not redeemed.
+        self.oauth
+            .check_iss(&leg.name, server, iss)
+            .await
+            .map_err(|_| ConnectRefused::Mismatch)?;
         match self.take(&leg.id).await? {
             Some(r) if r.subject == subject && r.name == leg.name => {}
             _ => return Err(ConnectRefused::Used),
@@ -118,9 +134,9 @@ impl Broker {
         let value = Value {
             value: t.access_token,
             refresh_token: t.refresh_token,
-            lifetime_ms: t.expires_in.map(|d| d.as_millis() as i64),
+            lifetime_ms: t.expires_in.map(super::millis),
         };
-        let expires = t.expires_in.map(|d| now_ms() + d.as_millis() as i64);
+        let expires = t.expires_in.map(|d| super::expiry(now_ms(), d));
         let connection = self
             .keep(&subject, &leg.name, &value, expires, t.scope)
             .await?;

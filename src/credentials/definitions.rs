@@ -42,8 +42,18 @@ impl Broker {
         if self.is_from_file(name) {
             return Err(DefineError::FromFile(name.to_owned()));
         }
+        crate::config::check_api_spec(name, spec)
+            .map_err(|e| DefineError::Invalid(e.to_string()))?;
         let checked = credential_config(name, spec.clone(), crate::config::secret_env_var)
             .map_err(|e| DefineError::Invalid(e.to_string()))?;
+        // A change of server or client leaves nothing of the old one behind: the values it
+        // gave are revoked there and forgotten, its metadata dropped.
+        if let Ok(old) = self.defined(name)
+            && !same_server(&old, &checked)
+        {
+            self.disconnect(None, name).await?;
+        }
+        self.oauth.forget(name);
         let json = serde_json::to_string(spec).expect("serializable");
         self.store
             .put_definition(name, &json, now_ms())
@@ -67,6 +77,7 @@ impl Broker {
             return Ok(false);
         }
         self.disconnect(None, name).await?;
+        self.oauth.forget(name);
         self.store
             .delete_definition(name)
             .await
@@ -92,8 +103,15 @@ impl Broker {
                     continue;
                 }
             };
-            match credential_config(&name, spec, crate::config::secret_env_var) {
-                Ok(c) => api.push(Arc::new(c)),
+            let checked = crate::config::check_api_spec(&name, &spec)
+                .and_then(|()| credential_config(&name, spec, crate::config::secret_env_var));
+            match checked {
+                Ok(c) => {
+                    if self.defined(&name).is_ok_and(|old| !same_server(&old, &c)) {
+                        self.oauth.forget(&name);
+                    }
+                    api.push(Arc::new(c))
+                }
                 Err(e) => {
                     tracing::warn!(credential = %name, "a stored definition is left out: {e}")
                 }
@@ -113,4 +131,21 @@ impl Broker {
         change(&mut next);
         *defs = Arc::new(next);
     }
+}
+
+/// Whether two definitions name the same server and client: the kind, the endpoints and the
+/// client id (a label, a pattern or scopes may change without forgetting anyone's value).
+fn same_server(a: &CredentialConfig, b: &CredentialConfig) -> bool {
+    use crate::config::CredentialKind as K;
+    let server = |k: &K| match k {
+        K::OAuth2 { server, .. } | K::TokenExchange { server, .. } => Some((
+            server.issuer.clone(),
+            server.authorization_endpoint.clone(),
+            server.token_endpoint.clone(),
+            server.client_id.clone(),
+        )),
+        K::Secret { .. } => None,
+    };
+    std::mem::discriminant(&a.kind) == std::mem::discriminant(&b.kind)
+        && server(&a.kind) == server(&b.kind)
 }

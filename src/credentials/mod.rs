@@ -120,8 +120,19 @@ pub enum Event {
     },
 }
 
-/// How long one replica may take to refresh a token before another may try.
-const REFRESH_CLAIM_MS: i64 = 30_000;
+/// How long a replica may take to refresh a token before another may try: longer than the
+/// server's metadata (three documents) and the token request may take together.
+const REFRESH_CLAIM_MS: i64 = 90_000;
+
+/// A duration in milliseconds, saturating (a server's `expires_in` is its own to choose).
+fn millis(d: std::time::Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// `now_ms` plus `d`, saturating.
+fn expiry(now_ms: i64, d: std::time::Duration) -> i64 {
+    now_ms.saturating_add(millis(d))
+}
 
 /// The credentials defined at one moment.
 pub type Definitions = Arc<Vec<Arc<CredentialConfig>>>;
@@ -136,7 +147,7 @@ pub struct Broker {
     store: Arc<dyn CredentialStore>,
     /// Where the connect page is: `{base}/connect/{id}` (the gateway's public origin).
     base: String,
-    oauth: OAuth,
+    oauth: Arc<OAuth>,
     events: tokio::sync::broadcast::Sender<Event>,
     /// What this replica last handed out of each person's credential, to see it change.
     known: std::sync::Mutex<std::collections::HashMap<(String, String), Known>>,
@@ -188,7 +199,7 @@ impl Broker {
             )),
             store,
             base: base.trim_end_matches('/').to_owned(),
-            oauth: OAuth::default(),
+            oauth: Arc::new(OAuth::default()),
             events: tokio::sync::broadcast::channel(256).0,
             known: Default::default(),
         })
@@ -390,39 +401,55 @@ impl Broker {
     }
 
     /// Forgets `subject`'s credential `name`, or everyone's (`None`); how many there were.
-    /// An OAuth token is revoked at its server too (RFC 7009) where the server offers it;
-    /// a failed revocation is logged, and the value forgotten all the same.
+    /// An OAuth token is then revoked at its server too (RFC 7009) where the server offers
+    /// it, in the background: a failed revocation is logged, and the value is gone already.
     pub async fn disconnect(
         &self,
         subject: Option<&str>,
         name: &str,
     ) -> Result<u64, CredentialError> {
         let c = self.defined(name)?;
+        let rows = match (&c.kind, subject) {
+            (CredentialKind::OAuth2 { .. }, Some(s)) => {
+                self.store.get(s, name).await?.into_iter().collect()
+            }
+            (CredentialKind::OAuth2 { .. }, None) => self.store.of_credential(name).await?,
+            _ => Vec::new(),
+        };
+        // Forgotten first: a slow or failing server must not keep a value usable.
+        let removed = self.store.delete(subject, name).await?;
         if let CredentialKind::OAuth2 { server, .. } = &c.kind {
-            let rows = match subject {
-                Some(s) => self.store.get(s, name).await?.into_iter().collect(),
-                None => self.store.of_credential(name).await?,
-            };
-            for row in rows {
-                let Ok(v) = self.open_row(&row).await else {
-                    continue;
-                };
-                match self
-                    .oauth
-                    .revoke(name, server, &v.value, v.refresh_token.as_deref())
-                    .await
-                {
-                    Ok(true) => {
-                        tracing::info!(subject = %row.subject, credential = name, "revoked at the authorization server")
+            let tokens: Vec<(String, Value)> = rows
+                .iter()
+                .filter_map(|r| {
+                    let opened = self.sealer.open(&r.subject, name, &r.sealed).ok()?;
+                    Some((
+                        r.subject.clone(),
+                        serde_json::from_slice(&opened.plain).ok()?,
+                    ))
+                })
+                .collect();
+            if !tokens.is_empty() {
+                let (oauth, server, name) = (self.oauth.clone(), server.clone(), name.to_owned());
+                tokio::spawn(async move {
+                    for (subject, v) in tokens {
+                        match oauth
+                            .revoke(&name, &server, &v.value, v.refresh_token.as_deref())
+                            .await
+                        {
+                            Ok(true) => {
+                                tracing::info!(subject = %subject, credential = %name, "revoked at the authorization server")
+                            }
+                            Ok(false) => {}
+                            Err(e) => {
+                                tracing::warn!(subject = %subject, credential = %name, "revocation at the authorization server failed: {e}")
+                            }
+                        }
                     }
-                    Ok(false) => {}
-                    Err(e) => {
-                        tracing::warn!(subject = %row.subject, credential = name, "revocation at the authorization server failed: {e}")
-                    }
-                }
+                });
             }
         }
-        Ok(self.store.delete(subject, name).await?)
+        Ok(removed)
     }
 
     /// What `subject` has connected, among the credentials defined now.

@@ -75,6 +75,9 @@ struct Endpoints {
     revocation: Option<url::Url>,
     /// The server takes the client secret only in the body (`client_secret_post`).
     secret_in_body: bool,
+    /// The server names itself in its authorization responses (RFC 9207), so an answer
+    /// without `iss` is not its own.
+    iss_in_responses: bool,
 }
 
 /// What an authorization code flow keeps while the person is at the server.
@@ -103,6 +106,11 @@ impl Default for OAuth {
 }
 
 impl OAuth {
+    /// Drops what was discovered of credential `name`'s server (it was redefined).
+    pub fn forget(&self, name: &str) {
+        self.found.lock().expect("oauth lock").remove(name);
+    }
+
     /// Starts an authorization code flow for `server` (of credential `name`): the URL to send
     /// the person to, with a new `state`, and PKCE S256 unless turned off.
     pub async fn begin(
@@ -131,6 +139,33 @@ impl OAuth {
             state,
             pkce_verifier,
         })
+    }
+
+    /// Whether an authorization response's `iss` (RFC 9207) is this server's: the configured
+    /// issuer when it names one; required when the server says it sends it. Refuses a
+    /// response another server sent the person back with (a mix-up).
+    pub async fn check_iss(
+        &self,
+        name: &str,
+        server: &OAuthServer,
+        iss: Option<&str>,
+    ) -> Result<(), OAuthError> {
+        let endpoints = self.endpoints(name, server).await?;
+        let ours = server
+            .issuer
+            .as_ref()
+            .map(|i| i.as_str().trim_end_matches('/').to_owned());
+        match (iss, ours) {
+            (Some(given), Some(ours)) if given.trim_end_matches('/') != ours => {
+                Err(OAuthError::Refused(format!(
+                    "the answer names the issuer `{given}`, not this credential's"
+                )))
+            }
+            (None, _) if endpoints.iss_in_responses => Err(OAuthError::Refused(
+                "the answer does not name its issuer, which this server always does".into(),
+            )),
+            _ => Ok(()),
+        }
     }
 
     /// Redeems the `code` the server sent back, with the flow's PKCE verifier.
@@ -339,6 +374,7 @@ impl OAuth {
                 token: token.clone(),
                 revocation: server.revocation_endpoint.clone(),
                 secret_in_body: false,
+                iss_in_responses: false,
             }));
         }
         if let Some((e, at)) = self.found.lock().expect("oauth lock").get(name)
@@ -365,6 +401,8 @@ impl OAuth {
             token_endpoint: Option<String>,
             revocation_endpoint: Option<String>,
             token_endpoint_auth_methods_supported: Option<Vec<String>>,
+            #[serde(default)]
+            authorization_response_iss_parameter_supported: bool,
         }
         // The issuer as configured, without the slash `Url` adds to a bare origin.
         let issuer = issuer.trim_end_matches('/');
@@ -421,6 +459,7 @@ impl OAuth {
                 token,
                 revocation,
                 secret_in_body,
+                iss_in_responses: meta.authorization_response_iss_parameter_supported,
             });
         }
         Err(OAuthError::Provider(format!(

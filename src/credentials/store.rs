@@ -44,15 +44,26 @@ pub trait CredentialStore: Send + Sync {
     fn get<'a>(&'a self, subject: &'a str, name: &'a str) -> StoreFuture<'a, Option<Stored>>;
     /// Stores `row`, replacing the person's earlier value of that credential.
     fn put<'a>(&'a self, row: &'a Stored) -> StoreFuture<'a, ()>;
-    /// Replaces the sealed value only if it is still `was` (a value sealed again under a new
-    /// key must not undo a connection made meanwhile); whether it did.
-    fn reseal<'a>(&'a self, row: &'a Stored, was: &'a str) -> StoreFuture<'a, bool>;
-    /// Claims the refresh of `subject`'s credential `name` until `until_ms`, unless another
-    /// claim holds at `now_ms`; whether this one got it. Storing a value ends the claim.
+    /// Replaces the row's value, when it expires and its scopes only if its sealed value is
+    /// still `was` (a value sealed again under a new key, or refreshed, must not undo a
+    /// connection, a disconnection or another refresh made meanwhile), and ends any claim to
+    /// refresh it; whether it did. Never inserts.
+    fn swap<'a>(&'a self, row: &'a Stored, was: &'a str) -> StoreFuture<'a, bool>;
+    /// Deletes `subject`'s credential `name` only if its sealed value is still `was`.
+    fn delete_if<'a>(
+        &'a self,
+        subject: &'a str,
+        name: &'a str,
+        was: &'a str,
+    ) -> StoreFuture<'a, bool>;
+    /// Claims the refresh of `subject`'s credential `name`, as it is now (`sealed`), until
+    /// `until_ms`, unless another claim holds at `now_ms` or the value changed since it was
+    /// read; whether this one got it. Storing a value ends the claim.
     fn claim_refresh<'a>(
         &'a self,
         subject: &'a str,
         name: &'a str,
+        sealed: &'a str,
         now_ms: i64,
         until_ms: i64,
     ) -> StoreFuture<'a, bool>;

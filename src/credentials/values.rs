@@ -12,13 +12,21 @@ use super::{
 };
 use crate::config::CredentialKind;
 
+/// How long after a failed refresh it is tried again.
+const RETRY_MS: i64 = 30_000;
+
 impl Broker {
     pub(super) fn remember(&self, row: &Stored, value: &Value) {
         let known = Known {
             connected_at_ms: row.connected_at_ms,
             expires_at_ms: row.expires_at_ms,
+            // A token that can be refreshed, or obtained again (exchanged), is due near its
+            // end; one that cannot (no refresh token) just ends.
             refresh_at_ms: match (&value.refresh_token, row.expires_at_ms) {
-                (_, Some(t)) => Some(t - refresh_margin(value.lifetime_ms)),
+                (Some(_), Some(t)) => Some(t - refresh_margin(value.lifetime_ms)),
+                (None, Some(t)) if self.renews_by_exchange(&row.name) => {
+                    Some(t - refresh_margin(value.lifetime_ms))
+                }
                 _ => None,
             },
         };
@@ -29,6 +37,14 @@ impl Broker {
         map.insert((row.subject.clone(), row.name.clone()), known);
     }
 
+    /// A refresh that failed on the way is tried again in [`RETRY_MS`], not at every tick.
+    fn back_off(&self, subject: &str, name: &str) {
+        let mut map = self.known.lock().expect("known lock");
+        if let Some(k) = map.get_mut(&(subject.to_owned(), name.to_owned())) {
+            k.refresh_at_ms = Some(now_ms() + RETRY_MS);
+        }
+    }
+
     /// Whether `subject`'s credential `name`, as this replica handed it out, is near its
     /// end: an OAuth token is then refreshed by [`Broker::value`]; anything else that ends
     /// (an exchanged token) is replaced when its instances are idle.
@@ -37,6 +53,12 @@ impl Broker {
         map.get(&(subject.to_owned(), name.to_owned()))
             .and_then(|k| k.refresh_at_ms)
             .is_some_and(|t| t <= now_ms())
+    }
+
+    /// Whether credential `name` is obtained again by token exchange.
+    fn renews_by_exchange(&self, name: &str) -> bool {
+        self.defined(name)
+            .is_ok_and(|c| matches!(c.kind, CredentialKind::TokenExchange { .. }))
     }
 
     /// Whether credential `name` is renewed by the gateway alone ([`Broker::value`] refreshes
@@ -81,9 +103,9 @@ impl Broker {
         let value = Value {
             value: t.access_token,
             refresh_token: None,
-            lifetime_ms: t.expires_in.map(|d| d.as_millis() as i64),
+            lifetime_ms: t.expires_in.map(super::millis),
         };
-        let expires = t.expires_in.map(|d| now_ms() + d.as_millis() as i64);
+        let expires = t.expires_in.map(|d| super::expiry(now_ms(), d));
         let c = self.keep(subject, name, &value, expires, t.scope).await?;
         let stored = Stored {
             subject: subject.to_owned(),
@@ -136,7 +158,7 @@ impl Broker {
                 name: PROVIDER_TOKEN.to_owned(),
                 sealed,
                 connected_at_ms: now,
-                expires_at_ms: token.expires_in.map(|d| now + d.as_millis() as i64),
+                expires_at_ms: token.expires_in.map(|d| super::expiry(now, d)),
                 scopes: None,
             })
             .await?;
@@ -224,7 +246,7 @@ impl Broker {
                 ..row.clone()
             };
             // Lost to a connection made meanwhile: that one is sealed under the current key.
-            self.store.reseal(&again, &row.sealed).await?;
+            self.store.swap(&again, &row.sealed).await?;
         }
         Ok(value)
     }
@@ -242,7 +264,7 @@ impl Broker {
         let expired = row.expires_at_ms.is_some_and(|t| t <= now);
         if !self
             .store
-            .claim_refresh(subject, name, now, now + REFRESH_CLAIM_MS)
+            .claim_refresh(subject, name, &row.sealed, now, now + REFRESH_CLAIM_MS)
             .await?
         {
             // Another call or replica refreshes it: its value is the one to use.
@@ -266,19 +288,37 @@ impl Broker {
                     value: t.access_token,
                     // A server that does not rotate keeps the old one good.
                     refresh_token: t.refresh_token.or_else(|| Some(refresh_token.to_owned())),
-                    lifetime_ms: t.expires_in.map(|d| d.as_millis() as i64),
+                    lifetime_ms: t.expires_in.map(super::millis),
                 };
-                let expires = t.expires_in.map(|d| now_ms() + d.as_millis() as i64);
+                let expires = t.expires_in.map(|d| super::expiry(now_ms(), d));
                 let scopes = t.scope.or_else(|| row.scopes.clone());
-                let c = self
-                    .store_value(subject, name, &fresh, row.connected_at_ms, expires, scopes)
-                    .await?;
-                let stored = Stored {
-                    sealed: String::new(),
-                    expires_at_ms: c.expires_at_ms,
+                let plain = serde_json::to_vec(&fresh).expect("serializable");
+                let sealed = self.sealer.seal(subject, name, &plain).map_err(|why| {
+                    CredentialError::Sealed {
+                        name: name.to_owned(),
+                        why,
+                    }
+                })?;
+                let next = Stored {
+                    sealed,
+                    expires_at_ms: expires,
+                    scopes,
                     ..row.clone()
                 };
-                self.remember(&stored, &fresh);
+                // Only over the value refreshed: a disconnection, a new connection or another
+                // refresh made meanwhile stands.
+                if !self.store.swap(&next, &row.sealed).await? {
+                    tracing::info!(
+                        subject,
+                        credential = name,
+                        "the credential changed while it was refreshed; the change stands"
+                    );
+                    return match self.store.get(subject, name).await? {
+                        Some(r) => self.open_row(&r).await.map(Some),
+                        None => Ok(None),
+                    };
+                }
+                self.remember(&next, &fresh);
                 tracing::info!(subject, credential = name, "credential refreshed");
                 let _ = self.events.send(Event::Refreshed {
                     subject: subject.to_owned(),
@@ -292,7 +332,13 @@ impl Broker {
                     credential = name,
                     "the refresh was refused ({why}); the person will be asked to connect again"
                 );
-                self.store.delete(Some(subject), name).await?;
+                // Only the value whose refresh was refused.
+                if !self.store.delete_if(subject, name, &row.sealed).await? {
+                    return match self.store.get(subject, name).await? {
+                        Some(r) => self.open_row(&r).await.map(Some),
+                        None => Ok(None),
+                    };
+                }
                 let _ = self.events.send(Event::Lost {
                     subject: subject.to_owned(),
                     name: name.to_owned(),
@@ -303,6 +349,7 @@ impl Broker {
             Err(why) => {
                 tracing::warn!(subject, credential = name, "the refresh failed: {why}");
                 self.store.release_refresh(subject, name).await?;
+                self.back_off(subject, name);
                 if expired {
                     return Err(CredentialError::Upstream {
                         name: name.to_owned(),
@@ -327,6 +374,14 @@ pub struct ProviderTokenKeeper(pub Arc<Broker>);
 
 impl crate::auth::upstream::ProviderTokens for ProviderTokenKeeper {
     fn signed_in(&self, subject: &str, token: crate::auth::upstream::ProviderToken) {
+        let exchanges = self
+            .0
+            .definitions()
+            .iter()
+            .any(|c| matches!(c.kind, CredentialKind::TokenExchange { .. }));
+        if !exchanges {
+            return;
+        }
         let (broker, subject) = (self.0.clone(), subject.to_owned());
         tokio::spawn(async move {
             if let Err(e) = broker.keep_provider_token(&subject, &token).await {

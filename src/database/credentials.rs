@@ -81,14 +81,37 @@ impl CredentialStore for SqlCredentialStore {
         })
     }
 
-    fn reseal<'a>(&'a self, r: &'a Stored, was: &'a str) -> StoreFuture<'a, bool> {
+    fn swap<'a>(&'a self, r: &'a Stored, was: &'a str) -> StoreFuture<'a, bool> {
         Box::pin(async move {
             let done = sqlx::query(
-                "UPDATE credentials SET sealed = $1 WHERE subject = $2 AND name = $3 AND sealed = $4",
+                "UPDATE credentials SET sealed = $1, expires_at_ms = $2, scopes = $3, \
+                 refreshing_until_ms = NULL WHERE subject = $4 AND name = $5 AND sealed = $6",
             )
             .bind(r.sealed.clone())
+            .bind(r.expires_at_ms)
+            .bind(r.scopes.clone())
             .bind(r.subject.clone())
             .bind(r.name.clone())
+            .bind(was.to_owned())
+            .execute(&self.pool)
+            .await
+            .map_err(failed)?;
+            Ok(done.rows_affected() == 1)
+        })
+    }
+
+    fn delete_if<'a>(
+        &'a self,
+        subject: &'a str,
+        name: &'a str,
+        was: &'a str,
+    ) -> StoreFuture<'a, bool> {
+        Box::pin(async move {
+            let done = sqlx::query(
+                "DELETE FROM credentials WHERE subject = $1 AND name = $2 AND sealed = $3",
+            )
+            .bind(subject.to_owned())
+            .bind(name.to_owned())
             .bind(was.to_owned())
             .execute(&self.pool)
             .await
@@ -101,19 +124,22 @@ impl CredentialStore for SqlCredentialStore {
         &'a self,
         subject: &'a str,
         name: &'a str,
+        sealed: &'a str,
         now_ms: i64,
         until_ms: i64,
     ) -> StoreFuture<'a, bool> {
         Box::pin(async move {
-            // One statement claims it: of two replicas at once, one gets it.
+            // One statement claims it: of two replicas at once, one gets it; and only the
+            // value as it was read (one refreshed meanwhile is not refreshed again).
             let done = sqlx::query(
                 "UPDATE credentials SET refreshing_until_ms = $1 WHERE subject = $2 AND name = $3 \
-                 AND (refreshing_until_ms IS NULL OR refreshing_until_ms < $4)",
+                 AND sealed = $5 AND (refreshing_until_ms IS NULL OR refreshing_until_ms < $4)",
             )
             .bind(until_ms)
             .bind(subject.to_owned())
             .bind(name.to_owned())
             .bind(now_ms)
+            .bind(sealed.to_owned())
             .execute(&self.pool)
             .await
             .map_err(failed)?;

@@ -180,12 +180,8 @@ impl Gateway {
         let supervisor = Supervisor::new(registry.clone(), config.max_children);
         if let Some(broker) = &broker {
             // A token_exchange credential in built-in mode exchanges the token people's
-            // sign-in at the [auth.upstream] provider gave.
-            let exchanges = broker
-                .definitions()
-                .iter()
-                .any(|c| matches!(c.kind, crate::config::CredentialKind::TokenExchange { .. }));
-            if exchanges && let Some(server) = &auth.server {
+            // sign-in at the [auth.upstream] provider gave (kept only while one is defined).
+            if let Some(server) = &auth.server {
                 server.keep_provider_tokens(Arc::new(crate::credentials::ProviderTokenKeeper(
                     broker.clone(),
                 )));

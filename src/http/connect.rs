@@ -500,6 +500,9 @@ struct Callback {
     state: Option<String>,
     #[serde(default)]
     error: Option<String>,
+    /// The server's name for itself (RFC 9207).
+    #[serde(default)]
+    iss: Option<String>,
 }
 
 /// `GET /connect/callback`: the service sends the person back with a code (or an error).
@@ -521,6 +524,21 @@ async fn callback(
             "This sign-in was not started in this browser. Nothing was stored.",
         );
     };
+    // An answer whose state is not this browser's flow's changes nothing, not even the
+    // flow's cookie (a cross-site page cannot end someone's flow).
+    if !q
+        .state
+        .as_deref()
+        .is_some_and(|s| broker.flow_state_matches(&leg, s))
+    {
+        tracing::warn!("connect callback with a state not its flow's refused");
+        return message(
+            StatusCode::FORBIDDEN,
+            "mismatch",
+            "Refused",
+            "This answer from the service does not belong to the sign-in this browser started. Nothing was stored.",
+        );
+    }
     let mut r = match (&q.code, &q.state, &q.error) {
         (_, _, Some(error)) => message(
             StatusCode::FORBIDDEN,
@@ -531,7 +549,10 @@ async fn callback(
                 truncate(error)
             ),
         ),
-        (Some(code), Some(state), None) => match broker.finish_connect(&leg, state, code).await {
+        (Some(code), Some(state), None) => match broker
+            .finish_connect(&leg, state, code, q.iss.as_deref())
+            .await
+        {
             Ok((subject, c)) => {
                 tracing::info!(subject = %subject, credential = %c.credential, "credential connected");
                 edge.audit

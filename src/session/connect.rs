@@ -23,6 +23,9 @@ use crate::stream::Sink;
 pub(super) type OwnRequests =
     std::collections::HashMap<u64, tokio::sync::oneshot::Sender<Option<Box<RawValue>>>>;
 
+/// How long a session's first request waits for its client's answer to an eager ask.
+const EAGER_ANSWER: Duration = Duration::from_secs(30);
+
 /// How often the store is looked at while a person connects.
 const POLL: Duration = Duration::from_millis(500);
 
@@ -76,7 +79,7 @@ impl Session {
     /// they did. `None` when this client cannot be asked so (the caller answers with the
     /// error as it is).
     pub async fn ask_to_connect(&self, client: &Sink, needed: &BackendError) -> Option<Connected> {
-        let (until, accepted) = self.elicit_connect(client, needed).await?;
+        let (until, accepted) = self.elicit_connect(client, needed, None).await?;
         let BackendError::CredentialNeeded(n) = needed else {
             return None;
         };
@@ -119,7 +122,7 @@ impl Session {
             let BackendError::CredentialNeeded(n) = &needed else {
                 continue;
             };
-            match self.elicit_connect(sink, &needed).await {
+            match self.elicit_connect(sink, &needed, Some(EAGER_ANSWER)).await {
                 None => return Some(needed.error_bytes(Some(id))),
                 Some((until, true)) => {
                     let me = self.clone();
@@ -144,6 +147,7 @@ impl Session {
         &self,
         client: &Sink,
         needed: &BackendError,
+        answer_within: Option<Duration>,
     ) -> Option<(tokio::time::Instant, bool)> {
         let BackendError::CredentialNeeded(n) = needed else {
             return None;
@@ -196,9 +200,12 @@ impl Session {
             forget();
             return Some((until, false));
         }
+        // A request that goes on once answered (eager) waits less than the link lasts.
+        let answer_by =
+            answer_within.map_or(until, |d| (tokio::time::Instant::now() + d).min(until));
         let answered = tokio::select! {
             a = rx => a.ok().flatten(),
-            () = tokio::time::sleep_until(until) => None,
+            () = tokio::time::sleep_until(answer_by) => None,
             () = self.closed.cancelled() => None,
         };
         forget();

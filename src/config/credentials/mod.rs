@@ -19,6 +19,35 @@ use super::{ConfigError, invalid};
 /// The environment variable the storage key is read from when `key_file` is not set.
 pub const CREDENTIALS_KEY_ENV: &str = "MCP_GATEWAY_CREDENTIALS_KEY";
 
+/// The only variables a credential defined through the admin API may read its client secret
+/// from: an operator provides them for that purpose, so the API cannot send the gateway's
+/// other secrets (or a file's contents) to a token endpoint of its choosing.
+pub const API_CLIENT_SECRET_PREFIX: &str = "MCP_GATEWAY_CLIENT_SECRET_";
+
+/// What a definition given through the admin API may not do that the config file may: read
+/// its client secret from a file, or from a variable not set aside for the purpose.
+pub fn check_api_spec(name: &str, s: &CredentialSpec) -> Result<(), ConfigError> {
+    if s.client_secret_file.is_some() {
+        return Err(invalid(
+            format!("credentials.{name}.client_secret_file"),
+            format!(
+                "a credential defined through the admin API reads its client secret from client_secret_env, a variable whose name begins with {API_CLIENT_SECRET_PREFIX} (files are for the config file)"
+            ),
+        ));
+    }
+    if let Some(var) = &s.client_secret_env
+        && !var.starts_with(API_CLIENT_SECRET_PREFIX)
+    {
+        return Err(invalid(
+            format!("credentials.{name}.client_secret_env"),
+            format!(
+                "through the admin API a client secret comes only from a variable whose name begins with {API_CLIENT_SECRET_PREFIX}"
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// Names that are settings of the section, not credentials.
 const SETTINGS: &[&str] = &["key_file", "key_env", "previous_key_files"];
 
