@@ -148,29 +148,14 @@ impl ExternalGateway {
 
 /// Runs tests/clients/python_bearer_client.py in `mode`; what it printed, as JSON.
 async fn python_client(mode: &str, url: &str, args: &[&str]) -> Value {
-    let python = common::tool("venv/bin/python");
-    let script = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/clients/python_bearer_client.py"
-    );
-    let mut all = vec![script.to_owned(), mode.to_owned(), url.to_owned()];
+    let mut all = vec![mode.to_owned(), url.to_owned()];
     all.extend(args.iter().map(|a| a.to_string()));
-    let out = tokio::task::spawn_blocking(move || {
-        std::process::Command::new(python)
-            .args(&all)
-            .output()
-            .expect("run the Python client")
+    tokio::task::spawn_blocking(move || {
+        let all: Vec<&str> = all.iter().map(String::as_str).collect();
+        common::python_client("python_bearer_client.py", &all)
     })
     .await
-    .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "python client failed ({}):\nstdout: {stdout}\nstderr: {}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("bad output {stdout}: {e}"))
+    .unwrap()
 }
 
 /// A provider that also knows the gateway as a client (secret `gateway-secret`), the file

@@ -1140,13 +1140,7 @@ async fn the_python_sdk_is_asked_to_connect_and_its_call_goes_on() {
         ("2026-07-28", "bob", "bob-from-python"),
     ] {
         let caller = token(&a, user).await;
-        let python = common::tool("venv/bin/python");
-        let script = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/tests/clients/python_credentials_client.py"
-        );
         let args = [
-            script.to_owned(),
             mode.to_owned(),
             a.gw.url.clone(),
             caller,
@@ -1155,20 +1149,11 @@ async fn the_python_sdk_is_asked_to_connect_and_its_call_goes_on() {
             value.to_owned(),
         ];
         let out = tokio::task::spawn_blocking(move || {
-            std::process::Command::new(python)
-                .args(&args)
-                .output()
-                .expect("run the Python client")
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            common::python_client("python_credentials_client.py", &args)
         })
         .await
         .unwrap();
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            out.status.success(),
-            "python client failed ({mode}):\nstdout: {stdout}\nstderr: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let out: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
         assert_eq!(out["asked"].as_array().unwrap().len(), 1, "{out}");
         assert_eq!(out["asked"][0]["mode"], "url", "{out}");
         assert!(

@@ -327,6 +327,26 @@ async fn an_oauth_credential_is_connected_at_its_service_refreshed_and_revoked()
     assert!(!log.contains(CLIENT.1));
 }
 
+/// The gateway of `config` (written in `dir`, its SQLite database there too) on `port`.
+fn gateway_on(port: u16, dir: tempfile::TempDir, config: &str) -> common::oauth::AuthGateway {
+    let path = common::write_config(&dir, config);
+    let db = format!("sqlite://{}/gw.db?mode=rwc", dir.path().display());
+    let gw = common::Gateway::start(&[
+        "--listen",
+        &format!("127.0.0.1:{port}"),
+        "--config",
+        &path,
+        "--database-url",
+        &db,
+    ]);
+    common::oauth::AuthGateway {
+        gw,
+        base: format!("http://127.0.0.1:{port}"),
+        db,
+        dir,
+    }
+}
+
 /// The payload of a JWT.
 fn claims(jwt: &str) -> Value {
     use base64::Engine as _;
@@ -343,7 +363,6 @@ fn claims(jwt: &str) -> Value {
 /// not exchange for is an error naming the credential, and reaches no plugin.
 #[tokio::test]
 async fn a_caller_s_token_is_exchanged_for_one_with_the_credential_s_audience() {
-    use common::{Gateway, write_config};
     const EXCHANGER: (&str, &str) = ("gw-exchange", "exchange-secret");
     let provider = OidcProvider::start(json!({
         "clients": [
@@ -383,16 +402,8 @@ async fn a_caller_s_token_is_exchanged_for_one_with_the_credential_s_audience() 
         exchange("api", "https://api.example.com"),
         exchange("other", "https://not-exchanged.example.com"),
     );
-    let path = write_config(&dir, &config);
-    let db = format!("sqlite://{}/gw.db?mode=rwc", dir.path().display());
-    let gw = Gateway::start(&[
-        "--listen",
-        &format!("127.0.0.1:{port}"),
-        "--config",
-        &path,
-        "--database-url",
-        &db,
-    ]);
+    let a = gateway_on(port, dir, &config);
+    let gw = &a.gw;
     let resource = format!("{base}/mcp");
     let call =
         |tool: &str| json!({"name": format!("{tool}__getenv"), "arguments": {"name": "TOKEN"}});
@@ -731,7 +742,6 @@ async fn people_sign_in_on_the_pages_at_the_upstream_provider() {
 /// a person is the `sub` its tokens carry, so a link made for `ann` is hers to use.
 #[tokio::test]
 async fn in_external_mode_the_pages_sign_in_at_the_issuer() {
-    use common::{Gateway, write_config};
     let port = free_port();
     let base = format!("http://127.0.0.1:{port}");
     let provider = OidcProvider::start(json!({
@@ -761,22 +771,7 @@ async fn in_external_mode_the_pages_sign_in_at_the_issuer() {
         key_file.display(),
         issuer = provider.issuer(),
     );
-    let path = write_config(&dir, &config);
-    let db = format!("sqlite://{}/gw.db?mode=rwc", dir.path().display());
-    let gw = Gateway::start(&[
-        "--listen",
-        &format!("127.0.0.1:{port}"),
-        "--config",
-        &path,
-        "--database-url",
-        &db,
-    ]);
-    let a = common::oauth::AuthGateway {
-        gw,
-        base: base.clone(),
-        db,
-        dir,
-    };
+    let a = gateway_on(port, dir, &config);
     let broker = secret_broker(&a, KEY).await;
     let http = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
@@ -832,7 +827,6 @@ async fn the_upstream_sign_in_s_token_is_exchanged_in_built_in_mode() {
         Browser, REDIRECT, exchange, hidden, open_authorize, pkce, post_form, public_client,
         redirect_params,
     };
-    use common::{Gateway, write_config};
     const EXCHANGER: (&str, &str) = ("gw-exchange", "exchange-secret");
     let port = free_port();
     let base = format!("http://127.0.0.1:{port}");
@@ -870,22 +864,7 @@ async fn the_upstream_sign_in_s_token_is_exchanged_in_built_in_mode() {
         EXCHANGER.0,
         issuer = provider.issuer(),
     );
-    let path = write_config(&dir, &config);
-    let db = format!("sqlite://{}/gw.db?mode=rwc", dir.path().display());
-    let gw = Gateway::start(&[
-        "--listen",
-        &format!("127.0.0.1:{port}"),
-        "--config",
-        &path,
-        "--database-url",
-        &db,
-    ]);
-    let a = common::oauth::AuthGateway {
-        gw,
-        base: base.clone(),
-        db,
-        dir: tempfile::tempdir().unwrap(),
-    };
+    let a = gateway_on(port, dir, &config);
 
     // Ann signs in at the provider for an MCP client of the gateway's.
     let client = public_client(&a).await;

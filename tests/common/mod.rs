@@ -157,19 +157,28 @@ pub fn python_sdk_client(mode: &str, url: &str) -> serde_json::Value {
 /// [`python_sdk_client`] with the mode's further arguments.
 #[allow(dead_code)]
 pub fn python_sdk_client_with(mode: &str, url: &str, args: &[&str]) -> serde_json::Value {
-    let script = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/clients/python_sdk_client.py"
-    );
+    let mut all = vec![mode, url];
+    all.extend_from_slice(args);
+    python_client("python_sdk_client.py", &all)
+}
+
+/// Runs `tests/clients/<script>` with `args` on the venv's Python (the official SDK's); what
+/// it printed, as JSON. Fails the test if it fails.
+#[allow(dead_code)]
+pub fn python_client(script: &str, args: &[&str]) -> serde_json::Value {
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/clients")
+        .join(script);
     let out = std::process::Command::new(tool("venv/bin/python"))
-        .args([script, mode, url])
+        .arg(&script)
         .args(args)
         .output()
         .expect("run the Python client");
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
-        "python client failed ({}):\nstdout: {stdout}\nstderr: {}",
+        "python client {} failed ({}):\nstdout: {stdout}\nstderr: {}",
+        script.display(),
         out.status,
         String::from_utf8_lossy(&out.stderr)
     );
