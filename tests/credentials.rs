@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::credentials::{Page, form, gateway_with, hidden, json_call, token};
+use common::credentials::{Page, broker_of, form, gateway_with, hidden, json_call, token};
 use common::oauth::ADMIN_TOKEN;
 
 use std::sync::Arc;
@@ -656,31 +656,6 @@ async fn a_credential_file_is_the_person_s_own() {
     );
     assert!(a.gw.log().contains("written again in place"));
     assert!(!a.gw.log().contains("file-secret"));
-}
-
-/// A broker on `a`'s database, with its key, for a test to connect values as the page would.
-async fn broker_of(a: &common::oauth::AuthGateway, key: u8) -> (Arc<Broker>, Database) {
-    let defs = CredentialsConfig {
-        keys: CredentialKeys {
-            current: Some([key; 32]),
-            previous: Vec::new(),
-        },
-        credentials: vec![
-            credential_config(
-                "tok",
-                toml::from_str::<CredentialSpec>("kind = \"secret\"\nlabel = \"Service token\"")
-                    .unwrap(),
-                |_| None,
-            )
-            .unwrap(),
-        ],
-        secret_files: Vec::new(),
-    };
-    let database = Database::connect(&a.db).await.unwrap();
-    (
-        Broker::new(defs, database.credential_store(), &a.base),
-        database,
-    )
 }
 
 /// The people's own page: signed in, a person sees their credentials (never a value) and

@@ -12,9 +12,6 @@ use common::cluster::ClusterFlags;
 use common::credentials::{Page, json_call, replica_with_credentials, token};
 use common::oauth::{ADMIN_TOKEN, AuthGateway};
 use common::{FIXTURE, Postgres, free_port};
-use mcp_gateway::config::{CredentialKeys, CredentialSpec, CredentialsConfig, credential_config};
-use mcp_gateway::credentials::Broker;
-use mcp_gateway::database::Database;
 use serde_json::json;
 
 const KEY: u8 = 0x2e;
@@ -33,26 +30,6 @@ fn replicas(n: usize, flags: &ClusterFlags, db: &str) -> Vec<AuthGateway> {
             replica_with_credentials(KEY, public, listen, credentials, &plugins, Some(db), &flags)
         })
         .collect()
-}
-
-async fn broker(db: &str, base: &str) -> std::sync::Arc<Broker> {
-    let defs = CredentialsConfig {
-        keys: CredentialKeys {
-            current: Some([KEY; 32]),
-            previous: Vec::new(),
-        },
-        credentials: vec![
-            credential_config(
-                "tok",
-                toml::from_str::<CredentialSpec>("kind = \"secret\"").unwrap(),
-                |_| None,
-            )
-            .unwrap(),
-        ],
-        secret_files: Vec::new(),
-    };
-    let database = Database::connect(db).await.unwrap();
-    Broker::new(defs, database.credential_store(), base)
 }
 
 #[tokio::test]
@@ -100,7 +77,7 @@ async fn a_connection_on_one_replica_serves_another_and_a_revocation_reaches_eve
     );
 
     // Alice's instance runs on replica 1; her credential is revoked through replica 0.
-    let b = broker(&db.url, &r[0].base).await;
+    let (b, _db) = common::credentials::secret_broker(&db.url, &r[0].base, KEY).await;
     b.connect_secret("alice", "tok", "alice-cluster-1")
         .await
         .unwrap();

@@ -505,31 +505,6 @@ async fn a_person_connects_an_oauth_credential_in_a_real_browser() {
     );
 }
 
-/// A broker on `a`'s database for credential `tok` (a secret), as the page would keep it.
-async fn secret_broker(
-    a: &common::oauth::AuthGateway,
-    key: u8,
-) -> std::sync::Arc<mcp_gateway::credentials::Broker> {
-    use mcp_gateway::config::{CredentialSpec, CredentialsConfig, credential_config};
-    let defs = CredentialsConfig {
-        keys: CredentialKeys {
-            current: Some([key; 32]),
-            previous: Vec::new(),
-        },
-        credentials: vec![
-            credential_config(
-                "tok",
-                toml::from_str::<CredentialSpec>("kind = \"secret\"").unwrap(),
-                |_| None,
-            )
-            .unwrap(),
-        ],
-        secret_files: Vec::new(),
-    };
-    let database = Database::connect(&a.db).await.unwrap();
-    mcp_gateway::credentials::Broker::new(defs, database.credential_store(), &a.base)
-}
-
 /// The value of the hidden field `name` in a page.
 fn field(html: &str, name: &str) -> String {
     let needle = format!("name=\"{name}\" value=\"");
@@ -589,7 +564,7 @@ async fn people_sign_in_on_the_pages_at_the_upstream_provider() {
         secret_file.display()
     );
     let a = gateway_with_credentials(KEY, port, credentials, &rest);
-    let broker = secret_broker(&a, KEY).await;
+    let (broker, _db) = common::credentials::broker_of(&a, KEY).await;
     let http = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .build()
@@ -772,7 +747,7 @@ async fn in_external_mode_the_pages_sign_in_at_the_issuer() {
         issuer = provider.issuer(),
     );
     let a = gateway_on(port, dir, &config);
-    let broker = secret_broker(&a, KEY).await;
+    let (broker, _db) = common::credentials::broker_of(&a, KEY).await;
     let http = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .build()

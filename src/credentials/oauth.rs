@@ -406,66 +406,51 @@ impl OAuth {
         }
         // The issuer as configured, without the slash `Url` adds to a bare origin.
         let issuer = issuer.trim_end_matches('/');
-        let mut failures = Vec::new();
-        for url in crate::auth::external::metadata_urls(issuer).map_err(OAuthError::Provider)? {
-            let meta: Metadata = match self.http.get_json(&url, MAX_ANSWER_BYTES).await {
-                Ok((m, _)) => m,
-                Err(e) => {
-                    let stop = matches!(e, FetchError::Transport { .. });
-                    failures.push(e.to_string());
-                    if stop {
-                        break;
-                    }
-                    continue;
-                }
-            };
-            if meta.issuer.trim_end_matches('/') != issuer {
-                return Err(OAuthError::Provider(format!(
-                    "{url} names the issuer `{}`, not `{issuer}`",
-                    meta.issuer
-                )));
-            }
-            let endpoint = |key: &str, v: Option<String>| -> Result<Option<url::Url>, OAuthError> {
-                let Some(v) = v else { return Ok(None) };
-                let u = url::Url::parse(&v)
-                    .map_err(|e| OAuthError::Provider(format!("{url}: {key}: {e}")))?;
-                if u.scheme() != "https"
-                    && !(u.scheme() == "http" && crate::config::is_loopback_url(&u))
-                {
-                    return Err(OAuthError::Provider(format!("{url}: {key} is not https")));
-                }
-                Ok(Some(u))
-            };
-            let token = match &server.token_endpoint {
-                Some(t) => t.clone(),
-                None => endpoint("token_endpoint", meta.token_endpoint)?.ok_or_else(|| {
-                    OAuthError::Provider(format!("{url} names no token_endpoint"))
-                })?,
-            };
-            let authorization = match &server.authorization_endpoint {
-                Some(a) => Some(a.clone()),
-                None => endpoint("authorization_endpoint", meta.authorization_endpoint)?,
-            };
-            let revocation = match &server.revocation_endpoint {
-                Some(r) => Some(r.clone()),
-                None => endpoint("revocation_endpoint", meta.revocation_endpoint)?,
-            };
-            let secret_in_body = meta.token_endpoint_auth_methods_supported.is_some_and(|m| {
-                m.iter().any(|x| x == "client_secret_post")
-                    && !m.iter().any(|x| x == "client_secret_basic")
-            });
-            return Ok(Endpoints {
-                authorization,
-                token,
-                revocation,
-                secret_in_body,
-                iss_in_responses: meta.authorization_response_iss_parameter_supported,
-            });
+        let (url, meta): (_, Metadata) =
+            crate::auth::external::first_metadata(&self.http, issuer, MAX_ANSWER_BYTES)
+                .await
+                .map_err(OAuthError::Provider)?;
+        if meta.issuer.trim_end_matches('/') != issuer {
+            return Err(OAuthError::Provider(format!(
+                "{url} names the issuer `{}`, not `{issuer}`",
+                meta.issuer
+            )));
         }
-        Err(OAuthError::Provider(format!(
-            "no metadata found: {}",
-            failures.join("; ")
-        )))
+        let endpoint = |key: &str, v: Option<String>| -> Result<Option<url::Url>, OAuthError> {
+            let Some(v) = v else { return Ok(None) };
+            let u = url::Url::parse(&v)
+                .map_err(|e| OAuthError::Provider(format!("{url}: {key}: {e}")))?;
+            if u.scheme() != "https"
+                && !(u.scheme() == "http" && crate::config::is_loopback_url(&u))
+            {
+                return Err(OAuthError::Provider(format!("{url}: {key} is not https")));
+            }
+            Ok(Some(u))
+        };
+        let token = match &server.token_endpoint {
+            Some(t) => t.clone(),
+            None => endpoint("token_endpoint", meta.token_endpoint)?
+                .ok_or_else(|| OAuthError::Provider(format!("{url} names no token_endpoint")))?,
+        };
+        let authorization = match &server.authorization_endpoint {
+            Some(a) => Some(a.clone()),
+            None => endpoint("authorization_endpoint", meta.authorization_endpoint)?,
+        };
+        let revocation = match &server.revocation_endpoint {
+            Some(r) => Some(r.clone()),
+            None => endpoint("revocation_endpoint", meta.revocation_endpoint)?,
+        };
+        let secret_in_body = meta.token_endpoint_auth_methods_supported.is_some_and(|m| {
+            m.iter().any(|x| x == "client_secret_post")
+                && !m.iter().any(|x| x == "client_secret_basic")
+        });
+        Ok(Endpoints {
+            authorization,
+            token,
+            revocation,
+            secret_in_body,
+            iss_in_responses: meta.authorization_response_iss_parameter_supported,
+        })
     }
 }
 

@@ -150,3 +150,50 @@ pub fn hidden(html: &str, name: &str) -> String {
         + needle.len();
     html[at..at + html[at..].find('"').unwrap()].to_owned()
 }
+
+/// A broker on `db` (links under `base`) with credential `tok` (a secret, "Service token")
+/// and the storage key `[key; 32]`, for a test to connect values as the page would.
+pub async fn secret_broker(
+    db: &str,
+    base: &str,
+    key: u8,
+) -> (
+    std::sync::Arc<mcp_gateway::credentials::Broker>,
+    mcp_gateway::database::Database,
+) {
+    use mcp_gateway::config::{
+        CredentialKeys, CredentialSpec, CredentialsConfig, credential_config,
+    };
+    let defs = CredentialsConfig {
+        keys: CredentialKeys {
+            current: Some([key; 32]),
+            previous: Vec::new(),
+        },
+        credentials: vec![
+            credential_config(
+                "tok",
+                toml::from_str::<CredentialSpec>("kind = \"secret\"\nlabel = \"Service token\"")
+                    .unwrap(),
+                |_| None,
+            )
+            .unwrap(),
+        ],
+        secret_files: Vec::new(),
+    };
+    let database = mcp_gateway::database::Database::connect(db).await.unwrap();
+    (
+        mcp_gateway::credentials::Broker::new(defs, database.credential_store(), base),
+        database,
+    )
+}
+
+/// [`secret_broker`] on `a`'s database.
+pub async fn broker_of(
+    a: &AuthGateway,
+    key: u8,
+) -> (
+    std::sync::Arc<mcp_gateway::credentials::Broker>,
+    mcp_gateway::database::Database,
+) {
+    secret_broker(&a.db, &a.base, key).await
+}

@@ -184,41 +184,26 @@ impl KeySet {
             issuer: String,
             jwks_uri: Option<String>,
         }
-        let mut failures = Vec::new();
-        for url in metadata_urls(&self.issuer)? {
-            let meta: Metadata = match self.http.get_json(&url, MAX_DOCUMENT_BYTES).await {
-                Ok((m, _)) => m,
-                Err(e) => {
-                    // The next URL is on the same host: no use trying it when the host
-                    // did not answer.
-                    let stop = matches!(e, FetchError::Transport { .. });
-                    failures.push(e.to_string());
-                    if stop {
-                        break;
-                    }
-                    continue;
-                }
-            };
-            // RFC 8414 §3.3: metadata naming another issuer must not be used.
-            if meta.issuer != self.issuer {
-                return Err(format!(
-                    "{url} names the issuer `{}`, not `{}` (auth.issuer must be exactly the issuer the server names)",
-                    meta.issuer, self.issuer
-                ));
-            }
-            let Some(uri) = meta.jwks_uri else {
-                return Err(format!("{url} names no jwks_uri"));
-            };
-            let uri = url::Url::parse(&uri).map_err(|e| format!("{url}: jwks_uri: {e}"))?;
-            let loopback = uri
-                .host_str()
-                .is_some_and(|h| h == "localhost" || h == "127.0.0.1" || h == "[::1]");
-            if uri.scheme() != "https" && !(uri.scheme() == "http" && loopback) {
-                return Err(format!("{url}: jwks_uri {uri} is not https"));
-            }
-            return Ok(uri);
+        let (url, meta): (_, Metadata) =
+            first_metadata(&self.http, &self.issuer, MAX_DOCUMENT_BYTES).await?;
+        // RFC 8414 §3.3: metadata naming another issuer must not be used.
+        if meta.issuer != self.issuer {
+            return Err(format!(
+                "{url} names the issuer `{}`, not `{}` (auth.issuer must be exactly the issuer the server names)",
+                meta.issuer, self.issuer
+            ));
         }
-        Err(format!("no metadata found: {}", failures.join("; ")))
+        let Some(uri) = meta.jwks_uri else {
+            return Err(format!("{url} names no jwks_uri"));
+        };
+        let uri = url::Url::parse(&uri).map_err(|e| format!("{url}: jwks_uri: {e}"))?;
+        let loopback = uri
+            .host_str()
+            .is_some_and(|h| h == "localhost" || h == "127.0.0.1" || h == "[::1]");
+        if uri.scheme() != "https" && !(uri.scheme() == "http" && loopback) {
+            return Err(format!("{url}: jwks_uri {uri} is not https"));
+        }
+        Ok(uri)
     }
 
     async fn fetch_keys(&self, uri: &url::Url) -> Result<(Vec<Key>, Duration), String> {
@@ -242,6 +227,32 @@ impl KeySet {
         );
         Ok((keys, lifetime))
     }
+}
+
+/// The first of the issuer's metadata documents ([`metadata_urls`]) that can be fetched and
+/// read as `T` (at most `limit` bytes), and where it was; a host that does not answer is not
+/// asked for the next one. Whether it names the issuer is the caller's to check.
+pub async fn first_metadata<T: serde::de::DeserializeOwned>(
+    http: &Http,
+    issuer: &str,
+    limit: usize,
+) -> Result<(url::Url, T), String> {
+    let mut failures = Vec::new();
+    for url in metadata_urls(issuer)? {
+        match http.get_json(&url, limit).await {
+            Ok((doc, _)) => return Ok((url, doc)),
+            Err(e) => {
+                // The next URL is on the same host: no use trying it when the host did not
+                // answer.
+                let stop = matches!(e, FetchError::Transport { .. });
+                failures.push(e.to_string());
+                if stop {
+                    break;
+                }
+            }
+        }
+    }
+    Err(format!("no metadata found: {}", failures.join("; ")))
 }
 
 /// Where the issuer's metadata may be, in order: RFC 8414's well-known URI (inserted before

@@ -17,7 +17,7 @@ pub mod fetch;
 mod introspect;
 mod jwks;
 
-pub use jwks::metadata_urls;
+pub use jwks::{first_metadata, metadata_urls};
 
 use std::collections::BTreeSet;
 
