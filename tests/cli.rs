@@ -176,14 +176,26 @@ fn check_reads_client_json_configs() {
     let (code, out, err) = gateway(&["check", "--config", &claude], &[]);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("2 plugin(s)"), "{out}");
+    // A remote server is a remote plugin; its URL must be https (or loopback).
     let vscode = write(
         &dir,
         "mcp.json",
-        r#"{"servers": {"remote": {"type": "http", "url": "https://x"}}}"#,
+        r#"{"servers": {"remote": {"type": "http", "url": "https://mcp.example.com/mcp"}}}"#,
     );
-    let (code, _, err) = gateway(&["check", "--config", &vscode], &[]);
+    let (code, out, err) = gateway(&["check", "--config", &vscode], &[]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("1 plugin(s)"), "{out}");
+    let insecure = write(
+        &dir,
+        "insecure.json",
+        r#"{"servers": {"remote": {"type": "http", "url": "http://mcp.example.com/mcp"}}}"#,
+    );
+    let (code, _, err) = gateway(&["check", "--config", &insecure], &[]);
     assert_ne!(code, 0);
-    assert!(err.contains("url"), "{err}");
+    assert!(
+        err.contains("plugins.remote.url") && err.contains("https"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -408,6 +408,10 @@ fn describe(e: &PluginEntry) -> Value {
         "enabled": e.enabled,
         "command": c.command,
         "args": c.args,
+        // A remote plugin's upstream (its headers masked like env).
+        "url": c.remote.as_ref().map(|r| r.display_url()),
+        "transport": c.remote.as_ref().map(|r| r.transport),
+        "headers": c.remote.as_ref().map(|r| r.headers.iter().map(|(k, v)| (k.clone(), Value::String(mask(v)))).collect::<serde_json::Map<String, Value>>()),
         "env": env,
         "cwd": c.cwd,
         "prefix": c.prefix,

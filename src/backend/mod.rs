@@ -1,7 +1,8 @@
 //! Backends: the plugins behind the gateway and the gateway's MCP-client side towards them.
 //!
 //! - [`transport`]: the seam a plugin's bytes cross ([`PluginTransport`]); [`stdio`] is the
-//!   implementation that runs a child process; [`orphans`] finds what its processes left
+//!   implementation that runs a child process, [`remote`] the one that reaches an MCP server
+//!   over HTTP; [`orphans`] finds what its processes left
 //!   outside their group; [`stderr`] logs what a plugin writes to its stderr; `settle` tells
 //!   when a plugin has written all it will for now.
 //! - [`connection`]: JSON-RPC over a transport: the handshake in the plugin's era (`initialize`,
@@ -20,6 +21,7 @@ pub mod connection;
 pub mod modern;
 pub(crate) mod orphans;
 mod pipe_writer;
+pub mod remote;
 pub mod sandbox;
 mod settle;
 pub mod stderr;
@@ -207,11 +209,17 @@ pub async fn start_plugin(
     events: Option<Weak<dyn PluginEvents>>,
     personal: Option<&Personal>,
 ) -> Result<Arc<PluginConnection>, BackendError> {
-    let (transport, inbound) = stdio::StdioTransport::spawn(config, &label, personal)?;
+    let (transport, inbound): (Box<dyn PluginTransport>, _) = if config.remote.is_some() {
+        let (t, inbound) = remote::RemoteTransport::connect(config, &label, personal).await?;
+        (Box::new(t), inbound)
+    } else {
+        let (t, inbound) = stdio::StdioTransport::spawn(config, &label, personal)?;
+        (Box::new(t), inbound)
+    };
     let conn = PluginConnection::new(
         Arc::from(config.name.as_str()),
         label,
-        Box::new(transport),
+        transport,
         inbound,
         events,
         config.request_timeout,

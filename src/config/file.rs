@@ -175,6 +175,10 @@ struct JsonServer {
     kind: Option<String>,
     #[serde(default)]
     disabled: bool,
+    /// A remote server (`"type": "http"` or `"sse"`).
+    url: Option<String>,
+    #[serde(default)]
+    headers: BTreeMap<String, String>,
 }
 
 impl FileConfig {
@@ -212,7 +216,7 @@ fn parse_toml(text: &str) -> Result<FileConfig, String> {
         .plugins
         .into_iter()
         .filter(|(_, p)| p.enabled)
-        .map(|(name, p)| p.into_config(name))
+        .map(|(name, p)| file_plugin(p.into_config(name)))
         .collect();
     Ok(FileConfig {
         listen,
@@ -245,6 +249,15 @@ fn parse_toml(text: &str) -> Result<FileConfig, String> {
     })
 }
 
+/// A plugin the config file defines: a remote one's addresses are the operator's choice, not
+/// checked as an admin API client's are.
+fn file_plugin(mut c: PluginConfig) -> PluginConfig {
+    if let Some(r) = c.remote.as_mut() {
+        std::sync::Arc::make_mut(r).check_addresses = false;
+    }
+    c
+}
+
 fn parse_json(text: &str) -> Result<FileConfig, String> {
     let file: JsonFile = serde_json::from_str(text).map_err(|e| e.to_string())?;
     let (key, servers) = match (file.mcp_servers, file.servers) {
@@ -263,9 +276,31 @@ fn parse_json(text: &str) -> Result<FileConfig, String> {
         if s.disabled {
             continue;
         }
+        if let Some(url) = s.url {
+            let transport = match s.kind.as_deref() {
+                None | Some("http" | "streamable-http" | "streamableHttp") => {
+                    super::RemoteTransportKind::Auto
+                }
+                Some("sse") => super::RemoteTransportKind::Sse,
+                Some(kind) => {
+                    return Err(format!(
+                        "`{key}.{name}.type`: `{kind}` is not a remote server's type (http or sse)"
+                    ));
+                }
+            };
+            let remote = super::RemoteSpec {
+                url: Some(url),
+                transport,
+                headers: s.headers,
+                ..super::RemoteSpec::default()
+            };
+            let remote = remote.into_config().expect("a url was given");
+            plugins.push(file_plugin(PluginConfig::remote(name, remote)));
+            continue;
+        }
         if let Some(kind) = s.kind.as_deref().filter(|k| *k != "stdio") {
             return Err(format!(
-                "`{key}.{name}.type`: `{kind}` servers are not run by the gateway; only stdio servers (with `command`) are"
+                "`{key}.{name}.type`: `{kind}` servers need a `url`; a stdio server has a `command`"
             ));
         }
         let command = s
@@ -337,9 +372,24 @@ mod tests {
         let f =
             FileConfig::parse(r#"{"servers": {"a": {"type": "stdio", "command": "x"}}}"#).unwrap();
         assert_eq!(f.plugins[0].name, "a");
-        let e =
-            FileConfig::parse(r#"{"servers": {"a": {"type": "http", "url": "x"}}}"#).unwrap_err();
-        assert!(e.contains("url"), "{e}");
+        // Remote servers, as VS Code and Claude write them.
+        let f = FileConfig::parse(
+            r#"{"servers": {"a": {"type": "http", "url": "https://h/mcp", "headers": {"X-Key": "${K}"}}, "b": {"type": "sse", "url": "https://h/sse"}}}"#,
+        )
+        .unwrap();
+        let a = f.plugins[0].remote.as_ref().unwrap();
+        assert_eq!(
+            (a.url.as_str(), a.headers["X-Key"].as_str()),
+            ("https://h/mcp", "${K}")
+        );
+        assert!(
+            !a.check_addresses,
+            "a config file's upstream is the operator's own"
+        );
+        let b = f.plugins[1].remote.as_ref().unwrap();
+        assert_eq!(b.transport, crate::config::RemoteTransportKind::Sse);
+        let e = FileConfig::parse(r#"{"servers": {"a": {"type": "ws", "url": "x"}}}"#).unwrap_err();
+        assert!(e.contains("servers.a.type"), "{e}");
         let e = FileConfig::parse(r#"{"servers": {"a": {"type": "http"}}}"#).unwrap_err();
         assert!(e.contains("servers.a.type"), "{e}");
         let e = FileConfig::parse(r#"{"mcpServers": {"a": {"args": []}}}"#).unwrap_err();

@@ -28,6 +28,7 @@ mod file;
 mod limits;
 mod listener;
 mod plugin;
+mod remote;
 mod sandbox;
 mod secrets;
 mod stream;
@@ -59,6 +60,7 @@ pub use plugin::{
     Connect, MAX_PREFIX_LEN, MAX_TOOL_NAME_LEN, PluginConfig, PluginEra, PluginSpec, ProcessModel,
     ResponseMode, SECRET_ENV_VARS, Scheduling, expand_env, tool_name_char, validate_plugin,
 };
+pub use remote::{DEFAULT_MAX_MESSAGE_BYTES, RemoteConfig, RemoteSpec, RemoteTransportKind};
 pub use sandbox::{Network, SandboxConfig, SandboxSettings, SandboxSpec};
 pub use secrets::{env_var, seal_environment, secret_env_var};
 pub use stream::{ReplayLimits, StreamSettings};

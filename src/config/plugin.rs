@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use super::access::{Access, ToolAccess, validate_access};
 use super::credentials::{Reference, expand};
+use super::remote::{RemoteConfig, RemoteSpec, RemoteTransportKind};
 use super::sandbox::{SandboxConfig, SandboxSettings, SandboxSpec};
 use super::{Cli, ConfigError, invalid};
 
@@ -44,10 +45,12 @@ pub enum PluginEra {
     Modern,
 }
 
-/// One stdio MCP server behind the gateway.
+/// One MCP server behind the gateway: a stdio process it starts (`command`), or a remote
+/// server it reaches over HTTP (`remote`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct PluginConfig {
     pub name: String,
+    /// Empty for a remote plugin.
     pub command: String,
     pub args: Vec<String>,
     pub env: BTreeMap<String, String>,
@@ -98,6 +101,8 @@ pub struct PluginConfig {
     /// The user id its processes run as, when the gateway may change user (set by the
     /// registry from `sandbox.uid_range`).
     pub uid: Option<u32>,
+    /// Where a remote plugin is reached (`url`, `headers`, ...); `None` for a process.
+    pub remote: Option<Arc<RemoteConfig>>,
 }
 
 /// How the kernel schedules a plugin's processes (Linux; elsewhere it has no effect).
@@ -170,7 +175,32 @@ impl PluginConfig {
             sandbox: Some(SandboxConfig::default()),
             host: Arc::default(),
             uid: None,
+            remote: None,
         }
+    }
+
+    /// A remote plugin with the defaults, reached at `remote`'s URL.
+    pub fn remote(name: impl Into<String>, remote: RemoteConfig) -> Self {
+        let mut c = PluginConfig::new(name, String::new(), Vec::new());
+        c.sandbox = None;
+        c.remote = Some(Arc::new(remote));
+        c
+    }
+
+    /// The values that may refer to the environment and to people's credentials, by key:
+    /// `env`, `args` and a remote plugin's `headers`.
+    pub fn referring_values(&self) -> impl Iterator<Item = (String, &String)> {
+        let headers = self.remote.iter().flat_map(|r| r.headers.iter());
+        self.env
+            .iter()
+            .map(|(k, v)| (format!("env.{k}"), v))
+            .chain(
+                self.args
+                    .iter()
+                    .enumerate()
+                    .map(|(i, a)| (format!("args[{i}]"), a)),
+            )
+            .chain(headers.map(|(k, v)| (format!("headers.{k}"), v)))
     }
 
     /// Whether the tool filters let `tool` through.
@@ -201,8 +231,11 @@ impl PluginConfig {
             .collect()
     }
 
-    /// The command line as one string, for logs.
+    /// The command line as one string, for logs; a remote plugin's URL.
     pub fn command_line(&self) -> String {
+        if let Some(r) = &self.remote {
+            return r.display_url();
+        }
         std::iter::once(self.command.as_str())
             .chain(self.args.iter().map(String::as_str))
             .collect::<Vec<_>>()
@@ -215,6 +248,8 @@ impl PluginConfig {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PluginSpec {
+    /// A stdio plugin's program; none for a remote one (`url`).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub command: String,
     #[serde(default)]
     pub args: Vec<String>,
@@ -269,6 +304,25 @@ pub struct PluginSpec {
     /// Only meaningful in a config file (the API has enable/disable).
     #[serde(default = "yes", skip_serializing)]
     pub enabled: bool,
+    // A remote plugin (config::remote): its upstream's URL, transport, headers and limits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    #[serde(default, skip_serializing_if = "is_auto_transport")]
+    pub transport: RemoteTransportKind,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub headers: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub allow_insecure: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connect_timeout_secs: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub read_timeout_secs: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_message_bytes: Option<usize>,
+}
+
+fn is_auto_transport(t: &RemoteTransportKind) -> bool {
+    *t == RemoteTransportKind::Auto
 }
 
 fn yes() -> bool {
@@ -320,10 +374,25 @@ impl PluginSpec {
         if let Some(s) = self.sandbox {
             c.sandbox = s.into_config();
         }
+        let remote = RemoteSpec {
+            url: self.url,
+            transport: self.transport,
+            headers: self.headers,
+            allow_insecure: self.allow_insecure,
+            connect_timeout_secs: self.connect_timeout_secs,
+            read_timeout_secs: self.read_timeout_secs,
+            max_message_bytes: self.max_message_bytes,
+        };
+        if let Some(r) = remote.into_config() {
+            // Nothing runs here to be sandboxed.
+            c.sandbox = None;
+            c.remote = Some(Arc::new(r));
+        }
         c
     }
 
     pub fn from_config(c: &PluginConfig) -> PluginSpec {
+        let remote = RemoteSpec::from_config(c.remote.as_deref());
         PluginSpec {
             command: c.command.clone(),
             args: c.args.clone(),
@@ -348,9 +417,16 @@ impl PluginSpec {
             tool_access: c.tool_access.clone(),
             scheduling: c.scheduling,
             era: c.era,
-            sandbox: (c.sandbox != Some(SandboxConfig::default()))
+            sandbox: (c.remote.is_none() && c.sandbox != Some(SandboxConfig::default()))
                 .then(|| SandboxSpec::from_config(&c.sandbox)),
             enabled: true,
+            url: remote.url,
+            transport: remote.transport,
+            headers: remote.headers,
+            allow_insecure: remote.allow_insecure,
+            connect_timeout_secs: remote.connect_timeout_secs,
+            read_timeout_secs: remote.read_timeout_secs,
+            max_message_bytes: remote.max_message_bytes,
         }
     }
 }
@@ -415,8 +491,19 @@ pub fn validate_plugin(
             "a plugin name is letters, digits, '-' and '_'",
         ));
     }
-    if p.command.trim().is_empty() {
-        return Err(invalid(key("command"), "must not be empty"));
+    if let Some(r) = &p.remote {
+        if !p.command.is_empty() || !p.args.is_empty() || !p.env.is_empty() || p.cwd.is_some() {
+            return Err(invalid(
+                key("url"),
+                "a remote plugin has no command, args, env or cwd: it is not started, it is reached",
+            ));
+        }
+        r.validate(&p.name)?;
+    } else if p.command.trim().is_empty() {
+        return Err(invalid(
+            key("command"),
+            "must not be empty (or give `url` for a remote plugin)",
+        ));
     }
     if p.pool_size == 0 {
         return Err(invalid(key("pool_size"), "must be at least 1"));

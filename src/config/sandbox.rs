@@ -102,6 +102,7 @@ impl SandboxSpec {
 pub struct SandboxSection {
     pub dir: Option<PathBuf>,
     pub uid_range: Option<[u32; 2]>,
+    pub remote_networks: Option<Vec<String>>,
 }
 
 /// The gateway-wide part of every sandbox.
@@ -115,6 +116,9 @@ pub struct SandboxSettings {
     /// The gateway's own files: its database and the directory it is in, its config file.
     /// Never readable by a plugin, whatever else is granted.
     pub hidden: Vec<PathBuf>,
+    /// Networks a remote plugin defined through the admin API may be reached in besides
+    /// global unicast addresses (`remote_networks`).
+    pub remote_networks: Vec<ipnet::IpNet>,
 }
 
 impl Default for SandboxSettings {
@@ -125,6 +129,7 @@ impl Default for SandboxSettings {
                 .join(format!("mcp-gateway-sandbox-{}", nix::unistd::geteuid())),
             uid_range: None,
             hidden: Vec::new(),
+            remote_networks: Vec::new(),
         }
     }
 }
@@ -162,6 +167,18 @@ pub(super) fn settings(
             ));
         }
         s.uid_range = Some((first, last));
+    }
+    for n in section.remote_networks.unwrap_or_default() {
+        let net = n
+            .parse::<ipnet::IpNet>()
+            .or_else(|_| n.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
+            .map_err(|_| {
+                invalid(
+                    "sandbox.remote_networks",
+                    format!("`{n}` is not a network like 10.1.0.0/16 or an address"),
+                )
+            })?;
+        s.remote_networks.push(net);
     }
     let mut hidden: Vec<PathBuf> = Vec::new();
     // Every instance's home and every plugin's cache: a plugin's own are granted by name.

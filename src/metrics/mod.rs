@@ -65,6 +65,7 @@ pub struct Metrics {
     pub cluster_unverified: IntCounterVec,
     pub rate_limited: IntCounterVec,
     pub plugin_errors: IntCounterVec,
+    pub remote_events: IntCounterVec,
     pub audit_records: IntCounter,
     pub audit_dropped: IntCounter,
 }
@@ -265,6 +266,15 @@ impl Metrics {
                  (`isError`), or did not answer within its request timeout.",
                 &["plugin"],
             ),
+            remote_events: counter_vec(
+                "mcp_gateway_remote_events_total",
+                "What happened between the gateway and a remote plugin's upstream, by plugin and \
+                 event: `reconnect` (its stream opened again, or its session initialized \
+                 again after a 404), `resume` (a dropped stream resumed with Last-Event-ID), \
+                 `error` (a request that failed on the way: unreachable, an HTTP error, a \
+                 broken or oversized stream).",
+                &["plugin", "event"],
+            ),
             audit_records: counter(
                 "mcp_gateway_audit_records_total",
                 "Audit records queued for the log and the database.",
@@ -310,6 +320,7 @@ impl Metrics {
         register(Box::new(m.cluster_unverified.clone()));
         register(Box::new(m.rate_limited.clone()));
         register(Box::new(m.plugin_errors.clone()));
+        register(Box::new(m.remote_events.clone()));
         register(Box::new(m.audit_records.clone()));
         register(Box::new(m.audit_dropped.clone()));
         let info = gauge_vec(

@@ -25,6 +25,8 @@
 //!   resource, introspection, revocation, key rotation.
 //! - `procfs`: process checks through /proc.
 //! - `postgres`: a database of its own on the test PostgreSQL server.
+//! - `upstream`: remote MCP servers (the Python SDK fixtures over HTTP, server-everything, a
+//!   hostile one of the test's own) and a TCP relay whose connections a test cuts.
 //! - `redis_server`: a Redis of the test's own (`redis-server` on a port of its own, nothing
 //!   on disk), killed, frozen and started again mid-test.
 //!
@@ -46,6 +48,7 @@ pub mod process;
 pub mod procfs;
 pub mod redis_server;
 pub mod sse;
+pub mod upstream;
 
 // Each test binary uses a subset of these.
 #[allow(unused_imports)]

@@ -277,10 +277,8 @@ fn word_or_dash(s: &str) -> bool {
 /// The credentials `p` is started with (`${credential:NAME}` or `${credential_file:NAME}` in
 /// its `env` or `args`): a process of it serves one person.
 pub fn credentials_used(p: &PluginConfig) -> BTreeSet<&str> {
-    p.env
-        .values()
-        .chain(&p.args)
-        .filter_map(|v| references(v).ok())
+    p.referring_values()
+        .filter_map(|(_, v)| references(v).ok())
         .flatten()
         .filter_map(Reference::credential)
         .collect()
@@ -290,10 +288,8 @@ pub fn credentials_used(p: &PluginConfig) -> BTreeSet<&str> {
 /// which can be written again while it runs, and never as a value in its `env` or `args`.
 pub fn credential_in_files_only(p: &PluginConfig, name: &str) -> bool {
     let refs: Vec<Reference<'_>> = p
-        .env
-        .values()
-        .chain(&p.args)
-        .filter_map(|v| references(v).ok())
+        .referring_values()
+        .filter_map(|(_, v)| references(v).ok())
         .flatten()
         .filter(|r| r.credential() == Some(name))
         .collect();
@@ -308,12 +304,7 @@ pub fn credential_in_files_only(p: &PluginConfig, name: &str) -> bool {
 /// with a person's credential runs a process per session and keeps none warm.
 pub(super) fn check_plugin(p: &PluginConfig, credentials: &[String]) -> Result<(), ConfigError> {
     let key = |k: &str| format!("plugins.{}.{k}", p.name);
-    let values = p.env.iter().map(|(k, v)| (format!("env.{k}"), v)).chain(
-        p.args
-            .iter()
-            .enumerate()
-            .map(|(i, a)| (format!("args[{i}]"), a)),
-    );
+    let values = p.referring_values();
     let (mut used, mut in_a_file) = (BTreeSet::new(), None);
     for (k, value) in values {
         for r in references(value).map_err(|m| invalid(key(&k), m))? {
