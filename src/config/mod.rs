@@ -46,8 +46,8 @@ pub use cluster::{ClusterConfig, DEFAULT_KEY_PREFIX, MIN_SECRET_LEN, redact_url}
 pub use credentials::{
     API_CLIENT_SECRET_PREFIX, CREDENTIALS_KEY_ENV, CredentialConfig, CredentialKeys,
     CredentialKind, CredentialKindName, CredentialSpec, CredentialsConfig, OAuthServer, Reference,
-    check_api_spec, credential_config, credential_in_files_only, credentials_used, expand,
-    references,
+    Registration, check_api_spec, credential_config, credential_in_files_only, credentials_used,
+    expand, references,
 };
 pub use external::{ExternalConfig, INTROSPECTION_SECRET_ENV, IntrospectionConfig};
 pub use file::FileConfig;

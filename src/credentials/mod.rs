@@ -10,6 +10,7 @@
 
 mod connect;
 mod definitions;
+pub mod mcp_client;
 pub mod oauth;
 mod seal;
 pub mod store;
@@ -197,9 +198,9 @@ impl Broker {
             defs: std::sync::RwLock::new(Arc::new(
                 config.credentials.into_iter().map(Arc::new).collect(),
             )),
+            oauth: Arc::new(OAuth::new(base.trim_end_matches('/'), store.clone())),
             store,
             base: base.trim_end_matches('/').to_owned(),
-            oauth: Arc::new(OAuth::default()),
             events: tokio::sync::broadcast::channel(256).0,
             known: Default::default(),
         })
@@ -208,6 +209,11 @@ impl Broker {
     /// What happens to people's credentials from now on (refreshes, values lost).
     pub fn subscribe(&self) -> tokio::sync::broadcast::Receiver<Event> {
         self.events.subscribe()
+    }
+
+    /// The gateway's public origin.
+    pub fn base(&self) -> &str {
+        &self.base
     }
 
     /// Where an authorization server sends the person back after a connect.

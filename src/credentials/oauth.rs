@@ -67,9 +67,17 @@ impl std::fmt::Debug for Tokens {
     }
 }
 
-/// A server's endpoints, configured or discovered.
+/// A server's endpoints, configured or discovered, and the client the gateway is there.
 #[derive(Debug)]
 struct Endpoints {
+    /// The gateway's client id there (configured, or its registration's).
+    client_id: String,
+    /// The issuer found (through an MCP server's metadata), for RFC 9207's check.
+    issuer: Option<String>,
+    /// The MCP server the tokens are for (`resource`, RFC 8707).
+    resource: Option<String>,
+    /// The scopes asked for when none are configured (the MCP server's).
+    scopes: Vec<String>,
     authorization: Option<url::Url>,
     token: url::Url,
     revocation: Option<url::Url>,
@@ -94,18 +102,22 @@ type Client =
 pub struct OAuth {
     http: Http,
     found: Mutex<HashMap<String, (Arc<Endpoints>, Instant)>>,
-}
-
-impl Default for OAuth {
-    fn default() -> Self {
-        OAuth {
-            http: Http::new(),
-            found: Mutex::new(HashMap::new()),
-        }
-    }
+    /// The gateway's public origin (its callback, its client ID metadata documents).
+    base: String,
+    /// Where dynamic registrations are kept.
+    store: Arc<dyn super::store::CredentialStore>,
 }
 
 impl OAuth {
+    pub fn new(base: &str, store: Arc<dyn super::store::CredentialStore>) -> OAuth {
+        OAuth {
+            http: Http::new(),
+            found: Mutex::new(HashMap::new()),
+            base: base.to_owned(),
+            store,
+        }
+    }
+
     /// Drops what was discovered of credential `name`'s server (it was redefined).
     pub fn forget(&self, name: &str) {
         self.found.lock().expect("oauth lock").remove(name);
@@ -121,12 +133,21 @@ impl OAuth {
         redirect_uri: &str,
     ) -> Result<Started, OAuthError> {
         let client = self.client(name, server, Some(redirect_uri)).await?;
+        let e = self.endpoints(name, server).await?;
         let state = crate::auth::random_token();
         let given = state.clone();
+        let scopes = if server.scopes.is_empty() {
+            &e.scopes
+        } else {
+            &server.scopes
+        };
         let mut request = client
             .authorize_url(move || CsrfToken::new(given))
             .map_err(|e| OAuthError::Provider(e.to_string()))?
-            .add_scopes(server.scopes.iter().cloned().map(Scope::new));
+            .add_scopes(scopes.iter().cloned().map(Scope::new));
+        if let Some(r) = &e.resource {
+            request = request.add_extra_param("resource", r.clone());
+        }
         let mut pkce_verifier = None;
         if pkce {
             let (challenge, verifier) = PkceCodeChallenge::new_random_sha256();
@@ -154,7 +175,8 @@ impl OAuth {
         let ours = server
             .issuer
             .as_ref()
-            .map(|i| i.as_str().trim_end_matches('/').to_owned());
+            .map(|i| i.as_str().trim_end_matches('/').to_owned())
+            .or_else(|| endpoints.issuer.clone());
         match (iss, ours) {
             (Some(given), Some(ours)) if given.trim_end_matches('/') != ours => {
                 Err(OAuthError::Refused(format!(
@@ -178,9 +200,13 @@ impl OAuth {
         pkce_verifier: Option<&str>,
     ) -> Result<Tokens, OAuthError> {
         let client = self.client(name, server, Some(redirect_uri)).await?;
+        let e = self.endpoints(name, server).await?;
         let mut request = client
             .exchange_code(AuthorizationCode::new(code.to_owned()))
             .map_err(|e| OAuthError::Provider(e.to_string()))?;
+        if let Some(r) = &e.resource {
+            request = request.add_extra_param("resource", r.clone());
+        }
         if let Some(v) = pkce_verifier {
             request = request.set_pkce_verifier(PkceCodeVerifier::new(v.to_owned()));
         }
@@ -196,12 +222,15 @@ impl OAuth {
         refresh_token: &str,
     ) -> Result<Tokens, OAuthError> {
         let client = self.client(name, server, None).await?;
+        let e = self.endpoints(name, server).await?;
         let refresh = RefreshToken::new(refresh_token.to_owned());
-        let answer = client
+        let mut request = client
             .exchange_refresh_token(&refresh)
-            .map_err(|e| OAuthError::Provider(e.to_string()))?
-            .request_async(&self.limited())
-            .await;
+            .map_err(|e| OAuthError::Provider(e.to_string()))?;
+        if let Some(r) = &e.resource {
+            request = request.add_extra_param("resource", r.clone());
+        }
+        let answer = request.request_async(&self.limited()).await;
         tokens(answer.map_err(token_error)?)
     }
 
@@ -299,16 +328,16 @@ impl OAuth {
                 };
                 let basic = base64::engine::general_purpose::STANDARD.encode(format!(
                     "{}:{}",
-                    enc(&server.client_id),
+                    enc(&endpoints.client_id),
                     enc(secret.expose())
                 ));
                 request = request.header("authorization", format!("Basic {basic}"));
             }
             Some(secret) => {
-                pairs.push(("client_id", server.client_id.clone()));
+                pairs.push(("client_id", endpoints.client_id.clone()));
                 pairs.push(("client_secret", secret.expose().to_owned()));
             }
-            None => pairs.push(("client_id", server.client_id.clone())),
+            None => pairs.push(("client_id", endpoints.client_id.clone())),
         }
         let body = url::form_urlencoded::Serializer::new(String::new())
             .extend_pairs(pairs)
@@ -339,7 +368,7 @@ impl OAuth {
         let bad = |what: &str, err: url::ParseError| {
             OAuthError::Provider(format!("the {what} is not a URL: {err}"))
         };
-        let mut client = BasicClient::new(ClientId::new(server.client_id.clone()))
+        let mut client = BasicClient::new(ClientId::new(e.client_id.clone()))
             .set_auth_uri_option(
                 e.authorization
                     .as_ref()
@@ -370,6 +399,10 @@ impl OAuth {
             && (server.issuer.is_none() || server.authorization_endpoint.is_some())
         {
             return Ok(Arc::new(Endpoints {
+                client_id: server.client_id.clone(),
+                issuer: None,
+                resource: None,
+                scopes: Vec::new(),
                 authorization: server.authorization_endpoint.clone(),
                 token: token.clone(),
                 revocation: server.revocation_endpoint.clone(),
@@ -382,10 +415,7 @@ impl OAuth {
         {
             return Ok(e.clone());
         }
-        let Some(issuer) = &server.issuer else {
-            return Err(OAuthError::Provider("no issuer and no endpoints".into()));
-        };
-        let found = Arc::new(self.discover(issuer.as_str(), server).await?);
+        let found = Arc::new(self.discover(name, server).await?);
         self.found
             .lock()
             .expect("oauth lock")
@@ -393,7 +423,9 @@ impl OAuth {
         Ok(found)
     }
 
-    async fn discover(&self, issuer: &str, server: &OAuthServer) -> Result<Endpoints, OAuthError> {
+    /// The server's metadata: from its issuer, or for an MCP server from the issuer its
+    /// protected resource metadata names; and the gateway's client there.
+    async fn discover(&self, name: &str, server: &OAuthServer) -> Result<Endpoints, OAuthError> {
         #[derive(Deserialize)]
         struct Metadata {
             issuer: String,
@@ -403,7 +435,19 @@ impl OAuth {
             token_endpoint_auth_methods_supported: Option<Vec<String>>,
             #[serde(default)]
             authorization_response_iss_parameter_supported: bool,
+            registration_endpoint: Option<String>,
+            #[serde(default)]
+            client_id_metadata_document_supported: bool,
         }
+        let found = match &server.mcp_server {
+            Some(mcp) => Some(super::mcp_client::protected_resource(&self.http, mcp).await?),
+            None => None,
+        };
+        let issuer = match (&server.issuer, &found) {
+            (Some(i), _) => i.as_str().to_owned(),
+            (None, Some(f)) => f.issuer.clone(),
+            (None, None) => return Err(OAuthError::Provider("no issuer and no endpoints".into())),
+        };
         // The issuer as configured, without the slash `Url` adds to a bare origin.
         let issuer = issuer.trim_end_matches('/');
         let (url, meta): (_, Metadata) =
@@ -444,7 +488,33 @@ impl OAuth {
             m.iter().any(|x| x == "client_secret_post")
                 && !m.iter().any(|x| x == "client_secret_basic")
         });
+        let client_id = if server.client_id.is_empty() {
+            let registration = endpoint("registration_endpoint", meta.registration_endpoint)?;
+            super::mcp_client::client_id(
+                &self.http,
+                &*self.store,
+                name,
+                &self.base,
+                server.registration,
+                super::mcp_client::Registrable {
+                    issuer,
+                    registration_endpoint: registration.as_ref(),
+                    metadata_documents: meta.client_id_metadata_document_supported,
+                },
+            )
+            .await?
+        } else {
+            server.client_id.clone()
+        };
+        let (resource, scopes) = match found {
+            Some(f) => (Some(f.resource), f.scopes),
+            None => (None, Vec::new()),
+        };
         Ok(Endpoints {
+            client_id,
+            issuer: server.issuer.is_none().then(|| issuer.to_owned()),
+            resource,
+            scopes,
             authorization,
             token,
             revocation,

@@ -86,6 +86,15 @@ pub trait CredentialStore: Send + Sync {
     ) -> StoreFuture<'a, ()>;
     /// Forgets the definition of credential `name`; whether there was one.
     fn delete_definition<'a>(&'a self, name: &'a str) -> StoreFuture<'a, bool>;
+    /// Keeps `client_id` as the gateway's client for credential `name` at `issuer`, unless one
+    /// is kept already; the one kept (the first replica's to register).
+    fn registration<'a>(
+        &'a self,
+        name: &'a str,
+        issuer: &'a str,
+        client_id: Option<&'a str>,
+        now_ms: i64,
+    ) -> StoreFuture<'a, Option<String>>;
     /// Keeps a request to connect (and forgets those expired long ago).
     fn open_request<'a>(&'a self, request: &'a Request) -> StoreFuture<'a, ()>;
     /// The request `id`, unused and unexpired at `now_ms`, which is used from now on: a

@@ -230,6 +230,40 @@ impl CredentialStore for SqlCredentialStore {
         })
     }
 
+    fn registration<'a>(
+        &'a self,
+        name: &'a str,
+        issuer: &'a str,
+        client_id: Option<&'a str>,
+        now_ms: i64,
+    ) -> StoreFuture<'a, Option<String>> {
+        Box::pin(async move {
+            if let Some(id) = client_id {
+                sqlx::query(
+                    "INSERT INTO oauth_registrations (credential, issuer, client_id, created_at_ms) \
+                     VALUES ($1, $2, $3, $4) ON CONFLICT (credential, issuer) DO NOTHING",
+                )
+                .bind(name.to_owned())
+                .bind(issuer.to_owned())
+                .bind(id.to_owned())
+                .bind(now_ms)
+                .execute(&self.pool)
+                .await
+                .map_err(failed)?;
+            }
+            let row = sqlx::query(
+                "SELECT client_id FROM oauth_registrations WHERE credential = $1 AND issuer = $2",
+            )
+            .bind(name.to_owned())
+            .bind(issuer.to_owned())
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(failed)?;
+            row.map(|r| r.try_get("client_id").map_err(failed))
+                .transpose()
+        })
+    }
+
     fn put_definition<'a>(
         &'a self,
         name: &'a str,

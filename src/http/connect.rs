@@ -28,6 +28,10 @@ use crate::credentials::{Broker, CALLBACK_PATH, ConnectRefused, CredentialError,
 pub fn router(edge: Arc<Edge>) -> Router {
     Router::new()
         .route(CALLBACK_PATH, get(callback))
+        .route(
+            &format!("{}/{{name}}", crate::credentials::mcp_client::CLIENTS_PATH),
+            get(client_document),
+        )
         .route("/connect/{id}", get(open).post(submit))
         .with_state(edge)
 }
@@ -65,6 +69,31 @@ pub(super) fn message(status: StatusCode, id: &str, title: &str, text: &str) -> 
 
 /// The broker, the open request `id` and its credential's definition; `None` when there is
 /// no such open request.
+/// The gateway's client ID metadata document for credential `name` (an `oauth2` credential
+/// of a remote MCP server that registers itself): what an authorization server fetches when
+/// the gateway names this URL as its `client_id`.
+async fn client_document(State(edge): State<Arc<Edge>>, Path(name): Path<String>) -> Response {
+    use axum::response::IntoResponse;
+    let Some(broker) = edge.sessions.supervisor.credentials() else {
+        return StatusCode::NOT_FOUND.into_response();
+    };
+    let Ok(c) = broker.defined(&name) else {
+        return StatusCode::NOT_FOUND.into_response();
+    };
+    let CredentialKind::OAuth2 { server, .. } = &c.kind else {
+        return StatusCode::NOT_FOUND.into_response();
+    };
+    if server.mcp_server.is_none() || !server.client_id.is_empty() {
+        return StatusCode::NOT_FOUND.into_response();
+    }
+    let doc = crate::credentials::mcp_client::document(broker.base(), &c.name, &c.label);
+    (
+        [(axum::http::header::CACHE_CONTROL, "max-age=300")],
+        axum::Json(doc),
+    )
+        .into_response()
+}
+
 async fn find(edge: &Edge, id: &str) -> Result<Option<(Arc<Broker>, Request)>, Response> {
     let Some(broker) = edge.sessions.supervisor.credentials().cloned() else {
         return Ok(None);

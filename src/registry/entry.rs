@@ -21,6 +21,9 @@ use crate::config::PluginConfig;
 pub struct PluginInfo {
     /// The era it speaks: its instances are opened in it, without probing again.
     pub era: Era,
+    /// False for a remote plugin the upstream would not let the probe in without a person's
+    /// token: nothing was found of it, each instance probes for itself.
+    pub reached: bool,
     /// The version it answered `initialize` with, or 2026-07-28 for a modern plugin.
     pub protocol_version: String,
     /// From `initialize`, or a modern plugin's `DiscoverResult`.
@@ -140,7 +143,7 @@ impl PluginEntry {
     /// found; `None` until probed (an instance then probes for itself).
     pub fn era(&self) -> Option<Era> {
         Era::pinned(self.config.era).or_else(|| match &*self.state.borrow() {
-            ProbeState::Ready(info) => Some(info.era),
+            ProbeState::Ready(info) if info.reached => Some(info.era),
             _ => None,
         })
     }

@@ -106,6 +106,7 @@ pub(super) async fn probe(entry: &PluginEntry) -> ProbeState {
                 .count();
             let info = PluginInfo {
                 era: conn.era(),
+                reached: true,
                 protocol_version: init.protocol_version.clone(),
                 capabilities,
                 server_info: init.server_info.clone(),
@@ -125,6 +126,23 @@ pub(super) async fn probe(entry: &PluginEntry) -> ProbeState {
             );
             ProbeState::Ready(Arc::new(info))
         }
+        Err(e) if !nobody.0.is_empty() && refused_without_token(&entry.config, &e) => {
+            tracing::info!(plugin = %entry.name(), url = %entry.config.command_line(), "the upstream lets no one in without a person's token: its lists are each person's own, once they connect");
+            ProbeState::Ready(Arc::new(PluginInfo {
+                era: Era::Legacy,
+                reached: false,
+                protocol_version: crate::protocol::PLUGIN_VERSIONS[0].to_owned(),
+                capabilities: serde_json::json!({"tools": {"listChanged": true}, "prompts": {"listChanged": true}, "resources": {"listChanged": true}}),
+                server_info: serde_json::value::RawValue::from_string(
+                    serde_json::json!({"name": entry.name(), "version": "unknown"}).to_string(),
+                )
+                .expect("serialized JSON is JSON"),
+                instructions: None,
+                tools: 0,
+                tool_names: Default::default(),
+                listed: Vec::new(),
+            }))
+        }
         Err(e) => {
             tracing::error!(plugin = %entry.name(), command = %entry.config.command_line(), "{e}; its tools are absent until it starts");
             *entry.stats.last_error.lock().expect("stats lock") = Some(e.to_string());
@@ -135,6 +153,16 @@ pub(super) async fn probe(entry: &PluginEntry) -> ProbeState {
             }
         }
     }
+}
+
+/// Whether a remote plugin's start failed because the upstream wants a token (HTTP 401 or
+/// 403), as one does before a person connects.
+fn refused_without_token(
+    config: &crate::config::PluginConfig,
+    e: &crate::backend::BackendError,
+) -> bool {
+    let text = e.to_string();
+    config.remote.is_some() && (text.contains("HTTP 401") || text.contains("HTTP 403"))
 }
 
 #[cfg(test)]

@@ -189,19 +189,28 @@ impl RemoteTransport {
 }
 
 /// The definition's headers with their references expanded: `${NAME}` from the gateway's
-/// environment, `${credential:NAME}` from the person the instance serves.
+/// environment, `${credential:NAME}` from the person the instance serves. A header naming a
+/// credential that is empty (the probe's, run as no one) is left out.
 fn expand_headers(remote: &RemoteConfig, personal: Option<&Personal>) -> Result<HeaderMap, String> {
     let mut map = HeaderMap::new();
     for (name, value) in &remote.headers {
+        let mut empty = false;
         let value = crate::config::expand(value, |r| match r {
             Reference::Env(n) => crate::config::env_var(n)
                 .ok_or_else(|| format!("`${{{n}}}` is not set in the gateway's environment")),
-            Reference::Credential(n) => personal
-                .and_then(|p| p.0.get(n).cloned())
-                .ok_or_else(|| format!("the caller's credential `{n}` was not given")),
+            Reference::Credential(n) => {
+                let v = personal
+                    .and_then(|p| p.0.get(n).cloned())
+                    .ok_or_else(|| format!("the caller's credential `{n}` was not given"))?;
+                empty |= v.is_empty();
+                Ok(v)
+            }
             Reference::CredentialFile(n) => Err(format!("`{n}` cannot be a file in a header")),
         })
         .map_err(|e| format!("header {name}: {e}"))?;
+        if empty {
+            continue;
+        }
         let mut value = HeaderValue::from_str(&value)
             .map_err(|_| format!("header {name}: its value is not one a header may carry"))?;
         value.set_sensitive(true);

@@ -106,6 +106,29 @@ pub struct CredentialSpec {
     pub audience: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resource: Option<String>,
+    /// `oauth2`: the remote MCP server the token is for. Its protected resource metadata
+    /// (RFC 9728) names the authorization server (no `issuer` needed); the token is asked for
+    /// it (`resource`, RFC 8707); without a `client_id` the gateway registers itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mcp_server: Option<String>,
+    /// `oauth2` with `mcp_server` and no `client_id`: how the gateway registers itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub registration: Option<Registration>,
+}
+
+/// How the gateway becomes a client of an MCP server's authorization server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Registration {
+    /// A client ID metadata document where the server supports them, else dynamic
+    /// registration (RFC 7591).
+    #[default]
+    Auto,
+    /// Only a client ID metadata document (served by the gateway at
+    /// `/connect/clients/NAME`).
+    MetadataDocument,
+    /// Only dynamic client registration.
+    Dynamic,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -131,9 +154,13 @@ pub struct OAuthServer {
     pub authorization_endpoint: Option<url::Url>,
     pub token_endpoint: Option<url::Url>,
     pub revocation_endpoint: Option<url::Url>,
+    /// Empty when the gateway registers itself (`mcp_server` without `client_id`).
     pub client_id: String,
     pub client_secret: Option<Secret>,
     pub scopes: Vec<String>,
+    /// The MCP server the token is for (see [`CredentialSpec::mcp_server`]).
+    pub mcp_server: Option<url::Url>,
+    pub registration: Registration,
 }
 
 #[derive(Debug, Clone)]
@@ -472,6 +499,16 @@ pub fn credential_config(
         s.pkce.is_some() && s.kind != CredentialKindName::Oauth2,
     )?;
     for (k, set) in [
+        ("mcp_server", s.mcp_server.is_some()),
+        ("registration", s.registration.is_some()),
+    ] {
+        stray(k, set && s.kind != CredentialKindName::Oauth2)?;
+    }
+    stray(
+        "registration",
+        s.registration.is_some() && (s.mcp_server.is_none() || s.client_id.is_some()),
+    )?;
+    for (k, set) in [
         ("audience", s.audience.is_some()),
         ("resource", s.resource.is_some()),
     ] {
@@ -496,11 +533,12 @@ pub fn credential_config(
         CredentialKindName::Oauth2 => {
             let server = oauth_server(name, &s, &env)?;
             if server.issuer.is_none()
+                && server.mcp_server.is_none()
                 && (server.authorization_endpoint.is_none() || server.token_endpoint.is_none())
             {
                 return Err(invalid(
                     key("issuer"),
-                    "set the issuer (its metadata names the endpoints), or both authorization_endpoint and token_endpoint",
+                    "set the issuer (its metadata names the endpoints), mcp_server (whose metadata names the issuer), or both authorization_endpoint and token_endpoint",
                 ));
             }
             CredentialKind::OAuth2 {
@@ -571,11 +609,18 @@ fn oauth_server(
         }
         Ok(Some(u))
     };
-    let client_id = s
-        .client_id
-        .clone()
-        .filter(|c| !c.is_empty() && !c.chars().any(char::is_control))
-        .ok_or_else(|| invalid(key("client_id"), "the gateway's client id there is needed"))?;
+    let registers = s.mcp_server.is_some() && s.client_id.is_none();
+    let client_id = match s.client_id.clone() {
+        None if registers => String::new(),
+        c => c
+            .filter(|c| !c.is_empty() && !c.chars().any(char::is_control))
+            .ok_or_else(|| {
+                invalid(
+                    key("client_id"),
+                    "the gateway's client id there is needed (or mcp_server, and the gateway registers itself)",
+                )
+            })?,
+    };
     let client_secret = client_secret(
         &format!("credentials.{name}"),
         s.client_secret_file.as_deref(),
@@ -605,6 +650,8 @@ fn oauth_server(
         client_id,
         client_secret: client_secret.map(Secret::new),
         scopes: s.scopes.clone(),
+        mcp_server: url("mcp_server", &s.mcp_server)?,
+        registration: s.registration.unwrap_or_default(),
     })
 }
 
