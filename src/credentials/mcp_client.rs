@@ -28,7 +28,98 @@ pub struct Resource {
     pub scopes: Vec<String>,
 }
 
-/// Reads the protected resource metadata of `server`.
+/// What an MCP server's refusal of a request without a token says (its `WWW-Authenticate`
+/// challenge): where its metadata is, and the scope it wants.
+#[derive(Default)]
+struct Challenge {
+    resource_metadata: Option<url::Url>,
+    scope: Option<String>,
+}
+
+/// POSTs an `initialize` without a token to `server` and reads the Bearer challenge of its 401
+/// (nothing when it answers otherwise).
+async fn challenge(http: &Http, server: &url::Url) -> Challenge {
+    let body = serde_json::json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": crate::protocol::PLUGIN_VERSIONS[0], "capabilities": {},
+        "clientInfo": {"name": "mcp-gateway", "version": env!("CARGO_PKG_VERSION")}}});
+    let Ok(request) = oauth2::http::Request::builder()
+        .method(oauth2::http::Method::POST)
+        .uri(server.as_str())
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .body(body.to_string().into_bytes())
+    else {
+        return Challenge::default();
+    };
+    let Ok(answer) = http.send(request, MAX_BYTES).await else {
+        return Challenge::default();
+    };
+    if answer.status().as_u16() != 401 {
+        return Challenge::default();
+    }
+    let Some(value) = answer
+        .headers()
+        .get_all("www-authenticate")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .find(|v| v.trim_start().len() >= 6 && v.trim_start()[..6].eq_ignore_ascii_case("bearer"))
+    else {
+        return Challenge::default();
+    };
+    let param = |name: &str| bearer_param(value, name);
+    Challenge {
+        resource_metadata: param("resource_metadata").and_then(|u| url::Url::parse(&u).ok()),
+        scope: param("scope").filter(|s| !s.trim().is_empty()),
+    }
+}
+
+/// A parameter of a Bearer challenge (`name="value"` or `name=token`).
+fn bearer_param(challenge: &str, name: &str) -> Option<String> {
+    let mut rest = challenge.trim_start();
+    rest = rest.get(6..)?;
+    loop {
+        rest = rest.trim_start_matches([' ', ',']);
+        if rest.is_empty() {
+            return None;
+        }
+        let eq = rest.find('=')?;
+        let key = rest[..eq].trim();
+        rest = &rest[eq + 1..];
+        let value = if let Some(quoted) = rest.strip_prefix('"') {
+            let mut v = String::new();
+            let mut chars = quoted.char_indices();
+            let mut end = quoted.len();
+            while let Some((i, c)) = chars.next() {
+                match c {
+                    '\\' => {
+                        if let Some((_, n)) = chars.next() {
+                            v.push(n);
+                        }
+                    }
+                    '"' => {
+                        end = i + 1;
+                        break;
+                    }
+                    c => v.push(c),
+                }
+            }
+            rest = &quoted[end.min(quoted.len())..];
+            v
+        } else {
+            let end = rest.find(',').unwrap_or(rest.len());
+            let v = rest[..end].trim().to_owned();
+            rest = &rest[end..];
+            v
+        };
+        if key.eq_ignore_ascii_case(name) {
+            return Some(value);
+        }
+    }
+}
+
+/// Reads the protected resource metadata of `server`: where its challenge says, else at the
+/// well-known URI with the server's path, else at the origin's. The scopes asked for are the
+/// challenge's, else the metadata's.
 pub async fn protected_resource(http: &Http, server: &url::Url) -> Result<Resource, OAuthError> {
     #[derive(Deserialize)]
     struct Metadata {
@@ -38,8 +129,9 @@ pub async fn protected_resource(http: &Http, server: &url::Url) -> Result<Resour
         #[serde(default)]
         scopes_supported: Vec<String>,
     }
+    let hint = challenge(http, server).await;
     let path = server.path().trim_end_matches('/');
-    let mut urls = Vec::new();
+    let mut urls: Vec<url::Url> = hint.resource_metadata.into_iter().collect();
     for p in [
         format!("/.well-known/oauth-protected-resource{path}"),
         "/.well-known/oauth-protected-resource".to_owned(),
@@ -55,9 +147,9 @@ pub async fn protected_resource(http: &Http, server: &url::Url) -> Result<Resour
     for url in urls {
         match http.get_json::<Metadata>(&url, MAX_BYTES).await {
             Ok((m, _)) => {
-                // RFC 9728 §3.3: the metadata is the server's own only if it names it.
-                let same = |a: &str, b: &str| a.trim_end_matches('/') == b.trim_end_matches('/');
-                if !same(&m.resource, server.as_str()) {
+                // RFC 9728 §3.3: the metadata is the server's own only if it names it, or a
+                // resource that holds it (the origin's metadata names the origin).
+                if !covers(&m.resource, server) {
                     return Err(OAuthError::Provider(format!(
                         "{url} describes the resource `{}`, not `{server}`",
                         m.resource
@@ -66,10 +158,14 @@ pub async fn protected_resource(http: &Http, server: &url::Url) -> Result<Resour
                 let issuer = m.authorization_servers.into_iter().next().ok_or_else(|| {
                     OAuthError::Provider(format!("{url} names no authorization server"))
                 })?;
+                let scopes = match &hint.scope {
+                    Some(s) => s.split_whitespace().map(str::to_owned).collect(),
+                    None => m.scopes_supported,
+                };
                 return Ok(Resource {
                     issuer,
                     resource: m.resource,
-                    scopes: m.scopes_supported,
+                    scopes,
                 });
             }
             Err(e) => failures.push(e.to_string()),
@@ -79,6 +175,22 @@ pub async fn protected_resource(http: &Http, server: &url::Url) -> Result<Resour
         "no protected resource metadata: {}",
         failures.join("; ")
     )))
+}
+
+/// Whether `resource` names `server` or a resource holding it: the same origin, and a path
+/// that is `server`'s or a leading part of it (whole segments).
+fn covers(resource: &str, server: &url::Url) -> bool {
+    let Ok(r) = url::Url::parse(resource) else {
+        return false;
+    };
+    if r.origin() != server.origin() || r.query().is_some() || r.fragment().is_some() {
+        return false;
+    }
+    let (rp, sp) = (
+        r.path().trim_end_matches('/'),
+        server.path().trim_end_matches('/'),
+    );
+    sp == rp || sp.starts_with(&format!("{rp}/"))
 }
 
 /// What the authorization server's metadata says of registering.
@@ -194,4 +306,57 @@ pub fn document(base: &str, name: &str, label: &str) -> serde_json::Value {
         "response_types": ["code"],
         "token_endpoint_auth_method": "none",
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::bearer_param;
+
+    #[test]
+    fn a_resource_covers_its_server_or_what_it_holds() {
+        let server = url::Url::parse("http://localhost:9/mcp").unwrap();
+        for yes in [
+            "http://localhost:9/mcp",
+            "http://localhost:9/mcp/",
+            "http://localhost:9",
+            "http://localhost:9/",
+        ] {
+            assert!(super::covers(yes, &server), "{yes}");
+        }
+        for no in [
+            "https://evil.example.com/mcp",
+            "http://localhost:10/mcp",
+            "http://localhost:9/mc",
+            "http://localhost:9/mcp/x",
+            "http://localhost:9/mcp?x=1",
+        ] {
+            assert!(!super::covers(no, &server), "{no}");
+        }
+    }
+
+    #[test]
+    fn bearer_challenge_parameters() {
+        let c = r#"Bearer error="invalid_token", error_description="Missing \"x\"", scope="mcp:basic mcp:read", resource_metadata="http://h/.well-known/oauth-protected-resource/mcp""#;
+        assert_eq!(
+            bearer_param(c, "scope").as_deref(),
+            Some("mcp:basic mcp:read")
+        );
+        assert_eq!(
+            bearer_param(c, "resource_metadata").as_deref(),
+            Some("http://h/.well-known/oauth-protected-resource/mcp")
+        );
+        assert_eq!(
+            bearer_param(c, "error_description").as_deref(),
+            Some("Missing \"x\"")
+        );
+        assert_eq!(
+            bearer_param("Bearer realm=x, scope=a", "scope").as_deref(),
+            Some("a")
+        );
+        assert_eq!(bearer_param("Bearer", "scope"), None);
+        assert_eq!(
+            bearer_param("Bearer scope=\"unterminated", "scope").as_deref(),
+            Some("unterminated")
+        );
+    }
 }

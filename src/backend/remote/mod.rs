@@ -84,6 +84,8 @@ struct State {
     init: Option<Bytes>,
     /// Bumped at each new session: work of an older one knows it is stale.
     generation: u64,
+    /// Its capabilities say it sends messages outside requests: its GET stream is held.
+    sends_unasked: bool,
     /// Requests on their way, by id: cancelling one closes its stream.
     requests: HashMap<String, CancellationToken>,
     /// Learnt from `tools/list` answers, for a 2026-07-28 call's `Mcp-Param-*`.
@@ -153,6 +155,7 @@ impl RemoteTransport {
                 version: None,
                 init: None,
                 generation: 0,
+                sends_unasked: false,
                 requests: HashMap::new(),
                 tool_headers: ToolHeaders::default(),
             }),

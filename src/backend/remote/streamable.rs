@@ -286,9 +286,12 @@ impl Inner {
                 struct Init {
                     #[serde(rename = "protocolVersion")]
                     version: String,
+                    #[serde(default)]
+                    capabilities: serde_json::Value,
                 }
                 if let Ok(i) = serde_json::from_str::<Init>(result.get()) {
                     state.version = Some(i.version);
+                    state.sends_unasked = sends_unasked(&i.capabilities);
                 }
             }
             "tools/list" if r.modern.is_some() => state.tool_headers.learn(result),
@@ -557,6 +560,18 @@ impl Inner {
             }
         }
     }
+}
+
+/// Whether a legacy server's capabilities say it sends messages of its own, outside any
+/// request (list changes, resource updates, log messages): then its GET stream is held open.
+/// One that says none is not asked for a stream it would leave empty.
+fn sends_unasked(capabilities: &serde_json::Value) -> bool {
+    let flag = |cap: &str, key: &str| capabilities[cap][key].as_bool() == Some(true);
+    flag("tools", "listChanged")
+        || flag("prompts", "listChanged")
+        || flag("resources", "listChanged")
+        || flag("resources", "subscribe")
+        || capabilities.get("logging").is_some()
 }
 
 /// Whether `body` is a JSON-RPC response to `id`.

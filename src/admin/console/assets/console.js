@@ -229,11 +229,13 @@ function definitionOf(p) {
   const keep = ["command", "args", "env", "cwd", "prefix", "response_mode", "startup_timeout_secs",
     "shutdown_grace_secs", "request_timeout_secs", "tools_allow", "tools_deny", "max_children",
     "idle_timeout_secs", "process_model", "pool_size", "warm", "connect", "era", "scheduling", "scope", "allow_groups",
-    "allow_subjects", "tool_access", "sandbox", "enabled"];
+    "allow_subjects", "tool_access", "sandbox", "enabled", "url", "transport", "headers"];
   const d = {};
   for (const k of keep) {
     const v = p[k];
     if (v === null || v === undefined) continue;
+    // A remote plugin has a url and no command.
+    if (k === "command" && p.url) continue;
     if (Array.isArray(v) && v.length === 0 && k !== "args") continue;
     if (typeof v === "object" && !Array.isArray(v) && Object.keys(v).length === 0) continue;
     d[k] = v;
@@ -282,7 +284,7 @@ function pluginCard(p) {
     el("header", {},
       el("h3", {}, p.name),
       badge(p.state),
-      el("span", { class: "command mono" }, [p.command].concat(p.args || []).join(" ")),
+      el("span", { class: "command mono" }, p.url || [p.command].concat(p.args || []).join(" ")),
       buttons),
     el("dl", {},
       el("div", {}, el("dt", {}, "Processes"), el("dd", {}, p.running_children)),

