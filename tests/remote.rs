@@ -428,3 +428,53 @@ async fn a_remote_plugin_added_through_the_admin_api_may_not_reach_private_addre
         "echo: ok"
     );
 }
+
+#[tokio::test]
+async fn a_dead_upstream_opens_the_breaker_like_a_crashing_process() {
+    let up = Upstream::remote(&[]);
+    let dir = tempfile::tempdir().unwrap();
+    let gw = gateway(
+        &dir,
+        "",
+        &[remote(
+            "py",
+            &up.url,
+            "process_model = \"shared\"\nconnect_timeout_secs = 2",
+        )],
+    );
+    let admin = Admin::of(&gw, ADMIN_TOKEN);
+    admin.wait_state("py", "ready").await;
+    let mut c = gw.client();
+    c.initialize().await;
+    assert_eq!(
+        c.tool_text(1, "echo", json!({"text": "a"})).await,
+        "echo: a"
+    );
+    drop(up);
+    let mut tripped = None;
+    for i in 2..30 {
+        let r = c
+            .call(
+                i,
+                "tools/call",
+                json!({"name": "echo", "arguments": {"text": "b"}}),
+            )
+            .await;
+        let m = error_naming(r.last(), "py");
+        if m.contains("keeps crashing") {
+            tripped = Some(i);
+            break;
+        }
+    }
+    assert!(tripped.is_some(), "the breaker opened");
+    let (_, p) = admin.get("/admin/plugins/py").await;
+    assert_eq!(p["state"], "failed", "{p}");
+    assert!(p["breaker_open_secs"].as_u64().is_some(), "{p}");
+    let why = p["last_error"].as_str().unwrap_or_default();
+    assert!(
+        why.contains("unreachable")
+            || why.contains("could not be reached")
+            || why.contains("error"),
+        "{p}"
+    );
+}
