@@ -13,8 +13,9 @@ use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use common::Admin;
 use common::credentials::{Page, gateway_with_credentials, token};
-use common::oauth::AuthGateway;
+use common::oauth::{ADMIN_TOKEN, AuthGateway};
 use common::{Gateway, free_port, tool, write_config};
 use serde_json::{Value, json};
 
@@ -117,10 +118,13 @@ fn passed(checks: &[Value], wanted: &[&str]) {
     }
 }
 
-/// A gateway in auth mode `none` with the mock as its one remote plugin.
-fn gateway_before(mock: &Mock, dir: &tempfile::TempDir) -> Gateway {
+/// A gateway in auth mode `none` with the mock as its one remote plugin, probed (the probe's
+/// traffic done before the driver's).
+async fn gateway_before(mock: &Mock, dir: &tempfile::TempDir) -> Gateway {
     let cfg = write_config(dir, &format!("[plugins.up]\nurl = {:?}\n", mock.url));
-    Gateway::start(&["--config", &cfg])
+    let gw = Gateway::start(&["--config", &cfg, "--admin-token", ADMIN_TOKEN]);
+    Admin::of(&gw, ADMIN_TOKEN).wait_state("up", "ready").await;
+    gw
 }
 
 #[tokio::test]
@@ -128,7 +132,7 @@ async fn initialize() {
     for suite in [Suite::Latest, Suite::Next] {
         let mock = Mock::start(suite, "initialize");
         let dir = tempfile::tempdir().unwrap();
-        let gw = gateway_before(&mock, &dir);
+        let gw = gateway_before(&mock, &dir).await;
         let mut c = gw.client();
         c.initialize().await;
         c.result(1, "tools/list", json!({})).await;
@@ -142,7 +146,7 @@ async fn tools_call() {
     for suite in [Suite::Latest, Suite::Next] {
         let mock = Mock::start(suite, "tools_call");
         let dir = tempfile::tempdir().unwrap();
-        let gw = gateway_before(&mock, &dir);
+        let gw = gateway_before(&mock, &dir).await;
         let mut c = gw.client();
         c.initialize().await;
         let text = c.tool_text(1, "add_numbers", json!({"a": 2, "b": 3})).await;
@@ -167,10 +171,13 @@ fn defaults(schema: &Value) -> Value {
 
 #[tokio::test]
 async fn elicitation_sep1034_client_defaults() {
+    // 0.2.0-alpha.12's mock for it leaves the call unanswered behind the gateway (its
+    // elicitation never comes on the call's stream when driven this soon; by hand, seconds
+    // later, it does): run with 0.1.16 only until that is understood.
     for suite in [Suite::Latest] {
         let mock = Mock::start(suite, "elicitation-sep1034-client-defaults");
         let dir = tempfile::tempdir().unwrap();
-        let gw = gateway_before(&mock, &dir);
+        let gw = gateway_before(&mock, &dir).await;
         let mut c = gw.client();
         c.initialize_at("2025-11-25", json!({"elicitation": {}}))
             .await;
@@ -205,7 +212,7 @@ async fn sse_retry() {
     for suite in [Suite::Latest, Suite::Next] {
         let mock = Mock::start(suite, "sse-retry");
         let dir = tempfile::tempdir().unwrap();
-        let gw = gateway_before(&mock, &dir);
+        let gw = gateway_before(&mock, &dir).await;
         let mut c = gw.client();
         c.initialize().await;
         let text = c.tool_text(1, "test_reconnection", json!({})).await;

@@ -55,6 +55,9 @@ fn is_auto(t: &RemoteTransportKind) -> bool {
 /// The largest message or event taken from an upstream unless configured.
 pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
 
+/// The largest `max_message_bytes` allowed.
+pub const MAX_MESSAGE_BYTES: usize = 256 * 1024 * 1024;
+
 /// A remote plugin's upstream, checked.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RemoteConfig {
@@ -151,8 +154,11 @@ impl RemoteConfig {
         if url.fragment().is_some() {
             return Err(invalid(key("url"), "must not have a fragment"));
         }
-        if self.max_message_bytes < 1024 {
-            return Err(invalid(key("max_message_bytes"), "must be at least 1024"));
+        if !(1024..=MAX_MESSAGE_BYTES).contains(&self.max_message_bytes) {
+            return Err(invalid(
+                key("max_message_bytes"),
+                format!("must be from 1024 to {MAX_MESSAGE_BYTES}"),
+            ));
         }
         if self.connect_timeout.is_zero() || self.read_timeout.is_zero() {
             return Err(invalid(

@@ -131,7 +131,14 @@ pub async fn protected_resource(http: &Http, server: &url::Url) -> Result<Resour
     }
     let hint = challenge(http, server).await;
     let path = server.path().trim_end_matches('/');
-    let mut urls: Vec<url::Url> = hint.resource_metadata.into_iter().collect();
+    // Where the challenge says, if https (http only on loopback), like every URL an upstream
+    // names.
+    let mut urls: Vec<url::Url> = hint
+        .resource_metadata
+        .clone()
+        .into_iter()
+        .filter(secure)
+        .collect();
     for p in [
         format!("/.well-known/oauth-protected-resource{path}"),
         "/.well-known/oauth-protected-resource".to_owned(),
@@ -158,6 +165,13 @@ pub async fn protected_resource(http: &Http, server: &url::Url) -> Result<Resour
                 let issuer = m.authorization_servers.into_iter().next().ok_or_else(|| {
                     OAuthError::Provider(format!("{url} names no authorization server"))
                 })?;
+                // People's codes, verifiers and tokens go there: never over plain http but
+                // on loopback.
+                if !url::Url::parse(&issuer).is_ok_and(|u| secure(&u)) {
+                    return Err(OAuthError::Provider(format!(
+                        "{url} names the authorization server `{issuer}`, which is not https"
+                    )));
+                }
                 let scopes = match &hint.scope {
                     Some(s) => s.split_whitespace().map(str::to_owned).collect(),
                     None => m.scopes_supported,
@@ -175,6 +189,11 @@ pub async fn protected_resource(http: &Http, server: &url::Url) -> Result<Resour
         "no protected resource metadata: {}",
         failures.join("; ")
     )))
+}
+
+/// https, or http on loopback (development).
+fn secure(u: &url::Url) -> bool {
+    u.scheme() == "https" || (u.scheme() == "http" && crate::config::is_loopback_url(u))
 }
 
 /// Whether `resource` names `server` or a resource holding it: the same origin, and a path

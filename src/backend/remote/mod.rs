@@ -173,7 +173,10 @@ impl RemoteTransport {
             config: remote,
         });
         if inner.config.transport == RemoteTransportKind::Sse {
-            inner.open_sse().await.map_err(fail)?;
+            tokio::time::timeout(config.startup_timeout, inner.open_sse())
+                .await
+                .map_err(|_| fail("no endpoint event within the start-up timeout".into()))?
+                .map_err(fail)?;
         }
         tokio::spawn(inner.clone().dispatch(queue_rx));
         tracing::info!(plugin = %inner.plugin, session = %inner.label, url = %inner.config.display_url(), "remote plugin connected");
@@ -274,15 +277,17 @@ impl Inner {
         };
         let cost = message.len().min(self.inbound_budget);
         let permits = u32::try_from(cost).unwrap_or(u32::MAX);
-        tokio::select! {
+        let permit = tokio::select! {
             p = self.inbound_bytes.acquire_many(permits) => match p {
-                Ok(p) => p.forget(),
+                Ok(p) => p,
                 Err(_) => return,
             },
             _ = self.closed.cancelled() => return,
-        }
-        if tx.send(message).await.is_err() {
-            self.inbound_bytes.add_permits(cost);
+        };
+        // Held until the message is in the queue (the reader gives the bytes back when it
+        // takes it); dropped, and so given back, if the send fails or is cancelled.
+        if tx.send(message).await.is_ok() {
+            permit.forget();
         }
     }
 
@@ -335,7 +340,9 @@ impl Inner {
     /// and the transport ends.
     fn unreachable(&self, why: &str) {
         if self.failures.fetch_add(1, Ordering::Relaxed) + 1 >= FAILURES_TO_DEATH {
-            self.close(format!("the upstream is unreachable: {why}"));
+            // Clients may be told the exit reason: the detail (`why`) is in the log already.
+            tracing::warn!(plugin = %self.plugin, "the upstream is unreachable: {why}");
+            self.close("the upstream is unreachable".into());
         }
     }
 
@@ -388,7 +395,17 @@ impl Inner {
             match &out.kind {
                 Kind::Request(r) if r.method == "initialize" => {
                     self.state.lock().expect("state lock").init = Some(out.bytes.clone());
-                    self.clone().request(out).await;
+                    let id = r.id.clone();
+                    // Waited for (nothing else can go before it), within the read timeout
+                    // and for no longer than the transport lives.
+                    let answered = tokio::select! {
+                        r = tokio::time::timeout(self.config.read_timeout, self.clone().request(out)) => r.is_ok(),
+                        () = self.closed.cancelled() => break,
+                    };
+                    if !answered {
+                        self.fail(&id, "did not answer initialize in time", "no answer")
+                            .await;
+                    }
                 }
                 Kind::Request(r) => {
                     let token = self.closed.child_token();
@@ -432,9 +449,18 @@ impl Inner {
     /// Sends a notification or an answer, in the mode of the moment.
     async fn send_one(self: &Arc<Self>, out: Outgoing, what: &str) {
         let mode = self.state.lock().expect("state lock").mode.clone();
-        let result = match mode {
-            Mode::Streamable => self.post_one(&out).await,
-            Mode::Sse(endpoint) => self.post_sse(&endpoint, &out).await,
+        let send = async {
+            match mode {
+                Mode::Streamable => self.post_one(&out).await,
+                Mode::Sse(endpoint) => self.post_sse(&endpoint, &out).await,
+            }
+        };
+        // The queue behind it waits: bounded by the read timeout, and by the transport's life.
+        let result = tokio::select! {
+            r = tokio::time::timeout(self.config.read_timeout, send) => {
+                r.unwrap_or_else(|_| Err("no answer in time".into()))
+            }
+            () = self.closed.cancelled() => return,
         };
         match result {
             Err(e) => self.note(format!("{what} not delivered: {e}")),

@@ -478,12 +478,13 @@ impl Inner {
         }
         let session = response.headers().get("mcp-session-id").cloned();
         if is_type(response.headers(), "text/event-stream") {
-            // Read to its end; the answer is the connection's no more.
+            // Read until its first event (the answer, the connection's no more), within the
+            // read timeout in all.
+            let deadline = tokio::time::Instant::now() + self.config.read_timeout;
             let mut parser = Parser::new(self.config.max_message_bytes);
             let mut items = Vec::new();
-            while let Ok(Ok(Some(c))) =
-                tokio::time::timeout(self.config.read_timeout, response.chunk()).await
-            {
+            while let Ok(Ok(Some(c))) = tokio::time::timeout_at(deadline, response.chunk()).await {
+                items.clear();
                 if parser.push(&c, &mut items).is_err()
                     || items.iter().any(|i| matches!(i, Item::Event(_)))
                 {
@@ -518,6 +519,7 @@ impl Inner {
         let generation = {
             let state = self.state.lock().expect("state lock");
             if state.mode != Mode::Streamable
+                || !state.sends_unasked
                 || (state.session.is_none() && state.version.is_none())
             {
                 return;
@@ -535,13 +537,19 @@ impl Inner {
                     if !first {
                         self.event("reconnect");
                     }
-                    backoff = DEFAULT_RETRY;
+                    let opened = std::time::Instant::now();
                     match self.clone().read_stream(response, None).await {
                         Ended::Dropped {
                             last_id: l, retry, ..
                         } => {
                             last_id = l.or(last_id);
-                            backoff = retry;
+                            // A stream that ends at once is asked again more and more
+                            // slowly, whatever `retry` it names.
+                            backoff = if opened.elapsed() < Duration::from_secs(1) {
+                                (backoff * 2).clamp(retry.max(MIN_RETRY), Duration::from_secs(30))
+                            } else {
+                                retry
+                            };
                         }
                         Ended::Broken(why) => self.note(format!("its GET stream broke: {why}")),
                         Ended::Answered => return,

@@ -36,8 +36,10 @@ impl Inner {
         }
         let mut parser = Parser::new(self.config.max_message_bytes);
         let mut items = Vec::new();
+        // The endpoint event within the read timeout in all, not per chunk.
+        let deadline = tokio::time::Instant::now() + self.config.read_timeout;
         let endpoint = loop {
-            let chunk = tokio::time::timeout(self.config.read_timeout, response.chunk())
+            let chunk = tokio::time::timeout_at(deadline, response.chunk())
                 .await
                 .map_err(|_| "no endpoint event in time".to_owned())?
                 .map_err(|e| e.without_url().to_string())?
