@@ -84,8 +84,6 @@ struct State {
     init: Option<Bytes>,
     /// Bumped at each new session: work of an older one knows it is stale.
     generation: u64,
-    /// Its capabilities say it sends messages outside requests: its GET stream is held.
-    sends_unasked: bool,
     /// Requests on their way, by id: cancelling one closes its stream.
     requests: HashMap<String, CancellationToken>,
     /// Learnt from `tools/list` answers, for a 2026-07-28 call's `Mcp-Param-*`.
@@ -155,7 +153,6 @@ impl RemoteTransport {
                 version: None,
                 init: None,
                 generation: 0,
-                sends_unasked: false,
                 requests: HashMap::new(),
                 tool_headers: ToolHeaders::default(),
             }),
@@ -465,9 +462,7 @@ impl Inner {
         match result {
             Err(e) => self.note(format!("{what} not delivered: {e}")),
             // The session is ready: the upstream may now send on its own.
-            Ok(()) if what == "notifications/initialized" => {
-                tokio::spawn(self.clone().hold_get_stream());
-            }
+            Ok(()) if what == "notifications/initialized" => self.open_get_stream().await,
             Ok(()) => {}
         }
     }

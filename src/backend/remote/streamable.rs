@@ -286,12 +286,9 @@ impl Inner {
                 struct Init {
                     #[serde(rename = "protocolVersion")]
                     version: String,
-                    #[serde(default)]
-                    capabilities: serde_json::Value,
                 }
                 if let Ok(i) = serde_json::from_str::<Init>(result.get()) {
                     state.version = Some(i.version);
-                    state.sends_unasked = sends_unasked(&i.capabilities);
                 }
             }
             "tools/list" if r.modern.is_some() => state.tool_headers.learn(result),
@@ -507,32 +504,52 @@ impl Inner {
         self.event("reconnect");
         let initialized = Outgoing::read(Bytes::from_static(INITIALIZED)).expect("valid JSON-RPC");
         self.post_one(&initialized).await?;
-        let inner = self.clone();
-        tokio::spawn(async move { inner.hold_get_stream().await });
+        self.open_get_stream().await;
         Ok(())
     }
 
     /// Holds the session's GET stream open for what the upstream sends on its own, opening
     /// it again (resuming) when it drops, until the session changes or the transport ends.
     /// An upstream that offers none (405) is not asked again.
-    pub(super) async fn hold_get_stream(self: Arc<Self>) {
+    pub(super) async fn open_get_stream(self: &Arc<Self>) {
         let generation = {
             let state = self.state.lock().expect("state lock");
             if state.mode != Mode::Streamable
-                || !state.sends_unasked
                 || (state.session.is_none() && state.version.is_none())
             {
                 return;
             }
             state.generation
         };
+        // The first GET is answered before anything else goes (as the official SDKs' clients
+        // do), so that what the upstream sends on its own from then on has a stream to go to.
+        let first = tokio::time::timeout(Duration::from_secs(5), self.get(None))
+            .await
+            .unwrap_or_else(|_| Err("no answer to the GET".into()));
+        if matches!(&first, Err(why) if why.contains("HTTP 405")) {
+            return;
+        }
+        tokio::spawn(self.clone().hold_get_stream(generation, Some(first)));
+    }
+
+    /// The rest of [`Inner::open_get_stream`]: reads the stream, and opens it again when it
+    /// drops, until the session changes or the transport ends.
+    async fn hold_get_stream(
+        self: Arc<Self>,
+        generation: u64,
+        mut opened: Option<Result<reqwest::Response, String>>,
+    ) {
         let (mut last_id, mut backoff) = (None::<String>, DEFAULT_RETRY);
         let mut first = true;
         loop {
             if self.is_closed() || self.state.lock().expect("state lock").generation != generation {
                 return;
             }
-            match self.get(last_id.as_deref()).await {
+            let got = match opened.take() {
+                Some(r) => r,
+                None => self.get(last_id.as_deref()).await,
+            };
+            match got {
                 Ok(response) => {
                     if !first {
                         self.event("reconnect");
@@ -568,18 +585,6 @@ impl Inner {
             }
         }
     }
-}
-
-/// Whether a legacy server's capabilities say it sends messages of its own, outside any
-/// request (list changes, resource updates, log messages): then its GET stream is held open.
-/// One that says none is not asked for a stream it would leave empty.
-fn sends_unasked(capabilities: &serde_json::Value) -> bool {
-    let flag = |cap: &str, key: &str| capabilities[cap][key].as_bool() == Some(true);
-    flag("tools", "listChanged")
-        || flag("prompts", "listChanged")
-        || flag("resources", "listChanged")
-        || flag("resources", "subscribe")
-        || capabilities.get("logging").is_some()
 }
 
 /// Whether `body` is a JSON-RPC response to `id`.
