@@ -18,6 +18,7 @@
 //! gateway does not run).
 
 mod access;
+mod address;
 mod audit;
 mod auth;
 mod cli;
@@ -39,6 +40,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 pub use access::{Access, ToolAccess, pattern_matches};
+pub use address::is_global;
 pub use audit::AuditConfig;
 pub use auth::{AuthConfig, AuthMode, ClientConfig, UserConfig};
 pub use cli::{Cli, Command, LogFormat};

@@ -253,9 +253,8 @@ async fn client(
         let Some(first) = addrs.first().copied() else {
             return Err(format!("{host} has no address"));
         };
-        let allowed = |ip: IpAddr| {
-            crate::auth::cimd::is_global(ip) || networks.iter().any(|n| n.contains(&ip))
-        };
+        let allowed =
+            |ip: IpAddr| crate::config::is_global(ip) || networks.iter().any(|n| n.contains(&ip));
         if let Some(bad) = addrs.iter().map(SocketAddr::ip).find(|ip| !allowed(*ip)) {
             return Err(format!(
                 "{host} resolves to {bad}, which is neither a global address nor in [sandbox] remote_networks"

@@ -74,7 +74,8 @@ impl Inner {
             let why = inner.read_sse(response, parser).await;
             if !inner.is_closed() {
                 inner.note(format!("its SSE stream ended: {why}"));
-                inner.close(format!("the upstream's SSE stream ended ({why})"));
+                // Clients may be told the exit reason: the detail is in the log (the note).
+                inner.close("the upstream's SSE stream ended".into());
             }
         });
         Ok(())
