@@ -268,11 +268,9 @@ impl Metrics {
             ),
             remote_events: counter_vec(
                 "mcp_gateway_remote_events_total",
-                "What happened between the gateway and a remote plugin's upstream, by plugin and \
-                 event: `reconnect` (its stream opened again, or its session initialized \
-                 again after a 404), `resume` (a dropped stream resumed with Last-Event-ID), \
-                 `error` (a request that failed on the way: unreachable, an HTTP error, a \
-                 broken or oversized stream).",
+                "A remote plugin's `reconnect` (its GET stream again, or a new session after a \
+                 404), `resume` (a stream resumed with Last-Event-ID) and `error` (a request \
+                 failed on the way), by plugin.",
                 &["plugin", "event"],
             ),
             audit_records: counter(
