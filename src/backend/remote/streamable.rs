@@ -166,9 +166,18 @@ impl Inner {
                 self.note(format!(
                     "the upstream answered 404 to session {generation}; initializing a new session"
                 ));
-                self.renew_session(generation)
+                // In a task of its own: a request cancelled meanwhile does not leave the
+                // renewal half done. One that fails ends the instance (the supervisor starts
+                // it again, with a new session) rather than leave it without a session.
+                let inner = self.clone();
+                let renewal = tokio::spawn(async move { inner.renew_session(generation).await })
                     .await
-                    .map_err(Failure::Answer)?;
+                    .unwrap_or_else(|e| Err(e.to_string()));
+                if let Err(why) = renewal {
+                    self.note(format!("no new session: {why}"));
+                    self.close("the upstream forgot its session and refused a new one".into());
+                    return Err(Failure::Answer(why));
+                }
                 renewed = true;
                 continue;
             }
