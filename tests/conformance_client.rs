@@ -88,6 +88,14 @@ impl Mock {
     }
 }
 
+impl Drop for Mock {
+    /// A test that fails before [`Mock::checks`] leaves no mock server behind.
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     let mut all = Vec::new();
     for e in std::fs::read_dir(dir).unwrap().flatten() {
