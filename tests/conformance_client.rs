@@ -14,7 +14,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use common::Admin;
-use common::credentials::{Page, gateway_with_credentials, token};
+use common::credentials::{connect_at_service, gateway_with_credentials, token};
 use common::oauth::{ADMIN_TOKEN, AuthGateway};
 use common::{Gateway, free_port, tool, write_config};
 use serde_json::{Value, json};
@@ -272,16 +272,7 @@ async fn auth_scenario(suite: Suite, scenario: &str, credential: &str) -> Vec<Va
         .redirect(reqwest::redirect::Policy::none())
         .build()
         .unwrap();
-    let page = Page::open(&http, &link).await;
-    let r = page
-        .post(&http, "alice", "alice-pw", "")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 303);
-    let to_server = r.headers()["location"].to_str().unwrap().to_owned();
-    let flow = r.headers()["set-cookie"].to_str().unwrap();
-    let flow = flow.split(';').next().unwrap().to_owned();
+    let (to_server, flow) = connect_at_service(&http, &link, "alice").await;
     // The mock's authorization endpoint approves at once.
     let r = http.get(&to_server).send().await.unwrap();
     assert_eq!(r.status(), 302, "{to_server}");

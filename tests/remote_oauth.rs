@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::credentials::{Page, gateway_with_credentials, token};
+use common::credentials::{connect_at_service, gateway_with_credentials, token};
 use common::free_port;
 use common::oauth::{AuthGateway, hidden};
 use serde_json::json;
@@ -62,20 +62,11 @@ async fn connect(
         .redirect(reqwest::redirect::Policy::none())
         .build()
         .unwrap();
-    let page = Page::open(&http, link).await;
-    let r = page
-        .post(&http, user, &format!("{user}-pw"), "")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 303);
-    let to_upstream = r.headers()["location"].to_str().unwrap().to_owned();
+    let (to_upstream, flow) = connect_at_service(&http, link, user).await;
     assert!(
         to_upstream.starts_with(&b.url("/authorize")),
         "{to_upstream}"
     );
-    let flow = r.headers()["set-cookie"].to_str().unwrap();
-    let flow = flow.split(';').next().unwrap().to_owned();
     let back = through(b, &to_upstream, upstream_user).await;
     assert!(back.starts_with(&a.url("/connect/callback")), "{back}");
     let r = http.get(&back).header("cookie", flow).send().await.unwrap();

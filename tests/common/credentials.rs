@@ -123,6 +123,26 @@ impl Page {
     }
 }
 
+/// Signs in as `user` (password `{user}-pw`) on the connect page at `link` of an `oauth2`
+/// credential: where the gateway sends the person on (the service's authorization URL) and the
+/// cookie that binds the flow to this browser. `http` follows no redirects.
+pub async fn connect_at_service(
+    http: &reqwest::Client,
+    link: &str,
+    user: &str,
+) -> (String, String) {
+    let page = Page::open(http, link).await;
+    let r = page
+        .post(http, user, &format!("{user}-pw"), "")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 303);
+    let to_service = r.headers()["location"].to_str().unwrap().to_owned();
+    let flow = r.headers()["set-cookie"].to_str().unwrap();
+    (to_service, flow.split(';').next().unwrap().to_owned())
+}
+
 pub fn form<'a>(
     csrf: &'a str,
     user: &'a str,
