@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use common::Admin;
 use common::credentials::{connect_at_service, gateway_with_credentials, token};
+use common::modern::Modern;
 use common::oauth::{ADMIN_TOKEN, AuthGateway};
 use common::{Gateway, free_port, tool, write_config};
 use serde_json::{Value, json};
@@ -37,6 +38,11 @@ enum Suite {
 
 impl Mock {
     fn start(suite: Suite, scenario: &str) -> Mock {
+        Mock::start_with(suite, scenario, &[])
+    }
+
+    /// [`Mock::start`] with more arguments (`--spec-version V`).
+    fn start_with(suite: Suite, scenario: &str, more: &[&str]) -> Mock {
         let dir = match suite {
             Suite::Latest => "npm",
             Suite::Next => "conformance-0.2.0-alpha.12",
@@ -52,6 +58,7 @@ impl Mock {
             .arg(tool(&format!("{dir}/node_modules/.bin/conformance")))
             .args(["client", "--scenario", scenario, "-o"])
             .arg(out.path())
+            .args(more)
             .env("PATH", path)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -345,5 +352,289 @@ async fn auth_scopes_and_registration() {
         )
         .await;
         passed(&checks, &["pre-registration-auth"]);
+    }
+}
+
+// The 2026-07-28 client scenarios of 0.2.0-alpha.12: the gateway probes the mock's era and
+// speaks to it as a 2026-07-28 client, whatever era its own client speaks.
+
+/// A 2026-07-28 client of `gw`.
+fn modern(gw: &Gateway) -> Modern {
+    Modern::new(gw.client(), json!({"elicitation": {}}))
+}
+
+#[tokio::test]
+async fn modern_tools_call_and_request_metadata() {
+    let mock = Mock::start_with(Suite::Next, "tools_call", &["--spec-version", "2026-07-28"]);
+    let dir = tempfile::tempdir().unwrap();
+    let gw = gateway_before(&mock, &dir).await;
+    let mut c = gw.client();
+    c.initialize().await;
+    let text = c.tool_text(1, "add_numbers", json!({"a": 2, "b": 3})).await;
+    assert!(text.contains('5'), "{text}");
+    let m = modern(&gw);
+    assert!(
+        m.call(2, "add_numbers", json!({"a": 1, "b": 1}))
+            .await
+            .text()
+            .contains('2')
+    );
+    drop(gw);
+    passed(&mock.checks(), &["tool-add-numbers", "wire-schema-valid"]);
+
+    // The mock refuses the first request whatever version it names: the gateway asks again.
+    let mock = Mock::start(Suite::Next, "request-metadata");
+    let dir = tempfile::tempdir().unwrap();
+    let gw = gateway_before(&mock, &dir).await;
+    let m = modern(&gw);
+    m.post(1, "tools/list", json!({})).await.result();
+    m.call(2, "anything", json!({})).await;
+    drop(gw);
+    passed(
+        &mock.checks(),
+        &[
+            "sep-2575-http-client-sends-version-header",
+            "sep-2575-client-populates-meta",
+            "sep-2575-client-sends-client-info",
+            "sep-2575-http-version-header-matches-meta",
+            "sep-2575-client-retry-supported-version",
+        ],
+    );
+}
+
+#[tokio::test]
+async fn modern_request_state() {
+    let mock = Mock::start(Suite::Next, "sep-2322-client-request-state");
+    let dir = tempfile::tempdir().unwrap();
+    let gw = gateway_before(&mock, &dir).await;
+    let m = modern(&gw);
+    let confirmed = json!({"action": "accept", "content": {"confirmed": true}});
+    let first = m.call(1, "test_mrtr_echo_state", json!({})).await;
+    let key = common::modern::only(first.input_requests(), "elicitation/create");
+    assert_eq!(
+        m.call(2, "test_mrtr_unrelated", json!({})).await.text(),
+        "unrelated-ok"
+    );
+    let done = m
+        .retry(
+            3,
+            "test_mrtr_echo_state",
+            json!({}),
+            json!({key: confirmed}),
+            &first.state(),
+        )
+        .await;
+    assert_eq!(done.text(), "echo-state-ok");
+    // No state from the upstream, and none goes back.
+    let first = m.call(4, "test_mrtr_no_state", json!({})).await;
+    let asked = first.result();
+    assert_eq!(asked["resultType"], "input_required", "{asked}");
+    assert!(asked.get("requestState").is_none(), "{asked}");
+    let done = m
+        .post(
+            5,
+            "tools/call",
+            json!({"name": "test_mrtr_no_state", "arguments": {},
+                "inputResponses": {"confirm": confirmed}}),
+        )
+        .await;
+    assert_eq!(done.text(), "no-state-ok");
+    let done = m.call(6, "test_mrtr_no_result_type", json!({})).await;
+    assert_eq!(done.text(), "no-result-type-test-ok");
+    drop(gw);
+    passed(
+        &mock.checks(),
+        &[
+            "sep-2322-client-request-state-echoed",
+            "sep-2322-client-jsonrpc-id-different",
+            "sep-2322-client-no-state-omitted",
+            "sep-2322-client-parallel-isolation",
+            "sep-2322-default-result-type-complete",
+        ],
+    );
+}
+
+#[tokio::test]
+async fn modern_standard_and_custom_headers() {
+    let mock = Mock::start(Suite::Next, "http-standard-headers");
+    let dir = tempfile::tempdir().unwrap();
+    let gw = gateway_before(&mock, &dir).await;
+    let m = modern(&gw);
+    m.post(1, "tools/list", json!({})).await.result();
+    m.call(2, "my-hyphenated-tool", json!({})).await.result();
+    m.post(3, "resources/list", json!({})).await.result();
+    m.post(
+        4,
+        "resources/read",
+        json!({"uri": "file:///path/to/file%20name.txt"}),
+    )
+    .await
+    .result();
+    m.post(5, "prompts/list", json!({})).await.result();
+    m.post(6, "prompts/get", json!({"name": "test_prompt"}))
+        .await
+        .result();
+    drop(gw);
+    let checks = mock.checks();
+    passed(&checks, &["sep-2243-client-includes-standard-headers"]);
+    for name in [
+        "ClientMcpMethodHeader_tools_list",
+        "ClientMcpMethodHeader_tools_call",
+        "ClientMcpNameHeader_tools_call",
+        "ClientMcpNameHeader_resources_read",
+        "ClientMcpNameHeader_prompts_get",
+    ] {
+        assert!(
+            checks
+                .iter()
+                .any(|c| c["name"] == name && c["status"] == "SUCCESS"),
+            "no successful {name}: {checks:#?}"
+        );
+    }
+
+    // A legacy client's call, too: the gateway mirrors the designated arguments.
+    let mock = Mock::start(Suite::Next, "http-custom-headers");
+    let dir = tempfile::tempdir().unwrap();
+    let gw = gateway_before(&mock, &dir).await;
+    let mut c = gw.client();
+    c.initialize().await;
+    let text = c
+        .tool_text(
+            1,
+            "test_custom_headers",
+            json!({"region": "us-west1", "priority": 42, "verbose": false, "debug": true,
+                "empty_val": "", "method_val": "test-method", "float_val": 2.5,
+                "non_ascii_val": "Hello, \u{4e16}\u{754c}", "whitespace_val": " padded ",
+                "leading_space_val": " us-west1", "trailing_space_val": "us-west1 ",
+                "internal_space_val": "us west 1", "control_char_val": "line1\nline2",
+                "crlf_val": "line1\r\nline2", "tab_val": "\tindented",
+                "query": "SELECT * FROM users"}),
+        )
+        .await;
+    assert_eq!(text, "Custom headers test completed");
+    let text = c
+        .tool_text(
+            2,
+            "test_custom_headers_null",
+            json!({"region": "us-east1", "priority": 1, "verbose": null, "query": "SELECT 1"}),
+        )
+        .await;
+    assert_eq!(text, "Custom headers test completed");
+    drop(gw);
+    passed(
+        &mock.checks(),
+        &[
+            "sep-2243-client-supports-custom-headers",
+            "sep-2243-client-mirrors-designated-params",
+            "sep-2243-client-encode-values",
+            "sep-2243-client-base64-unsafe",
+            "sep-2243-client-omit-null",
+        ],
+    );
+}
+
+#[tokio::test]
+async fn modern_invalid_tool_headers() {
+    let mock = Mock::start(Suite::Next, "http-invalid-tool-headers");
+    let dir = tempfile::tempdir().unwrap();
+    let gw = gateway_before(&mock, &dir).await;
+    let m = modern(&gw);
+    let tools = m.post(1, "tools/list", json!({})).await;
+    let names: Vec<&str> = tools.result()["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    // Only the tool whose `x-mcp-header`s are valid is offered; the others are refused here.
+    assert_eq!(names, ["valid_tool"], "{names:?}");
+    // The gateway checks its own client's headers against the (valid) annotation.
+    let m = Modern::new(
+        gw.client().with_header("mcp-param-region", "us-west1"),
+        json!({}),
+    );
+    assert_eq!(
+        m.call(2, "valid_tool", json!({"region": "us-west1"}))
+            .await
+            .text(),
+        "Tool call received"
+    );
+    for (i, bad) in [
+        "invalid_empty_header",
+        "invalid_number_header",
+        "invalid_duplicate_diff_case",
+        "invalid_non_ascii_name",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let answer = m.call(3 + i as i64, bad, json!({})).await;
+        assert!(
+            answer.message.get("error").is_some() || answer.message["result"]["isError"] == true,
+            "{}",
+            answer.message
+        );
+    }
+    drop(gw);
+    passed(
+        &mock.checks(),
+        &[
+            "sep-2243-client-reject-invalid-tool",
+            "sep-2243-x-mcp-header-not-empty",
+            "sep-2243-x-mcp-header-primitive-only",
+            "sep-2243-x-mcp-header-unique",
+            "sep-2243-x-mcp-header-charset",
+        ],
+    );
+}
+
+#[tokio::test]
+async fn modern_json_schemas() {
+    let mock = Mock::start(Suite::Next, "json-schema-ref-no-deref");
+    let dir = tempfile::tempdir().unwrap();
+    let gw = gateway_before(&mock, &dir).await;
+    let m = modern(&gw);
+    let tools = m.post(1, "tools/list", json!({})).await;
+    assert_eq!(tools.result()["tools"][0]["name"], "lookup_user");
+    drop(gw);
+    passed(&mock.checks(), &["sep-2106-no-network-ref-deref"]);
+
+    for version in ["2025-11-25", "2026-07-28"] {
+        let mock = Mock::start_with(
+            Suite::Next,
+            "json-schema-2020-12-preservation",
+            &["--spec-version", version],
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let gw = gateway_before(&mock, &dir).await;
+        let m = modern(&gw);
+        let tools = m.post(1, "tools/list", json!({})).await;
+        let schema = tools.result()["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["name"] == "json_schema_2020_12_tool")
+            .expect("the tool")["inputSchema"]
+            .clone();
+        assert_eq!(
+            m.call(2, "json_schema_echo", json!({"schema": schema}))
+                .await
+                .text(),
+            "echoed"
+        );
+        drop(gw);
+        passed(
+            &mock.checks(),
+            &[
+                "json-schema-2020-12-client-tool-found",
+                "json-schema-2020-12-client-echo-completed",
+                "json-schema-2020-12-client-$schema-preserved",
+                "json-schema-2020-12-client-$defs-preserved",
+                "json-schema-2020-12-client-additionalProperties-preserved",
+                "sep-2106-client-composition-keywords-preserved",
+                "sep-2106-client-conditional-keywords-preserved",
+                "sep-2106-client-anchor-keyword-preserved",
+            ],
+        );
     }
 }

@@ -54,10 +54,11 @@ async fn a_python_sdk_server_over_http_serves_both_eras_and_is_probed_or_pinned(
         &dir,
         "",
         &[
-            remote("py", &up.url, ""),
-            remote("pym", &up.url, "era = \"modern\""),
+            remote("py", &up.url, "era = \"legacy\""),
+            remote("pym", &up.url, ""),
         ],
     );
+    // Probed over HTTP: `server/discover` first, which a 2.x server answers.
     let admin = Admin::of(&gw, ADMIN_TOKEN);
     let p = admin.wait_state("py", "ready").await;
     assert_eq!(p["speaks"]["era"], "legacy", "{p}");

@@ -52,6 +52,14 @@ pub trait PluginTransport: Send + Sync + 'static {
         None
     }
 
+    /// Whether a plugin of unknown era is asked `server/discover` before `initialize`: true
+    /// where each request's era is its own (HTTP, as the 2026-07-28 Streamable HTTP
+    /// transport's backward compatibility has clients do), false where the first request
+    /// decides a process's era (stdio; see `connection::era`).
+    fn modern_first(&self) -> bool {
+        false
+    }
+
     /// The operating-system process id, where there is one.
     fn pid(&self) -> Option<u32>;
 

@@ -67,6 +67,96 @@ fn walk(schema: &Value, path: &mut Vec<String>, found: &mut Vec<HeaderParam>) {
     }
 }
 
+/// Why a tool's `inputSchema` breaks the rules of `x-mcp-header` (2026-07-28, "Custom
+/// Headers from Tool Parameters"), if it does: an annotation that is not a string, is empty,
+/// is no header token, sits on a parameter of a type other than `string`, `integer` or
+/// `boolean`, is not reached from the root through `properties` alone, or names the same
+/// header as another (in any case). A client over HTTP drops such a tool from its list.
+pub fn invalid_annotation(input_schema: &Value) -> Option<String> {
+    let mut names: Vec<String> = Vec::new();
+    let mut why = None;
+    check_schema(input_schema, true, &mut names, &mut why, 0);
+    why
+}
+
+/// Keys whose values are maps of names to schemas (none of them reached through
+/// `properties`), and keys whose values are data, not schemas.
+const NAMED_SCHEMAS: [&str; 5] = [
+    "$defs",
+    "definitions",
+    "patternProperties",
+    "dependentSchemas",
+    "dependencies",
+];
+const DATA: [&str; 5] = ["enum", "const", "default", "examples", "x-mcp-header"];
+
+fn check_schema(
+    schema: &Value,
+    reachable: bool,
+    names: &mut Vec<String>,
+    why: &mut Option<String>,
+    depth: usize,
+) {
+    let Some(node) = schema.as_object() else {
+        return;
+    };
+    if why.is_some() || depth > 64 {
+        return;
+    }
+    if let Some(name) = node.get("x-mcp-header") {
+        let problem = match name.as_str() {
+            None => Some("an x-mcp-header that is not a string".to_owned()),
+            Some("") => Some("an empty x-mcp-header".to_owned()),
+            Some(n) if !is_token(n) => Some(format!(
+                "x-mcp-header {n:?} is not a header token (no spaces, colons, control or non-ASCII characters)"
+            )),
+            Some(n) if !reachable => Some(format!(
+                "x-mcp-header {n:?} is not on a property reached from the root through `properties` alone"
+            )),
+            Some(n) if !primitive(schema) => Some(format!(
+                "x-mcp-header {n:?} is on a parameter that is not a string, integer or boolean"
+            )),
+            Some(n) if names.iter().any(|m| m.eq_ignore_ascii_case(n)) => {
+                Some(format!("x-mcp-header {n:?} is used twice"))
+            }
+            Some(n) => {
+                names.push(n.to_owned());
+                None
+            }
+        };
+        if problem.is_some() {
+            *why = problem;
+            return;
+        }
+    }
+    for (key, value) in node {
+        if DATA.contains(&key.as_str()) {
+            continue;
+        }
+        let named = key == "properties" || NAMED_SCHEMAS.contains(&key.as_str());
+        match value {
+            Value::Object(map) if named => {
+                for child in map.values() {
+                    check_schema(
+                        child,
+                        reachable && key == "properties",
+                        names,
+                        why,
+                        depth + 1,
+                    );
+                }
+            }
+            Value::Object(_) => check_schema(value, false, names, why, depth + 1),
+            Value::Array(items) => {
+                for item in items {
+                    check_schema(item, false, names, why, depth + 1);
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
 /// RFC 9110 `token` (`1*tchar`): what a header name may be made of.
 fn is_token(name: &str) -> bool {
     !name.is_empty()
@@ -76,14 +166,17 @@ fn is_token(name: &str) -> bool {
 }
 
 /// Whether a property's declared type lets it be mirrored: `string`, `integer` or `boolean`
-/// (`null` beside them), or no type said.
+/// (`null` beside one of them), or no type said.
 fn primitive(property: &Value) -> bool {
     let allowed = |t: &Value| matches!(t.as_str(), Some("string" | "integer" | "boolean"));
     match property.get("type") {
         None => true,
-        Some(Value::Array(types)) => types
-            .iter()
-            .all(|t| allowed(t) || t.as_str() == Some("null")),
+        Some(Value::Array(types)) => {
+            types.iter().any(allowed)
+                && types
+                    .iter()
+                    .all(|t| allowed(t) || t.as_str() == Some("null"))
+        }
         Some(t) => allowed(t),
     }
 }
@@ -165,6 +258,47 @@ fn matches(header: &str, body: &Value) -> bool {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_tool_whose_annotations_break_the_rules_is_named_invalid() {
+        let tool = |property: Value| json!({"type": "object", "properties": {"p": property}});
+        assert_eq!(
+            invalid_annotation(&tool(json!({"type": "string", "x-mcp-header": "Region"}))),
+            None
+        );
+        assert_eq!(
+            invalid_annotation(&json!({"type": "object", "properties": {"outer": {
+                "type": "object", "properties": {"zone": {"type": "string", "x-mcp-header": "Zone"}}}}})),
+            None
+        );
+        for bad in [
+            json!({"type": "string", "x-mcp-header": ""}),
+            json!({"type": "string", "x-mcp-header": 7}),
+            json!({"type": "number", "x-mcp-header": "Score"}),
+            json!({"type": "object", "x-mcp-header": "Data"}),
+            json!({"type": "array", "items": {"type": "string"}, "x-mcp-header": "Items"}),
+            json!({"type": "null", "x-mcp-header": "Nil"}),
+            json!({"type": "string", "x-mcp-header": "My Region"}),
+            json!({"type": "string", "x-mcp-header": "Region:Primary"}),
+            json!({"type": "string", "x-mcp-header": "R\u{e9}gion"}),
+            json!({"type": "string", "x-mcp-header": "Region\t1"}),
+            json!({"type": "array", "items": {"type": "string", "x-mcp-header": "Tag"}}),
+            json!({"anyOf": [{"type": "string", "x-mcp-header": "Either"}]}),
+        ] {
+            assert!(invalid_annotation(&tool(bad.clone())).is_some(), "{bad}");
+        }
+        let twice = json!({"type": "object", "properties": {
+            "a": {"type": "string", "x-mcp-header": "MyField"},
+            "b": {"type": "string", "x-mcp-header": "myfield"}}});
+        assert!(invalid_annotation(&twice).is_some());
+        // A parameter named like the keyword, or the keyword as data, is no annotation.
+        let data = json!({"type": "object", "properties": {
+            "x-mcp-header": {"type": "string", "enum": [{"x-mcp-header": ""}]}}});
+        assert_eq!(invalid_annotation(&data), None);
+        let defs =
+            json!({"type": "object", "$defs": {"d": {"type": "string", "x-mcp-header": "D"}}});
+        assert!(invalid_annotation(&defs).is_some());
+    }
 
     fn names(schema: Value) -> Vec<(String, String)> {
         let mut found: Vec<_> = header_params(&schema)

@@ -12,7 +12,10 @@
 //! start is not mistaken for a modern one, nor a modern one that ignores `initialize` for a
 //! dead one. This rule departs from the stdio transport's (`server/discover` first), which
 //! would make every dual-era plugin a modern one, unable to ask its client anything or be
-//! subscribed to; a plugin's `era` pins either era instead.
+//! subscribed to; a plugin's `era` pins either era instead. Over HTTP, where each request's
+//! era is its own, the probe is the 2026-07-28 Streamable HTTP transport's: `server/discover`
+//! first, and `initialize` only when the answer is no recognized modern one. A modern server
+//! refusing the version with one the gateway speaks among its `supported` is asked once more.
 
 use std::time::Duration;
 
@@ -60,13 +63,23 @@ impl PluginConnection {
         ))
     }
 
-    /// `server/discover`, read.
+    /// `server/discover`, read; asked once more when the server refuses the version while
+    /// naming the gateway's among those it supports.
     async fn discover(&self, meta: &ClientMeta) -> Result<Discovered, BackendError> {
         let params = discover_params(meta);
-        match self.call("server/discover", Some(&params)).await {
-            Ok(result) => Ok(modern::read_discover_result(&result)),
-            Err(CallError::Rpc(error)) => Ok(modern::read_discover_error(&error)),
-            Err(CallError::Backend(e)) => Err(e),
+        let mut again = true;
+        loop {
+            let found = match self.call("server/discover", Some(&params)).await {
+                Ok(result) => modern::read_discover_result(&result),
+                Err(CallError::Rpc(error)) => modern::read_discover_error(&error),
+                Err(CallError::Backend(e)) => return Err(e),
+            };
+            match found {
+                Discovered::OtherVersions(v) if again && v.iter().any(|v| v == MODERN_VERSION) => {
+                    again = false;
+                }
+                found => return Ok(found),
+            }
         }
     }
 
@@ -114,8 +127,39 @@ impl PluginConnection {
         }
     }
 
+    /// The probe over HTTP (see the module's doc): `server/discover`, then `initialize`
+    /// unless the answer was a modern one.
+    async fn detect_modern_first(
+        &self,
+        params: &RawValue,
+        timeout: Duration,
+    ) -> Result<Era, BackendError> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        let meta = ClientMeta::from_init_params(params);
+        let timed_out = || BackendError::Timeout {
+            plugin: self.name.to_string(),
+            secs: timeout.as_secs(),
+        };
+        let found = tokio::time::timeout_at(deadline, self.discover(&meta))
+            .await
+            .map_err(|_| timed_out())??;
+        match found {
+            Discovered::Modern(info) => return Ok(self.become_modern(info, meta)),
+            Discovered::OtherVersions(v) if !Discovered::speaks_legacy(&v) => {
+                return Err(self.no_common_version(&v));
+            }
+            Discovered::Refused(why) => return Err(self.handshake_error(why)),
+            Discovered::OtherVersions(_) | Discovered::Legacy(_) => {}
+        }
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        self.initialize(params, left).await.map(|_| Era::Legacy)
+    }
+
     /// The probe (see the module's doc).
     async fn detect(&self, params: &RawValue, timeout: Duration) -> Result<Era, BackendError> {
+        if self.transport.modern_first() {
+            return self.detect_modern_first(params, timeout).await;
+        }
         let deadline = tokio::time::Instant::now() + timeout;
         let meta = ClientMeta::from_init_params(params);
         let init = async { self.initialize(params, timeout).await.map(|_| ()) };

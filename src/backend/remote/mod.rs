@@ -468,6 +468,11 @@ impl Inner {
 }
 
 impl PluginTransport for RemoteTransport {
+    /// Over Streamable HTTP; the 2024-11-05 transport carries the legacy era alone.
+    fn modern_first(&self) -> bool {
+        self.inner.config.transport != RemoteTransportKind::Sse
+    }
+
     fn send(&self, message: Bytes, _tag: Option<u64>) -> Result<(), SendError> {
         let inner = &self.inner;
         if inner.is_closed() {

@@ -126,43 +126,86 @@ impl Outgoing {
     }
 }
 
-/// The tools' `x-mcp-header` parameters, learnt from the upstream's `tools/list` answers.
+/// The tools' `x-mcp-header` parameters, learnt from the upstream's `tools/list` answers,
+/// and the tools dropped from them for breaking the annotation rules.
 #[derive(Default)]
-pub struct ToolHeaders(HashMap<String, Vec<HeaderParam>>);
+pub struct ToolHeaders {
+    params: HashMap<String, Vec<HeaderParam>>,
+    rejected: std::collections::HashSet<String>,
+    /// Whether the transport asked for the list itself (once), or saw one.
+    pub asked: bool,
+}
 
 /// Most tools remembered (a hostile upstream's list is bounded).
 const MAX_TOOLS: usize = 10_000;
 
+/// What one `tools/list` answer teaches: each tool's header parameters, and the tools dropped.
+#[derive(Default)]
+pub struct Listed {
+    params: Vec<(String, Vec<HeaderParam>)>,
+    rejected: Vec<String>,
+}
+
+/// A `tools/list` response from the upstream (`message`, the whole JSON-RPC response) as the
+/// gateway takes it: without the tools whose `x-mcp-header` annotations break the rules
+/// (the 2026-07-28 Streamable HTTP transport has clients drop them, with a warning), and
+/// what it teaches. Parsed outside any lock; `None` when it is no list.
+pub fn screen_tools(plugin: &str, message: &[u8]) -> Option<(Option<Bytes>, Listed)> {
+    let mut response: Value = serde_json::from_slice(message).ok()?;
+    let tools = response
+        .get_mut("result")?
+        .get_mut("tools")?
+        .as_array_mut()?;
+    let mut listed = Listed::default();
+    tools.retain(|t| {
+        let name = t.get("name").and_then(Value::as_str).unwrap_or_default();
+        let schema = t.get("inputSchema").unwrap_or(&Value::Null);
+        if let Some(why) = crate::protocol::param_headers::invalid_annotation(schema) {
+            tracing::warn!(
+                plugin,
+                tool = name,
+                "the upstream's tool is left out: {why}"
+            );
+            listed.rejected.push(name.to_owned());
+            return false;
+        }
+        listed.params.push((name.to_owned(), header_params(schema)));
+        true
+    });
+    let rewritten = (!listed.rejected.is_empty())
+        .then(|| serde_json::to_vec(&response).ok().map(Bytes::from))
+        .flatten();
+    Some((rewritten, listed))
+}
+
 impl ToolHeaders {
-    /// Learns from a `tools/list` result (the raw `result`).
-    pub fn learn(&mut self, result: &RawValue) {
-        #[derive(Deserialize)]
-        struct List {
-            #[serde(default)]
-            tools: Vec<Tool>,
-        }
-        #[derive(Deserialize)]
-        struct Tool {
-            name: String,
-            #[serde(default, rename = "inputSchema")]
-            input_schema: Value,
-        }
-        let Ok(list) = serde_json::from_str::<List>(result.get()) else {
-            return;
-        };
-        for t in list.tools {
-            let params = header_params(&t.input_schema);
+    /// Keeps what a `tools/list` answer taught.
+    pub fn learn(&mut self, listed: Listed) {
+        self.asked = true;
+        for (name, params) in listed.params {
+            self.rejected.remove(&name);
             if params.is_empty() {
-                self.0.remove(&t.name);
-            } else if self.0.len() < MAX_TOOLS || self.0.contains_key(&t.name) {
-                self.0.insert(t.name, params);
+                self.params.remove(&name);
+            } else if self.params.len() < MAX_TOOLS || self.params.contains_key(&name) {
+                self.params.insert(name, params);
+            }
+        }
+        for name in listed.rejected {
+            self.params.remove(&name);
+            if self.rejected.len() < MAX_TOOLS {
+                self.rejected.insert(name);
             }
         }
     }
 
+    /// Whether `tool` was dropped from the upstream's list.
+    pub fn rejected(&self, tool: &str) -> bool {
+        self.rejected.contains(tool)
+    }
+
     /// The `Mcp-Param-{Name}` headers of a call of `tool` with `arguments`.
     pub fn headers(&self, tool: &str, arguments: Option<&Value>) -> Vec<(String, String)> {
-        let Some(params) = self.0.get(tool) else {
+        let Some(params) = self.params.get(tool) else {
             return Vec::new();
         };
         params
@@ -253,11 +296,12 @@ mod tests {
     #[test]
     fn param_headers_come_from_the_listed_schema() {
         let mut t = ToolHeaders::default();
-        let list = RawValue::from_string(
-            r#"{"tools":[{"name":"q","inputSchema":{"type":"object","properties":{"region":{"type":"string","x-mcp-header":"Region"}}}}]}"#.into(),
-        )
-        .unwrap();
-        t.learn(&list);
+        let list = br#"{"jsonrpc":"2.0","id":1,"result":{"tools":[{"name":"q","inputSchema":{"type":"object","properties":{"region":{"type":"string","x-mcp-header":"Region"}}}},{"name":"bad","inputSchema":{"type":"object","properties":{"n":{"type":"number","x-mcp-header":"N"}}}}]}}"#;
+        let (rewritten, listed) = screen_tools("p", list).unwrap();
+        let rewritten: Value = serde_json::from_slice(&rewritten.unwrap()).unwrap();
+        assert_eq!(rewritten["result"]["tools"].as_array().unwrap().len(), 1);
+        t.learn(listed);
+        assert!(t.rejected("bad") && !t.rejected("q"));
         let args = serde_json::json!({"region": "eu"});
         assert_eq!(
             t.headers("q", Some(&args)),

@@ -12,7 +12,7 @@ use reqwest::header::{HeaderMap, HeaderValue};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use super::outgoing::{Kind, Outgoing, Request, encode_header_value};
+use super::outgoing::{Kind, Outgoing, Request, encode_header_value, screen_tools};
 use super::sse::{Item, Parser};
 use super::{Inner, Mode, is_type, logged, read_body};
 use crate::jsonrpc::{self, Message, Outcome};
@@ -48,11 +48,36 @@ enum Failure {
     Answer(String),
 }
 
+/// The id of the transport's own `tools/list` (a string no connection uses), and as it is
+/// written.
+const OWN_LIST_ID: &str = "mcp-gateway/tools-list";
+const OWN_LIST_ID_RAW: &str = "\"mcp-gateway/tools-list\"";
+
 impl Inner {
     /// Sends a request and hands its answer (and whatever comes with it) to the connection;
     /// a request that cannot be answered gets an error naming the plugin.
     pub(super) async fn request(self: Arc<Self>, out: Outgoing) {
         let Kind::Request(r) = &out.kind else { return };
+        if let (Some(_), Some(version)) = (&r.tool, &r.modern) {
+            self.learn_tools(version).await;
+        }
+        if let Some(tool) = &r.tool
+            && self
+                .state
+                .lock()
+                .expect("state lock")
+                .tool_headers
+                .rejected(tool)
+        {
+            // Left out of the list: never sent (its headers could not be made right).
+            self.fail(
+                &r.id,
+                "does not offer this tool",
+                &format!("the tool `{tool}` breaks the x-mcp-header rules"),
+            )
+            .await;
+            return;
+        }
         let mode = self.state.lock().expect("state lock").mode.clone();
         let result = match mode {
             Mode::Sse(endpoint) => self
@@ -71,6 +96,34 @@ impl Inner {
                 self.fail(&r.id, "answered the request with an error", &why)
                     .await;
             }
+        }
+    }
+
+    /// Before this instance's first 2026-07-28 `tools/call`, when it has seen no list of the
+    /// upstream's tools (its client's list came from another instance): the list, asked
+    /// for by the transport itself and kept from the client, so that the call's
+    /// `x-mcp-header` parameters are mirrored and a tool breaking their rules is not called.
+    async fn learn_tools(self: &Arc<Self>, version: &str) {
+        {
+            let mut state = self.state.lock().expect("state lock");
+            if state.tool_headers.asked {
+                return;
+            }
+            state.tool_headers.asked = true;
+        }
+        let body = serde_json::json!({"jsonrpc": "2.0", "id": OWN_LIST_ID, "method": "tools/list",
+            "params": {"_meta": {
+                "io.modelcontextprotocol/protocolVersion": version,
+                "io.modelcontextprotocol/clientCapabilities": {},
+                "io.modelcontextprotocol/clientInfo": {"name": "mcp-gateway", "version": env!("CARGO_PKG_VERSION")}}}});
+        let Some(out) = Outgoing::read(Bytes::from(body.to_string())) else {
+            return;
+        };
+        let Kind::Request(r) = &out.kind else { return };
+        if let Err(Failure::Network(why) | Failure::Answer(why)) =
+            self.clone().post_request(&out, r).await
+        {
+            self.note(format!("the gateway's own tools/list failed: {why}"));
         }
     }
 
@@ -273,35 +326,47 @@ impl Inner {
 
     /// One message from the upstream to the connection; whether it is `r`'s response (the
     /// answer to `initialize` and `tools/list` is read on the way).
-    async fn take(self: Arc<Self>, message: Bytes, r: &Request) -> bool {
+    async fn take(self: Arc<Self>, mut message: Bytes, r: &Request) -> bool {
         let mut answered = false;
+        let mut listed = None;
         if let Ok(Message::Response { id, outcome }) = jsonrpc::parse_message(&message)
             && id.raw().get() == r.id
         {
             answered = true;
-            if let Outcome::Result(result) = &outcome {
-                self.learn(r, result);
+            match &outcome {
+                Outcome::Result(_) if r.method == "tools/list" => {
+                    listed = screen_tools(&self.plugin, &message);
+                }
+                Outcome::Result(result) if r.method == "initialize" => self.learn_version(result),
+                _ => {}
             }
         }
-        self.deliver(message).await;
+        let own = r.id == OWN_LIST_ID_RAW;
+        if let Some((rewritten, listed)) = listed {
+            self.state
+                .lock()
+                .expect("state lock")
+                .tool_headers
+                .learn(listed);
+            if let Some(screened) = rewritten {
+                message = screened;
+            }
+        }
+        if !(own && answered) {
+            self.deliver(message).await;
+        }
         answered
     }
 
-    fn learn(&self, r: &Request, result: &RawValue) {
-        let mut state = self.state.lock().expect("state lock");
-        match r.method.as_str() {
-            "initialize" => {
-                #[derive(Deserialize)]
-                struct Init {
-                    #[serde(rename = "protocolVersion")]
-                    version: String,
-                }
-                if let Ok(i) = serde_json::from_str::<Init>(result.get()) {
-                    state.version = Some(i.version);
-                }
-            }
-            "tools/list" if r.modern.is_some() => state.tool_headers.learn(result),
-            _ => {}
+    /// The version an `initialize` answer names.
+    fn learn_version(&self, result: &RawValue) {
+        #[derive(Deserialize)]
+        struct Init {
+            #[serde(rename = "protocolVersion")]
+            version: String,
+        }
+        if let Ok(i) = serde_json::from_str::<Init>(result.get()) {
+            self.state.lock().expect("state lock").version = Some(i.version);
         }
     }
 
