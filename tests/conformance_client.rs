@@ -14,7 +14,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use common::Admin;
-use common::credentials::{connect_at_service, gateway_with_credentials, token};
+use common::credentials::{gateway_with_credentials, token};
 use common::modern::Modern;
 use common::oauth::{ADMIN_TOKEN, AuthGateway};
 use common::{Gateway, free_port, tool, write_config};
@@ -243,12 +243,18 @@ async fn sse_retry() {
     }
 }
 
-/// An auth scenario: the gateway in built-in mode in front of the mock, with an `oauth2`
-/// credential for it (`credential` more settings) and the mock as a per-person remote plugin;
-/// alice connects (the mock's authorization server approves at once and sends her back to
-/// the gateway's callback), then calls `test-tool`.
-async fn auth_scenario(suite: Suite, scenario: &str, credential: &str) -> Vec<Value> {
-    let mock = Mock::start(suite, scenario);
+/// An auth scenario under way: the gateway in built-in mode in front of the mock, with an
+/// `oauth2` credential for it (`credential`: more settings) and the mock as a per-person
+/// remote plugin; alice has called `test-tool` and been given the link to connect.
+struct AuthRun {
+    mock: Mock,
+    a: AuthGateway,
+    alice: common::Client,
+    link: String,
+}
+
+async fn auth_start(suite: Suite, scenario: &str, credential: &str, more: &[&str]) -> AuthRun {
+    let mock = Mock::start_with(suite, scenario, more);
     let port = free_port();
     let credentials = format!(
         "[credentials.up]\nkind = \"oauth2\"\nmcp_server = {:?}\n{credential}",
@@ -262,37 +268,93 @@ async fn auth_scenario(suite: Suite, scenario: &str, credential: &str) -> Vec<Va
     let a: AuthGateway = gateway_with_credentials(41, port, &credentials, &plugin);
     let mut alice = a.gw.client().with_token(&token(&a, "alice").await);
     alice.initialize().await;
+    let link = asked_to_connect(&alice, 1).await;
+    AuthRun {
+        mock,
+        a,
+        alice,
+        link,
+    }
+}
+
+/// Calls `test-tool`, which must be answered with the link to connect.
+async fn asked_to_connect(alice: &common::Client, id: i64) -> String {
     let reply = alice
         .call(
-            1,
+            id,
             "tools/call",
             json!({"name": "test-tool", "arguments": {}}),
         )
         .await;
     let error = &reply.last()["error"];
     assert_eq!(error["code"], -32042, "{reply:?}");
-    let link = error["data"]["elicitations"][0]["url"]
+    error["data"]["elicitations"][0]["url"]
         .as_str()
         .unwrap()
-        .to_owned();
+        .to_owned()
+}
+
+/// alice's way through the connect page, the mock's authorization endpoint (which approves
+/// at once) and the gateway's callback: the callback's status and page, or the connect
+/// page's when it sends her nowhere.
+async fn connect(link: &str) -> (u16, String) {
     let http = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .build()
         .unwrap();
-    let (to_server, flow) = connect_at_service(&http, &link, "alice").await;
-    // The mock's authorization endpoint approves at once.
+    let page = common::credentials::Page::open(&http, link).await;
+    let r = page
+        .post(&http, "alice", "alice-pw", "")
+        .send()
+        .await
+        .unwrap();
+    if r.status() != 303 {
+        return (r.status().as_u16(), r.text().await.unwrap());
+    }
+    let to_server = r.headers()["location"].to_str().unwrap().to_owned();
+    let flow = r.headers()["set-cookie"].to_str().unwrap();
+    let flow = flow.split(';').next().unwrap().to_owned();
     let r = http.get(&to_server).send().await.unwrap();
     assert_eq!(r.status(), 302, "{to_server}");
     let back = r.headers()["location"].to_str().unwrap().to_owned();
     let r = http.get(&back).header("cookie", flow).send().await.unwrap();
-    let status = r.status();
-    let text = r.text().await.unwrap();
-    assert_eq!(status, 200, "{text}");
-    let text = alice.tool_text(2, "test-tool", json!({})).await;
-    assert_eq!(text, "test");
-    drop(a);
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    mock.checks()
+    (r.status().as_u16(), r.text().await.unwrap())
+}
+
+impl AuthRun {
+    async fn checks(self) -> Vec<Value> {
+        drop(self.a);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        self.mock.checks()
+    }
+}
+
+/// An auth scenario the gateway goes through: alice connects, then calls `test-tool`.
+async fn auth_scenario(suite: Suite, scenario: &str, credential: &str) -> Vec<Value> {
+    auth_scenario_with(suite, scenario, credential, &[]).await
+}
+
+async fn auth_scenario_with(
+    suite: Suite,
+    scenario: &str,
+    credential: &str,
+    more: &[&str],
+) -> Vec<Value> {
+    let run = auth_start(suite, scenario, credential, more).await;
+    let (status, text) = connect(&run.link).await;
+    assert_eq!(status, 200, "{scenario}: {text}");
+    let text = run.alice.tool_text(2, "test-tool", json!({})).await;
+    assert_eq!(text, "test", "{scenario}");
+    run.checks().await
+}
+
+/// An auth scenario the gateway must refuse to go through: alice's connecting fails (at the
+/// connect page, or at the callback), and no token is asked for.
+async fn auth_refused(suite: Suite, scenario: &str) -> Vec<Value> {
+    let run = auth_start(suite, scenario, "", &[]).await;
+    let (status, text) = connect(&run.link).await;
+    assert_ne!(status, 200, "{scenario}: {text}");
+    run.checks().await
 }
 
 #[tokio::test]
@@ -636,5 +698,76 @@ async fn modern_json_schemas() {
                 "sep-2106-client-anchor-keyword-preserved",
             ],
         );
+    }
+}
+
+#[tokio::test]
+async fn auth_client_authentication_and_older_servers() {
+    for suite in [Suite::Latest, Suite::Next] {
+        // The registration's secret, sent as the registration says.
+        for scenario in [
+            "auth/token-endpoint-auth-basic",
+            "auth/token-endpoint-auth-post",
+        ] {
+            let checks = auth_scenario(suite, scenario, "").await;
+            passed(&checks, &["token-endpoint-auth-method", "token-request"]);
+        }
+        // 2025-03-26: no protected resource metadata, the authorization server at the
+        // server's origin, by its metadata or by that version's default endpoints.
+        for scenario in [
+            "auth/2025-03-26-oauth-metadata-backcompat",
+            "auth/2025-03-26-oauth-endpoint-fallback",
+        ] {
+            let checks = auth_scenario(suite, scenario, "").await;
+            passed(
+                &checks,
+                &[
+                    "client-registration",
+                    "authorization-request",
+                    "token-request",
+                ],
+            );
+        }
+        // Metadata naming another resource: refused before anyone is sent anywhere.
+        let checks = auth_refused(suite, "auth/resource-mismatch").await;
+        passed(&checks, &["resource-mismatch-rejected"]);
+    }
+}
+
+#[tokio::test]
+async fn auth_offline_access_and_issuers() {
+    let checks = auth_scenario(Suite::Next, "auth/offline-access-scope", "").await;
+    // (Registered by a client ID metadata document, which the mock reads only after its
+    // checks are written: its grant types are not checked.)
+    passed(&checks, &["sep-2207-offline-access-requested"]);
+    let checks = auth_scenario(Suite::Next, "auth/offline-access-not-supported", "").await;
+    passed(&checks, &["sep-2207-offline-access-not-requested"]);
+    // RFC 9207: `iss` compared as a string with the metadata's issuer, required when the
+    // server says it sends it.
+    let checks = auth_scenario(Suite::Next, "auth/iss-supported", "").await;
+    passed(&checks, &["sep-2468-client-compare-iss-supported"]);
+    let checks = auth_scenario(Suite::Next, "auth/iss-not-advertised", "").await;
+    passed(&checks, &["sep-2468-client-proceed-no-iss"]);
+    for (scenario, check) in [
+        (
+            "auth/iss-supported-missing",
+            "sep-2468-client-reject-missing-iss",
+        ),
+        (
+            "auth/iss-wrong-issuer",
+            "sep-2468-client-compare-iss-supported",
+        ),
+        (
+            "auth/iss-unexpected",
+            "sep-2468-client-compare-iss-unadvertised",
+        ),
+        ("auth/iss-normalized", "sep-2468-client-no-normalization"),
+        (
+            "auth/metadata-issuer-mismatch",
+            "sep-2468-client-validate-metadata-issuer",
+        ),
+    ] {
+        let checks = auth_refused(Suite::Next, scenario).await;
+        passed(&checks, &[check]);
     }
 }

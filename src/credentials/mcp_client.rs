@@ -4,7 +4,7 @@
 //! origin's) names its authorization server and the scopes it knows; the gateway then
 //! registers itself there unless a client id is configured: by a client ID metadata document
 //! it serves at `/connect/clients/NAME` where the server supports them, else by dynamic
-//! registration (RFC 7591, as a public client, kept in the database so that every replica
+//! registration (RFC 7591, kept in the database, its secret sealed, so that every replica
 //! uses the first registration).
 
 use serde::Deserialize;
@@ -119,8 +119,12 @@ fn bearer_param(challenge: &str, name: &str) -> Option<String> {
 
 /// Reads the protected resource metadata of `server`: where its challenge says, else at the
 /// well-known URI with the server's path, else at the origin's. The scopes asked for are the
-/// challenge's, else the metadata's.
-pub async fn protected_resource(http: &Http, server: &url::Url) -> Result<Resource, OAuthError> {
+/// challenge's, else the metadata's. `None` when there is none (a server of 2025-03-26,
+/// whose authorization server is at its origin); an error when it is not this server's.
+pub async fn protected_resource(
+    http: &Http,
+    server: &url::Url,
+) -> Result<Option<Resource>, OAuthError> {
     #[derive(Deserialize)]
     struct Metadata {
         resource: String,
@@ -176,19 +180,21 @@ pub async fn protected_resource(http: &Http, server: &url::Url) -> Result<Resour
                     Some(s) => s.split_whitespace().map(str::to_owned).collect(),
                     None => m.scopes_supported,
                 };
-                return Ok(Resource {
+                return Ok(Some(Resource {
                     issuer,
                     resource: m.resource,
                     scopes,
-                });
+                }));
             }
             Err(e) => failures.push(e.to_string()),
         }
     }
-    Err(OAuthError::Provider(format!(
-        "no protected resource metadata: {}",
+    tracing::info!(
+        server = %server,
+        "no protected resource metadata ({}); its origin is taken for its authorization server, as in 2025-03-26",
         failures.join("; ")
-    )))
+    );
+    Ok(None)
 }
 
 /// https, or http on loopback (development).
@@ -217,22 +223,42 @@ pub struct Registrable<'a> {
     pub issuer: &'a str,
     pub registration_endpoint: Option<&'a url::Url>,
     pub metadata_documents: bool,
+    /// The `token_endpoint_auth_method` asked for when registering.
+    pub auth_method_asked: &'a str,
 }
 
-/// The client id the gateway uses at the server: its metadata document's URL, or a dynamic
-/// registration's (kept, or made and kept).
+/// The gateway's client at an authorization server: its id, and for a confidential client
+/// its secret and how the server said to send it (`token_endpoint_auth_method`).
+pub struct OurClient {
+    pub id: String,
+    pub secret: Option<String>,
+    pub auth_method: Option<String>,
+}
+
+/// What the sealed secret of a registration is bound to (no person's subject looks so).
+fn sealed_for(issuer: &str) -> String {
+    format!("\0oauth-registration {issuer}")
+}
+
+/// The client the gateway uses at the server: its metadata document's URL, or a dynamic
+/// registration's (kept, or made and kept; a secret it came with is sealed).
 pub async fn client_id(
     http: &Http,
     store: &dyn super::store::CredentialStore,
+    sealer: &super::Sealer,
     name: &str,
     base: &str,
     how: Registration,
     at: Registrable<'_>,
-) -> Result<String, OAuthError> {
+) -> Result<OurClient, OAuthError> {
     let document =
         matches!(how, Registration::Auto | Registration::MetadataDocument) && at.metadata_documents;
     if document {
-        return Ok(document_url(base, name));
+        return Ok(OurClient {
+            id: document_url(base, name),
+            secret: None,
+            auth_method: None,
+        });
     }
     if how == Registration::MetadataDocument {
         return Err(OAuthError::Provider(
@@ -240,12 +266,30 @@ pub async fn client_id(
         ));
     }
     let stored = |e: super::store::StoreError| OAuthError::Provider(e.to_string());
-    if let Some(id) = store
+    let open = |r: super::store::Registered| -> Result<OurClient, OAuthError> {
+        let secret = match &r.sealed_secret {
+            Some(sealed) => {
+                let opened = sealer
+                    .open(&sealed_for(at.issuer), name, sealed)
+                    .map_err(|e| OAuthError::Provider(format!("the registration's secret: {e}")))?;
+                Some(String::from_utf8(opened.plain).map_err(|_| {
+                    OAuthError::Provider("the registration's secret is not text".into())
+                })?)
+            }
+            None => None,
+        };
+        Ok(OurClient {
+            id: r.client_id,
+            secret,
+            auth_method: r.auth_method,
+        })
+    };
+    if let Some(r) = store
         .registration(name, at.issuer, None, super::now_ms())
         .await
         .map_err(stored)?
     {
-        return Ok(id);
+        return open(r);
     }
     let Some(endpoint) = at.registration_endpoint else {
         return Err(OAuthError::Provider(
@@ -257,7 +301,7 @@ pub async fn client_id(
         "redirect_uris": [format!("{base}{}", super::connect::CALLBACK_PATH)],
         "grant_types": ["authorization_code", "refresh_token"],
         "response_types": ["code"],
-        "token_endpoint_auth_method": "none",
+        "token_endpoint_auth_method": at.auth_method_asked,
         "application_type": "web",
     });
     let request = oauth2::http::Request::builder()
@@ -278,27 +322,41 @@ pub async fn client_id(
         )));
     }
     #[derive(Deserialize)]
-    struct Registered {
+    struct Answer {
         client_id: String,
         #[serde(default)]
         client_secret: Option<String>,
+        #[serde(default)]
+        token_endpoint_auth_method: Option<String>,
     }
-    let r: Registered = serde_json::from_slice(answer.body())
+    let r: Answer = serde_json::from_slice(answer.body())
         .map_err(|e| OAuthError::Provider(format!("unreadable registration: {e}")))?;
-    if r.client_secret.is_some() {
-        // Asked as a public client; a secret given anyway is not kept (nor needed: PKCE).
-        tracing::info!(
-            credential = name,
-            "the registration came with a client secret, which the gateway does not use"
-        );
-    }
-    if r.client_id.is_empty() || r.client_id.len() > 512 {
+    let bounded = |s: &str| !s.is_empty() && s.len() <= 512 && !s.chars().any(char::is_control);
+    if !bounded(&r.client_id)
+        || r.client_secret.as_deref().is_some_and(|s| !bounded(s))
+        || r.token_endpoint_auth_method
+            .as_deref()
+            .is_some_and(|s| !bounded(s))
+    {
         return Err(OAuthError::Provider(
-            "a registration without a usable client_id".into(),
+            "a registration without a usable client_id, or with an unusable secret".into(),
         ));
     }
+    let sealed_secret = match &r.client_secret {
+        Some(secret) => Some(
+            sealer
+                .seal(&sealed_for(at.issuer), name, secret.as_bytes())
+                .map_err(|e| OAuthError::Provider(format!("the registration's secret: {e}")))?,
+        ),
+        None => None,
+    };
+    let registered = super::store::Registered {
+        client_id: r.client_id,
+        sealed_secret,
+        auth_method: r.token_endpoint_auth_method,
+    };
     let kept = store
-        .registration(name, at.issuer, Some(&r.client_id), super::now_ms())
+        .registration(name, at.issuer, Some(&registered), super::now_ms())
         .await
         .map_err(stored)?;
     tracing::info!(
@@ -306,7 +364,7 @@ pub async fn client_id(
         issuer = at.issuer,
         "registered the gateway as an OAuth client"
     );
-    Ok(kept.unwrap_or(r.client_id))
+    open(kept.unwrap_or(registered))
 }
 
 /// Where the gateway serves the client ID metadata document of credential `name`.

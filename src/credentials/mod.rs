@@ -10,6 +10,7 @@
 
 mod connect;
 mod definitions;
+mod discovery;
 pub mod mcp_client;
 pub mod oauth;
 mod seal;
@@ -198,7 +199,11 @@ impl Broker {
             defs: std::sync::RwLock::new(Arc::new(
                 config.credentials.into_iter().map(Arc::new).collect(),
             )),
-            oauth: Arc::new(OAuth::new(base.trim_end_matches('/'), store.clone())),
+            oauth: Arc::new(OAuth::new(
+                base.trim_end_matches('/'),
+                store.clone(),
+                Sealer::new(&config.keys),
+            )),
             store,
             base: base.trim_end_matches('/').to_owned(),
             events: tokio::sync::broadcast::channel(256).0,

@@ -19,13 +19,12 @@ use oauth2::{
     EndpointNotSet, PkceCodeChallenge, PkceCodeVerifier, RedirectUrl, RefreshToken, Scope,
     TokenResponse, TokenUrl,
 };
-use serde::Deserialize;
 
 use crate::auth::external::fetch::{FetchError, Http, Limited};
 use crate::config::OAuthServer;
 
 /// The largest answer read from an authorization server.
-const MAX_ANSWER_BYTES: usize = 256 * 1024;
+pub(super) const MAX_ANSWER_BYTES: usize = 256 * 1024;
 
 /// How long a server's metadata is trusted before it is fetched again.
 const METADATA_MAX_AGE: Duration = Duration::from_secs(3600);
@@ -69,23 +68,67 @@ impl std::fmt::Debug for Tokens {
 
 /// A server's endpoints, configured or discovered, and the client the gateway is there.
 #[derive(Debug)]
-struct Endpoints {
+pub(super) struct Endpoints {
     /// The gateway's client id there (configured, or its registration's).
-    client_id: String,
+    pub(super) client_id: String,
     /// The issuer found (through an MCP server's metadata), for RFC 9207's check.
-    issuer: Option<String>,
+    pub(super) issuer: Option<String>,
     /// The MCP server the tokens are for (`resource`, RFC 8707).
-    resource: Option<String>,
+    pub(super) resource: Option<String>,
     /// The scopes asked for when none are configured (the MCP server's).
-    scopes: Vec<String>,
-    authorization: Option<url::Url>,
-    token: url::Url,
-    revocation: Option<url::Url>,
-    /// The server takes the client secret only in the body (`client_secret_post`).
-    secret_in_body: bool,
+    pub(super) scopes: Vec<String>,
+    pub(super) authorization: Option<url::Url>,
+    pub(super) token: url::Url,
+    pub(super) revocation: Option<url::Url>,
+    /// The gateway's client secret there (configured, or its registration's).
+    pub(super) client_secret: Option<String>,
+    /// How the secret goes to the token endpoint.
+    pub(super) auth: ClientAuth,
     /// The server names itself in its authorization responses (RFC 9207), so an answer
     /// without `iss` is not its own.
-    iss_in_responses: bool,
+    pub(super) iss_in_responses: bool,
+}
+
+/// How the gateway authenticates at a token endpoint (RFC 6749 §2.3, RFC 7591's
+/// `token_endpoint_auth_method`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum ClientAuth {
+    /// `client_secret_basic`: HTTP Basic.
+    Basic,
+    /// `client_secret_post`: in the form.
+    Post,
+    /// `none`: a public client, its id alone in the form.
+    None,
+}
+
+impl ClientAuth {
+    /// For a client with a secret: what its registration says, else what the server takes
+    /// (Basic first, the default of RFC 8414 when it says nothing).
+    pub(super) fn choose(registered: Option<&str>, supported: &[String]) -> ClientAuth {
+        let takes = |m: &str| supported.iter().any(|x| x == m);
+        match registered {
+            Some("client_secret_basic") => ClientAuth::Basic,
+            Some("client_secret_post") => ClientAuth::Post,
+            Some("none") => ClientAuth::None,
+            _ if supported.is_empty() || takes("client_secret_basic") => ClientAuth::Basic,
+            _ if takes("client_secret_post") => ClientAuth::Post,
+            _ => ClientAuth::None,
+        }
+    }
+
+    /// What to ask for when registering: a public client where the server takes one.
+    pub(super) fn asked(supported: &[String]) -> &'static str {
+        let takes = |m: &str| supported.iter().any(|x| x == m);
+        if supported.is_empty() || takes("none") {
+            "none"
+        } else if takes("client_secret_basic") {
+            "client_secret_basic"
+        } else if takes("client_secret_post") {
+            "client_secret_post"
+        } else {
+            "none"
+        }
+    }
 }
 
 /// What an authorization code flow keeps while the person is at the server.
@@ -100,21 +143,28 @@ type Client =
 
 /// The OAuth client of every credential, with their servers' metadata.
 pub struct OAuth {
-    http: Http,
+    pub(super) http: Http,
     found: Mutex<HashMap<String, (Arc<Endpoints>, Instant)>>,
     /// The gateway's public origin (its callback, its client ID metadata documents).
-    base: String,
+    pub(super) base: String,
     /// Where dynamic registrations are kept.
-    store: Arc<dyn super::store::CredentialStore>,
+    pub(super) store: Arc<dyn super::store::CredentialStore>,
+    /// Seals their secrets.
+    pub(super) sealer: super::Sealer,
 }
 
 impl OAuth {
-    pub fn new(base: &str, store: Arc<dyn super::store::CredentialStore>) -> OAuth {
+    pub fn new(
+        base: &str,
+        store: Arc<dyn super::store::CredentialStore>,
+        sealer: super::Sealer,
+    ) -> OAuth {
         OAuth {
             http: Http::new(),
             found: Mutex::new(HashMap::new()),
             base: base.to_owned(),
             store,
+            sealer,
         }
     }
 
@@ -172,18 +222,21 @@ impl OAuth {
         iss: Option<&str>,
     ) -> Result<(), OAuthError> {
         let endpoints = self.endpoints(name, server).await?;
-        let ours = server
-            .issuer
-            .as_ref()
-            .map(|i| i.as_str().trim_end_matches('/').to_owned())
-            .or_else(|| endpoints.issuer.clone());
-        match (iss, ours) {
-            (Some(given), Some(ours)) if given.trim_end_matches('/') != ours => {
-                Err(OAuthError::Refused(format!(
-                    "the answer names the issuer `{given}`, not this credential's"
-                )))
-            }
-            (None, _) if endpoints.iss_in_responses => Err(OAuthError::Refused(
+        // A configured issuer as written (with or without the slash `Url` adds); a
+        // discovered one exactly as its metadata says (RFC 9207 §2.4: simple string
+        // comparison).
+        let theirs = |given: &str| match &server.issuer {
+            Some(i) => given.trim_end_matches('/') != i.as_str().trim_end_matches('/'),
+            None => endpoints
+                .issuer
+                .as_deref()
+                .is_some_and(|ours| given != ours),
+        };
+        match iss {
+            Some(given) if theirs(given) => Err(OAuthError::Refused(format!(
+                "the answer names the issuer `{given}`, not this credential's"
+            ))),
+            None if endpoints.iss_in_responses => Err(OAuthError::Refused(
                 "the answer does not name its issuer, which this server always does".into(),
             )),
             _ => Ok(()),
@@ -260,7 +313,7 @@ impl OAuth {
                 ("token_type_hint", "access_token".to_owned()),
             ],
         };
-        let answer = self.post_form(url, &endpoints, server, form).await?;
+        let answer = self.post_form(url, &endpoints, form).await?;
         // RFC 7009 §2.2: 200 also for a token the server no longer knows.
         if !answer.status().is_success() {
             return Err(refusal(answer.status(), answer.body(), false));
@@ -294,9 +347,7 @@ impl OAuth {
         if !server.scopes.is_empty() {
             form.push(("scope", server.scopes.join(" ")));
         }
-        let answer = self
-            .post_form(&endpoints.token, &endpoints, server, form)
-            .await?;
+        let answer = self.post_form(&endpoints.token, &endpoints, form).await?;
         if !answer.status().is_success() {
             return Err(refusal(answer.status(), answer.body(), true));
         }
@@ -305,13 +356,12 @@ impl OAuth {
         tokens(answer)
     }
 
-    /// POSTs `form` to `url` with the client's authentication (HTTP Basic, or in the body
-    /// when the server takes only that).
+    /// POSTs `form` to `url` with the client's authentication (HTTP Basic, in the body, or
+    /// its id alone, as [`ClientAuth`] says).
     async fn post_form(
         &self,
         url: &url::Url,
         endpoints: &Endpoints,
-        server: &OAuthServer,
         mut pairs: Vec<(&str, String)>,
     ) -> Result<oauth2::HttpResponse, OAuthError> {
         let mut request = oauth2::http::Request::builder()
@@ -319,8 +369,8 @@ impl OAuth {
             .uri(url.as_str())
             .header("content-type", "application/x-www-form-urlencoded")
             .header("accept", "application/json");
-        match &server.client_secret {
-            Some(secret) if !endpoints.secret_in_body => {
+        match (&endpoints.client_secret, endpoints.auth) {
+            (Some(secret), ClientAuth::Basic) => {
                 use base64::Engine as _;
                 // RFC 6749 §2.3.1: both parts form-encoded before the Basic encoding.
                 let enc = |s: &str| {
@@ -329,15 +379,15 @@ impl OAuth {
                 let basic = base64::engine::general_purpose::STANDARD.encode(format!(
                     "{}:{}",
                     enc(&endpoints.client_id),
-                    enc(secret.expose())
+                    enc(secret)
                 ));
                 request = request.header("authorization", format!("Basic {basic}"));
             }
-            Some(secret) => {
+            (Some(secret), ClientAuth::Post) => {
                 pairs.push(("client_id", endpoints.client_id.clone()));
-                pairs.push(("client_secret", secret.expose().to_owned()));
+                pairs.push(("client_secret", secret.clone()));
             }
-            None => pairs.push(("client_id", endpoints.client_id.clone())),
+            _ => pairs.push(("client_id", endpoints.client_id.clone())),
         }
         let body = url::form_urlencoded::Serializer::new(String::new())
             .extend_pairs(pairs)
@@ -380,9 +430,11 @@ impl OAuth {
                 RedirectUrl::new(r.to_owned()).map_err(|err| bad("redirect URI", err))?,
             );
         }
-        if let Some(secret) = &server.client_secret {
-            client = client.set_client_secret(ClientSecret::new(secret.expose().to_owned()));
-            if e.secret_in_body {
+        if let Some(secret) = &e.client_secret
+            && e.auth != ClientAuth::None
+        {
+            client = client.set_client_secret(ClientSecret::new(secret.clone()));
+            if e.auth == ClientAuth::Post {
                 client = client.set_auth_type(AuthType::RequestBody);
             }
         }
@@ -396,6 +448,7 @@ impl OAuth {
         server: &OAuthServer,
     ) -> Result<Arc<Endpoints>, OAuthError> {
         if let Some(token) = &server.token_endpoint
+            && server.mcp_server.is_none()
             && (server.issuer.is_none() || server.authorization_endpoint.is_some())
         {
             return Ok(Arc::new(Endpoints {
@@ -406,7 +459,8 @@ impl OAuth {
                 authorization: server.authorization_endpoint.clone(),
                 token: token.clone(),
                 revocation: server.revocation_endpoint.clone(),
-                secret_in_body: false,
+                client_secret: server.client_secret.as_ref().map(|s| s.expose().to_owned()),
+                auth: ClientAuth::Basic,
                 iss_in_responses: false,
             }));
         }
@@ -415,112 +469,12 @@ impl OAuth {
         {
             return Ok(e.clone());
         }
-        let found = Arc::new(self.discover(name, server).await?);
+        let found = Arc::new(super::discovery::discover(self, name, server).await?);
         self.found
             .lock()
             .expect("oauth lock")
             .insert(name.to_owned(), (found.clone(), Instant::now()));
         Ok(found)
-    }
-
-    /// The server's metadata: from its issuer, or for an MCP server from the issuer its
-    /// protected resource metadata names; and the gateway's client there.
-    async fn discover(&self, name: &str, server: &OAuthServer) -> Result<Endpoints, OAuthError> {
-        #[derive(Deserialize)]
-        struct Metadata {
-            issuer: String,
-            authorization_endpoint: Option<String>,
-            token_endpoint: Option<String>,
-            revocation_endpoint: Option<String>,
-            token_endpoint_auth_methods_supported: Option<Vec<String>>,
-            #[serde(default)]
-            authorization_response_iss_parameter_supported: bool,
-            registration_endpoint: Option<String>,
-            #[serde(default)]
-            client_id_metadata_document_supported: bool,
-        }
-        let found = match &server.mcp_server {
-            Some(mcp) => Some(super::mcp_client::protected_resource(&self.http, mcp).await?),
-            None => None,
-        };
-        let issuer = match (&server.issuer, &found) {
-            (Some(i), _) => i.as_str().to_owned(),
-            (None, Some(f)) => f.issuer.clone(),
-            (None, None) => return Err(OAuthError::Provider("no issuer and no endpoints".into())),
-        };
-        // The issuer as configured, without the slash `Url` adds to a bare origin.
-        let issuer = issuer.trim_end_matches('/');
-        let (url, meta): (_, Metadata) =
-            crate::auth::external::first_metadata(&self.http, issuer, MAX_ANSWER_BYTES)
-                .await
-                .map_err(OAuthError::Provider)?;
-        if meta.issuer.trim_end_matches('/') != issuer {
-            return Err(OAuthError::Provider(format!(
-                "{url} names the issuer `{}`, not `{issuer}`",
-                meta.issuer
-            )));
-        }
-        let endpoint = |key: &str, v: Option<String>| -> Result<Option<url::Url>, OAuthError> {
-            let Some(v) = v else { return Ok(None) };
-            let u = url::Url::parse(&v)
-                .map_err(|e| OAuthError::Provider(format!("{url}: {key}: {e}")))?;
-            if u.scheme() != "https"
-                && !(u.scheme() == "http" && crate::config::is_loopback_url(&u))
-            {
-                return Err(OAuthError::Provider(format!("{url}: {key} is not https")));
-            }
-            Ok(Some(u))
-        };
-        let token = match &server.token_endpoint {
-            Some(t) => t.clone(),
-            None => endpoint("token_endpoint", meta.token_endpoint)?
-                .ok_or_else(|| OAuthError::Provider(format!("{url} names no token_endpoint")))?,
-        };
-        let authorization = match &server.authorization_endpoint {
-            Some(a) => Some(a.clone()),
-            None => endpoint("authorization_endpoint", meta.authorization_endpoint)?,
-        };
-        let revocation = match &server.revocation_endpoint {
-            Some(r) => Some(r.clone()),
-            None => endpoint("revocation_endpoint", meta.revocation_endpoint)?,
-        };
-        let secret_in_body = meta.token_endpoint_auth_methods_supported.is_some_and(|m| {
-            m.iter().any(|x| x == "client_secret_post")
-                && !m.iter().any(|x| x == "client_secret_basic")
-        });
-        let client_id = if server.client_id.is_empty() {
-            let registration = endpoint("registration_endpoint", meta.registration_endpoint)?;
-            super::mcp_client::client_id(
-                &self.http,
-                &*self.store,
-                name,
-                &self.base,
-                server.registration,
-                super::mcp_client::Registrable {
-                    issuer,
-                    registration_endpoint: registration.as_ref(),
-                    metadata_documents: meta.client_id_metadata_document_supported,
-                },
-            )
-            .await?
-        } else {
-            server.client_id.clone()
-        };
-        let (resource, scopes) = match found {
-            Some(f) => (Some(f.resource), f.scopes),
-            None => (None, Vec::new()),
-        };
-        Ok(Endpoints {
-            client_id,
-            issuer: server.issuer.is_none().then(|| issuer.to_owned()),
-            resource,
-            scopes,
-            authorization,
-            token,
-            revocation,
-            secret_in_body,
-            iss_in_responses: meta.authorization_response_iss_parameter_supported,
-        })
     }
 }
 

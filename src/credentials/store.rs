@@ -15,6 +15,17 @@ pub enum StoreError {
 
 pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;
 
+/// The gateway's registration (RFC 7591) at an authorization server, as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Registered {
+    pub client_id: String,
+    /// Its client secret, sealed, when the server gave one.
+    pub sealed_secret: Option<String>,
+    /// How it authenticates at the token endpoint, when the server said
+    /// (`token_endpoint_auth_method`).
+    pub auth_method: Option<String>,
+}
+
 /// One person's credential as stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Stored {
@@ -86,15 +97,15 @@ pub trait CredentialStore: Send + Sync {
     ) -> StoreFuture<'a, ()>;
     /// Forgets the definition of credential `name`; whether there was one.
     fn delete_definition<'a>(&'a self, name: &'a str) -> StoreFuture<'a, bool>;
-    /// Keeps `client_id` as the gateway's client for credential `name` at `issuer`, unless one
-    /// is kept already; the one kept (the first replica's to register).
+    /// Keeps `registered` as the gateway's client for credential `name` at `issuer`, unless
+    /// one is kept already; the one kept (the first replica's to register).
     fn registration<'a>(
         &'a self,
         name: &'a str,
         issuer: &'a str,
-        client_id: Option<&'a str>,
+        registered: Option<&'a Registered>,
         now_ms: i64,
-    ) -> StoreFuture<'a, Option<String>>;
+    ) -> StoreFuture<'a, Option<Registered>>;
     /// Keeps a request to connect (and forgets those expired long ago).
     fn open_request<'a>(&'a self, request: &'a Request) -> StoreFuture<'a, ()>;
     /// The request `id`, unused and unexpired at `now_ms`, which is used from now on: a

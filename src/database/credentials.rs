@@ -5,7 +5,7 @@
 use sqlx::any::AnyRow;
 use sqlx::{AnyPool, Row};
 
-use crate::credentials::store::Request;
+use crate::credentials::store::{Registered, Request};
 use crate::credentials::{CredentialStore, StoreError, StoreFuture, Stored};
 
 /// The SQL store (SQLite or PostgreSQL), on the gateway's database pool.
@@ -234,33 +234,43 @@ impl CredentialStore for SqlCredentialStore {
         &'a self,
         name: &'a str,
         issuer: &'a str,
-        client_id: Option<&'a str>,
+        registered: Option<&'a Registered>,
         now_ms: i64,
-    ) -> StoreFuture<'a, Option<String>> {
+    ) -> StoreFuture<'a, Option<Registered>> {
         Box::pin(async move {
-            if let Some(id) = client_id {
+            if let Some(r) = registered {
                 sqlx::query(
-                    "INSERT INTO oauth_registrations (credential, issuer, client_id, created_at_ms) \
-                     VALUES ($1, $2, $3, $4) ON CONFLICT (credential, issuer) DO NOTHING",
+                    "INSERT INTO oauth_registrations \
+                     (credential, issuer, client_id, created_at_ms, client_secret, auth_method) \
+                     VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (credential, issuer) DO NOTHING",
                 )
                 .bind(name.to_owned())
                 .bind(issuer.to_owned())
-                .bind(id.to_owned())
+                .bind(r.client_id.clone())
                 .bind(now_ms)
+                .bind(r.sealed_secret.clone())
+                .bind(r.auth_method.clone())
                 .execute(&self.pool)
                 .await
                 .map_err(failed)?;
             }
             let row = sqlx::query(
-                "SELECT client_id FROM oauth_registrations WHERE credential = $1 AND issuer = $2",
+                "SELECT client_id, client_secret, auth_method FROM oauth_registrations \
+                 WHERE credential = $1 AND issuer = $2",
             )
             .bind(name.to_owned())
             .bind(issuer.to_owned())
             .fetch_optional(&self.pool)
             .await
             .map_err(failed)?;
-            row.map(|r| r.try_get("client_id").map_err(failed))
-                .transpose()
+            row.map(|r| {
+                Ok(Registered {
+                    client_id: r.try_get("client_id").map_err(failed)?,
+                    sealed_secret: r.try_get("client_secret").map_err(failed)?,
+                    auth_method: r.try_get("auth_method").map_err(failed)?,
+                })
+            })
+            .transpose()
         })
     }
 
