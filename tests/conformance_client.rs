@@ -294,6 +294,29 @@ async fn asked_to_connect(alice: &common::Client, id: i64) -> String {
         .to_owned()
 }
 
+/// Calls `test-tool` (ids `id` and `id + 1`) after the server refused alice's token: the
+/// link to connect again, given at once when the refusal came before the call (the gateway's
+/// own listing for it), else on the call after the one refused.
+async fn asked_again(alice: &common::Client, id: i64) -> String {
+    let reply = alice
+        .call(
+            id,
+            "tools/call",
+            json!({"name": "test-tool", "arguments": {}}),
+        )
+        .await;
+    let error = &reply.last()["error"];
+    if error["code"] == -32042 {
+        return error["data"]["elicitations"][0]["url"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+    }
+    let message = error["message"].as_str().unwrap_or_default();
+    assert!(message.contains("connect again"), "{reply:?}");
+    asked_to_connect(alice, id + 1).await
+}
+
 /// alice's way through the connect page, the mock's authorization endpoint (which approves
 /// at once) and the gateway's callback: the callback's status and page, or the connect
 /// page's when it sends her nowhere.
@@ -770,4 +793,67 @@ async fn auth_offline_access_and_issuers() {
         let checks = auth_refused(Suite::Next, scenario).await;
         passed(&checks, &[check]);
     }
+}
+
+#[tokio::test]
+async fn auth_scope_step_up_and_its_limit() {
+    for suite in [Suite::Latest, Suite::Next] {
+        // A 403 for want of a scope: alice is asked again, for the scopes granted before and
+        // the one the server names, and the call goes through with the new token.
+        let run = auth_start(suite, "auth/scope-step-up", "", &[]).await;
+        let (status, text) = connect(&run.link).await;
+        assert_eq!(status, 200, "{text}");
+        let link = asked_again(&run.alice, 2).await;
+        let (status, text) = connect(&link).await;
+        assert_eq!(status, 200, "{text}");
+        assert_eq!(run.alice.tool_text(4, "test-tool", json!({})).await, "test");
+        passed(
+            &run.checks().await,
+            &["scope-step-up-initial", "scope-step-up-escalation"],
+        );
+
+        // A server that refuses whatever scope is granted: asked once, not again and again.
+        let run = auth_start(suite, "auth/scope-retry-limit", "", &[]).await;
+        let (status, text) = connect(&run.link).await;
+        assert_eq!(status, 200, "{text}");
+        for id in [2, 3] {
+            let reply = run
+                .alice
+                .call(
+                    id,
+                    "tools/call",
+                    json!({"name": "test-tool", "arguments": {}}),
+                )
+                .await;
+            let error = &reply.last()["error"];
+            assert_ne!(error["code"], -32042, "{reply:?}");
+            assert!(
+                error["message"].as_str().unwrap().contains("plugin 'up'"),
+                "{reply:?}"
+            );
+        }
+        passed(&run.checks().await, &["scope-retry-limit"]);
+    }
+}
+
+#[tokio::test]
+async fn auth_authorization_server_migration() {
+    // The server moves to another authorization server once alice's first token was used:
+    // her token is refused, what was found of the server forgotten, and her next connect
+    // registers the gateway at the new one.
+    let run = auth_start(Suite::Next, "auth/authorization-server-migration", "", &[]).await;
+    let (status, text) = connect(&run.link).await;
+    assert_eq!(status, 200, "{text}");
+    let link = asked_again(&run.alice, 2).await;
+    let (status, text) = connect(&link).await;
+    assert_eq!(status, 200, "{text}");
+    assert_eq!(run.alice.tool_text(4, "test-tool", json!({})).await, "test");
+    passed(
+        &run.checks().await,
+        &[
+            "sep-2352-reregister-on-as-change",
+            "sep-2352-no-reuse-on-as-change",
+            "sep-2352-no-cross-as-credential-reuse",
+        ],
+    );
 }

@@ -181,11 +181,32 @@ impl BackendError {
 
 /// A person's own credentials, by name, for the one process started for them: never shown.
 #[derive(Clone, Default)]
-pub struct Personal(pub std::collections::BTreeMap<String, String>);
+pub struct Personal {
+    pub values: std::collections::BTreeMap<String, String>,
+    /// Told when a remote plugin's server refuses the person's credentials.
+    pub on_refused: Option<OnRefused>,
+}
+
+/// A remote server's refusal of a person's credentials: HTTP 401 or 403, and its Bearer
+/// challenge's `error` and `scope` (RFC 6750 §3).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    pub status: u16,
+    pub error: Option<String>,
+    pub scope: Option<String>,
+}
+
+/// What hears a [`Refusal`]; whether the person is to connect again (the instance, its
+/// credentials no good, then ends).
+pub type OnRefused = Arc<
+    dyn Fn(Refusal) -> std::pin::Pin<Box<dyn std::future::Future<Output = bool> + Send>>
+        + Send
+        + Sync,
+>;
 
 impl std::fmt::Debug for Personal {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_list().entries(self.0.keys()).finish()
+        f.debug_list().entries(self.values.keys()).finish()
     }
 }
 

@@ -482,14 +482,14 @@ fn expand_all<'c>(
         Reference::Env(name) => crate::config::env_var(name)
             .ok_or_else(|| format!("`${{{name}}}` is not set in the gateway's environment")),
         Reference::Credential(name) => personal
-            .and_then(|p| p.0.get(name).cloned())
+            .and_then(|p| p.values.get(name).cloned())
             .ok_or_else(|| format!("the caller's credential `{name}` was not given")),
         Reference::CredentialFile(name) => {
             if let Some(path) = files.get(name) {
                 return Ok(path.clone());
             }
             let value = personal
-                .and_then(|p| p.0.get(name))
+                .and_then(|p| p.values.get(name))
                 .ok_or_else(|| format!("the caller's credential `{name}` was not given"))?;
             let sandbox = sandbox.ok_or_else(|| {
                 format!(

@@ -50,7 +50,93 @@ pub enum ConnectRefused {
     Credential(#[from] CredentialError),
 }
 
+/// The most people's step-ups remembered at once (a replica's memory stays bounded).
+const MAX_STEP_UPS: usize = 10_000;
+
 impl Broker {
+    /// A server refused `subject`'s token of the `oauth2` credential `name` (HTTP `status`;
+    /// its Bearer challenge's `error` and `scope`): whether they are to connect again, their
+    /// value forgotten. For want of scopes (403, `insufficient_scope`) they are asked for
+    /// those granted before and those the server names, unless it names none they lack (a
+    /// server that refuses whatever is granted is not asked again and again: the call fails).
+    /// A token refused outright (401) is forgotten with what was found of the server, which
+    /// may have moved to another authorization server.
+    pub async fn refused(
+        &self,
+        subject: &str,
+        name: &str,
+        status: u16,
+        error: Option<&str>,
+        scope: Option<&str>,
+    ) -> bool {
+        let Ok(c) = self.defined(name) else {
+            return false;
+        };
+        if !matches!(c.kind, CredentialKind::OAuth2 { .. }) {
+            return false;
+        }
+        let row = match self.store.get(subject, name).await {
+            Ok(Some(row)) => row,
+            // Forgotten already (another instance was refused first): this one's is stale.
+            Ok(None) => return true,
+            Err(_) => return false,
+        };
+        let insufficient = status == 403 || error == Some("insufficient_scope");
+        if insufficient {
+            let granted: Vec<&str> = row
+                .scopes
+                .as_deref()
+                .unwrap_or("")
+                .split_whitespace()
+                .collect();
+            let wanted: Vec<&str> = scope.unwrap_or("").split_whitespace().collect();
+            let lacking: Vec<&str> = wanted
+                .iter()
+                .copied()
+                .filter(|w| !granted.contains(w))
+                .collect();
+            if lacking.is_empty() {
+                tracing::warn!(
+                    subject,
+                    credential = name,
+                    "the server refused the token for want of scope `{}`, which it was granted: not asking again",
+                    scope.unwrap_or("")
+                );
+                return false;
+            }
+            let union: Vec<&str> = granted.iter().copied().chain(lacking).collect();
+            let mut more = self.more_scopes.lock().expect("scopes lock");
+            if more.len() >= MAX_STEP_UPS {
+                more.clear();
+            }
+            more.insert((subject.to_owned(), name.to_owned()), union.join(" "));
+        } else if status == 401 {
+            self.oauth.forget(name);
+        } else {
+            return false;
+        }
+        // Connected anew meanwhile, that value is theirs to try: the refused instance ends
+        // all the same, and the next one starts with it. No event stops the person's other
+        // instances (it could end this one before its caller is answered): each ends when its
+        // own request is refused.
+        if matches!(
+            self.store.delete_if(subject, name, &row.sealed).await,
+            Ok(true)
+        ) {
+            let why = if insufficient {
+                "the server wants more scopes"
+            } else {
+                "the server refused the token"
+            };
+            tracing::info!(
+                subject,
+                credential = name,
+                "{why}; the person will be asked to connect again"
+            );
+        }
+        true
+    }
+
     /// Whether `state` is the one the flow of the cookie `leg` sent (an answer that is not
     /// this browser's flow's changes nothing, not even its cookie).
     pub fn flow_state_matches(&self, leg: &str, state: &str) -> bool {
@@ -73,7 +159,13 @@ impl Broker {
         };
         let started = self
             .oauth
-            .begin(&request.name, server, *pkce, &self.callback_url())
+            .begin(
+                &request.name,
+                server,
+                *pkce,
+                &self.callback_url(),
+                request.scopes.as_deref(),
+            )
             .await
             .map_err(|why| CredentialError::Upstream {
                 name: request.name.clone(),

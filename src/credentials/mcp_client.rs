@@ -12,6 +12,7 @@ use serde::Deserialize;
 use super::oauth::OAuthError;
 use crate::auth::external::fetch::Http;
 use crate::config::Registration;
+use crate::protocol::challenge::{bearer, bearer_param};
 
 /// The largest metadata document read.
 const MAX_BYTES: usize = 64 * 1024;
@@ -36,12 +37,24 @@ struct Challenge {
     scope: Option<String>,
 }
 
-/// POSTs an `initialize` without a token to `server` and reads the Bearer challenge of its 401
-/// (nothing when it answers otherwise).
+/// POSTs an `initialize` without a token to `server` and reads the Bearer challenge of its 401;
+/// a server that lets `initialize` through is asked `tools/list` (nothing when it answers
+/// otherwise).
 async fn challenge(http: &Http, server: &url::Url) -> Challenge {
-    let body = serde_json::json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+    let initialize = serde_json::json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
         "protocolVersion": crate::protocol::PLUGIN_VERSIONS[0], "capabilities": {},
         "clientInfo": {"name": "mcp-gateway", "version": env!("CARGO_PKG_VERSION")}}});
+    let list = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}});
+    for body in [initialize, list] {
+        if let Some(c) = refused(http, server, &body).await {
+            return c;
+        }
+    }
+    Challenge::default()
+}
+
+/// The challenge of a 401 to `body`, if that is the answer.
+async fn refused(http: &Http, server: &url::Url, body: &serde_json::Value) -> Option<Challenge> {
     let Ok(request) = oauth2::http::Request::builder()
         .method(oauth2::http::Method::POST)
         .uri(server.as_str())
@@ -49,72 +62,19 @@ async fn challenge(http: &Http, server: &url::Url) -> Challenge {
         .header("accept", "application/json, text/event-stream")
         .body(body.to_string().into_bytes())
     else {
-        return Challenge::default();
+        return None;
     };
-    let Ok(answer) = http.send(request, MAX_BYTES).await else {
-        return Challenge::default();
-    };
+    let answer = http.send(request, MAX_BYTES).await.ok()?;
     if answer.status().as_u16() != 401 {
-        return Challenge::default();
+        return None;
     }
-    let Some(value) = answer
-        .headers()
-        .get_all("www-authenticate")
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .find(|v| v.trim_start().len() >= 6 && v.trim_start()[..6].eq_ignore_ascii_case("bearer"))
-    else {
-        return Challenge::default();
-    };
+    let values = answer.headers().get_all("www-authenticate");
+    let value = bearer(values.iter().filter_map(|v| v.to_str().ok())).unwrap_or("Bearer");
     let param = |name: &str| bearer_param(value, name);
-    Challenge {
+    Some(Challenge {
         resource_metadata: param("resource_metadata").and_then(|u| url::Url::parse(&u).ok()),
         scope: param("scope").filter(|s| !s.trim().is_empty()),
-    }
-}
-
-/// A parameter of a Bearer challenge (`name="value"` or `name=token`).
-fn bearer_param(challenge: &str, name: &str) -> Option<String> {
-    let mut rest = challenge.trim_start();
-    rest = rest.get(6..)?;
-    loop {
-        rest = rest.trim_start_matches([' ', ',']);
-        if rest.is_empty() {
-            return None;
-        }
-        let eq = rest.find('=')?;
-        let key = rest[..eq].trim();
-        rest = &rest[eq + 1..];
-        let value = if let Some(quoted) = rest.strip_prefix('"') {
-            let mut v = String::new();
-            let mut chars = quoted.char_indices();
-            let mut end = quoted.len();
-            while let Some((i, c)) = chars.next() {
-                match c {
-                    '\\' => {
-                        if let Some((_, n)) = chars.next() {
-                            v.push(n);
-                        }
-                    }
-                    '"' => {
-                        end = i + 1;
-                        break;
-                    }
-                    c => v.push(c),
-                }
-            }
-            rest = &quoted[end.min(quoted.len())..];
-            v
-        } else {
-            let end = rest.find(',').unwrap_or(rest.len());
-            let v = rest[..end].trim().to_owned();
-            rest = &rest[end..];
-            v
-        };
-        if key.eq_ignore_ascii_case(name) {
-            return Some(value);
-        }
-    }
+    })
 }
 
 /// Reads the protected resource metadata of `server`: where its challenge says, else at the
@@ -387,7 +347,6 @@ pub fn document(base: &str, name: &str, label: &str) -> serde_json::Value {
 
 #[cfg(test)]
 mod tests {
-    use super::bearer_param;
 
     #[test]
     fn a_resource_covers_its_server_or_what_it_holds() {
@@ -409,31 +368,5 @@ mod tests {
         ] {
             assert!(!super::covers(no, &server), "{no}");
         }
-    }
-
-    #[test]
-    fn bearer_challenge_parameters() {
-        let c = r#"Bearer error="invalid_token", error_description="Missing \"x\"", scope="mcp:basic mcp:read", resource_metadata="http://h/.well-known/oauth-protected-resource/mcp""#;
-        assert_eq!(
-            bearer_param(c, "scope").as_deref(),
-            Some("mcp:basic mcp:read")
-        );
-        assert_eq!(
-            bearer_param(c, "resource_metadata").as_deref(),
-            Some("http://h/.well-known/oauth-protected-resource/mcp")
-        );
-        assert_eq!(
-            bearer_param(c, "error_description").as_deref(),
-            Some("Missing \"x\"")
-        );
-        assert_eq!(
-            bearer_param("Bearer realm=x, scope=a", "scope").as_deref(),
-            Some("a")
-        );
-        assert_eq!(bearer_param("Bearer", "scope"), None);
-        assert_eq!(
-            bearer_param("Bearer scope=\"unterminated", "scope").as_deref(),
-            Some("unterminated")
-        );
     }
 }

@@ -153,6 +153,9 @@ pub struct Broker {
     events: tokio::sync::broadcast::Sender<Event>,
     /// What this replica last handed out of each person's credential, to see it change.
     known: std::sync::Mutex<std::collections::HashMap<(String, String), Known>>,
+    /// The scopes to ask each person for at their next connect of a credential, beyond its
+    /// own (a server's step-up), until the request to connect is made.
+    more_scopes: std::sync::Mutex<std::collections::HashMap<(String, String), String>>,
 }
 
 /// What a handed-out value was: when it was connected and until when it is good (a refresh
@@ -208,6 +211,7 @@ impl Broker {
             base: base.trim_end_matches('/').to_owned(),
             events: tokio::sync::broadcast::channel(256).0,
             known: Default::default(),
+            more_scopes: Default::default(),
         })
     }
 
@@ -233,6 +237,13 @@ impl Broker {
         let c = self.defined(name)?;
         let id = format!("{:032x}", rand::random::<u128>());
         let now = now_ms();
+        let key = (subject.to_owned(), name.to_owned());
+        let scopes = self
+            .more_scopes
+            .lock()
+            .expect("scopes lock")
+            .get(&key)
+            .cloned();
         self.store
             .open_request(&Request {
                 id: id.clone(),
@@ -240,6 +251,7 @@ impl Broker {
                 name: name.to_owned(),
                 created_at_ms: now,
                 expires_at_ms: now + REQUEST_TTL_MS,
+                scopes,
             })
             .await?;
         Ok(Asked {

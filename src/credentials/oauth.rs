@@ -174,27 +174,35 @@ impl OAuth {
     }
 
     /// Starts an authorization code flow for `server` (of credential `name`): the URL to send
-    /// the person to, with a new `state`, and PKCE S256 unless turned off.
+    /// the person to, with a new `state`, and PKCE S256 unless turned off; asking for `more`
+    /// scopes than the credential's own, if given.
     pub async fn begin(
         &self,
         name: &str,
         server: &OAuthServer,
         pkce: bool,
         redirect_uri: &str,
+        more: Option<&str>,
     ) -> Result<Started, OAuthError> {
         let client = self.client(name, server, Some(redirect_uri)).await?;
         let e = self.endpoints(name, server).await?;
         let state = crate::auth::random_token();
         let given = state.clone();
-        let scopes = if server.scopes.is_empty() {
-            &e.scopes
+        let mut scopes = if server.scopes.is_empty() {
+            e.scopes.clone()
         } else {
-            &server.scopes
+            server.scopes.clone()
         };
+        // A step-up: those granted before and those the server asked for.
+        for s in more.unwrap_or("").split_whitespace() {
+            if !scopes.iter().any(|x| x == s) {
+                scopes.push(s.to_owned());
+            }
+        }
         let mut request = client
             .authorize_url(move || CsrfToken::new(given))
             .map_err(|e| OAuthError::Provider(e.to_string()))?
-            .add_scopes(scopes.iter().cloned().map(Scope::new));
+            .add_scopes(scopes.into_iter().map(Scope::new));
         if let Some(r) = &e.resource {
             request = request.add_extra_param("resource", r.clone());
         }

@@ -48,6 +48,9 @@ pub struct Request {
     pub name: String,
     pub created_at_ms: i64,
     pub expires_at_ms: i64,
+    /// The scopes to ask for beyond the credential's own, space-separated (a server's
+    /// step-up: what it asked for when it refused the person's token).
+    pub scopes: Option<String>,
 }
 
 /// Where people's credentials are kept.

@@ -315,14 +315,16 @@ impl CredentialStore for SqlCredentialStore {
                 .await
                 .map_err(failed)?;
             sqlx::query(
-                "INSERT INTO credential_requests (id, subject, name, created_at_ms, expires_at_ms) \
-                 VALUES ($1, $2, $3, $4, $5)",
+                "INSERT INTO credential_requests \
+                 (id, subject, name, created_at_ms, expires_at_ms, scopes) \
+                 VALUES ($1, $2, $3, $4, $5, $6)",
             )
             .bind(r.id.clone())
             .bind(r.subject.clone())
             .bind(r.name.clone())
             .bind(r.created_at_ms)
             .bind(r.expires_at_ms)
+            .bind(r.scopes.clone())
             .execute(&self.pool)
             .await
             .map_err(failed)?;
@@ -362,10 +364,10 @@ async fn request(
     now_ms: i64,
 ) -> Result<Option<Request>, StoreError> {
     let sql = if used {
-        "SELECT id, subject, name, created_at_ms, expires_at_ms FROM credential_requests \
+        "SELECT id, subject, name, created_at_ms, expires_at_ms, scopes FROM credential_requests \
              WHERE id = $1 AND used_at_ms = $2"
     } else {
-        "SELECT id, subject, name, created_at_ms, expires_at_ms FROM credential_requests \
+        "SELECT id, subject, name, created_at_ms, expires_at_ms, scopes FROM credential_requests \
              WHERE id = $1 AND used_at_ms IS NULL AND expires_at_ms > $2"
     };
     let found = sqlx::query(sql)
@@ -382,6 +384,7 @@ async fn request(
                 name: r.try_get("name").map_err(failed)?,
                 created_at_ms: r.try_get("created_at_ms").map_err(failed)?,
                 expires_at_ms: r.try_get("expires_at_ms").map_err(failed)?,
+                scopes: r.try_get("scopes").map_err(failed)?,
             })
         })
         .transpose()

@@ -2,6 +2,7 @@
 //! `initialize`, the `MCP-Protocol-Version` header), and the era a request belongs to. It
 //! holds no state and does no I/O.
 
+pub mod challenge;
 pub mod era;
 pub mod modern;
 pub mod mrtr;

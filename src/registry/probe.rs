@@ -45,12 +45,13 @@ fn without_subscriptions(capabilities: &mut serde_json::Value) {
 pub(super) async fn probe(entry: &PluginEntry) -> ProbeState {
     let started = Instant::now();
     // A plugin started with a person's credential is probed as no one: each credential empty.
-    let nobody = crate::backend::Personal(
-        crate::config::credentials_used(&entry.config)
+    let nobody = crate::backend::Personal {
+        values: crate::config::credentials_used(&entry.config)
             .into_iter()
             .map(|c| (c.to_owned(), String::new()))
             .collect(),
-    );
+        on_refused: None,
+    };
     let result = start_plugin(
         &entry.config,
         Arc::from("probe"),
@@ -68,7 +69,7 @@ pub(super) async fn probe(entry: &PluginEntry) -> ProbeState {
             if conn.is_modern() {
                 without_subscriptions(&mut capabilities);
             }
-            let personal = !nobody.0.is_empty();
+            let personal = !nobody.values.is_empty();
             let mut listed = Vec::new();
             let mut tool_names = std::collections::HashSet::new();
             for (method, capability) in super::entry::PROBED_LISTS {
@@ -126,7 +127,7 @@ pub(super) async fn probe(entry: &PluginEntry) -> ProbeState {
             );
             ProbeState::Ready(Arc::new(info))
         }
-        Err(e) if !nobody.0.is_empty() && refused_without_token(&entry.config, &e) => {
+        Err(e) if !nobody.values.is_empty() && refused_without_token(&entry.config, &e) => {
             tracing::info!(plugin = %entry.name(), url = %entry.config.command_line(), "the upstream lets no one in without a person's token: its lists are each person's own, once they connect");
             ProbeState::Ready(Arc::new(PluginInfo {
                 era: Era::Legacy,

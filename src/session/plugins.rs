@@ -200,7 +200,35 @@ impl Session {
                 }
             }
         }
-        Ok(Some(Personal(values)))
+        // A remote server refusing these values: the broker decides whether the person is
+        // asked to connect again (a step-up, a token no longer good there).
+        let on_refused: crate::backend::OnRefused = {
+            let broker = broker.clone();
+            let subject = subject.to_owned();
+            let names: Vec<String> = values.keys().cloned().collect();
+            std::sync::Arc::new(move |r: crate::backend::Refusal| {
+                let (broker, subject, names) = (broker.clone(), subject.clone(), names.clone());
+                Box::pin(async move {
+                    let mut again = false;
+                    for name in &names {
+                        again |= broker
+                            .refused(
+                                &subject,
+                                name,
+                                r.status,
+                                r.error.as_deref(),
+                                r.scope.as_deref(),
+                            )
+                            .await;
+                    }
+                    again
+                })
+            })
+        };
+        Ok(Some(Personal {
+            values,
+            on_refused: Some(on_refused),
+        }))
     }
 
     /// The owner's process of a `per_subject` plugin, started with their credentials if need

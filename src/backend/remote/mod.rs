@@ -98,6 +98,8 @@ struct Inner {
     http: reqwest::Client,
     /// The definition's own headers, expanded.
     headers: HeaderMap,
+    /// Told when the upstream refuses the person's credentials in them.
+    on_refused: Option<super::OnRefused>,
     state: Mutex<State>,
     /// Towards the connection; taken at the end, which ends its inbound stream.
     inbound: Mutex<Option<mpsc::Sender<Bytes>>>,
@@ -147,6 +149,7 @@ impl RemoteTransport {
             url,
             http,
             headers,
+            on_refused: personal.and_then(|p| p.on_refused.clone()),
             state: Mutex::new(State {
                 mode: Mode::Streamable,
                 session: None,
@@ -203,7 +206,7 @@ fn expand_headers(remote: &RemoteConfig, personal: Option<&Personal>) -> Result<
                 .ok_or_else(|| format!("`${{{n}}}` is not set in the gateway's environment")),
             Reference::Credential(n) => {
                 let v = personal
-                    .and_then(|p| p.0.get(n).cloned())
+                    .and_then(|p| p.values.get(n).cloned())
                     .ok_or_else(|| format!("the caller's credential `{n}` was not given"))?;
                 empty |= v.is_empty();
                 Ok(v)
@@ -308,6 +311,39 @@ impl Inner {
         };
         self.deliver(crate::jsonrpc::error_object_bytes(&id, &raw))
             .await;
+    }
+
+    /// A 401 or 403: the person's credentials refused, which whoever gave them hears; when
+    /// they are no good any more ([`streamable::Failure::Refused`]), the instance ends once
+    /// the request is answered, and the person's next call asks them to connect again.
+    pub(super) async fn refused(
+        &self,
+        status: u16,
+        headers: &HeaderMap,
+        body: &[u8],
+    ) -> streamable::Failure {
+        let values = headers.get_all("www-authenticate");
+        let challenge =
+            crate::protocol::challenge::bearer(values.iter().filter_map(|v| v.to_str().ok()))
+                .unwrap_or("")
+                .to_owned();
+        let why = format!(
+            "HTTP {status} (the upstream refused the credentials sent; WWW-Authenticate: {challenge}): {}",
+            logged(body)
+        );
+        let Some(hook) = &self.on_refused else {
+            return streamable::Failure::Answer(why);
+        };
+        let param = |name: &str| crate::protocol::challenge::bearer_param(&challenge, name);
+        let refusal = super::Refusal {
+            status,
+            error: param("error"),
+            scope: param("scope"),
+        };
+        if hook(refusal).await {
+            return streamable::Failure::Refused(why);
+        }
+        streamable::Failure::Answer(why)
     }
 
     /// Logs what went wrong and keeps it for a failed start's error.

@@ -41,11 +41,13 @@ enum Ended {
 }
 
 /// Why a request could not go.
-enum Failure {
+pub(super) enum Failure {
     /// Nothing reached the upstream, or nothing came back (counts towards taking it for dead).
     Network(String),
     /// The upstream answered, but not with what was asked.
     Answer(String),
+    /// The upstream refused the person's credentials, and they are asked to connect again.
+    Refused(String),
 }
 
 /// The id of the transport's own `tools/list` (a string no connection uses), and as it is
@@ -96,6 +98,17 @@ impl Inner {
                 self.fail(&r.id, "answered the request with an error", &why)
                     .await;
             }
+            Err(Failure::Refused(why)) => {
+                self.fail(
+                    &r.id,
+                    "refused the caller's credentials; the next call asks them to connect again",
+                    &why,
+                )
+                .await;
+                self.close(
+                    "the upstream refused the person's credentials; the next call asks them to connect again".into(),
+                );
+            }
         }
     }
 
@@ -120,7 +133,7 @@ impl Inner {
             return;
         };
         let Kind::Request(r) = &out.kind else { return };
-        if let Err(Failure::Network(why) | Failure::Answer(why)) =
+        if let Err(Failure::Network(why) | Failure::Answer(why) | Failure::Refused(why)) =
             self.clone().post_request(&out, r).await
         {
             self.note(format!("the gateway's own tools/list failed: {why}"));
@@ -270,16 +283,9 @@ impl Inner {
                 return self.fall_back(out).await;
             }
             if matches!(status.as_u16(), 401 | 403) {
-                let challenge = response
-                    .headers()
-                    .get("www-authenticate")
-                    .and_then(|v| v.to_str().ok())
-                    .unwrap_or("")
-                    .to_owned();
-                return Err(Failure::Answer(format!(
-                    "HTTP {status} (the upstream refused the gateway's credentials; WWW-Authenticate: {challenge}): {}",
-                    logged(&body)
-                )));
+                return Err(self
+                    .refused(status.as_u16(), response.headers(), &body)
+                    .await);
             }
             return Err(Failure::Answer(format!("HTTP {status}: {}", logged(&body))));
         }
