@@ -9,7 +9,7 @@ mod common;
 use common::admin::ADMIN_TOKEN;
 use common::modern::{Modern, all_capabilities, only, sampled};
 use common::upstream::{CutProxy, Hostile, UPSTREAM_SECRET, Upstream};
-use common::{Admin, Gateway, write_config};
+use common::{Admin, Events, Gateway, write_config};
 use serde_json::{Value, json};
 
 /// A `[plugins.NAME]` table reaching `url`, with `extra` lines.
@@ -478,4 +478,76 @@ async fn a_dead_upstream_opens_the_breaker_like_a_crashing_process() {
             || why.contains("error"),
         "{p}"
     );
+}
+
+#[tokio::test]
+async fn subscriptions_list_changes_and_cancellation_pass_through_a_remote_plugin() {
+    const WATCHED: &str = "test://watched-resource";
+    let up = Upstream::lowlevel();
+    let dir = tempfile::tempdir().unwrap();
+    let gw = gateway(&dir, "", &[remote("low", &up.url, "era = \"legacy\"")]);
+    Admin::of(&gw, ADMIN_TOKEN).wait_state("low", "ready").await;
+    let mut c = gw.client();
+    c.initialize().await;
+    let mut get = Events::new(c.get_stream().await);
+
+    // A subscription reaches the upstream, and its update, sent on the upstream's GET
+    // stream, reaches the client's.
+    c.result(1, "resources/subscribe", json!({"uri": WATCHED}))
+        .await;
+    let touched = c
+        .tool_text(2, "touch_resource", json!({"uri": WATCHED}))
+        .await;
+    assert_eq!(touched, "subscribed");
+    let update = get.next().await.unwrap();
+    assert_eq!(
+        update["method"], "notifications/resources/updated",
+        "{update}"
+    );
+    assert_eq!(update["params"]["uri"], WATCHED);
+    c.result(3, "resources/unsubscribe", json!({"uri": WATCHED}))
+        .await;
+    let touched = c
+        .tool_text(4, "touch_resource", json!({"uri": WATCHED}))
+        .await;
+    assert_eq!(touched, "not subscribed");
+
+    // A list change: the client hears it, and the new tool is listed.
+    let added = c.tool_text(5, "add_tool", json!({"name": "extra"})).await;
+    assert_eq!(added, "added");
+    let changed = get.next().await.unwrap();
+    assert_eq!(
+        changed["method"], "notifications/tools/list_changed",
+        "{changed}"
+    );
+    let tools = c.result(6, "tools/list", json!({})).await;
+    assert!(common::tool_names(&tools).contains(&"extra"), "{tools}");
+
+    // A cancellation reaches the upstream, which stops the call.
+    let slow = {
+        let c = c.clone();
+        tokio::spawn(async move {
+            c.call(
+                7,
+                "tools/call",
+                json!({"name": "wait_cancel", "arguments": {"seconds": 30}}),
+            )
+            .await
+        })
+    };
+    let mut said = String::new();
+    for id in 8..108 {
+        c.notify(
+            "notifications/cancelled",
+            json!({"requestId": 7, "reason": "test"}),
+        )
+        .await;
+        said = c.tool_text(id, "was_cancelled", json!({})).await;
+        if said == "cancelled" {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(said, "cancelled");
+    slow.abort();
 }

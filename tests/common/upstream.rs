@@ -39,6 +39,10 @@ pub const REMOTE: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/tests/fixture_python/remote_server.py"
 );
+pub const LOWLEVEL: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/fixture_python/lowlevel_server.py"
+);
 pub const REMOTE_SSE: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/tests/fixture_python/remote_sse_server.py"
@@ -78,6 +82,11 @@ impl Upstream {
     /// remote_server.py (both eras over Streamable HTTP) with `args`.
     pub fn remote(args: &[&str]) -> Upstream {
         Upstream::python(REMOTE, 0, args, "/mcp")
+    }
+
+    /// lowlevel_server.py over Streamable HTTP (subscriptions, list changes, cancellation).
+    pub fn lowlevel() -> Upstream {
+        Upstream::python(LOWLEVEL, 0, &[], "/mcp")
     }
 
     /// remote_sse_server.py (the 2024-11-05 HTTP+SSE transport only).

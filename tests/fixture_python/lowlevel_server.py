@@ -12,12 +12,19 @@ Tools:
                             elicitations (defaults of every primitive type; the five enum forms)
   touch_resource(uri)     - sends `notifications/resources/updated` for `uri` if it is
                             subscribed; "subscribed" or "not subscribed"
+  wait_cancel(seconds)    - sleeps, noting a cancellation; "not cancelled"
+  was_cancelled()         - "cancelled" once a wait_cancel was cancelled, else "not cancelled"
+  add_tool(name)          - lists one more tool, `name`, and sends `notifications/tools/list_changed`
 Resource: `test://watched-resource` (text), subscribable.
 
-Run: python lowlevel_server.py
+Run: python lowlevel_server.py [--port N]
+  without --port it speaks stdio; with it, Streamable HTTP (legacy era: sessions, a GET stream)
+  on 127.0.0.1:N (0: any free port) at /mcp, printing `LISTENING <port>` once it listens
 """
 
+import argparse
 import json
+import socket
 import warnings
 
 import anyio
@@ -31,6 +38,7 @@ warnings.filterwarnings("ignore", category=MCPDeprecationWarning)
 
 WATCHED = "test://watched-resource"
 subscribed: set[str] = set()
+cancelled: list[bool] = []
 
 SEP1034_DEFAULTS = {
     "type": "object",
@@ -91,6 +99,9 @@ TOOLS = [
     tool("test_elicitation_sep1034_defaults", "An elicitation with defaults"),
     tool("test_elicitation_sep1330_enums", "An elicitation with the five enum forms"),
     tool("touch_resource", "Says a subscribed resource changed", {"uri": {"type": "string"}}),
+    tool("wait_cancel", "Waits, noting a cancellation", {"seconds": {"type": "number"}}),
+    tool("was_cancelled", "Whether a wait_cancel was cancelled"),
+    tool("add_tool", "Lists one more tool", {"name": {"type": "string"}}),
 ]
 
 
@@ -128,6 +139,19 @@ async def call_tool(ctx, params: types.CallToolRequestParams) -> types.CallToolR
                 return text("not subscribed")
             await session.send_resource_updated(args["uri"])
             return text("subscribed")
+        case "wait_cancel":
+            try:
+                await anyio.sleep(float(args["seconds"]))
+            except anyio.get_cancelled_exc_class():
+                cancelled.append(True)
+                raise
+            return text("not cancelled")
+        case "was_cancelled":
+            return text("cancelled" if cancelled else "not cancelled")
+        case "add_tool":
+            TOOLS.append(tool(args["name"], "Added while running"))
+            await session.send_tool_list_changed()
+            return text("added")
     raise ValueError(f"unknown tool {params.name}")
 
 
@@ -165,10 +189,31 @@ server = Server(
 )
 
 
-async def main() -> None:
+async def stdio() -> None:
     async with stdio_server() as (read_stream, write_stream):
         await server.run(read_stream, write_stream, server.create_initialization_options())
 
 
+async def http(port: int) -> None:
+    import uvicorn
+
+    app = server.streamable_http_app(streamable_http_path="/mcp", host="127.0.0.1")
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", port))
+    served = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(lambda: served.serve(sockets=[sock]))
+        while not served.started:
+            await anyio.sleep(0.01)
+        print(f"LISTENING {sock.getsockname()[1]}", flush=True)
+
+
 if __name__ == "__main__":
-    anyio.run(main)
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--port", type=int)
+    port = parser.parse_args().port
+    if port is None:
+        anyio.run(stdio)
+    else:
+        anyio.run(http, port)
