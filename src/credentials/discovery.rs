@@ -115,6 +115,7 @@ pub(super) async fn discover(
             id: server.client_id.clone(),
             secret: server.client_secret.as_ref().map(|s| s.expose().to_owned()),
             auth_method: None,
+            registered: false,
         }
     };
     let auth = match &client.secret {
@@ -134,6 +135,7 @@ pub(super) async fn discover(
         scopes.push(OFFLINE_ACCESS.to_owned());
     }
     Ok(Endpoints {
+        registered_at: client.registered.then(|| issuer.clone()),
         client_id: client.id,
         client_secret: client.secret,
         auth,

@@ -193,6 +193,8 @@ pub struct OurClient {
     pub id: String,
     pub secret: Option<String>,
     pub auth_method: Option<String>,
+    /// A dynamic registration (kept in the store), not a document or a configured id.
+    pub registered: bool,
 }
 
 /// What the sealed secret of a registration is bound to (no person's subject looks so).
@@ -218,6 +220,7 @@ pub async fn client_id(
             id: document_url(base, name),
             secret: None,
             auth_method: None,
+            registered: false,
         });
     }
     if how == Registration::MetadataDocument {
@@ -242,6 +245,7 @@ pub async fn client_id(
             id: r.client_id,
             secret,
             auth_method: r.auth_method,
+            registered: true,
         })
     };
     if let Some(r) = store

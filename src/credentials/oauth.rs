@@ -84,6 +84,8 @@ pub(super) struct Endpoints {
     pub(super) client_secret: Option<String>,
     /// How the secret goes to the token endpoint.
     pub(super) auth: ClientAuth,
+    /// Where the client is a dynamic registration: the issuer it is kept under.
+    pub(super) registered_at: Option<String>,
     /// The server names itself in its authorization responses (RFC 9207), so an answer
     /// without `iss` is not its own.
     pub(super) iss_in_responses: bool,
@@ -272,6 +274,7 @@ impl OAuth {
             request = request.set_pkce_verifier(PkceCodeVerifier::new(v.to_owned()));
         }
         let answer = request.request_async(&self.limited()).await;
+        self.client_refused(name, &e, &answer).await;
         tokens(answer.map_err(token_error)?)
     }
 
@@ -292,7 +295,35 @@ impl OAuth {
             request = request.add_extra_param("resource", r.clone());
         }
         let answer = request.request_async(&self.limited()).await;
+        self.client_refused(name, &e, &answer).await;
         tokens(answer.map_err(token_error)?)
+    }
+
+    /// A token endpoint that no longer knows the gateway's registration (`invalid_client`):
+    /// it is forgotten, with what was found of the server, so that the next flow registers
+    /// anew.
+    async fn client_refused<T>(
+        &self,
+        name: &str,
+        e: &Endpoints,
+        answer: &Result<T, oauth2::RequestTokenError<FetchError, BasicErrorResponse>>,
+    ) {
+        let Err(oauth2::RequestTokenError::ServerResponse(r)) = answer else {
+            return;
+        };
+        let (BasicErrorResponseType::InvalidClient, Some(issuer)) = (r.error(), &e.registered_at)
+        else {
+            return;
+        };
+        tracing::warn!(
+            credential = name,
+            issuer,
+            "the authorization server no longer knows the gateway's registration; it registers anew"
+        );
+        if let Err(err) = self.store.forget_registration(name, issuer).await {
+            tracing::warn!(credential = name, "credentials: {err}");
+        }
+        self.forget(name);
     }
 
     /// Revokes the person's tokens at the server (RFC 7009), the refresh token when there
@@ -469,6 +500,7 @@ impl OAuth {
                 revocation: server.revocation_endpoint.clone(),
                 client_secret: server.client_secret.as_ref().map(|s| s.expose().to_owned()),
                 auth: ClientAuth::Basic,
+                registered_at: None,
                 iss_in_responses: false,
             }));
         }

@@ -274,6 +274,18 @@ impl CredentialStore for SqlCredentialStore {
         })
     }
 
+    fn forget_registration<'a>(&'a self, name: &'a str, issuer: &'a str) -> StoreFuture<'a, ()> {
+        Box::pin(async move {
+            sqlx::query("DELETE FROM oauth_registrations WHERE credential = $1 AND issuer = $2")
+                .bind(name.to_owned())
+                .bind(issuer.to_owned())
+                .execute(&self.pool)
+                .await
+                .map_err(failed)?;
+            Ok(())
+        })
+    }
+
     fn put_definition<'a>(
         &'a self,
         name: &'a str,

@@ -52,6 +52,19 @@ pub(super) async fn probe(entry: &PluginEntry) -> ProbeState {
             .collect(),
         on_refused: None,
     };
+    // A remote server refusing no one's credentials (a 401 or 403): heard, not guessed.
+    let refused = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let nobody = crate::backend::Personal {
+        on_refused: (!nobody.values.is_empty()).then(|| {
+            let refused = refused.clone();
+            let hook: crate::backend::OnRefused = Arc::new(move |_| {
+                refused.store(true, std::sync::atomic::Ordering::Relaxed);
+                Box::pin(async { false })
+            });
+            hook
+        }),
+        ..nobody
+    };
     let result = start_plugin(
         &entry.config,
         Arc::from("probe"),
@@ -127,7 +140,7 @@ pub(super) async fn probe(entry: &PluginEntry) -> ProbeState {
             );
             ProbeState::Ready(Arc::new(info))
         }
-        Err(e) if !nobody.values.is_empty() && refused_without_token(&entry.config, &e) => {
+        Err(_) if refused.load(std::sync::atomic::Ordering::Relaxed) => {
             tracing::info!(plugin = %entry.name(), url = %entry.config.command_line(), "the upstream lets no one in without a person's token: its lists are each person's own, once they connect");
             ProbeState::Ready(Arc::new(PluginInfo {
                 era: Era::Legacy,
@@ -154,16 +167,6 @@ pub(super) async fn probe(entry: &PluginEntry) -> ProbeState {
             }
         }
     }
-}
-
-/// Whether a remote plugin's start failed because the upstream wants a token (HTTP 401 or
-/// 403), as one does before a person connects.
-fn refused_without_token(
-    config: &crate::config::PluginConfig,
-    e: &crate::backend::BackendError,
-) -> bool {
-    let text = e.to_string();
-    config.remote.is_some() && (text.contains("HTTP 401") || text.contains("HTTP 403"))
 }
 
 #[cfg(test)]

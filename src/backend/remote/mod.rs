@@ -59,6 +59,9 @@ const TAIL_LINES: usize = 10;
 /// How much of an upstream's error body goes to the logs.
 const LOGGED_BODY: usize = 512;
 
+/// The most requests to one upstream under way at once, per instance.
+const MAX_IN_FLIGHT: usize = 256;
+
 /// What a remote plugin's instance is: its queue towards the upstream and the tasks that
 /// speak to it.
 pub struct RemoteTransport {
@@ -104,6 +107,8 @@ struct Inner {
     /// Towards the connection; taken at the end, which ends its inbound stream.
     inbound: Mutex<Option<mpsc::Sender<Bytes>>>,
     inbound_bytes: Arc<Semaphore>,
+    /// Requests under way at once (each holds a permit).
+    in_flight: Arc<Semaphore>,
     inbound_budget: usize,
     queue: Mutex<Option<mpsc::UnboundedSender<Outgoing>>>,
     queued: AtomicUsize,
@@ -161,6 +166,7 @@ impl RemoteTransport {
             }),
             inbound: Mutex::new(Some(tx)),
             inbound_bytes: semaphore.clone(),
+            in_flight: Arc::new(Semaphore::new(MAX_IN_FLIGHT)),
             inbound_budget: budget,
             queue: Mutex::new(Some(queue_tx)),
             queued: AtomicUsize::new(0),
@@ -440,6 +446,15 @@ impl Inner {
                     }
                 }
                 Kind::Request(r) => {
+                    // At most MAX_IN_FLIGHT at once: past it the queue fills, and then
+                    // refuses (the connection's callers hear that the plugin is busy).
+                    let permit = tokio::select! {
+                        p = self.in_flight.clone().acquire_owned() => match p {
+                            Ok(p) => p,
+                            Err(_) => break,
+                        },
+                        () = self.closed.cancelled() => break,
+                    };
                     let token = self.closed.child_token();
                     self.state
                         .lock()
@@ -454,6 +469,7 @@ impl Inner {
                             () = token.cancelled() => {}
                         }
                         inner.state.lock().expect("state lock").requests.remove(&id);
+                        drop(permit);
                     });
                 }
                 Kind::Notification { method, cancels } => {
@@ -535,7 +551,20 @@ impl PluginTransport for RemoteTransport {
         queue.send(out).map_err(|_| SendError::Closed)
     }
 
-    fn withdraw(&self, _tag: u64) -> bool {
+    /// A request its caller gave up (a timeout, a client gone): its exchange with the
+    /// upstream is ended (for a 2026-07-28 upstream that is its cancellation). The upstream
+    /// may have seen it: false, so that a legacy one is told.
+    fn withdraw(&self, tag: u64) -> bool {
+        let stream = self
+            .inner
+            .state
+            .lock()
+            .expect("state lock")
+            .requests
+            .remove(&tag.to_string());
+        if let Some(stream) = stream {
+            stream.cancel();
+        }
         false
     }
 

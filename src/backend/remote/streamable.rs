@@ -383,7 +383,9 @@ impl Inner {
         r: &Request,
     ) -> Result<(), Failure> {
         let mut ended = self.clone().read_stream(response, Some(r)).await;
+        // Resumptions in a row that brought nothing new (an event since counts them anew).
         let mut attempts = 0;
+        let mut seen: Option<String> = None;
         loop {
             let (last_id, retry, why) = match ended {
                 Ended::Answered => return Ok(()),
@@ -399,6 +401,10 @@ impl Inner {
                     "the stream ended before the response ({why})"
                 )));
             };
+            if seen.as_deref() != Some(last_id.as_str()) {
+                seen = Some(last_id.clone());
+                attempts = 0;
+            }
             attempts += 1;
             if attempts > MAX_RESUMES {
                 return Err(Failure::Answer(format!(
