@@ -250,6 +250,105 @@ async fn a_request_to_connect_is_used_once_and_not_after_it_expires() {
     );
 }
 
+/// A remote server refusing a person's token (issue 42): the broker judges the value the
+/// instance sent, not whatever is kept now; a step-up asks for the scopes granted and those
+/// named, only well-formed and within the configured ones; a refusal of scopes already
+/// granted is not asked again; a token refused outright is forgotten.
+#[tokio::test]
+async fn a_refused_token_is_judged_by_the_value_sent() {
+    use mcp_gateway::credentials::Value;
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}/gw.db?mode=rwc", dir.path().display());
+    let db = Database::connect(&url).await.unwrap();
+    let store = db.credential_store();
+    let mut defs = config(1, &[]);
+    let spec = |text: &str| toml::from_str::<CredentialSpec>(text).unwrap();
+    for (name, extra) in [("up", ""), ("capped", "scopes = [\"a\", \"b\"]\n")] {
+        defs.credentials.push(
+            credential_config(
+                name,
+                spec(&format!(
+                    "kind = \"oauth2\"\nmcp_server = \"http://127.0.0.1:9/mcp\"\n\
+                     authorization_endpoint = \"http://127.0.0.1:9/authorize\"\n\
+                     token_endpoint = \"http://127.0.0.1:9/token\"\nclient_id = \"gw\"\n{extra}"
+                )),
+                |_| None,
+            )
+            .unwrap(),
+        );
+    }
+    let broker = Broker::new(defs, store.clone(), BASE);
+    let value = |v: &str| Value {
+        value: v.to_owned(),
+        refresh_token: None,
+        lifetime_ms: None,
+    };
+    let keep = |name: &'static str, v: &'static str| {
+        let broker = broker.clone();
+        async move {
+            broker
+                .keep("alice", name, &value(v), None, Some("a".into()))
+                .await
+                .unwrap();
+        }
+    };
+    let insufficient = |scope: &'static str| (403, Some("insufficient_scope"), Some(scope));
+    keep("up", "t1").await;
+    // An instance started before the value kept now: it ends, and the value stays.
+    assert!(broker.refused("alice", "up", "t0", (401, None, None)).await);
+    assert!(store.get("alice", "up").await.unwrap().is_some());
+    // Refused for a scope it was granted: not asked again, the value stays.
+    assert!(!broker.refused("alice", "up", "t1", insufficient("a")).await);
+    // Malformed or too many scopes: not asked.
+    assert!(
+        !broker
+            .refused("alice", "up", "t1", insufficient("a \"b"))
+            .await
+    );
+    let many = Box::leak(vec!["s"; 40].join(" ").into_boxed_str());
+    assert!(
+        !broker
+            .refused("alice", "up", "t1", insufficient(many))
+            .await
+    );
+    assert!(store.get("alice", "up").await.unwrap().is_some());
+    // A step-up: the value forgotten, and the next request to connect asks for both.
+    assert!(
+        broker
+            .refused("alice", "up", "t1", insufficient("a b"))
+            .await
+    );
+    assert!(store.get("alice", "up").await.unwrap().is_none());
+    let asked = broker.request("alice", "up").await.unwrap();
+    let now = mcp_gateway::audit::now_ms();
+    let r = store.peek_request(&asked.id, now).await.unwrap().unwrap();
+    assert_eq!(r.scopes.as_deref(), Some("a b"));
+    // Asked once: the request after it carries the credential's own scopes only.
+    let again = broker.request("alice", "up").await.unwrap();
+    let r = store.peek_request(&again.id, now).await.unwrap().unwrap();
+    assert_eq!(r.scopes, None);
+    // Configured scopes bound what a server may have people asked for.
+    keep("capped", "c1").await;
+    assert!(
+        !broker
+            .refused("alice", "capped", "c1", insufficient("admin"))
+            .await
+    );
+    assert!(
+        broker
+            .refused("alice", "capped", "c1", insufficient("b"))
+            .await
+    );
+    // A token refused outright, with no refresh token: forgotten.
+    keep("up", "t2").await;
+    assert!(broker.refused("alice", "up", "t2", (401, None, None)).await);
+    assert!(store.get("alice", "up").await.unwrap().is_none());
+    // Someone else's value is not theirs to refuse.
+    keep("up", "t3").await;
+    assert!(broker.refused("bob", "up", "t3", (401, None, None)).await);
+    assert!(store.get("alice", "up").await.unwrap().is_some());
+}
+
 /// The real gateway, built-in sign-in for alice and bob, and a per-session plugin started
 /// with the caller's own `tok`: a call before `tok` is connected gets the spec's
 /// URLElicitationRequiredError (-32042) with a link to the connect page; once connected, each

@@ -32,6 +32,10 @@ struct Leg {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pkce_verifier: Option<String>,
     until_ms: i64,
+    /// The scopes asked for, kept as granted when the server's answer names none (RFC 6749
+    /// §5.1: it then granted what was asked).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    scopes: Option<String>,
 }
 
 /// Why a callback stored nothing.
@@ -53,72 +57,125 @@ pub enum ConnectRefused {
 /// The most people's step-ups remembered at once (a replica's memory stays bounded).
 const MAX_STEP_UPS: usize = 10_000;
 
+/// The scopes to ask for after a server refused a token granted `granted` for want of
+/// `wanted` (its challenge's): those granted and those lacking, space-separated; `None` when
+/// it names none they lack, names something that is no scope token (RFC 6749 §3.3), too many
+/// or too long, or, for a credential with `configured` scopes, one outside them.
+fn step_up(
+    name: &str,
+    granted: Option<&str>,
+    wanted: Option<&str>,
+    configured: &[String],
+) -> Option<String> {
+    let granted: Vec<&str> = granted.unwrap_or("").split_whitespace().collect();
+    let wanted: Vec<&str> = wanted.unwrap_or("").split_whitespace().collect();
+    let token = |s: &&str| {
+        s.len() <= 128
+            && s.bytes()
+                .all(|b| b == 0x21 || (0x23..=0x5b).contains(&b) || (0x5d..=0x7e).contains(&b))
+    };
+    if wanted.len() > 32 || !wanted.iter().all(token) {
+        tracing::warn!(
+            credential = name,
+            "a server asked for scopes that are no scope tokens, or too many: not asking"
+        );
+        return None;
+    }
+    let lacking: Vec<&str> = wanted
+        .iter()
+        .copied()
+        .filter(|w| !granted.contains(w))
+        .collect();
+    if lacking.is_empty() {
+        tracing::warn!(
+            credential = name,
+            "a server refused a token for want of scopes it was granted: not asking again"
+        );
+        return None;
+    }
+    if !configured.is_empty() && !lacking.iter().all(|l| configured.iter().any(|c| c == l)) {
+        tracing::warn!(
+            credential = name,
+            "a server asked for scopes beyond the credential's configured ones: not asking"
+        );
+        return None;
+    }
+    Some(
+        granted
+            .into_iter()
+            .chain(lacking)
+            .collect::<Vec<_>>()
+            .join(" "),
+    )
+}
+
 impl Broker {
-    /// A server refused `subject`'s token of the `oauth2` credential `name` (HTTP `status`;
-    /// its Bearer challenge's `error` and `scope`): whether they are to connect again, their
-    /// value forgotten. For want of scopes (403, `insufficient_scope`) they are asked for
-    /// those granted before and those the server names, unless it names none they lack (a
-    /// server that refuses whatever is granted is not asked again and again: the call fails).
-    /// A token refused outright (401) is forgotten with what was found of the server, which
-    /// may have moved to another authorization server.
+    /// A server refused `subject`'s token `sent` of the `oauth2` credential `name` (HTTP
+    /// `status`; its Bearer challenge's `error` and `scope`): whether the instance that sent
+    /// it is to end (its value is no good, or not the person's latest).
+    ///
+    /// - A value that is not the one kept now (refreshed or connected anew since) is left
+    ///   alone: the instance ends and the next starts with the kept one.
+    /// - For want of scopes (403, `insufficient_scope`) the person is asked again, for those
+    ///   granted before and those the server names (well-formed scope tokens, within the
+    ///   credential's configured `scopes` when it has any), unless it names none they lack
+    ///   (a server that refuses whatever is granted is not asked again and again).
+    /// - A token refused outright (401) is refreshed when it can be; else it is forgotten
+    ///   with what was found of the server (which may have moved to another authorization
+    ///   server), and the person asked again.
     pub async fn refused(
         &self,
         subject: &str,
         name: &str,
-        status: u16,
-        error: Option<&str>,
-        scope: Option<&str>,
+        sent: &str,
+        refusal: (u16, Option<&str>, Option<&str>),
     ) -> bool {
+        let (status, error, scope) = refusal;
         let Ok(c) = self.defined(name) else {
             return false;
         };
-        if !matches!(c.kind, CredentialKind::OAuth2 { .. }) {
+        let CredentialKind::OAuth2 { server, .. } = &c.kind else {
             return false;
-        }
+        };
         let row = match self.store.get(subject, name).await {
             Ok(Some(row)) => row,
             // Forgotten already (another instance was refused first): this one's is stale.
             Ok(None) => return true,
             Err(_) => return false,
         };
+        let Ok(kept) = self.open_row(&row).await else {
+            return false;
+        };
+        if kept.value != sent {
+            return true;
+        }
         let insufficient = status == 403 || error == Some("insufficient_scope");
         if insufficient {
-            let granted: Vec<&str> = row
-                .scopes
-                .as_deref()
-                .unwrap_or("")
-                .split_whitespace()
-                .collect();
-            let wanted: Vec<&str> = scope.unwrap_or("").split_whitespace().collect();
-            let lacking: Vec<&str> = wanted
-                .iter()
-                .copied()
-                .filter(|w| !granted.contains(w))
-                .collect();
-            if lacking.is_empty() {
+            let Some(union) = step_up(name, row.scopes.as_deref(), scope, &server.scopes) else {
+                return false;
+            };
+            let mut more = self.more_scopes.lock().expect("scopes lock");
+            if more.len() >= MAX_STEP_UPS {
                 tracing::warn!(
                     subject,
                     credential = name,
-                    "the server refused the token for want of scope `{}`, which it was granted: not asking again",
-                    scope.unwrap_or("")
+                    "too many step-ups pending; asking without the server's scopes"
                 );
-                return false;
+            } else {
+                more.insert((subject.to_owned(), name.to_owned()), union);
             }
-            let union: Vec<&str> = granted.iter().copied().chain(lacking).collect();
-            let mut more = self.more_scopes.lock().expect("scopes lock");
-            if more.len() >= MAX_STEP_UPS {
-                more.clear();
-            }
-            more.insert((subject.to_owned(), name.to_owned()), union.join(" "));
         } else if status == 401 {
+            // Found again before anything else: the server may have moved to another
+            // authorization server, where the refresh below is refused.
             self.oauth.forget(name);
+            if let Some(refresh) = &kept.refresh_token {
+                // Ended early at the server (revoked, or past a clock the gateway did not
+                // know): a new one, or the value forgotten when the server refuses.
+                return self.refresh(server, &row, &kept, refresh).await.is_ok();
+            }
         } else {
             return false;
         }
-        // Connected anew meanwhile, that value is theirs to try: the refused instance ends
-        // all the same, and the next one starts with it. No event stops the person's other
-        // instances (it could end this one before its caller is answered): each ends when its
-        // own request is refused.
         if matches!(
             self.store.delete_if(subject, name, &row.sealed).await,
             Ok(true)
@@ -177,6 +234,7 @@ impl Broker {
             state_hash: crate::auth::hash_secret(&started.state),
             pkce_verifier: started.pkce_verifier,
             until_ms: request.expires_at_ms.min(now_ms() + super::REQUEST_TTL_MS),
+            scopes: (!started.scopes.is_empty()).then_some(started.scopes),
         };
         let plain = serde_json::to_vec(&leg).expect("serializable");
         let cookie = self.seal_for(&request.subject, LEG, &plain)?;
@@ -230,7 +288,7 @@ impl Broker {
         };
         let expires = t.expires_in.map(|d| super::expiry(now_ms(), d));
         let connection = self
-            .keep(&subject, &leg.name, &value, expires, t.scope)
+            .keep(&subject, &leg.name, &value, expires, t.scope.or(leg.scopes))
             .await?;
         Ok((subject, connection))
     }

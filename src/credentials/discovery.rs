@@ -2,11 +2,14 @@
 //! configured issuer (RFC 8414, then OpenID discovery), or for an MCP server
 //! (`mcp_server`) from the issuer its protected resource metadata names, whose metadata must
 //! name that issuer exactly (RFC 8414 §3.3: a server that names another is refused before any
-//! of its endpoints is used). A server of 2025-03-26, which has no such metadata, has its
-//! authorization server at its origin: the metadata there (its issuer on that origin), else
-//! the endpoints that version names (`/authorize`, `/token`, `/register`). Configured
-//! endpoints win over discovered ones; every discovered endpoint must be https (plain http
-//! only on loopback).
+//! of its endpoints is used; a bare origin is the same with or without its `/`). A server
+//! of 2025-03-26, which answers 404 wherever its protected resource metadata could be, has
+//! its authorization server at its origin: the metadata there (its issuer on that origin),
+//! else the endpoints that version names (`/authorize`, `/token`, `/register`), which are a
+//! guess: found again at each use, and no `iss` checked against them. Configured endpoints
+//! win over discovered ones (and do without the server's metadata); every discovered
+//! endpoint must be https (plain http only on loopback). Where the server's scopes are asked
+//! for and it lists `offline_access`, that is asked for too.
 
 use serde::Deserialize;
 
@@ -27,8 +30,11 @@ struct Metadata {
     registration_endpoint: Option<String>,
     #[serde(default)]
     client_id_metadata_document_supported: bool,
-    #[serde(default)]
-    scopes_supported: Vec<String>,
+    scopes_supported: Option<Vec<String>>,
+    /// Not read from the server: 2025-03-26's default endpoints, or configured ones where
+    /// the server has no metadata. Its `issuer` is a guess, checked against nothing.
+    #[serde(skip)]
+    guessed: bool,
 }
 
 /// The scope that asks for a refresh token where the server offers it (OpenID Connect's,
@@ -56,13 +62,26 @@ pub(super) async fn discover(
             }
             (url.to_string(), issuer, meta)
         }
-        (None, Some(f), _) => {
-            let (url, meta) = metadata(oauth, &f.issuer).await?;
-            if meta.issuer != f.issuer {
-                return Err(mismatch(&url, &meta.issuer, &f.issuer));
+        (None, Some(f), _) => match metadata(oauth, &f.issuer).await {
+            Ok((url, meta)) => {
+                if !same_issuer(&meta.issuer, &f.issuer) {
+                    return Err(mismatch(&url, &meta.issuer, &f.issuer));
+                }
+                (url.to_string(), f.issuer.clone(), meta)
             }
-            (url.to_string(), f.issuer.clone(), meta)
-        }
+            // Endpoints configured for a server without metadata: those, and the resource
+            // and scopes its protected resource metadata names.
+            Err(_) if server.token_endpoint.is_some() => (
+                f.issuer.clone(),
+                f.issuer.clone(),
+                Metadata {
+                    issuer: f.issuer.clone(),
+                    guessed: true,
+                    ..Metadata::default()
+                },
+            ),
+            Err(e) => return Err(e),
+        },
         (None, None, Some(mcp)) => legacy(oauth, mcp).await?,
         (None, None, None) => {
             return Err(OAuthError::Provider("no issuer and no endpoints".into()));
@@ -119,6 +138,14 @@ pub(super) async fn discover(
         }
     };
     let auth = match &client.secret {
+        // A configured secret is always sent: by HTTP Basic unless the server takes only the
+        // form.
+        Some(_) if !client.registered && client.auth_method.is_none() => {
+            match ClientAuth::choose(None, &supported) {
+                ClientAuth::None => ClientAuth::Basic,
+                auth => auth,
+            }
+        }
         Some(_) => ClientAuth::choose(client.auth_method.as_deref(), &supported),
         None => ClientAuth::None,
     };
@@ -129,7 +156,12 @@ pub(super) async fn discover(
     // A refresh token, where the server offers one by this scope, so that people are not
     // asked again when their access token ends.
     if !scopes.is_empty()
-        && meta.scopes_supported.iter().any(|s| s == OFFLINE_ACCESS)
+        && meta
+            .scopes_supported
+            .as_deref()
+            .unwrap_or_default()
+            .iter()
+            .any(|s| s == OFFLINE_ACCESS)
         && !scopes.iter().any(|s| s == OFFLINE_ACCESS)
     {
         scopes.push(OFFLINE_ACCESS.to_owned());
@@ -139,7 +171,8 @@ pub(super) async fn discover(
         client_id: client.id,
         client_secret: client.secret,
         auth,
-        issuer: server.issuer.is_none().then_some(meta.issuer),
+        issuer: (server.issuer.is_none() && !meta.guessed).then_some(meta.issuer),
+        guessed: meta.guessed,
         resource,
         scopes,
         authorization,
@@ -150,9 +183,25 @@ pub(super) async fn discover(
 }
 
 async fn metadata(oauth: &OAuth, issuer: &str) -> Result<(url::Url, Metadata), OAuthError> {
+    // (`guessed` is never read from a document: serde skips it.)
     crate::auth::external::first_metadata(&oauth.http, issuer, MAX_ANSWER_BYTES)
         .await
         .map_err(OAuthError::Provider)
+}
+
+/// Whether a metadata document's `issuer` is the one named (RFC 8414 §3.3: identical),
+/// taking a bare origin with and without its `/` for the same (RFC 3986's empty path).
+fn same_issuer(named_by_metadata: &str, named: &str) -> bool {
+    if named_by_metadata == named {
+        return true;
+    }
+    let bare = |s: &str| {
+        url::Url::parse(s)
+            .ok()
+            .filter(|u| u.path() == "/" && u.query().is_none() && u.fragment().is_none())
+            .map(|u| u.origin())
+    };
+    matches!((bare(named_by_metadata), bare(named)), (Some(a), Some(b)) if a == b)
 }
 
 fn mismatch(url: &url::Url, named: &str, expected: &str) -> OAuthError {
@@ -182,7 +231,33 @@ async fn legacy(oauth: &OAuth, mcp: &url::Url) -> Result<(String, String, Metada
         authorization_endpoint: at("/authorize"),
         token_endpoint: at("/token"),
         registration_endpoint: at("/register"),
+        guessed: true,
         ..Metadata::default()
     };
     Ok((origin.clone(), origin, meta))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::same_issuer;
+
+    #[test]
+    fn an_issuer_is_the_same_as_written_or_a_bare_origin_with_its_slash() {
+        assert!(same_issuer("https://as.example", "https://as.example"));
+        assert!(same_issuer("https://as.example", "https://as.example/"));
+        assert!(same_issuer("https://as.example/", "https://as.example"));
+        assert!(!same_issuer(
+            "https://as.example/t1",
+            "https://as.example/t1/"
+        ));
+        assert!(!same_issuer(
+            "https://attacker.example",
+            "https://as.example"
+        ));
+        assert!(!same_issuer(
+            "https://as.example/oauth",
+            "https://as.example"
+        ));
+        assert!(!same_issuer("http://as.example", "https://as.example"));
+    }
 }

@@ -115,6 +115,9 @@ pub async fn protected_resource(
         }
     }
     let mut failures = Vec::new();
+    // Whether every place answered that it has none (404): only then is it a server of
+    // 2025-03-26; anything else (a timeout, a 5xx) is a failure, not found again for an hour.
+    let mut none = true;
     for url in urls {
         match http.get_json::<Metadata>(&url, MAX_BYTES).await {
             Ok((m, _)) => {
@@ -146,8 +149,20 @@ pub async fn protected_resource(
                     scopes,
                 }));
             }
-            Err(e) => failures.push(e.to_string()),
+            Err(e) => {
+                none &= matches!(
+                    e,
+                    crate::auth::external::fetch::FetchError::Status { status: 404, .. }
+                );
+                failures.push(e.to_string());
+            }
         }
+    }
+    if !none || hint.resource_metadata.is_some() {
+        return Err(OAuthError::Provider(format!(
+            "no protected resource metadata: {}",
+            failures.join("; ")
+        )));
     }
     tracing::info!(
         server = %server,

@@ -154,7 +154,9 @@ pub struct Broker {
     /// What this replica last handed out of each person's credential, to see it change.
     known: std::sync::Mutex<std::collections::HashMap<(String, String), Known>>,
     /// The scopes to ask each person for at their next connect of a credential, beyond its
-    /// own (a server's step-up), until the request to connect is made.
+    /// own (a server's step-up), until the request to connect is made. This replica's
+    /// memory: a person whose next call another replica serves is asked for the
+    /// credential's own scopes there, and stepped up again when the server refuses them.
     more_scopes: std::sync::Mutex<std::collections::HashMap<(String, String), String>>,
 }
 
@@ -238,12 +240,7 @@ impl Broker {
         let id = format!("{:032x}", rand::random::<u128>());
         let now = now_ms();
         let key = (subject.to_owned(), name.to_owned());
-        let scopes = self
-            .more_scopes
-            .lock()
-            .expect("scopes lock")
-            .get(&key)
-            .cloned();
+        let scopes = self.more_scopes.lock().expect("scopes lock").remove(&key);
         self.store
             .open_request(&Request {
                 id: id.clone(),

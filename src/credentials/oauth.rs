@@ -84,6 +84,9 @@ pub(super) struct Endpoints {
     pub(super) client_secret: Option<String>,
     /// How the secret goes to the token endpoint.
     pub(super) auth: ClientAuth,
+    /// Not read from the server's metadata (2025-03-26's default endpoints, or configured
+    /// ones): found again at each use rather than kept for an hour.
+    pub(super) guessed: bool,
     /// Where the client is a dynamic registration: the issuer it is kept under.
     pub(super) registered_at: Option<String>,
     /// The server names itself in its authorization responses (RFC 9207), so an answer
@@ -138,6 +141,8 @@ pub struct Started {
     pub url: String,
     pub state: String,
     pub pkce_verifier: Option<String>,
+    /// The scopes asked for, space-separated.
+    pub scopes: String,
 }
 
 type Client =
@@ -204,7 +209,7 @@ impl OAuth {
         let mut request = client
             .authorize_url(move || CsrfToken::new(given))
             .map_err(|e| OAuthError::Provider(e.to_string()))?
-            .add_scopes(scopes.into_iter().map(Scope::new));
+            .add_scopes(scopes.iter().cloned().map(Scope::new));
         if let Some(r) = &e.resource {
             request = request.add_extra_param("resource", r.clone());
         }
@@ -219,6 +224,7 @@ impl OAuth {
             url: url.to_string(),
             state,
             pkce_verifier,
+            scopes: scopes.join(" "),
         })
     }
 
@@ -295,13 +301,13 @@ impl OAuth {
             request = request.add_extra_param("resource", r.clone());
         }
         let answer = request.request_async(&self.limited()).await;
-        self.client_refused(name, &e, &answer).await;
         tokens(answer.map_err(token_error)?)
     }
 
-    /// A token endpoint that no longer knows the gateway's registration (`invalid_client`):
-    /// it is forgotten, with what was found of the server, so that the next flow registers
-    /// anew.
+    /// A token endpoint that no longer knows the gateway's registration (`invalid_client`, to
+    /// a person's code: not to a background refresh, which another replica's registration
+    /// could explain): it is forgotten, with what was found of the server, so that the next
+    /// flow registers anew.
     async fn client_refused<T>(
         &self,
         name: &str,
@@ -320,7 +326,11 @@ impl OAuth {
             issuer,
             "the authorization server no longer knows the gateway's registration; it registers anew"
         );
-        if let Err(err) = self.store.forget_registration(name, issuer).await {
+        if let Err(err) = self
+            .store
+            .forget_registration(name, issuer, &e.client_id)
+            .await
+        {
             tracing::warn!(credential = name, "credentials: {err}");
         }
         self.forget(name);
@@ -500,6 +510,7 @@ impl OAuth {
                 revocation: server.revocation_endpoint.clone(),
                 client_secret: server.client_secret.as_ref().map(|s| s.expose().to_owned()),
                 auth: ClientAuth::Basic,
+                guessed: false,
                 registered_at: None,
                 iss_in_responses: false,
             }));
@@ -510,6 +521,9 @@ impl OAuth {
             return Ok(e.clone());
         }
         let found = Arc::new(super::discovery::discover(self, name, server).await?);
+        if found.guessed {
+            return Ok(found);
+        }
         self.found
             .lock()
             .expect("oauth lock")

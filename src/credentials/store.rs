@@ -109,9 +109,14 @@ pub trait CredentialStore: Send + Sync {
         registered: Option<&'a Registered>,
         now_ms: i64,
     ) -> StoreFuture<'a, Option<Registered>>;
-    /// Forgets the gateway's registration for credential `name` at `issuer` (the server no
-    /// longer knows it).
-    fn forget_registration<'a>(&'a self, name: &'a str, issuer: &'a str) -> StoreFuture<'a, ()>;
+    /// Forgets the gateway's registration `client_id` for credential `name` at `issuer` (the
+    /// server no longer knows it); another made meanwhile is kept.
+    fn forget_registration<'a>(
+        &'a self,
+        name: &'a str,
+        issuer: &'a str,
+        client_id: &'a str,
+    ) -> StoreFuture<'a, ()>;
     /// Keeps a request to connect (and forgets those expired long ago).
     fn open_request<'a>(&'a self, request: &'a Request) -> StoreFuture<'a, ()>;
     /// The request `id`, unused and unexpired at `now_ms`, which is used from now on: a

@@ -252,7 +252,7 @@ impl Broker {
     }
 
     /// Refreshes `row`'s token at its server, or waits for the replica that is doing so.
-    async fn refresh(
+    pub(super) async fn refresh(
         &self,
         server: &crate::config::OAuthServer,
         row: &Stored,

@@ -274,14 +274,23 @@ impl CredentialStore for SqlCredentialStore {
         })
     }
 
-    fn forget_registration<'a>(&'a self, name: &'a str, issuer: &'a str) -> StoreFuture<'a, ()> {
+    fn forget_registration<'a>(
+        &'a self,
+        name: &'a str,
+        issuer: &'a str,
+        client_id: &'a str,
+    ) -> StoreFuture<'a, ()> {
         Box::pin(async move {
-            sqlx::query("DELETE FROM oauth_registrations WHERE credential = $1 AND issuer = $2")
-                .bind(name.to_owned())
-                .bind(issuer.to_owned())
-                .execute(&self.pool)
-                .await
-                .map_err(failed)?;
+            sqlx::query(
+                "DELETE FROM oauth_registrations \
+                 WHERE credential = $1 AND issuer = $2 AND client_id = $3",
+            )
+            .bind(name.to_owned())
+            .bind(issuer.to_owned())
+            .bind(client_id.to_owned())
+            .execute(&self.pool)
+            .await
+            .map_err(failed)?;
             Ok(())
         })
     }

@@ -200,35 +200,58 @@ impl Session {
                 }
             }
         }
-        // A remote server refusing these values: the broker decides whether the person is
-        // asked to connect again (a step-up, a token no longer good there).
-        let on_refused: crate::backend::OnRefused = {
+        // A remote server refusing these values: the broker decides whether the instance
+        // ends (a step-up, a token no longer good there). Only the `oauth2` credentials for
+        // that server are its to judge: those naming it as their `mcp_server`, else the one
+        // such credential the plugin uses.
+        let upstream = plugin
+            .entry
+            .config
+            .remote
+            .as_ref()
+            .and_then(|r| url::Url::parse(&r.url).ok());
+        let oauth: Vec<(String, String, bool)> = values
+            .iter()
+            .filter_map(|(name, value)| {
+                let c = broker.defined(name).ok()?;
+                let crate::config::CredentialKind::OAuth2 { server, .. } = &c.kind else {
+                    return None;
+                };
+                let for_it = upstream.is_some() && server.mcp_server == upstream;
+                Some((name.clone(), value.clone(), for_it))
+            })
+            .collect();
+        let judged: Vec<(String, String)> = if oauth.iter().any(|(_, _, f)| *f) {
+            oauth
+                .into_iter()
+                .filter(|(_, _, f)| *f)
+                .map(|(n, v, _)| (n, v))
+                .collect()
+        } else if oauth.len() == 1 {
+            oauth.into_iter().map(|(n, v, _)| (n, v)).collect()
+        } else {
+            Vec::new()
+        };
+        let on_refused: Option<crate::backend::OnRefused> = (!judged.is_empty()).then(|| {
             let broker = broker.clone();
             let subject = subject.to_owned();
-            let names: Vec<String> = values.keys().cloned().collect();
-            std::sync::Arc::new(move |r: crate::backend::Refusal| {
-                let (broker, subject, names) = (broker.clone(), subject.clone(), names.clone());
-                Box::pin(async move {
-                    let mut again = false;
-                    for name in &names {
-                        again |= broker
-                            .refused(
-                                &subject,
-                                name,
-                                r.status,
-                                r.error.as_deref(),
-                                r.scope.as_deref(),
-                            )
-                            .await;
-                    }
-                    again
-                })
-            })
-        };
-        Ok(Some(Personal {
-            values,
-            on_refused: Some(on_refused),
-        }))
+            let judged = std::sync::Arc::new(judged);
+            let hook: crate::backend::OnRefused =
+                std::sync::Arc::new(move |r: crate::backend::Refusal| {
+                    let (broker, subject, judged) =
+                        (broker.clone(), subject.clone(), judged.clone());
+                    Box::pin(async move {
+                        let mut ends = false;
+                        for (name, sent) in judged.iter() {
+                            let refusal = (r.status, r.error.as_deref(), r.scope.as_deref());
+                            ends |= broker.refused(&subject, name, sent, refusal).await;
+                        }
+                        ends
+                    })
+                });
+            hook
+        });
+        Ok(Some(Personal { values, on_refused }))
     }
 
     /// The owner's process of a `per_subject` plugin, started with their credentials if need

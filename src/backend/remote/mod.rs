@@ -24,6 +24,7 @@
 mod outgoing;
 pub mod sse;
 mod streamable;
+mod tools;
 mod transport_sse;
 
 use std::collections::{HashMap, VecDeque};
@@ -120,6 +121,8 @@ struct Inner {
     failures: AtomicU32,
     /// One new session at a time.
     reinit: tokio::sync::Mutex<()>,
+    /// The transport's own tools listing, one at a time, and how often it was tried.
+    listing: tokio::sync::Mutex<u32>,
 }
 
 impl RemoteTransport {
@@ -176,6 +179,7 @@ impl RemoteTransport {
             tail: Mutex::new(VecDeque::new()),
             failures: AtomicU32::new(0),
             reinit: tokio::sync::Mutex::new(()),
+            listing: tokio::sync::Mutex::new(0),
             config: remote,
         });
         if inner.config.transport == RemoteTransportKind::Sse {
@@ -446,15 +450,6 @@ impl Inner {
                     }
                 }
                 Kind::Request(r) => {
-                    // At most MAX_IN_FLIGHT at once: past it the queue fills, and then
-                    // refuses (the connection's callers hear that the plugin is busy).
-                    let permit = tokio::select! {
-                        p = self.in_flight.clone().acquire_owned() => match p {
-                            Ok(p) => p,
-                            Err(_) => break,
-                        },
-                        () = self.closed.cancelled() => break,
-                    };
                     let token = self.closed.child_token();
                     self.state
                         .lock()
@@ -464,12 +459,18 @@ impl Inner {
                     let inner = self.clone();
                     tokio::spawn(async move {
                         let id = out.request().map(|r| r.id.clone()).unwrap_or_default();
+                        // At most MAX_IN_FLIGHT at once; the others wait here (in order),
+                        // and what is not a request (answers, notifications) goes on.
                         tokio::select! {
-                            () = inner.clone().request(out) => {}
+                            () = async {
+                                let Ok(_permit) = inner.in_flight.clone().acquire_owned().await else {
+                                    return;
+                                };
+                                inner.clone().request(out).await;
+                            } => {}
                             () = token.cancelled() => {}
                         }
                         inner.state.lock().expect("state lock").requests.remove(&id);
-                        drop(permit);
                     });
                 }
                 Kind::Notification { method, cancels } => {

@@ -132,8 +132,10 @@ impl Outgoing {
 pub struct ToolHeaders {
     params: HashMap<String, Vec<HeaderParam>>,
     rejected: std::collections::HashSet<String>,
-    /// Whether the transport asked for the list itself (once), or saw one.
-    pub asked: bool,
+    /// Whether a list was seen.
+    pub listed: bool,
+    /// The last list's `nextCursor`, for the transport's own listing to follow.
+    pub next_cursor: Option<String>,
 }
 
 /// Most tools remembered (a hostile upstream's list is bounded).
@@ -144,6 +146,7 @@ const MAX_TOOLS: usize = 10_000;
 pub struct Listed {
     params: Vec<(String, Vec<HeaderParam>)>,
     rejected: Vec<String>,
+    next_cursor: Option<String>,
 }
 
 /// A `tools/list` response from the upstream (`message`, the whole JSON-RPC response) as the
@@ -181,7 +184,8 @@ pub fn screen_tools(plugin: &str, message: &[u8]) -> Option<(Option<Bytes>, List
 impl ToolHeaders {
     /// Keeps what a `tools/list` answer taught.
     pub fn learn(&mut self, listed: Listed) {
-        self.asked = true;
+        self.listed = true;
+        self.next_cursor = listed.next_cursor;
         for (name, params) in listed.params {
             self.rejected.remove(&name);
             if params.is_empty() {

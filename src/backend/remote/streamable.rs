@@ -18,8 +18,9 @@ use super::{Inner, Mode, is_type, logged, read_body};
 use crate::jsonrpc::{self, Message, Outcome};
 
 const ACCEPT_BOTH: &str = "application/json, text/event-stream";
-/// Resumptions in a row that bring nothing before a stream is given up.
+/// Resumptions in a row that bring nothing before a stream is given up, and in all.
 const MAX_RESUMES: u32 = 5;
+const MAX_RESUMES_IN_ALL: u32 = 50;
 /// The reconnection delay when the upstream names none, and the bounds of what it may name.
 const DEFAULT_RETRY: Duration = Duration::from_secs(1);
 const MIN_RETRY: Duration = Duration::from_millis(100);
@@ -50,10 +51,7 @@ pub(super) enum Failure {
     Refused(String),
 }
 
-/// The id of the transport's own `tools/list` (a string no connection uses), and as it is
-/// written.
-const OWN_LIST_ID: &str = "mcp-gateway/tools-list";
-const OWN_LIST_ID_RAW: &str = "\"mcp-gateway/tools-list\"";
+use super::tools::OWN_LIST_ID_RAW;
 
 impl Inner {
     /// Sends a request and hands its answer (and whatever comes with it) to the connection;
@@ -109,34 +107,6 @@ impl Inner {
                     "the upstream refused the person's credentials; the next call asks them to connect again".into(),
                 );
             }
-        }
-    }
-
-    /// Before this instance's first 2026-07-28 `tools/call`, when it has seen no list of the
-    /// upstream's tools (its client's list came from another instance): the list, asked
-    /// for by the transport itself and kept from the client, so that the call's
-    /// `x-mcp-header` parameters are mirrored and a tool breaking their rules is not called.
-    async fn learn_tools(self: &Arc<Self>, version: &str) {
-        {
-            let mut state = self.state.lock().expect("state lock");
-            if state.tool_headers.asked {
-                return;
-            }
-            state.tool_headers.asked = true;
-        }
-        let body = serde_json::json!({"jsonrpc": "2.0", "id": OWN_LIST_ID, "method": "tools/list",
-            "params": {"_meta": {
-                "io.modelcontextprotocol/protocolVersion": version,
-                "io.modelcontextprotocol/clientCapabilities": {},
-                "io.modelcontextprotocol/clientInfo": {"name": "mcp-gateway", "version": env!("CARGO_PKG_VERSION")}}}});
-        let Some(out) = Outgoing::read(Bytes::from(body.to_string())) else {
-            return;
-        };
-        let Kind::Request(r) = &out.kind else { return };
-        if let Err(Failure::Network(why) | Failure::Answer(why) | Failure::Refused(why)) =
-            self.clone().post_request(&out, r).await
-        {
-            self.note(format!("the gateway's own tools/list failed: {why}"));
         }
     }
 
@@ -212,7 +182,11 @@ impl Inner {
         }
     }
 
-    async fn post_request(self: Arc<Self>, out: &Outgoing, r: &Request) -> Result<(), Failure> {
+    pub(super) async fn post_request(
+        self: Arc<Self>,
+        out: &Outgoing,
+        r: &Request,
+    ) -> Result<(), Failure> {
         let mut renewed = false;
         loop {
             let (headers, generation) = self.post_headers(Some(r));
@@ -340,7 +314,7 @@ impl Inner {
         {
             answered = true;
             match &outcome {
-                Outcome::Result(_) if r.method == "tools/list" => {
+                Outcome::Result(_) if r.method == "tools/list" && r.modern.is_some() => {
                     listed = screen_tools(&self.plugin, &message);
                 }
                 Outcome::Result(result) if r.method == "initialize" => self.learn_version(result),
@@ -383,8 +357,10 @@ impl Inner {
         r: &Request,
     ) -> Result<(), Failure> {
         let mut ended = self.clone().read_stream(response, Some(r)).await;
-        // Resumptions in a row that brought nothing new (an event since counts them anew).
+        // Resumptions in a row that brought no new event id (one since counts them anew),
+        // and in all.
         let mut attempts = 0;
+        let mut in_all = 0;
         let mut seen: Option<String> = None;
         loop {
             let (last_id, retry, why) = match ended {
@@ -406,7 +382,8 @@ impl Inner {
                 attempts = 0;
             }
             attempts += 1;
-            if attempts > MAX_RESUMES {
+            in_all += 1;
+            if attempts > MAX_RESUMES || in_all > MAX_RESUMES_IN_ALL {
                 return Err(Failure::Answer(format!(
                     "the stream could not be resumed ({why})"
                 )));
