@@ -481,7 +481,7 @@ async fn a_dead_upstream_opens_the_breaker_like_a_crashing_process() {
 }
 
 #[tokio::test]
-async fn subscriptions_list_changes_and_cancellation_pass_through_a_remote_plugin() {
+async fn subscriptions_logs_list_changes_and_cancellation_pass_through_a_remote_plugin() {
     const WATCHED: &str = "test://watched-resource";
     let up = Upstream::lowlevel();
     let dir = tempfile::tempdir().unwrap();
@@ -512,6 +512,16 @@ async fn subscriptions_list_changes_and_cancellation_pass_through_a_remote_plugi
         .await;
     assert_eq!(touched, "not subscribed");
 
+    // A log message on the call's stream reaches the client's.
+    let mut events = c
+        .stream(&call(5, "say", json!({"text": "hello from upstream"})))
+        .await;
+    let log = events.next().await.unwrap();
+    assert_eq!(log["method"], "notifications/message", "{log}");
+    assert_eq!(log["params"]["data"], "hello from upstream", "{log}");
+    let done = events.next().await.unwrap();
+    assert_eq!(done["result"]["content"][0]["text"], "said", "{done}");
+
     // A list change: the client hears it, and the new tool is listed.
     let added = c.tool_text(5, "add_tool", json!({"name": "extra"})).await;
     assert_eq!(added, "added");
@@ -520,7 +530,7 @@ async fn subscriptions_list_changes_and_cancellation_pass_through_a_remote_plugi
         changed["method"], "notifications/tools/list_changed",
         "{changed}"
     );
-    let tools = c.result(6, "tools/list", json!({})).await;
+    let tools = c.result(51, "tools/list", json!({})).await;
     assert!(common::tool_names(&tools).contains(&"extra"), "{tools}");
 
     // A cancellation reaches the upstream, which stops the call.

@@ -15,6 +15,8 @@ Tools:
   wait_cancel(seconds)    - sleeps, noting a cancellation; "not cancelled"
   was_cancelled()         - "cancelled" once a wait_cancel was cancelled, else "not cancelled"
   add_tool(name)          - lists one more tool, `name`, and sends `notifications/tools/list_changed`
+  say(text)               - logs `text` at level info (`notifications/message`, logger "fixture")
+                            on the call's stream; "said"
 Resource: `test://watched-resource` (text), subscribable.
 
 Run: python lowlevel_server.py [--port N]
@@ -102,6 +104,7 @@ TOOLS = [
     tool("wait_cancel", "Waits, noting a cancellation", {"seconds": {"type": "number"}}),
     tool("was_cancelled", "Whether a wait_cancel was cancelled"),
     tool("add_tool", "Lists one more tool", {"name": {"type": "string"}}),
+    tool("say", "Logs the text", {"text": {"type": "string"}}),
 ]
 
 
@@ -148,6 +151,9 @@ async def call_tool(ctx, params: types.CallToolRequestParams) -> types.CallToolR
             return text("not cancelled")
         case "was_cancelled":
             return text("cancelled" if cancelled else "not cancelled")
+        case "say":
+            await session.send_log_message("info", args["text"], logger="fixture", related_request_id=related)
+            return text("said")
         case "add_tool":
             TOOLS.append(tool(args["name"], "Added while running"))
             await session.send_tool_list_changed()
