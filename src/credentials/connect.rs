@@ -36,6 +36,9 @@ struct Leg {
     /// §5.1: it then granted what was asked).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     scopes: Option<String>,
+    /// The token endpoint and client the flow began with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    binding: Option<String>,
 }
 
 /// Why a callback stored nothing.
@@ -235,6 +238,7 @@ impl Broker {
             pkce_verifier: started.pkce_verifier,
             until_ms: request.expires_at_ms.min(now_ms() + super::REQUEST_TTL_MS),
             scopes: (!started.scopes.is_empty()).then_some(started.scopes),
+            binding: Some(started.binding),
         };
         let plain = serde_json::to_vec(&leg).expect("serializable");
         let cookie = self.seal_for(&request.subject, LEG, &plain)?;
@@ -266,6 +270,14 @@ impl Broker {
             .check_iss(&leg.name, server, iss)
             .await
             .map_err(|_| ConnectRefused::Mismatch)?;
+        // Found again since it began (a server that moved): its code is not redeemed
+        // elsewhere.
+        if let Some(began) = &leg.binding {
+            let now = self.oauth.binding(&leg.name, server).await;
+            if now.as_ref().ok() != Some(began) {
+                return Err(ConnectRefused::Mismatch);
+            }
+        }
         match self.take(&leg.id).await? {
             Some(r) if r.subject == subject && r.name == leg.name => {}
             _ => return Err(ConnectRefused::Used),

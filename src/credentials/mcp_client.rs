@@ -275,6 +275,10 @@ pub async fn client_id(
             "the authorization server offers neither client ID metadata documents nor dynamic registration; configure client_id".into(),
         ));
     };
+    // Its secret could not be kept without the storage key: no registration made for nothing.
+    sealer
+        .seal(&sealed_for(at.issuer), name, b"")
+        .map_err(|e| OAuthError::Provider(format!("a registration's secret: {e}")))?;
     let request = serde_json::json!({
         "client_name": format!("mcp-gateway ({name})"),
         "redirect_uris": [format!("{base}{}", super::connect::CALLBACK_PATH)],

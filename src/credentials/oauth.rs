@@ -143,6 +143,8 @@ pub struct Started {
     pub pkce_verifier: Option<String>,
     /// The scopes asked for, space-separated.
     pub scopes: String,
+    /// Which server and client the flow began with ([`OAuth::binding`]).
+    pub binding: String,
 }
 
 type Client =
@@ -225,7 +227,15 @@ impl OAuth {
             state,
             pkce_verifier,
             scopes: scopes.join(" "),
+            binding: binding(&e),
         })
+    }
+
+    /// Which token endpoint and client a flow goes to now: a flow begun with others (the
+    /// server was found again meanwhile) is not finished, so that no code or verifier goes
+    /// where it was not meant for.
+    pub async fn binding(&self, name: &str, server: &OAuthServer) -> Result<String, OAuthError> {
+        Ok(binding(&*self.endpoints(name, server).await?))
     }
 
     /// Whether an authorization response's `iss` (RFC 9207) is this server's: the configured
@@ -530,6 +540,10 @@ impl OAuth {
             .insert(name.to_owned(), (found.clone(), Instant::now()));
         Ok(found)
     }
+}
+
+fn binding(e: &Endpoints) -> String {
+    format!("{} {}", e.token, e.client_id)
 }
 
 fn tokens(answer: oauth2::basic::BasicTokenResponse) -> Result<Tokens, OAuthError> {
