@@ -34,6 +34,7 @@ fn config(current: u8, previous: &[u8]) -> CredentialsConfig {
             credential_config("jira", spec("kind = \"secret\""), env).unwrap(),
         ],
         secret_files: Vec::new(),
+        remote_networks: Vec::new(),
     }
 }
 
@@ -347,6 +348,69 @@ async fn a_refused_token_is_judged_by_the_value_sent() {
     keep("up", "t3").await;
     assert!(broker.refused("bob", "up", "t3", (401, None, None)).await);
     assert!(store.get("alice", "up").await.unwrap().is_some());
+}
+
+/// The server of a credential defined through the admin API (issue 42): its discovery
+/// reaches only global addresses and `[sandbox] remote_networks`, as a remote plugin added
+/// there does; the config file's reach what the operator chose.
+#[tokio::test]
+async fn an_api_credential_s_server_is_reached_only_at_allowed_addresses() {
+    // A listener on loopback answers 404 everywhere: reaching it fails otherwise.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        let app = axum::Router::new();
+        axum::serve(listener, app).await.unwrap();
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}/gw.db?mode=rwc", dir.path().display());
+    let db = Database::connect(&url).await.unwrap();
+    let begin = |host: &'static str, networks: Vec<ipnet::IpNet>, from_file: bool| {
+        let store = db.credential_store();
+        let mcp = format!("http://{host}:{port}/mcp");
+        let spec: CredentialSpec =
+            toml::from_str(&format!("kind = \"oauth2\"\nmcp_server = {mcp:?}\n")).unwrap();
+        async move {
+            let mut defs = config(1, &[]);
+            defs.remote_networks = networks;
+            if from_file {
+                defs.credentials
+                    .push(credential_config("up", spec.clone(), |_| None).unwrap());
+            }
+            let broker = Broker::new(defs, store.clone(), BASE);
+            if !from_file {
+                broker.define("up", &spec).await.unwrap();
+            }
+            let asked = broker.request("alice", "up").await.unwrap();
+            let now = mcp_gateway::audit::now_ms();
+            let request = store.peek_request(&asked.id, now).await.unwrap().unwrap();
+            broker
+                .begin_connect(&request)
+                .await
+                .unwrap_err()
+                .to_string()
+        }
+    };
+    // An address, or a name that resolves to one, outside what is allowed: not reached.
+    for host in ["127.0.0.1", "localhost"] {
+        let refused = begin(host, Vec::new(), false).await;
+        assert!(!refused.contains("404"), "{refused}");
+        if host == "127.0.0.1" {
+            assert!(refused.contains("neither a global address"), "{refused}");
+        }
+    }
+    // Allowed, or the file's: reached (and found to have no metadata).
+    for (networks, from_file) in [
+        (
+            vec!["127.0.0.0/8".parse().unwrap(), "::1/128".parse().unwrap()],
+            false,
+        ),
+        (Vec::new(), true),
+    ] {
+        let reached = begin("localhost", networks, from_file).await;
+        assert!(!reached.contains("neither a global address"), "{reached}");
+        assert!(reached.contains("404"), "{reached}");
+    }
 }
 
 /// The real gateway, built-in sign-in for alice and bob, and a per-session plugin started

@@ -260,13 +260,15 @@ impl Config {
         let database_url = database_url(cli, file.database_url, &admin, &auth);
         let secret_files: Vec<&std::path::Path> =
             secret_files.iter().map(PathBuf::as_path).collect();
-        let sandbox = sandbox::settings(
+        let sandbox: std::sync::Arc<SandboxSettings> = sandbox::settings(
             file.sandbox,
             &database_url,
             cli.config.as_deref(),
             &secret_files,
         )?
         .into();
+        let mut credentials = credentials;
+        credentials.remote_networks = sandbox.remote_networks.clone();
         let cluster = cluster::cluster(
             cli,
             file.redis_url,

@@ -15,6 +15,7 @@ use serde::Deserialize;
 
 use super::mcp_client::{self, OurClient, Registrable};
 use super::oauth::{ClientAuth, Endpoints, MAX_ANSWER_BYTES, OAuth, OAuthError};
+use crate::auth::external::fetch::Http;
 use crate::config::OAuthServer;
 
 /// What the gateway reads of an authorization server's metadata.
@@ -47,8 +48,9 @@ pub(super) async fn discover(
     name: &str,
     server: &OAuthServer,
 ) -> Result<Endpoints, OAuthError> {
+    let http = oauth.http_for(name);
     let found = match &server.mcp_server {
-        Some(mcp) => mcp_client::protected_resource(&oauth.http, mcp).await?,
+        Some(mcp) => mcp_client::protected_resource(http, mcp).await?,
         None => None,
     };
     // Where the metadata was found (for messages), and the issuer it must name.
@@ -56,13 +58,13 @@ pub(super) async fn discover(
         (Some(configured), _, _) => {
             // As configured, without the slash `Url` adds to a bare origin.
             let issuer = configured.as_str().trim_end_matches('/').to_owned();
-            let (url, meta) = metadata(oauth, &issuer).await?;
+            let (url, meta) = metadata(http, &issuer).await?;
             if meta.issuer.trim_end_matches('/') != issuer {
                 return Err(mismatch(&url, &meta.issuer, &issuer));
             }
             (url.to_string(), issuer, meta)
         }
-        (None, Some(f), _) => match metadata(oauth, &f.issuer).await {
+        (None, Some(f), _) => match metadata(http, &f.issuer).await {
             Ok((url, meta)) => {
                 if !same_issuer(&meta.issuer, &f.issuer) {
                     return Err(mismatch(&url, &meta.issuer, &f.issuer));
@@ -82,7 +84,7 @@ pub(super) async fn discover(
             ),
             Err(e) => return Err(e),
         },
-        (None, None, Some(mcp)) => legacy(oauth, mcp).await?,
+        (None, None, Some(mcp)) => legacy(http, mcp).await?,
         (None, None, None) => {
             return Err(OAuthError::Provider("no issuer and no endpoints".into()));
         }
@@ -115,7 +117,7 @@ pub(super) async fn discover(
     let client = if server.client_id.is_empty() {
         let registration = endpoint("registration_endpoint", meta.registration_endpoint)?;
         mcp_client::client_id(
-            &oauth.http,
+            http,
             &*oauth.store,
             &oauth.sealer,
             name,
@@ -182,9 +184,9 @@ pub(super) async fn discover(
     })
 }
 
-async fn metadata(oauth: &OAuth, issuer: &str) -> Result<(url::Url, Metadata), OAuthError> {
+async fn metadata(http: &Http, issuer: &str) -> Result<(url::Url, Metadata), OAuthError> {
     // (`guessed` is never read from a document: serde skips it.)
-    crate::auth::external::first_metadata(&oauth.http, issuer, MAX_ANSWER_BYTES)
+    crate::auth::external::first_metadata(http, issuer, MAX_ANSWER_BYTES)
         .await
         .map_err(OAuthError::Provider)
 }
@@ -213,9 +215,9 @@ fn mismatch(url: &url::Url, named: &str, expected: &str) -> OAuthError {
 /// A 2025-03-26 server without protected resource metadata: its origin's authorization
 /// server metadata (naming an issuer on that origin), else the endpoints that version
 /// names at the origin.
-async fn legacy(oauth: &OAuth, mcp: &url::Url) -> Result<(String, String, Metadata), OAuthError> {
+async fn legacy(http: &Http, mcp: &url::Url) -> Result<(String, String, Metadata), OAuthError> {
     let origin = mcp.origin().ascii_serialization();
-    if let Ok((url, meta)) = metadata(oauth, &origin).await {
+    if let Ok((url, meta)) = metadata(http, &origin).await {
         let same = url::Url::parse(&meta.issuer).is_ok_and(|i| i.origin() == mcp.origin());
         if !same {
             return Err(OAuthError::Provider(format!(

@@ -198,9 +198,10 @@ impl Broker {
         store: Arc<dyn CredentialStore>,
         base: &str,
     ) -> Arc<Broker> {
+        let from_file: std::collections::BTreeSet<String> =
+            config.credentials.iter().map(|c| c.name.clone()).collect();
         Arc::new(Broker {
             sealer: Sealer::new(&config.keys),
-            from_file: config.credentials.iter().map(|c| c.name.clone()).collect(),
             defs: std::sync::RwLock::new(Arc::new(
                 config.credentials.into_iter().map(Arc::new).collect(),
             )),
@@ -208,7 +209,10 @@ impl Broker {
                 base.trim_end_matches('/'),
                 store.clone(),
                 Sealer::new(&config.keys),
+                from_file.clone(),
+                config.remote_networks.clone(),
             )),
+            from_file,
             store,
             base: base.trim_end_matches('/').to_owned(),
             events: tokio::sync::broadcast::channel(256).0,

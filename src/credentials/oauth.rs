@@ -152,7 +152,13 @@ type Client =
 
 /// The OAuth client of every credential, with their servers' metadata.
 pub struct OAuth {
-    pub(super) http: Http,
+    http: Http,
+    /// For credentials defined through the admin API: global addresses only, and
+    /// `[sandbox] remote_networks` (their servers' URLs came through it, and the URLs those
+    /// servers name are theirs).
+    guarded: Http,
+    /// The credentials the config file defines, whose servers the operator chose.
+    from_file: std::collections::BTreeSet<String>,
     found: Mutex<HashMap<String, (Arc<Endpoints>, Instant)>>,
     /// The gateway's public origin (its callback, its client ID metadata documents).
     pub(super) base: String,
@@ -167,13 +173,26 @@ impl OAuth {
         base: &str,
         store: Arc<dyn super::store::CredentialStore>,
         sealer: super::Sealer,
+        from_file: std::collections::BTreeSet<String>,
+        networks: Vec<ipnet::IpNet>,
     ) -> OAuth {
         OAuth {
             http: Http::new(),
+            guarded: Http::guarded(networks),
+            from_file,
             found: Mutex::new(HashMap::new()),
             base: base.to_owned(),
             store,
             sealer,
+        }
+    }
+
+    /// The client that fetches for credential `name` (see [`OAuth::guarded`]).
+    pub(super) fn http_for(&self, name: &str) -> &Http {
+        if self.from_file.contains(name) {
+            &self.http
+        } else {
+            &self.guarded
         }
     }
 
@@ -289,7 +308,7 @@ impl OAuth {
         if let Some(v) = pkce_verifier {
             request = request.set_pkce_verifier(PkceCodeVerifier::new(v.to_owned()));
         }
-        let answer = request.request_async(&self.limited()).await;
+        let answer = request.request_async(&self.limited(name)).await;
         self.client_refused(name, &e, &answer).await;
         tokens(answer.map_err(token_error)?)
     }
@@ -310,7 +329,7 @@ impl OAuth {
         if let Some(r) = &e.resource {
             request = request.add_extra_param("resource", r.clone());
         }
-        let answer = request.request_async(&self.limited()).await;
+        let answer = request.request_async(&self.limited(name)).await;
         tokens(answer.map_err(token_error)?)
     }
 
@@ -372,7 +391,7 @@ impl OAuth {
                 ("token_type_hint", "access_token".to_owned()),
             ],
         };
-        let answer = self.post_form(url, &endpoints, form).await?;
+        let answer = self.post_form(name, url, &endpoints, form).await?;
         // RFC 7009 §2.2: 200 also for a token the server no longer knows.
         if !answer.status().is_success() {
             return Err(refusal(answer.status(), answer.body(), false));
@@ -406,7 +425,9 @@ impl OAuth {
         if !server.scopes.is_empty() {
             form.push(("scope", server.scopes.join(" ")));
         }
-        let answer = self.post_form(&endpoints.token, &endpoints, form).await?;
+        let answer = self
+            .post_form(name, &endpoints.token, &endpoints, form)
+            .await?;
         if !answer.status().is_success() {
             return Err(refusal(answer.status(), answer.body(), true));
         }
@@ -419,6 +440,7 @@ impl OAuth {
     /// its id alone, as [`ClientAuth`] says).
     async fn post_form(
         &self,
+        name: &str,
         url: &url::Url,
         endpoints: &Endpoints,
         mut pairs: Vec<(&str, String)>,
@@ -454,15 +476,15 @@ impl OAuth {
         let request = request
             .body(body.into_bytes())
             .map_err(|e| OAuthError::Provider(e.to_string()))?;
-        self.http
+        self.http_for(name)
             .send(request, MAX_ANSWER_BYTES)
             .await
             .map_err(|e| OAuthError::Provider(e.to_string()))
     }
 
-    fn limited(&self) -> Limited {
+    fn limited(&self, name: &str) -> Limited {
         Limited {
-            http: self.http.clone(),
+            http: self.http_for(name).clone(),
             limit: MAX_ANSWER_BYTES,
         }
     }

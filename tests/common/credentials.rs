@@ -199,6 +199,7 @@ pub async fn secret_broker(
             .unwrap(),
         ],
         secret_files: Vec::new(),
+        remote_networks: Vec::new(),
     };
     let database = mcp_gateway::database::Database::connect(db).await.unwrap();
     (

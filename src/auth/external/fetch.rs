@@ -28,6 +28,39 @@ pub enum FetchError {
 #[derive(Clone)]
 pub struct Http {
     client: reqwest::Client,
+    /// Set for a guarded client ([`Http::guarded`]): the networks it may reach besides
+    /// global unicast addresses.
+    guard: Option<std::sync::Arc<Vec<ipnet::IpNet>>>,
+}
+
+/// Resolves a host only to addresses a guarded client may reach: every address of it must be
+/// global unicast or in the networks allowed (an address it may not reach refuses the host,
+/// so that no second resolution can swap one in).
+struct Guard(std::sync::Arc<Vec<ipnet::IpNet>>);
+
+impl Guard {
+    fn allows(networks: &[ipnet::IpNet], ip: std::net::IpAddr) -> bool {
+        crate::config::is_global(ip) || networks.iter().any(|n| n.contains(&ip))
+    }
+}
+
+impl reqwest::dns::Resolve for Guard {
+    fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
+        let networks = self.0.clone();
+        let host = name.as_str().to_owned();
+        Box::pin(async move {
+            let addrs: Vec<std::net::SocketAddr> =
+                tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
+            if let Some(bad) = addrs.iter().find(|a| !Guard::allows(&networks, a.ip())) {
+                return Err(format!(
+                    "{host} resolves to {}, which is neither a global address nor in [sandbox] remote_networks",
+                    bad.ip()
+                )
+                .into());
+            }
+            Ok(Box::new(addrs.into_iter()) as reqwest::dns::Addrs)
+        })
+    }
 }
 
 impl Default for Http {
@@ -38,14 +71,42 @@ impl Default for Http {
 
 impl Http {
     pub fn new() -> Http {
-        let client = reqwest::Client::builder()
+        Http::build(None)
+    }
+
+    /// A client that reaches only global unicast addresses and `networks` (for URLs that
+    /// came through the admin API, and those their servers name).
+    pub fn guarded(networks: Vec<ipnet::IpNet>) -> Http {
+        Http::build(Some(std::sync::Arc::new(networks)))
+    }
+
+    fn build(guard: Option<std::sync::Arc<Vec<ipnet::IpNet>>>) -> Http {
+        let mut builder = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
             .timeout(TIMEOUT)
             .connect_timeout(CONNECT_TIMEOUT)
-            .user_agent(concat!("mcp-gateway/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .expect("an HTTP client with rustls");
-        Http { client }
+            .user_agent(concat!("mcp-gateway/", env!("CARGO_PKG_VERSION")));
+        if let Some(networks) = &guard {
+            builder = builder.dns_resolver(std::sync::Arc::new(Guard(networks.clone())));
+        }
+        let client = builder.build().expect("an HTTP client with rustls");
+        Http { client, guard }
+    }
+
+    /// A URL a guarded client may not reach: one whose host is an address (never resolved)
+    /// outside what it allows.
+    fn refused(&self, url: &str) -> Option<FetchError> {
+        let networks = self.guard.as_ref()?;
+        let host = url::Url::parse(url).ok()?.host()?.to_owned();
+        let ip = match host {
+            url::Host::Ipv4(ip) => std::net::IpAddr::V4(ip),
+            url::Host::Ipv6(ip) => std::net::IpAddr::V6(ip),
+            url::Host::Domain(_) => return None,
+        };
+        (!Guard::allows(networks, ip)).then(|| FetchError::Transport {
+            url: url.to_owned(),
+            cause: format!("{ip} is neither a global address nor in [sandbox] remote_networks"),
+        })
     }
 
     /// GETs a JSON document of at most `limit` bytes; the document and its cache lifetime.
@@ -58,6 +119,9 @@ impl Http {
             url: url.to_string(),
             cause: e.without_url().to_string(),
         };
+        if let Some(e) = self.refused(url.as_str()) {
+            return Err(e);
+        }
         let response = self
             .client
             .get(url.clone())
@@ -92,6 +156,9 @@ impl Http {
             url: url.clone(),
             cause: e.without_url().to_string(),
         };
+        if let Some(e) = self.refused(&url) {
+            return Err(e);
+        }
         let request = reqwest::Request::try_from(request).map_err(transport)?;
         let response = self.client.execute(request).await.map_err(transport)?;
         let mut answer = oauth2::http::Response::builder().status(response.status());

@@ -210,6 +210,9 @@ pub struct CredentialsConfig {
     pub credentials: Vec<CredentialConfig>,
     /// Files the section read a secret from: hidden from plugins like the config file.
     pub secret_files: Vec<PathBuf>,
+    /// Networks the servers of credentials defined through the admin API may be reached in,
+    /// besides global unicast addresses (`[sandbox] remote_networks`).
+    pub remote_networks: Vec<ipnet::IpNet>,
 }
 
 impl CredentialsConfig {
@@ -444,6 +447,8 @@ pub fn credentials_config(
         keys: CredentialKeys { current, previous },
         credentials,
         secret_files,
+        // From `[sandbox]`, set where both sections are read.
+        remote_networks: Vec::new(),
     })
 }
 
