@@ -5,6 +5,13 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
+/// Whether a connection made for something defined through the admin API may go to `ip`:
+/// a global address, or one in the networks the operator allows (`[sandbox]
+/// remote_networks`).
+pub fn reachable(ip: IpAddr, allowed: &[ipnet::IpNet]) -> bool {
+    is_global(ip) || allowed.iter().any(|n| n.contains(&ip))
+}
+
 /// Whether a fetch on a stranger's behalf may connect to `ip`: global unicast only, IPv4
 /// carried in IPv6 judged as the IPv4 address it carries.
 pub fn is_global(ip: IpAddr) -> bool {

@@ -40,7 +40,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 pub use access::{Access, ToolAccess, pattern_matches};
-pub use address::is_global;
+pub use address::{is_global, reachable};
 pub use audit::AuditConfig;
 pub use auth::{AuthConfig, AuthMode, ClientConfig, UserConfig};
 pub use cli::{Cli, Command, LogFormat};

@@ -38,12 +38,6 @@ pub struct Http {
 /// so that no second resolution can swap one in).
 struct Guard(std::sync::Arc<Vec<ipnet::IpNet>>);
 
-impl Guard {
-    fn allows(networks: &[ipnet::IpNet], ip: std::net::IpAddr) -> bool {
-        crate::config::is_global(ip) || networks.iter().any(|n| n.contains(&ip))
-    }
-}
-
 impl reqwest::dns::Resolve for Guard {
     fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
         let networks = self.0.clone();
@@ -51,7 +45,10 @@ impl reqwest::dns::Resolve for Guard {
         Box::pin(async move {
             let addrs: Vec<std::net::SocketAddr> =
                 tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
-            if let Some(bad) = addrs.iter().find(|a| !Guard::allows(&networks, a.ip())) {
+            if let Some(bad) = addrs
+                .iter()
+                .find(|a| !crate::config::reachable(a.ip(), &networks))
+            {
                 return Err(format!(
                     "{host} resolves to {}, which is neither a global address nor in [sandbox] remote_networks",
                     bad.ip()
@@ -103,7 +100,7 @@ impl Http {
             url::Host::Ipv6(ip) => std::net::IpAddr::V6(ip),
             url::Host::Domain(_) => return None,
         };
-        (!Guard::allows(networks, ip)).then(|| FetchError::Transport {
+        (!crate::config::reachable(ip, networks)).then(|| FetchError::Transport {
             url: url.to_owned(),
             cause: format!("{ip} is neither a global address nor in [sandbox] remote_networks"),
         })

@@ -29,7 +29,7 @@ mod transport_sse;
 
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -266,9 +266,11 @@ async fn client(
         let Some(first) = addrs.first().copied() else {
             return Err(format!("{host} has no address"));
         };
-        let allowed =
-            |ip: IpAddr| crate::config::is_global(ip) || networks.iter().any(|n| n.contains(&ip));
-        if let Some(bad) = addrs.iter().map(SocketAddr::ip).find(|ip| !allowed(*ip)) {
+        if let Some(bad) = addrs
+            .iter()
+            .map(SocketAddr::ip)
+            .find(|ip| !crate::config::reachable(*ip, networks))
+        {
             return Err(format!(
                 "{host} resolves to {bad}, which is neither a global address nor in [sandbox] remote_networks"
             ));
